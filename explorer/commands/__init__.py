@@ -1,0 +1,20 @@
+"""Headless subcommands of ``transformer-explorer`` (see ``explorer.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every model-using command shares."""
+    parser.add_argument("--checkpoint", "-c", default=None,
+                        help="a checkpoint directory, a file inside one, or a built-in model name "
+                             "(default: the bundled default model)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+
+
+def load_model(args: argparse.Namespace):
+    from explorer.core.checkpoint import load_checkpoint
+
+    return load_checkpoint(args.checkpoint, device=args.device, dtype=args.dtype)

@@ -1,0 +1,111 @@
+"""The one configuration type that describes every architecture the explorer runs.
+
+A transformer here is a stack of identical blocks between an embedding and an un-embedding.
+The switches below choose the variant: where the norm sits, what kind of norm, how positions
+enter, the FFN's activation and whether it is gated, and whether attention is causal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.core.errors import CheckpointError
+
+NORMS = ("layernorm", "rmsnorm", "none")
+NORM_PLACEMENTS = ("pre", "post")
+POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shapes and switches of a decoder (or encoder) transformer.
+
+    Symbols used across the code base: V = ``vocab_size``, n = tokens in the prompt,
+    d = ``d_model``, H = ``n_heads``, d_head = ``d_head``, d_ff = ``d_ff``, L = ``n_layers``.
+    """
+
+    vocab_size: int
+    n_ctx: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_head: int
+    d_ff: int
+    arch: str = "gpt2"
+    n_kv_heads: int | None = None  # grouped-query attention: fewer K/V heads than Q heads
+    norm: str = "layernorm"
+    norm_placement: str = "pre"
+    norm_eps: float = 1e-5
+    final_norm: bool = True
+    positions: str = "learned"
+    rotary_dim: int | None = None  # rotary: how many dimensions of each head rotate (None = all)
+    rotary_base: float = 10000.0
+    activation: str = "gelu_tanh"
+    gated_ffn: bool = False
+    attn_only: bool = False  # no FFN sublayer at all
+    parallel_residual: bool = False  # attention and FFN both read the block's input
+    causal: bool = True
+    attn_bias: bool = True
+    mlp_bias: bool = True
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads", "d_head"):
+            if int(getattr(self, name)) <= 0:
+                problems.append(f"{name} must be positive (got {getattr(self, name)})")
+        if self.d_ff < 0:
+            problems.append(f"d_ff must not be negative (got {self.d_ff})")
+        if self.norm not in NORMS:
+            problems.append(f"norm must be one of {NORMS} (got {self.norm!r})")
+        if self.norm_placement not in NORM_PLACEMENTS:
+            problems.append(f"norm_placement must be one of {NORM_PLACEMENTS} (got {self.norm_placement!r})")
+        if self.positions not in POSITIONS:
+            problems.append(f"positions must be one of {POSITIONS} (got {self.positions!r})")
+        if self.activation not in ACTIVATIONS:
+            problems.append(f"activation must be one of {ACTIVATIONS} (got {self.activation!r})")
+        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
+            problems.append(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if self.positions == "sinusoidal" and self.d_model % 2:
+            problems.append("sinusoidal positions need an even d_model")
+        if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
+            problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
+        if problems:
+            raise CheckpointError("Invalid model configuration: " + "; ".join(problems))
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def has_ffn(self) -> bool:
+        return not self.attn_only and self.d_ff > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise CheckpointError(f"Unknown model configuration keys: {', '.join(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # a required field is missing
+            raise CheckpointError(f"Incomplete model configuration: {exc}") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def describe(self) -> str:
+        norm = "no norm" if self.norm == "none" else f"{self.norm_placement}-norm {self.norm}"
+        ffn = "attention only" if not self.has_ffn else (
+            f"{'gated ' if self.gated_ffn else ''}{self.activation} FFN d_ff={self.d_ff}")
+        heads = f"{self.n_heads} heads" + (f" ({self.kv_heads} K/V heads)" if self.kv_heads != self.n_heads else "")
+        return (f"{self.arch}: {self.n_layers} layers, d_model={self.d_model}, {heads} of d_head={self.d_head}, "
+                f"{ffn}, {norm}, {self.positions} positions, {'causal' if self.causal else 'bidirectional'}")

@@ -1,0 +1,44 @@
+"""Choosing where the model runs and at what precision."""
+
+from __future__ import annotations
+
+import torch
+
+from explorer.core.errors import ExplorerError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def available_devices() -> list[str]:
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA, then MPS, then the CPU; asking for an absent device is an error."""
+    if name not in DEVICES:
+        raise ExplorerError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)}")
+    found = available_devices()
+    if name == "auto":
+        return torch.device("cuda" if "cuda" in found else "mps" if "mps" in found else "cpu")
+    if name not in found:
+        raise ExplorerError(f"device {name!r} is not available here; available: {', '.join(found)}")
+    return torch.device(name)
+
+
+def supported_dtypes(device: torch.device) -> list[str]:
+    """float32 everywhere; half precisions only on accelerators, where they are fast."""
+    return ["float32"] if device.type == "cpu" else list(DTYPES)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name not in DTYPES:
+        raise ExplorerError(f"unknown precision {name!r}; choose one of {', '.join(DTYPES)}")
+    if name not in supported_dtypes(device):
+        raise ExplorerError(f"{name} is not offered on {device.type}; use float32 there")
+    return getattr(torch, name)

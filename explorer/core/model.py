@@ -1,0 +1,290 @@
+"""The instrumented transformer: one readable forward pass, close to the math of the seed articles.
+
+Shapes in comments: B batch, n new tokens, m keys (n plus cached tokens), d = d_model,
+H query heads, Hkv key/value heads, dh = d_head, f = d_ff, V = vocabulary.
+
+Capture: every interesting tensor passes through ``rec(site, layer, tensor)``. With no capture,
+``rec`` is a function that does nothing, so the plain forward pays one no-op call per site.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from explorer.core.config import ModelConfig
+
+Rec = Callable[[str, "int | None", Tensor], None]
+
+
+def _no_capture(site: str, layer: int | None, tensor: Tensor) -> None:
+    return None
+
+
+# --- the small pieces of math, shared by the forward pass and by the Trace's on-demand views ----
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).  [n, d]"""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)[None, :]
+    angle = pos / torch.pow(10000.0, two_i / d_model)
+    pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.float()
+
+
+def rotary_angles(positions: Tensor, rotary_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos and sin of the rotation angles pos * base^(-2i/r), laid out as [n, r] (each frequency twice)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]          # [n, r/2]
+    angles = torch.cat([angles, angles], dim=-1)                      # [n, r]
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x_i, x_{i+r/2}) of the first r dimensions of each head by their angle.  x: [B, h, n, dh]"""
+    r = cos.shape[-1]
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    half = r // 2
+    rotated_half = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
+    x_rot = x_rot * cos.to(x.dtype) + rotated_half * sin.to(x.dtype)
+    return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
+
+
+def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> Tensor:
+    """True where a query may NOT look: keys after the query's own position.  [n, m]"""
+    offset = n_keys - n_queries  # the queries are the last n of the m positions
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).triu(offset + 1)
+
+
+def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    """Scaled dot products of every query with every key, masked entries -inf.
+
+    q: [..., H, n, dh], k: [..., Hkv, m, dh] (K/V heads are shared by H/Hkv query heads).
+    Returns [..., H, n, m].
+    """
+    if k.shape[-3] != q.shape[-3]:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+    scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    return scores
+
+
+def attention_pattern(scores: Tensor) -> Tensor:
+    """Softmax over keys, one row per query: each row sums to 1."""
+    return torch.softmax(scores, dim=-1)
+
+
+def weighted_values(pattern: Tensor, v: Tensor) -> Tensor:
+    """Each head's output: its pattern times its values.  [..., H, n, m] @ [..., Hkv, m, dh] -> [..., H, n, dh]"""
+    if v.shape[-3] != pattern.shape[-3]:
+        v = v.repeat_interleave(pattern.shape[-3] // v.shape[-3], dim=-3)
+    return pattern @ v
+
+
+def activation(name: str) -> Callable[[Tensor], Tensor]:
+    return {
+        "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu": F.gelu,
+        "relu": F.relu,
+        "silu": F.silu,
+    }[name]
+
+
+class Norm(nn.Module):
+    """LayerNorm ((x - mean) / sqrt(var + eps) * w + b) or RMSNorm (x / sqrt(mean(x^2) + eps) * w)."""
+
+    def __init__(self, kind: str, d: int, eps: float) -> None:
+        super().__init__()
+        self.kind, self.eps = kind, eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if kind == "layernorm" else None
+
+    def forward(self, x: Tensor, rec: Rec = _no_capture, site: str = "", layer: int | None = None) -> Tensor:
+        if rec is not _no_capture:  # statistics cost a pass over x: only when someone looks
+            if self.kind == "layernorm":
+                var, mean = torch.var_mean(x.float(), dim=-1, unbiased=False)
+                rec(site + ".mean", layer, mean)
+                rec(site + ".var", layer, var)
+            else:
+                rec(site + ".mean_square", layer, x.float().pow(2).mean(-1))
+        if self.kind == "layernorm":
+            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        H, Hkv, dh, d = cfg.n_heads, cfg.kv_heads, cfg.d_head, cfg.d_model
+        self.W_Q = nn.Linear(d, H * dh, bias=cfg.attn_bias)
+        self.W_K = nn.Linear(d, Hkv * dh, bias=cfg.attn_bias)
+        self.W_V = nn.Linear(d, Hkv * dh, bias=cfg.attn_bias)
+        self.W_O = nn.Linear(H * dh, d, bias=cfg.attn_bias)
+
+
+class FFN(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.W_in = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp_bias)
+        self.W_gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.mlp_bias) if cfg.gated_ffn else None
+        self.W_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.mlp_bias)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        has_norm = cfg.norm != "none"
+        self.ln1 = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if has_norm else None
+        self.attn = Attention(cfg)
+        self.ln2 = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if has_norm and cfg.has_ffn else None
+        self.mlp = FFN(cfg) if cfg.has_ffn else None
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, per layer, so each new token costs one position."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.keys: list[Tensor | None] = [None] * n_layers
+        self.values: list[Tensor | None] = [None] * n_layers
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
+
+    def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=-2)
+            v = torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.positions == "learned" else None
+        if cfg.positions == "sinusoidal":
+            self.register_buffer("sinusoid", sinusoidal_positions(cfg.n_ctx, cfg.d_model), persistent=False)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_final = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm and cfg.norm != "none" else None
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.unembed.weight = self.embed.weight
+
+    # ------------------------------------------------------------------------------------------
+    def forward(self, token_ids: Tensor, rec: Rec = _no_capture, cache: KVCache | None = None) -> Tensor:
+        """token_ids [B, n] -> logits [B, n, V] for every position."""
+        cfg = self.cfg
+        n = token_ids.shape[-1]
+        start = cache.length if cache is not None else 0
+        positions = torch.arange(start, start + n, device=token_ids.device)
+
+        x = self.embed(token_ids)                                          # [B, n, d]
+        rec("embed", None, x)
+        if cfg.positions in ("learned", "sinusoidal"):
+            pos = self.pos_embed(positions) if self.pos_embed is not None else self.sinusoid[positions]
+            rec("pos_embed", None, pos.unsqueeze(0))                       # [1, n, d]
+            x = x + pos
+
+        mask = causal_mask(n, start + n, x.device) if cfg.causal else None
+        rotary = None
+        if cfg.positions == "rotary":
+            rotary = rotary_angles(positions, cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
+            rotary = (rotary[0].to(x.device), rotary[1].to(x.device))
+        for layer in range(cfg.n_layers):
+            x = self.block_forward(layer, x, mask, rotary, rec, cache)
+
+        rec("resid_final", None, x)
+        if self.ln_final is not None:
+            x = self.ln_final(x, rec, "ln_final")
+        logits = self.unembed(x)                                           # [B, n, V]
+        rec("logits", None, logits)
+        return logits
+
+    def block_forward(self, layer: int, x: Tensor, mask: Tensor | None, rotary: tuple[Tensor, Tensor] | None,
+                      rec: Rec = _no_capture, cache: KVCache | None = None) -> Tensor:
+        """One block: attention sublayer then FFN sublayer, each added to the residual stream."""
+        cfg, blk = self.cfg, self.blocks[layer]
+        B, n, _ = x.shape
+        H, Hkv, dh = cfg.n_heads, cfg.kv_heads, cfg.d_head
+        pre_norm = cfg.norm_placement == "pre" and blk.ln1 is not None
+        rec("resid_pre", layer, x)
+
+        # attention: project to per-head queries, keys, values
+        h = blk.ln1(x, rec, "ln1", layer) if pre_norm else x
+        q = blk.attn.W_Q(h).view(B, n, H, dh).transpose(1, 2)             # [B, H, n, dh]
+        k = blk.attn.W_K(h).view(B, n, Hkv, dh).transpose(1, 2)           # [B, Hkv, n, dh]
+        v = blk.attn.W_V(h).view(B, n, Hkv, dh).transpose(1, 2)           # [B, Hkv, n, dh]
+        if rotary is not None:  # rotary positions turn q and k by an angle that grows with position
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)                               # [B, Hkv, m, dh]
+        rec("attn.q", layer, q)
+        rec("attn.k", layer, k)
+        rec("attn.v", layer, v)
+        scores = attention_scores(q, k, mask)                              # q.k / sqrt(dh): [B, H, n, m]
+        rec("attn.scores", layer, scores)
+        pattern = attention_pattern(scores)                                # softmax per query row
+        rec("attn.pattern", layer, pattern)
+        z = weighted_values(pattern, v)                                    # [B, H, n, dh]
+        rec("attn.z", layer, z)
+        attn_out = blk.attn.W_O(z.transpose(1, 2).reshape(B, n, H * dh))   # concat heads, W_O: [B, n, d]
+        rec("attn.out", layer, attn_out)
+
+        mid = x + attn_out
+        if not pre_norm and blk.ln1 is not None:                           # post-norm: normalise the sum
+            mid = blk.ln1(mid, rec, "ln1", layer)
+        rec("resid_mid", layer, mid)
+        if blk.mlp is None:
+            return mid
+
+        # FFN: expand to d_ff, non-linearity, contract back to d
+        ffn_in = x if cfg.parallel_residual else mid
+        if pre_norm or cfg.parallel_residual:
+            ffn_in = blk.ln2(ffn_in, rec, "ln2", layer)
+        if blk.mlp.W_gate is not None:                                     # gated: act(x W_gate) * (x W_in)
+            pre = blk.mlp.W_gate(ffn_in)
+            rec("mlp.pre", layer, pre)
+            post = activation(cfg.activation)(pre) * blk.mlp.W_in(ffn_in)
+        else:
+            pre = blk.mlp.W_in(ffn_in)                                     # [B, n, f]
+            rec("mlp.pre", layer, pre)
+            post = activation(cfg.activation)(pre)
+        rec("mlp.post", layer, post)
+        mlp_out = blk.mlp.W_out(post)                                      # [B, n, d]
+        rec("mlp.out", layer, mlp_out)
+
+        out = (x + attn_out + mlp_out) if cfg.parallel_residual else (mid + mlp_out)
+        if not pre_norm and blk.ln2 is not None:
+            out = blk.ln2(out, rec, "ln2", layer)
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    def final_logits(self, resid_final: Tensor) -> Tensor:
+        """The last two steps of the forward pass: final norm, then un-embedding."""
+        x = self.ln_final(resid_final) if self.ln_final is not None else resid_final
+        return self.unembed(x)
+
+    def rotary_for(self, n: int, device: torch.device | str) -> tuple[Tensor, Tensor] | None:
+        if self.cfg.positions != "rotary":
+            return None
+        cos, sin = rotary_angles(torch.arange(n), self.cfg.rotary_dim or self.cfg.d_head, self.cfg.rotary_base)
+        return cos.to(device), sin.to(device)
+
+    def num_parameters(self) -> int:
+        seen, total = set(), 0
+        for p in self.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel()
+        return total

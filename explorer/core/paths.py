@@ -1,0 +1,23 @@
+"""Where the bundled ``models/`` and ``resources/`` live: beside the package when installed from a
+wheel (``explorer/_bundled/``), at the top of the repository in a source checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _bundled(name: str) -> Path:
+    installed = _PACKAGE / "_bundled" / name
+    if installed.is_dir():
+        return installed
+    return _PACKAGE.parent / name
+
+
+def models_dir() -> Path:
+    return _bundled("models")
+
+
+def resources_dir() -> Path:
+    return _bundled("resources")

@@ -1,0 +1,380 @@
+"""Capture a forward pass into an immutable ``Trace`` of numpy arrays keyed by stable names.
+
+Names (L layers, H heads, n tokens; documented in ARCHITECTURE.md):
+
+==============================  ==================  =========================================
+key                             shape               what
+==============================  ==================  =========================================
+``embed``                       [n, d]              token embedding rows
+``pos_embed``                   [n, d]              positional vectors added to them
+``blocks.{l}.resid_pre``        [n, d]              residual stream entering block l
+``blocks.{l}.ln1.mean/var``     [n]                 LayerNorm statistics (``mean_square`` for RMSNorm)
+``blocks.{l}.attn.q/k/v``       [H or Hkv, n, dh]   per-head queries, keys, values (q, k after rotary)
+``blocks.{l}.attn.scores``      [H, n, n]           q.k / sqrt(dh), masked entries -inf
+``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1
+``blocks.{l}.attn.z``           [H, n, dh]          each head's output (pattern @ v)
+``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O
+``blocks.{l}.resid_mid``        [n, d]              residual stream between attention and FFN
+``blocks.{l}.ln2.mean/var``     [n]
+``blocks.{l}.mlp.pre/post``     [n, d_ff]           FFN neurons before / after the non-linearity
+``blocks.{l}.mlp.out``          [n, d]              FFN output added to the residual stream
+``resid_final``                 [n, d]              after the last block, before the final norm
+``ln_final.mean/var``           [n]
+``logits``                      [n, V]
+==============================  ==================  =========================================
+
+What is stored is chosen by a ``CaptureSpec``. Whatever is not stored but can be derived stays
+available: scores and patterns are computed from the stored q and k with the very functions the
+forward pass used, and anything else inside block l is reproduced by running block l again on its
+stored input ``blocks.{l}.resid_pre`` (the same code on the same numbers gives the same result).
+Memory therefore does not have to grow as L x H x n^2 for every head to be viewable.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from explorer.core.config import ModelConfig
+
+if TYPE_CHECKING:  # torch stays out of the import path of code that only reads traces
+    import torch
+
+    from explorer.core.model import Transformer
+
+KINDS = ("embed", "resid", "norm", "qkv", "scores", "pattern", "attn", "mlp", "logits")
+STORAGE_DTYPES = ("float32", "float16")
+_BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.(.+)$")
+_DERIVED_CACHE_BYTES = 256 * 2**20
+
+
+def kind_of(site: str) -> str:
+    """The capture kind a recording site belongs to."""
+    if site in ("embed", "pos_embed"):
+        return "embed"
+    if site.startswith("resid"):
+        return "resid"
+    if site.startswith(("ln1", "ln2", "ln_final")):
+        return "norm"
+    if site in ("attn.q", "attn.k", "attn.v"):
+        return "qkv"
+    if site == "attn.scores":
+        return "scores"
+    if site == "attn.pattern":
+        return "pattern"
+    if site.startswith("attn."):
+        return "attn"
+    if site.startswith("mlp."):
+        return "mlp"
+    if site == "logits":
+        return "logits"
+    raise KeyError(site)
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """Which tensors a forward pass stores: kinds, layers (None = all) and storage dtype."""
+
+    kinds: frozenset[str] = frozenset(k for k in KINDS if k not in ("scores", "pattern"))
+    layers: frozenset[int] | None = None
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        bad = set(self.kinds) - set(KINDS)
+        if bad:
+            raise ValueError(f"unknown capture kinds {sorted(bad)}; known: {', '.join(KINDS)}")
+        if self.dtype not in STORAGE_DTYPES:
+            raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}")
+
+    @classmethod
+    def full(cls, dtype: str = "float32") -> CaptureSpec:
+        """Everything except the n x n scores and patterns, which are derived per head on demand."""
+        return cls(dtype=dtype)
+
+    @classmethod
+    def everything(cls, dtype: str = "float32") -> CaptureSpec:
+        """Everything, the n x n scores and patterns of every head included."""
+        return cls(kinds=frozenset(KINDS), dtype=dtype)
+
+    @classmethod
+    def compact(cls, dtype: str = "float32") -> CaptureSpec:
+        """The minimum from which everything else is derived: residual stream, q, k, norm statistics."""
+        return cls(kinds=frozenset({"embed", "resid", "norm", "qkv"}), dtype=dtype)
+
+    def wants(self, kind: str, layer: int | None) -> bool:
+        return kind in self.kinds and (layer is None or self.layers is None or layer in self.layers)
+
+
+def _key(site: str, layer: int | None) -> str:
+    return site if layer is None else f"blocks.{layer}.{site}"
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def as_tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor view of a (read-only) trace array; nothing writes through it."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch warns that the array is read-only
+        return torch.from_numpy(a)
+
+
+def to_numpy(t: torch.Tensor, dtype: str = "float32") -> np.ndarray:
+    """A CPU numpy copy of one tensor in the storage dtype (integers stay integers)."""
+    import torch
+
+    t = t.detach()
+    if t.is_floating_point():
+        t = t.to(device="cpu", dtype=getattr(torch, dtype))
+    else:
+        t = t.cpu()
+    return np.ascontiguousarray(t.numpy())
+
+
+class Recorder:
+    """Collects the tensors a ``CaptureSpec`` asks for, as numpy arrays of batch element 0."""
+
+    def __init__(self, spec: CaptureSpec) -> None:
+        self.spec = spec
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def __call__(self, site: str, layer: int | None, tensor: torch.Tensor) -> None:
+        if self.spec.wants(kind_of(site), layer):
+            self.arrays[_key(site, layer)] = _readonly(to_numpy(tensor[0], self.spec.dtype))
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    model_name: str = ""
+    device: str = "cpu"
+    dtype: str = "float32"
+    forward_seconds: float = 0.0
+    truncated_from: int | None = None  # the prompt's token count when it was cut to the context
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Trace:
+    """One forward pass, frozen: token ids and strings, and activations as read-only numpy arrays.
+
+    ``trace[key]`` returns a stored array or derives it (see the module docstring); ``keys()`` lists
+    every key available either way; ``nbytes`` counts what is stored.
+    """
+
+    def __init__(self, token_ids: Sequence[int], tokens: Sequence[str], config: ModelConfig,
+                 arrays: dict[str, np.ndarray], meta: TraceMeta | None = None,
+                 model: Transformer | None = None) -> None:
+        self.token_ids = _readonly(np.asarray(token_ids, dtype=np.int64).copy())
+        self.tokens: tuple[str, ...] = tuple(tokens)
+        self.config = config
+        self.meta = meta or TraceMeta()
+        self._arrays = dict(arrays)
+        self._model = model
+        self._derived: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.RLock()
+
+    # --- reading -----------------------------------------------------------------------------
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._arrays.values()) + self.token_ids.nbytes
+
+    def stored_keys(self) -> list[str]:
+        return list(self._arrays)
+
+    def keys(self) -> list[str]:
+        keys = list(self._arrays)
+        seen = set(keys)
+        for key in self._derivable_keys():
+            if key not in seen:
+                keys.append(key)
+                seen.add(key)
+        return keys
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self._arrays or key in set(self._derivable_keys()))
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key in self._arrays:
+            return self._arrays[key]
+        with self._lock:
+            if key in self._derived:
+                self._derived.move_to_end(key)
+                return self._derived[key]
+            if key not in self:
+                raise KeyError(f"{key!r} is neither captured nor derivable in this trace")
+            self._derive(key)
+            return self._derived[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def materialize(self, keys: Iterable[str]) -> None:
+        """Compute derived keys now (call it in a worker thread so that the GUI later only reads)."""
+        for key in keys:
+            self[key]
+
+    def head(self, layer: int, head: int, kind: str = "pattern") -> np.ndarray:
+        """One head's ``scores`` or ``pattern`` [n, n], computed from q and k if not stored."""
+        if kind not in ("scores", "pattern"):
+            raise ValueError("kind must be 'scores' or 'pattern'")
+        stored = self._arrays.get(f"blocks.{layer}.attn.{kind}")
+        if stored is not None:
+            return stored[head]
+        q = self[f"blocks.{layer}.attn.q"]
+        k = self[f"blocks.{layer}.attn.k"]
+        group = q.shape[0] // k.shape[0]
+        return self._scores_or_pattern(q[head:head + 1], k[head // group:head // group + 1], kind)[0]
+
+    # --- deriving ----------------------------------------------------------------------------
+    def _layers_with(self, key_suffix: str) -> list[int]:
+        return [layer for layer in range(self.config.n_layers) if f"blocks.{layer}.{key_suffix}" in self._arrays]
+
+    def _block_sites(self) -> list[str]:
+        cfg = self.config
+        sites = ["attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z", "attn.out", "resid_mid"]
+        if cfg.norm != "none":
+            stats = ("mean", "var") if cfg.norm == "layernorm" else ("mean_square",)
+            norms = ["ln1"] + (["ln2"] if cfg.has_ffn else [])
+            sites += [f"{ln}.{s}" for ln in norms for s in stats]
+        if cfg.has_ffn:
+            sites += ["mlp.pre", "mlp.post", "mlp.out"]
+        return sites
+
+    def _derivable_keys(self) -> list[str]:
+        keys = []
+        with_qk = set(self._layers_with("attn.q")) & set(self._layers_with("attn.k"))
+        rerun = set(self._layers_with("resid_pre")) if self._model is not None else set()
+        for layer in range(self.config.n_layers):
+            if layer in rerun:
+                keys += [f"blocks.{layer}.{site}" for site in self._block_sites()]
+            elif layer in with_qk:
+                keys += [f"blocks.{layer}.attn.scores", f"blocks.{layer}.attn.pattern"]
+        if self._model is not None and "resid_final" in self._arrays:
+            keys.append("logits")
+        return keys
+
+    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str) -> np.ndarray:
+        import torch
+
+        from explorer.core.model import attention_pattern, attention_scores, causal_mask
+
+        n = q.shape[-2]
+        mask = causal_mask(n, k.shape[-2]) if self.config.causal else None
+        with torch.inference_mode():
+            scores = attention_scores(as_tensor(q), as_tensor(k), mask)
+            out = scores if kind == "scores" else attention_pattern(scores)
+        return _readonly(out.numpy())
+
+    def _remember(self, key: str, value: np.ndarray) -> None:
+        self._derived[key] = _readonly(value)
+        while sum(a.nbytes for a in self._derived.values()) > _DERIVED_CACHE_BYTES and len(self._derived) > 1:
+            self._derived.popitem(last=False)
+
+    def _derive(self, key: str) -> None:
+        match = _BLOCK_KEY.match(key)
+        if match and match.group(2) in ("attn.scores", "attn.pattern") and \
+                f"blocks.{match.group(1)}.attn.q" in self._arrays and f"blocks.{match.group(1)}.attn.k" in self._arrays:
+            layer = match.group(1)
+            q, k = self._arrays[f"blocks.{layer}.attn.q"], self._arrays[f"blocks.{layer}.attn.k"]
+            self._remember(key, self._scores_or_pattern(q, k, match.group(2).split(".")[1]))
+        elif match:
+            self._rerun_block(int(match.group(1)), wanted=key)
+        elif key == "logits":
+            self._remember(key, self._final_logits())
+
+    def _model_input(self, array: np.ndarray) -> torch.Tensor:
+        import torch
+
+        param = next(self._model.parameters())
+        return as_tensor(array).to(device=param.device, dtype=param.dtype)[None]
+
+    def _rerun_block(self, layer: int, wanted: str) -> None:
+        import torch
+
+        from explorer.core.model import causal_mask
+
+        model = self._model
+        x = self._model_input(self._arrays[f"blocks.{layer}.resid_pre"])
+        n = x.shape[1]
+        mask = causal_mask(n, n, x.device) if self.config.causal else None
+        recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
+                                        layers=frozenset({layer}), dtype="float32"))
+        with torch.inference_mode():
+            model.block_forward(layer, x, mask, model.rotary_for(n, x.device), recorder)
+        for key, value in recorder.arrays.items():
+            if key not in self._arrays and key != f"blocks.{layer}.resid_pre":
+                self._remember(key, value)
+        if wanted not in self._derived:  # scores or pattern: from the q and k just recomputed
+            site = wanted.split(".")[-1]
+            q, k = recorder.arrays[f"blocks.{layer}.attn.q"], recorder.arrays[f"blocks.{layer}.attn.k"]
+            self._remember(wanted, self._scores_or_pattern(q, k, site))
+
+    def _final_logits(self) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            logits = self._model.final_logits(self._model_input(self._arrays["resid_final"]))
+        return to_numpy(logits[0])
+
+
+def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
+    """How many bytes a trace of n tokens will store under ``spec`` (before running anything)."""
+    c = config
+    per_layer = {
+        "resid": 2 * n * c.d_model, "norm": 4 * n,
+        "qkv": (c.n_heads + 2 * c.kv_heads) * n * c.d_head,
+        "scores": c.n_heads * n * n, "pattern": c.n_heads * n * n,
+        "attn": c.n_heads * n * c.d_head + n * c.d_model,
+        "mlp": (2 * n * c.d_ff + n * c.d_model) if c.has_ffn else 0,
+    }
+    layers = c.n_layers if spec.layers is None else len(spec.layers)
+    total = sum(per_layer[k] for k in spec.kinds if k in per_layer) * layers
+    if "embed" in spec.kinds:
+        total += 2 * n * c.d_model
+    if "resid" in spec.kinds:
+        total += n * c.d_model
+    if "logits" in spec.kinds:
+        total += n * c.vocab_size
+    return total * np.dtype(spec.dtype).itemsize
+
+
+def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
+            spec: CaptureSpec | None = None, model_name: str = "",
+            truncated_from: int | None = None) -> tuple[Trace, np.ndarray]:
+    """Run one forward pass over ``token_ids`` recording what ``spec`` asks for.
+
+    Returns the Trace and the logits [n, V] (float32) that the forward pass computed.
+    """
+    import torch
+
+    spec = spec or CaptureSpec.full()
+    param = next(model.parameters())
+    ids = torch.as_tensor(list(token_ids), dtype=torch.long, device=param.device)[None]
+    recorder = Recorder(spec)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        logits = model(ids, recorder)
+    seconds = time.perf_counter() - t0
+    meta = TraceMeta(model_name=model_name, device=str(param.device), dtype=str(param.dtype).replace("torch.", ""),
+                     forward_seconds=seconds, truncated_from=truncated_from)
+    trace = Trace(token_ids, tokens, model.cfg, recorder.arrays, meta, model)
+    return trace, to_numpy(logits[0])

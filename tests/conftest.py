@@ -1,0 +1,38 @@
+"""Shared fixtures. GUI tests run offscreen; torch uses two threads like the CI machine."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("QT_API", "pyside6")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory):
+    """A small random ``transformers`` GPT-2 saved with ``save_pretrained`` (GPT-2's full vocabulary)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=128, vocab_size=50257,
+                        attn_implementation="eager")
+    model = GPT2LMHeadModel(config).eval()
+    path = tmp_path_factory.mktemp("tiny-gpt2")
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tiny_gpt2_dir):
+    """(our loaded model, the reference ``transformers`` model) on the same weights."""
+    from transformers import GPT2LMHeadModel
+
+    from explorer.core.checkpoint import load_checkpoint
+
+    reference = GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir, attn_implementation="eager").eval()
+    return load_checkpoint(tiny_gpt2_dir, device="cpu"), reference
