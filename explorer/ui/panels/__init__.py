@@ -1,0 +1,16 @@
+"""The panel registry: the main window makes one dock per entry, in this order."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+# (module, class) pairs; imported lazily so that importing the registry stays cheap.
+_REGISTRY = [
+    ("explorer.ui.panels.tokenization", "TokenizationPanel"),
+    ("explorer.ui.panels.embeddings", "EmbeddingsPanel"),
+    ("explorer.ui.panels.attention", "AttentionPanel"),
+]
+
+
+def panel_classes() -> list[type]:
+    return [getattr(import_module(module), name) for module, name in _REGISTRY]
