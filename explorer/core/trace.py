@@ -339,8 +339,9 @@ class Trace:
 def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
     """How many bytes a trace of n tokens will store under ``spec`` (before running anything)."""
     c = config
+    stats = {"layernorm": 2, "rmsnorm": 1, "none": 0}[c.norm]  # statistics recorded per norm
     per_layer = {
-        "resid": 2 * n * c.d_model, "norm": 4 * n,
+        "resid": 2 * n * c.d_model, "norm": stats * n * (2 if c.has_ffn else 1),
         "qkv": (c.n_heads + 2 * c.kv_heads) * n * c.d_head,
         "scores": c.n_heads * n * n, "pattern": c.n_heads * n * n,
         "attn": c.n_heads * n * c.d_head + n * c.d_model,
@@ -352,6 +353,8 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
         total += 2 * n * c.d_model
     if "resid" in spec.kinds:
         total += n * c.d_model
+    if "norm" in spec.kinds and c.final_norm:
+        total += stats * n
     if "logits" in spec.kinds:
         total += n * c.vocab_size
     return total * np.dtype(spec.dtype).itemsize
