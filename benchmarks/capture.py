@@ -1,0 +1,175 @@
+"""Capture overhead and memory: our forward pass and Trace against transformers' forward.
+
+GPT-2-small shape (124M parameters, random weights), float32, CPU, 2 threads, batch 1, at 128,
+512 and 1024 tokens, measured side by side in one run:
+
+* transformers' plain forward (its default attention), and with
+  ``output_attentions=True, output_hidden_states=True``;
+* our plain forward, and our forward with full capture (``CaptureSpec.full()``: everything but
+  the n x n scores/patterns, which are derived per head from the stored q and k);
+* the ratios of each to transformers' plain forward;
+* the Trace's bytes for the full and the compact capture (residual stream, q, k, norm stats);
+* the time to get one head's scores and pattern from a compact Trace (median and max over heads);
+* the peak memory (max RSS) of a fresh process doing each kind of forward at the longest length.
+
+With ``--llama`` (or when the Llama loader exists) a Llama-shaped model of similar size is measured too.
+
+Usage: python benchmarks/capture.py [--lengths 128 512 1024] [--repeats 3] [--no-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+
+def gpt2_pair():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from explorer.core.checkpoint import assign_weights, convert_gpt2, gpt2_config
+    from explorer.core.model import Transformer
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config()).eval()
+    cfg = gpt2_config(hf.config.to_dict())
+    ours = Transformer(cfg)
+    assign_weights(ours, convert_gpt2(hf.state_dict(), cfg), "benchmark")
+    return hf, ours.eval()
+
+
+def llama_pair():
+    """A Llama-shaped model of GPT-2-small size: 12 layers, d=768, 12 heads (4 K/V heads), SwiGLU 2048."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from explorer.core import hf_loaders
+    from explorer.core.checkpoint import assign_weights
+    from explorer.core.model import Transformer
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                         num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=2048)
+    hf = LlamaForCausalLM(config).eval()
+    cfg = hf_loaders.llama_config(config.to_dict())
+    ours = Transformer(cfg)
+    assign_weights(ours, hf_loaders.convert_llama(hf.state_dict(), cfg), "benchmark")
+    return hf, ours.eval()
+
+
+def best_of(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def measure(name: str, pair, lengths: list[int], repeats: int) -> None:
+    from explorer.core.trace import CaptureSpec, Recorder, capture
+
+    hf, ours = pair
+    vocab = ours.cfg.vocab_size
+    print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, float32, CPU, "
+          f"{torch.get_num_threads()} threads ==")
+    print(f"{'tokens':>6} | {'hf plain':>9} {'hf +attn+hid':>13} | {'ours plain':>10} {'ours capture':>12} | "
+          f"{'ratio plain':>11} {'ratio capture':>13} {'ratio hf+out':>12} | {'full trace':>10} {'compact':>9} | "
+          f"{'head ms med/max':>15}")
+    for n in lengths:
+        ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n))
+        with torch.inference_mode():
+            t_hf = best_of(lambda: hf(ids), repeats)
+            t_hf_out = best_of(lambda: hf(ids, output_attentions=True, output_hidden_states=True), repeats)
+            t_ours = best_of(lambda: ours(ids), repeats)
+            t_cap = best_of(lambda: ours(ids, Recorder(CaptureSpec.full())), repeats)
+        tokens = ["t"] * n
+        full, _ = capture(ours, ids[0].tolist(), tokens, CaptureSpec.full())
+        compact, _ = capture(ours, ids[0].tolist(), tokens, CaptureSpec.compact())
+        full_bytes = full.nbytes
+        del full
+        head_times = []
+        L, H = ours.cfg.n_layers, ours.cfg.n_heads
+        for layer in range(L):
+            for head in range(H):
+                t0 = time.perf_counter()
+                compact.head(layer, head, "scores")
+                compact.head(layer, head, "pattern")
+                head_times.append((time.perf_counter() - t0) * 1000)
+        print(f"{n:>6} | {t_hf:>8.3f}s {t_hf_out:>12.3f}s | {t_ours:>9.3f}s {t_cap:>11.3f}s | "
+              f"{t_ours / t_hf:>11.2f} {t_cap / t_hf:>13.2f} {t_hf_out / t_hf:>12.2f} | "
+              f"{full_bytes / 2**20:>8.0f}MB {compact.nbytes / 2**20:>7.0f}MB | "
+              f"{statistics.median(head_times):>6.1f}/{max(head_times):>6.1f}")
+        del compact
+
+
+def peak_memory_child(kind: str, model: str, n: int) -> None:
+    """Run in a fresh process: build the model, run one forward of ``kind``, print the peak RSS."""
+    from explorer.core.trace import CaptureSpec, capture
+
+    torch.set_num_threads(2)
+    hf, ours = gpt2_pair() if model == "gpt2" else llama_pair()
+    ids = torch.randint(0, ours.cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with torch.inference_mode():
+        if kind == "hf_plain":
+            hf(ids)
+        elif kind == "hf_outputs":
+            out = hf(ids, output_attentions=True, output_hidden_states=True)  # noqa: F841 (kept alive)
+        elif kind == "ours_plain":
+            ours(ids)
+        else:
+            trace, _ = capture(ours, ids[0].tolist(), ["t"] * n,
+                               CaptureSpec.full() if kind == "ours_full" else CaptureSpec.compact())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"base_mb": base / 1024, "peak_mb": peak / 1024}))
+
+
+def memory_table(model: str, n: int) -> None:
+    print(f"\npeak memory of a fresh process, {model}, {n} tokens (max RSS; 'model' = after building the models):")
+    for kind in ("hf_plain", "hf_outputs", "ours_plain", "ours_full", "ours_compact"):
+        out = subprocess.run([sys.executable, __file__, "--child", kind, model, str(n)],
+                             capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        r = json.loads(out)
+        print(f"  {kind:<13} model {r['base_mb']:>7.0f} MB   peak {r['peak_mb']:>7.0f} MB   "
+              f"forward adds {r['peak_mb'] - r['base_mb']:>6.0f} MB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--llama", action="store_true", help="also measure a Llama-shaped model")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        peak_memory_child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    torch.set_num_threads(args.threads)
+    models = [("GPT-2 small", gpt2_pair, "gpt2")]
+    try:
+        import explorer.core.hf_loaders  # noqa: F401
+        has_llama = True
+    except ImportError:
+        has_llama = False
+    if args.llama or has_llama:
+        models.append(("Llama-shaped", llama_pair, "llama"))
+    for name, make, key in models:
+        measure(name, make(), args.lengths, args.repeats)
+        if not args.no_memory:
+            memory_table(key, max(args.lengths))
+
+
+if __name__ == "__main__":
+    main()
