@@ -30,10 +30,20 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        tmp_path.chmod(0o666 & ~_UMASK)  # mkstemp makes 0600; an export gets ordinary permissions
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once at import: os.umask is process-wide and not thread-safe
 
 
 def write_bytes(target: str | os.PathLike[str], data: bytes) -> None:

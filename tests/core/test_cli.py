@@ -43,3 +43,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert err.startswith("error: no checkpoint at") and "\n" not in err
     assert main(["export", "-c", "worked-example", "--prompt", "", "--out", str(tmp_path)]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+def test_exports_get_ordinary_permissions(tmp_path):
+    import stat
+
+    from explorer.core.export import write_text
+
+    from explorer.core import export
+
+    write_text(tmp_path / "a.txt", "x")
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o666 & ~export._UMASK

@@ -1,0 +1,56 @@
+"""Colour levels and axis-label thinning for heatmaps (Qt-free, so they are tested headless).
+
+Levels come from here rather than from pyqtgraph's auto-levels, which only sample the image and
+can miss the extremes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def finite_levels(matrix: np.ndarray, symmetric: bool = False,
+                  masked: np.ndarray | None = None) -> tuple[float, float]:
+    """``(low, high)`` over the finite, unmasked entries of ``matrix``.
+
+    ``symmetric`` gives ``(-m, m)`` with ``m`` the largest magnitude, so that 0 sits in the middle of
+    a diverging colour map. A constant (or empty) matrix still gets a non-empty range.
+    """
+    values = np.asarray(matrix, dtype=np.float64)
+    keep = np.isfinite(values)
+    if masked is not None:
+        keep &= ~np.asarray(masked, dtype=bool)
+    values = values[keep]
+    if values.size == 0:
+        return (-1.0, 1.0) if symmetric else (0.0, 1.0)
+    if symmetric:
+        m = float(np.max(np.abs(values)))
+        return (-m, m) if m > 0 else (-1.0, 1.0)
+    low, high = float(values.min()), float(values.max())
+    if low == high:
+        pad = abs(low) * 0.5 or 0.5
+        return low - pad, high + pad
+    return low, high
+
+
+def label_step(n: int, max_labels: int = 40) -> int:
+    """Show every k-th of ``n`` labels so that at most ``max_labels`` are drawn."""
+    if n <= max_labels or max_labels <= 0:
+        return 1
+    return int(np.ceil(n / max_labels))
+
+
+def abbreviate(label: str, max_chars: int = 12) -> str:
+    """``label`` cut to ``max_chars`` characters with an ellipsis; whitespace made visible."""
+    label = label.replace("\n", "\u21b5").replace("\t", "\u2192")
+    if len(label) <= max_chars:
+        return label
+    return label[:max(1, max_chars - 1)] + "\u2026"
+
+
+def thinned_ticks(labels: Sequence[str], max_labels: int = 40, max_chars: int = 12) -> list[tuple[float, str]]:
+    """Axis ticks ``(position, text)`` at cell centres ``i + 0.5``: every k-th label, abbreviated."""
+    step = label_step(len(labels), max_labels)
+    return [(i + 0.5, abbreviate(str(labels[i]), max_chars)) for i in range(0, len(labels), step)]

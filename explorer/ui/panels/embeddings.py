@@ -1,0 +1,289 @@
+"""Embeddings & positions: the token rows, the position rows, their sum entering block 0, how
+similar the prompt's vectors are to each other, and which vocabulary entries lie nearest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QPen
+from PySide6.QtWidgets import (QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QLineEdit, QSplitter,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from explorer.core.export import token_labels
+from explorer.core.levels import finite_levels
+from explorer.core.trace import Trace
+from explorer.core.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
+                                   sinusoid_curves)
+from explorer.ui.panels.base import Panel
+from explorer.ui.selection import Selection
+from explorer.ui.widgets.heatmap import Heatmap
+
+N_NEIGHBOURS = 10
+NO_POSITIONS_NOTE = {
+    "rotary": "Rotary positions rotate Q and K inside attention; nothing is added here.",
+    "none": "This model has no positional information: nothing is added here, "
+            "so the order of the tokens is invisible except through the causal mask.",
+}
+SPACES = ("token embeddings", "positions", "sum (enters block 0)")
+CURVE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def _title(text: str) -> QLabel:
+    label = QLabel(f"<b>{text}</b>")
+    label.setTextFormat(Qt.TextFormat.RichText)
+    return label
+
+
+class EmbeddingsPanel(Panel):
+    title = "Embeddings & positions"
+    explanation = "embeddings"
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(selection, parent)
+        self._display: Callable[[int], str] | None = None
+        self._vectors: dict[str, np.ndarray] = {}
+        self._labels: list[str] = []
+        self._markers: dict[int, QGraphicsRectItem] = {}
+
+        self.embed_map = Heatmap(colormap="CET-D1", symmetric=True, title="token embeddings W_E[token]")
+        self.pos_map = Heatmap(colormap="CET-D1", symmetric=True, title="positional vectors")
+        self.sum_map = Heatmap(colormap="CET-D1", symmetric=True, title="sum: what enters block 0")
+        self.pos_note = QLabel()
+        self.pos_note.setWordWrap(True)
+        self.pos_note.setVisible(False)
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.embed_map, 1)
+        column.addWidget(self.pos_map, 1)
+        column.addWidget(self.pos_note)
+        column.addWidget(self.sum_map, 1)
+
+        self.space_combo = QComboBox()
+        self.space_combo.addItems(SPACES)
+        self.space_combo.setCurrentIndex(0)
+        self.cosine_map = Heatmap(colormap="CET-D1", symmetric=True, title="cosine similarity between tokens")
+        self.cosine_map.plot.setAspectLocked(True)
+        self.neighbours_title = QLabel()
+        self.neighbours = QTableWidget(0, 3)
+        self.neighbours.setHorizontalHeaderLabels(["token", "id", "cosine"])
+        self.neighbours.verticalHeader().setVisible(True)
+        self.neighbours.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.neighbours.horizontalHeader().setStretchLastSection(True)
+
+        self.curves_box = QWidget()
+        curves = QVBoxLayout(self.curves_box)
+        curves.setContentsMargins(0, 0, 0, 0)
+        dims_row = QHBoxLayout()
+        dims_row.addWidget(QLabel("sinusoid dimensions:"))
+        self.dims_edit = QLineEdit()
+        self.dims_edit.setPlaceholderText("e.g. 0, 1, 8, 9")
+        self.dims_edit.setToolTip("Dimensions to plot over positions 0 … n_ctx−1, separated by commas "
+                                  "(ranges like 4-7 work); at most 8")
+        dims_row.addWidget(self.dims_edit, 1)
+        curves.addLayout(dims_row)
+        self.curves_plot = pg.PlotWidget(title="sinusoidal positions: value of a dimension by position")
+        self.curves_plot.setLabel("bottom", "position")
+        self.curves_plot.addLegend(offset=(-10, 10))
+        curves.addWidget(self.curves_plot, 1)
+        self.curves_box.setVisible(False)
+
+        right = QWidget()
+        side = QVBoxLayout(right)
+        side.setContentsMargins(0, 0, 0, 0)
+        combo_row = QHBoxLayout()
+        combo_row.addWidget(QLabel("similarity of:"))
+        combo_row.addWidget(self.space_combo, 1)
+        side.addLayout(combo_row)
+        side.addWidget(self.cosine_map, 3)
+        side.addWidget(self.neighbours_title)
+        side.addWidget(self.neighbours, 2)
+        side.addWidget(self.curves_box, 2)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        self.body.addWidget(splitter)
+
+        self.add_exportable("token_embeddings", self.embed_map, lambda: self._matrix_data("embed"))
+        self.add_exportable("positions", self.pos_map, lambda: self._matrix_data("pos"))
+        self.add_exportable("embedding_sum", self.sum_map, lambda: self._matrix_data("sum"))
+        self.add_exportable("cosine_similarity", self.cosine_map,
+                            lambda: (self.cosine_map.matrix, self._labels, self._labels))
+        self.add_exportable("nearest_neighbours", self.neighbours, self._neighbour_data)
+        self.add_exportable("position_curves", self.curves_plot, self._curve_data)
+
+        for heatmap in (self.embed_map, self.pos_map, self.sum_map, self.cosine_map):
+            heatmap.cell_clicked.connect(lambda row, _col: self.selection.set_token(row))
+        self.space_combo.currentIndexChanged.connect(lambda _i: self._draw_cosine())
+        self.dims_edit.editingFinished.connect(self._draw_curves)
+        self._neighbour_rows: tuple[np.ndarray, np.ndarray, list[str]] = (np.zeros(0), np.zeros(0), [])
+
+    # --- wiring ----------------------------------------------------------------------------------
+    def set_vocabulary_display(self, fn: Callable[[int], str] | None) -> None:
+        """How to show a vocabulary id (the tokenizer's display string); "#id" without one."""
+        self._display = fn
+        if self.trace is not None:
+            self._draw_neighbours()
+
+    def tokenizer_changed(self) -> None:
+        if self.trace is not None:
+            self._draw_neighbours()
+
+    def _token_text(self, token_id: int) -> str:
+        display = self._display
+        if display is None and getattr(self, "tokenizer", None) is not None:
+            display = self.tokenizer.display
+        if display is None:
+            return f"#{token_id}"
+        try:
+            return display(int(token_id))
+        except Exception:  # an id the tokenizer cannot show (e.g. padded vocabulary rows)
+            return f"#{token_id}"
+
+    @property
+    def selected_token(self) -> int:
+        n = self.trace.n_tokens if self.trace is not None else 1
+        token = self.selection.token
+        return n - 1 if token is None or not 0 <= token < n else token
+
+    # --- drawing ---------------------------------------------------------------------------------
+    def show_trace(self, trace: Trace) -> None:
+        cfg = trace.config
+        self._labels = token_labels(trace.tokens)
+        embed = np.asarray(trace["embed"], dtype=np.float32)
+        has_pos = "pos_embed" in trace
+        total = np.asarray(trace["blocks.0.resid_pre"], dtype=np.float32) if "blocks.0.resid_pre" in trace \
+            else embed + (trace["pos_embed"] if has_pos else 0)
+        self._vectors = {"embed": embed, "sum": total}
+        if has_pos:
+            self._vectors["pos"] = np.asarray(trace["pos_embed"], dtype=np.float32)
+        levels = finite_levels(np.concatenate([v.ravel() for v in self._vectors.values()]), symmetric=True)
+        dims = [f"d{j}" for j in range(embed.shape[1])]
+        self.embed_map.set_data(embed, self._labels, dims, levels=levels, value_name="value")
+        self.sum_map.set_data(total, self._labels, dims, levels=levels, value_name="value")
+        if has_pos:
+            self.pos_map.set_data(self._vectors["pos"], self._labels, dims, levels=levels, value_name="value")
+            self.pos_map.plot.setTitle(f"{cfg.positions} positional vectors")
+            self.sum_map.plot.setTitle("sum = token + position: what enters block 0")
+        else:
+            self.pos_map.set_data(np.zeros((0, 0), np.float32))
+            self.sum_map.plot.setTitle("what enters block 0 (= the token embeddings: no positions added)")
+        self.pos_map.setVisible(has_pos)
+        self.pos_note.setText(NO_POSITIONS_NOTE.get(cfg.positions, ""))
+        self.pos_note.setVisible(not has_pos)
+
+        self.space_combo.blockSignals(True)
+        current = self.space_combo.currentText()
+        self.space_combo.clear()
+        self.space_combo.addItems([s for s in SPACES if has_pos or s != "positions"])
+        self.space_combo.setCurrentIndex(max(0, self.space_combo.findText(current)))
+        self.space_combo.blockSignals(False)
+        self._draw_cosine()
+
+        sinusoidal = cfg.positions == "sinusoidal"
+        self.curves_box.setVisible(sinusoidal)
+        if sinusoidal:
+            if not parse_dimensions(self.dims_edit.text(), cfg.d_model):
+                d = cfg.d_model
+                self.dims_edit.setText(", ".join(str(x) for x in sorted({0, 1, 2 * (d // 8), 2 * (d // 4)})))
+            self._draw_curves()
+        self.selection_changed("token")
+
+    def _space_key(self) -> str:
+        return {"token embeddings": "embed", "positions": "pos"}.get(self.space_combo.currentText(), "sum")
+
+    def _draw_cosine(self) -> None:
+        if not self._vectors:
+            return
+        key = self._space_key()
+        self.cosine_map.plot.setTitle(f"cosine similarity between tokens: {self.space_combo.currentText()}")
+        self.cosine_map.set_data(cosine_similarity_matrix(self._vectors[key]), self._labels, self._labels,
+                                 levels=(-1.0, 1.0), value_name="cosine")
+        self._mark_selected()
+
+    def _draw_curves(self) -> None:
+        if self.trace is None or self.trace.config.positions != "sinusoidal":
+            return
+        cfg = self.trace.config
+        dims = parse_dimensions(self.dims_edit.text(), cfg.d_model)
+        self.curves_plot.clear()
+        positions = np.arange(cfg.n_ctx)
+        values = sinusoid_curves(positions, dims, cfg.d_model)
+        for k, dim in enumerate(dims):
+            pen = pg.mkPen(CURVE_COLOURS[k % len(CURVE_COLOURS)], width=2)
+            self.curves_plot.plot(positions, values[:, k], pen=pen,
+                                  name=f"dim {dim} ({'sin' if dim % 2 == 0 else 'cos'})")
+        prompt = pg.LinearRegionItem((0, self.trace.n_tokens - 1), movable=False, brush=(120, 120, 120, 40))
+        self.curves_plot.addItem(prompt)
+        self._curves = (values, [str(p) for p in positions], [f"dim {d}" for d in dims])
+
+    def selection_changed(self, what: str) -> None:
+        if what == "token":
+            self._mark_selected()
+            self._draw_neighbours()
+
+    def _mark_selected(self) -> None:
+        """A thin outline around the selected token's row in each heatmap."""
+        row = self.selected_token
+        for heatmap in (self.embed_map, self.pos_map, self.sum_map, self.cosine_map):
+            marker = self._markers.get(id(heatmap))
+            if marker is None:
+                marker = QGraphicsRectItem()
+                pen = QPen(Qt.GlobalColor.black, 2)
+                pen.setCosmetic(True)
+                marker.setPen(pen)
+                marker.setZValue(20)
+                heatmap.plot.addItem(marker)
+                self._markers[id(heatmap)] = marker
+            cols = heatmap.matrix.shape[1] if heatmap.matrix.ndim == 2 else 0
+            marker.setVisible(cols > 0 and row < heatmap.matrix.shape[0])
+            marker.setRect(0, row, cols, 1)
+
+    def _draw_neighbours(self) -> None:
+        if self.trace is None:
+            return
+        index = self.selected_token
+        label = self._labels[index]
+        result = nearest_vocab_neighbours(self.trace, index, N_NEIGHBOURS)
+        self.neighbours.setRowCount(0)
+        if result is None:
+            self.neighbours_title.setText("Nearest vocabulary neighbours need the loaded model's W_E.")
+            self._neighbour_rows = (np.zeros(0, np.int64), np.zeros(0, np.float32), [])
+            return
+        ids, cosines = result
+        texts = [self._token_text(i) for i in ids]
+        self._neighbour_rows = (ids, cosines, texts)
+        self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {label!r}</b> "
+                                      f"(cosine between rows of W_E)")
+        self.neighbours.setRowCount(len(ids))
+        for r, (token_id, cosine, text) in enumerate(zip(ids, cosines, texts)):
+            shown = text if text == f"#{token_id}" else repr(text)  # quotes make edge spaces visible
+            for c, value in enumerate((shown, str(int(token_id)), f"{cosine:.4f}")):
+                cell = QTableWidgetItem(value)
+                if c:
+                    cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.neighbours.setItem(r, c, cell)
+        self.neighbours.resizeColumnsToContents()
+
+    # --- data behind the exports -----------------------------------------------------------------
+    def neighbour_rows(self) -> list[tuple[int, str, float]]:
+        """The neighbours shown: (vocabulary id, display text, cosine), best first."""
+        ids, cosines, texts = self._neighbour_rows
+        return [(int(i), t, float(c)) for i, t, c in zip(ids, texts, cosines)]
+
+    def _matrix_data(self, key: str) -> tuple[np.ndarray, list[str], list[str]]:
+        matrix = self._vectors.get(key, np.zeros((0, 0), np.float32))
+        return matrix, self._labels, [f"d{j}" for j in range(matrix.shape[1] if matrix.ndim == 2 else 0)]
+
+    def _neighbour_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        ids, cosines, texts = self._neighbour_rows
+        return np.asarray(cosines, np.float32), [f"{i}:{t}" for i, t in zip(ids, texts)], ["cosine"]
+
+    def _curve_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        return getattr(self, "_curves", (np.zeros((0, 0), np.float32), [], []))

@@ -1,0 +1,154 @@
+"""Rendering plots without a window: every panel's plots and one attention map per head, as PNGs.
+
+Used by ``explorer export --plots`` and by the main window's File > Export attention maps.
+Works without a display: when neither DISPLAY nor WAYLAND_DISPLAY is set, Qt's offscreen
+platform is chosen before the QApplication is created.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from collections.abc import Sequence
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
+    from explorer.core.trace import Trace
+
+
+def ensure_app() -> QApplication:
+    """The running QApplication, or a new one (offscreen when there is no display)."""
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and sys.platform.startswith("linux"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import explorer.ui  # noqa: F401  (binding and pyqtgraph options first)
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    if app is None:
+        if os.environ.get("QT_QPA_PLATFORM") == "offscreen":
+            _quiet_offscreen_warnings()
+        app = QApplication(sys.argv[:1])
+    return app
+
+
+def _quiet_offscreen_warnings() -> None:
+    """Drop the offscreen platform's "does not support propagateSizeHints()" line printed per window."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    def handler(_mode, _context, message: str) -> None:
+        if "propagateSizeHints" not in message:
+            print(message, file=sys.stderr)
+
+    qInstallMessageHandler(handler)
+
+
+def available_panel_classes() -> list[type]:
+    """The registered panels whose modules exist (others are still being written)."""
+    from explorer.ui import panels
+
+    try:
+        return panels.panel_classes()
+    except ModuleNotFoundError:
+        pass
+    classes = []
+    for module_name, class_name in panels._REGISTRY:
+        try:
+            module = import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        classes.append(getattr(module, class_name))
+    return classes
+
+
+def _panel_stem(cls: type) -> str:
+    return cls.__module__.rsplit(".", 1)[-1]
+
+
+def _slug(name: str) -> str:
+    """A file-name-safe form of a plot's name ("attention, all heads" -> "attention_all_heads")."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "plot"
+
+
+def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Show ``trace`` in every panel offscreen; write ``<panel>_<plot>.png`` for each of their plots
+    and ``attention/L{l}_H{h}.png`` (with .npy and .csv) per head. Returns the PNGs written."""
+    app = ensure_app()
+    from PySide6.QtWidgets import QWidget
+
+    from explorer.ui.export import export_png
+    from explorer.ui.selection import Selection
+
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    selection = Selection()
+    for cls in available_panel_classes():
+        panel = cls(selection)
+        try:
+            if loaded is not None and hasattr(panel, "set_tokenizer"):
+                panel.set_tokenizer(loaded.tokenizer)
+            if loaded is not None and hasattr(panel, "set_vocabulary_display"):
+                panel.set_vocabulary_display(loaded.tokenizer.display)
+            trace.materialize(panel.needed_keys(trace))
+            panel.resize(1100, 900)
+            panel.show()
+            panel.set_trace(trace)
+            app.processEvents()
+            for exportable in panel.exportables():
+                item = exportable.item
+                if isinstance(item, QWidget) and not item.isVisibleTo(panel):
+                    continue  # e.g. the positions heatmap of a model with rotary positions
+                written.append(export_png(item, out_dir / f"{_panel_stem(cls)}_{_slug(exportable.name)}.png"))
+        except Exception as exc:  # one broken panel must not cost the user the other images
+            warnings.warn(f"could not render the {cls.__name__}: {exc!r}", stacklevel=2)
+        finally:
+            panel.close()
+            panel.deleteLater()
+    written += [p for p in export_attention_maps(trace, out_dir / "attention") if p.suffix == ".png"]
+    app.processEvents()
+    return written
+
+
+def export_attention_maps(trace: Trace, directory: str | os.PathLike[str],
+                          layers: Sequence[int] | None = None) -> list[Path]:
+    """One labelled heatmap PNG per head, ``L{l}_H{h}.png``, plus its ``.npy`` and ``.csv``.
+
+    Rows are query tokens, columns key tokens; the causal mask is hatched, not coloured.
+    Returns every file written.
+    """
+    import numpy as np
+
+    app = ensure_app()
+    from explorer.core.export import token_labels, write_attention_files
+    from explorer.ui.export import export_png
+    from explorer.ui.widgets.heatmap import Heatmap
+
+    directory = Path(directory)
+    written = write_attention_files(trace, directory, layers)
+    labels = token_labels(trace.tokens)
+    n = trace.n_tokens
+    masked = np.triu(np.ones((n, n), dtype=bool), 1) if trace.config.causal else None
+    side = int(np.clip(n * 26 + 260, 420, 1400))
+    heatmap = Heatmap(colormap="viridis")
+    heatmap.plot.setAspectLocked(True)
+    heatmap.resize(side + 60, side)
+    heatmap.show()
+    try:
+        for layer in (range(trace.config.n_layers) if layers is None else layers):
+            for head in range(trace.config.n_heads):
+                heatmap.plot.setTitle(f"layer {layer}, head {head}: attention (rows: queries, columns: keys)")
+                heatmap.set_data(trace.head(layer, head, "pattern"), labels, labels, levels=(0.0, 1.0),
+                                 masked=masked, value_name="attention")
+                app.processEvents()
+                written.append(export_png(heatmap, directory / f"L{layer}_H{head}.png"))
+    finally:
+        heatmap.close()
+        heatmap.deleteLater()
+    return written

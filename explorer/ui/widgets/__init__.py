@@ -1,0 +1,1 @@
+"""Reusable widgets shared by the panels (heatmaps and the like)."""

@@ -1,0 +1,246 @@
+"""A labelled heatmap: one ImageItem, a colour bar, a masked-cell overlay, tooltips and clicks.
+
+Follows pyqtgraph's fast path: float32 C-contiguous row-major data, levels passed in the same
+``setImage`` call (computed from the finite data, never auto-levels), a 256-entry LUT. Masked
+cells (``masked=True`` or non-finite values such as the -inf of causal scores) are not a colour of
+the map: a grey hatched overlay image sits on top of them, so they cannot be mistaken for values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtGui import QCursor, QFontMetrics
+from PySide6.QtWidgets import QToolTip, QWidget
+
+from explorer.core.levels import finite_levels, thinned_ticks
+
+MASK_LIGHT = (205, 205, 205, 255)
+MASK_DARK = (150, 150, 150, 255)
+_OVERLAY_MAX_PIXELS = 2_000_000  # above this the overlay is plain grey, one pixel per cell
+
+
+def format_value(value: float) -> str:
+    """A value with six significant decimals, in exponent form when fixed point would hide it."""
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0 or 1e-3 <= abs(value) < 1e6:
+        return f"{value:.6f}"
+    return f"{value:.6e}"
+
+
+def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
+    """An RGBA uint8 image that hatches the ``hidden`` cells and is transparent elsewhere.
+
+    Returns ``(rgba, s)`` where each cell is ``s x s`` overlay pixels (``s == 1``: plain grey).
+    """
+    rows, cols = hidden.shape
+    s = 16
+    while s > 1 and rows * cols * s * s > _OVERLAY_MAX_PIXELS:
+        s //= 2
+    rgba = np.zeros((rows * s, cols * s, 4), dtype=np.uint8)
+    cells = np.repeat(np.repeat(hidden, s, axis=0), s, axis=1)
+    if s == 1:
+        rgba[cells] = MASK_DARK
+    else:
+        yy, xx = np.indices(cells.shape)
+        stripe = ((xx + yy) % s) < max(1, s // 4)
+        rgba[cells & ~stripe] = MASK_LIGHT
+        rgba[cells & stripe] = MASK_DARK
+    return rgba, s
+
+
+class Heatmap(pg.GraphicsLayoutWidget):
+    """A matrix drawn cell by cell with token labels on both axes; row 0 at the top.
+
+    Signals
+    -------
+    cell_clicked(int, int)
+        Left click on a cell: (row, column).
+    cell_hovered(int, int)
+        The mouse moved onto a cell (rate-limited): (row, column).
+    """
+
+    cell_clicked = Signal(int, int)
+    cell_hovered = Signal(int, int)
+
+    HOVER_RATE = 30  # tooltip updates per second at most
+
+    def __init__(self, parent: QWidget | None = None, colormap: str = "viridis", symmetric: bool = False,
+                 title: str = "") -> None:
+        super().__init__(parent)
+        self.symmetric = symmetric
+        self.colormap = pg.colormap.get(colormap)
+        self.title = title
+        self.plot: pg.PlotItem = self.addPlot(row=0, col=0, title=title or None)
+        self.plot.invertY(True)
+        self.plot.hideButtons()
+        self.plot.showGrid(x=False, y=False)
+        # the first and last column labels are centred on cells at the very edges of the axis:
+        # let them stick out a little instead of being hidden
+        self.plot.getAxis("bottom").setStyle(hideOverlappingLabels=40)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.image)
+        self._overlay = pg.ImageItem(axisOrder="row-major")
+        self._overlay.setZValue(10)
+        self._overlay.setVisible(False)
+        self.plot.addItem(self._overlay)
+        self.colorbar = pg.ColorBarItem(colorMap=self.colormap, width=14, interactive=False, colorMapMenu=False)
+        self.colorbar.setImageItem(self.image)
+        self.addItem(self.colorbar, row=0, col=1)
+
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._masked = np.zeros((0, 0), dtype=bool)
+        self._hidden = np.zeros((0, 0), dtype=bool)
+        self._overlay_scale = 1
+        self._row_labels: list[str] | None = None
+        self._col_labels: list[str] | None = None
+        self.value_name = "weight"
+        self.levels: tuple[float, float] = (0.0, 1.0)
+
+        self._hover_proxy = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=self.HOVER_RATE,
+                                           slot=self._on_mouse_moved)
+        self.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+
+    # --- data ----------------------------------------------------------------------------------
+    def set_data(self, matrix: np.ndarray, row_labels: Sequence[str] | None = None,
+                 col_labels: Sequence[str] | None = None, levels: tuple[float, float] | None = None,
+                 masked: np.ndarray | None = None, value_name: str = "weight") -> None:
+        """Show ``matrix`` [rows, cols]. ``masked`` (bool, same shape) cells are hatched grey."""
+        matrix = np.array(matrix, dtype=np.float64 if np.asarray(matrix).dtype == np.float64 else np.float32)
+        if matrix.ndim == 1:
+            matrix = matrix[None, :]
+        if matrix.ndim != 2:
+            raise ValueError(f"a heatmap needs a 2-D matrix, got shape {matrix.shape}")
+        rows, cols = matrix.shape
+        if masked is None:
+            masked = np.zeros(matrix.shape, dtype=bool)
+        masked = np.array(masked, dtype=bool)
+        if masked.shape != matrix.shape:
+            raise ValueError(f"mask of shape {masked.shape} does not match the matrix {matrix.shape}")
+        for name, labels, n in (("row", row_labels, rows), ("column", col_labels, cols)):
+            if labels is not None and len(labels) != n:
+                raise ValueError(f"{len(labels)} {name} labels for {n} {name}s")
+        matrix.flags.writeable = False
+        masked.flags.writeable = False
+        self._matrix, self._masked = matrix, masked
+        self._hidden = masked | ~np.isfinite(matrix)
+        self._row_labels = None if row_labels is None else [str(s) for s in row_labels]
+        self._col_labels = None if col_labels is None else [str(s) for s in col_labels]
+        self.value_name = value_name
+
+        if matrix.size == 0:
+            self.image.clear()
+            self._overlay.clear()
+            self._overlay.setVisible(False)
+            return
+        lo, hi = (float(levels[0]), float(levels[1])) if levels is not None else \
+            finite_levels(matrix, self.symmetric, masked)
+        self.levels = (lo, hi)
+        shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix), dtype=np.float32)
+        self.image.setImage(shown, levels=self.levels, autoLevels=False)
+        self.colorbar.setLevels(self.levels)
+
+        if self._hidden.any():
+            rgba, s = mask_overlay(self._hidden)
+            self._overlay.setImage(rgba, autoLevels=False, levels=(0, 255))
+            self._overlay.setRect(0, 0, cols, rows)
+            self._overlay_scale = s
+            self._overlay.setVisible(True)
+        else:
+            self._overlay.clear()
+            self._overlay_scale = 1
+            self._overlay.setVisible(False)
+
+        self.plot.setRange(xRange=(0, max(cols, 1)), yRange=(0, max(rows, 1)), padding=0)
+        self._update_ticks()
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """The matrix as given (read-only; non-finite entries kept)."""
+        return self._matrix
+
+    @property
+    def masked(self) -> np.ndarray:
+        """The mask as given (all False when none was), read-only."""
+        return self._masked
+
+    @property
+    def row_labels(self) -> list[str]:
+        return self._row_labels or [str(i) for i in range(self._matrix.shape[0])]
+
+    @property
+    def col_labels(self) -> list[str]:
+        return self._col_labels or [str(j) for j in range(self._matrix.shape[1])]
+
+    def overlay_mask(self) -> np.ndarray:
+        """Which cells the grey overlay covers, read back from the overlay image itself."""
+        if not self._overlay.isVisible() or self._overlay.image is None:
+            return np.zeros(self._matrix.shape, dtype=bool)
+        s = self._overlay_scale
+        return self._overlay.image[::s, ::s, 3] > 0
+
+    # --- labels --------------------------------------------------------------------------------
+    def _update_ticks(self) -> None:
+        if getattr(self, "_matrix", None) is None or self._matrix.size == 0:
+            return
+        height = max(self.plot.vb.height(), 100.0)
+        width = max(self.plot.vb.width(), 100.0)
+        for axis_name, labels, chars in (("left", self._row_labels, 14), ("bottom", self._col_labels, 8)):
+            axis = self.plot.getAxis(axis_name)
+            if labels is None:
+                axis.setTicks(None)
+                continue
+            if axis_name == "left":
+                room = height / 14.0  # one line of text per label
+            else:  # labels side by side: as wide as the longest (abbreviated) one, plus a gap
+                longest = min(chars, max(len(label) for label in labels))
+                room = width / (7.0 * longest + 10.0)
+            ticks = thinned_ticks(labels, max_labels=max(2, int(room)), max_chars=chars)
+            axis.setTicks([ticks])
+            if axis_name == "left":  # pyqtgraph drops labels wider than the axis until a later repaint
+                metrics = QFontMetrics(axis.style.get("tickFont") or self.font())
+                axis.setWidth(max(metrics.horizontalAdvance(text) for _, text in ticks) + 14)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        if not getattr(self, "closed", False):  # GraphicsView.close() deletes the items, then resizes
+            self._update_ticks()
+
+    # --- hover and click -----------------------------------------------------------------------
+    def cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        """The (row, col) under a scene position, or None outside the matrix."""
+        if self._matrix.size == 0 or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        p = self.plot.vb.mapSceneToView(scene_pos)
+        row, col = math.floor(p.y()), math.floor(p.x())
+        if 0 <= row < self._matrix.shape[0] and 0 <= col < self._matrix.shape[1]:
+            return row, col
+        return None
+
+    def cell_text(self, row: int, col: int) -> str:
+        """The tooltip for one cell: "row_label → col_label: value_name = 0.123456" (or "masked")."""
+        where = f"{self.row_labels[row]} \u2192 {self.col_labels[col]}"
+        if self._masked[row, col]:
+            return f"{where}: masked"
+        return f"{where}: {self.value_name} = {format_value(self._matrix[row, col])}"
+
+    def _on_mouse_moved(self, args: tuple) -> None:
+        cell = self.cell_at(args[0])
+        if cell is None:
+            QToolTip.hideText()
+            return
+        QToolTip.showText(QCursor.pos(), self.cell_text(*cell), self)
+        self.cell_hovered.emit(*cell)
+
+    def _on_mouse_clicked(self, event) -> None:
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        cell = self.cell_at(event.scenePos())
+        if cell is not None:
+            self.cell_clicked.emit(*cell)

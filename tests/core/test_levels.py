@@ -1,0 +1,36 @@
+"""Heatmap colour levels and label thinning (headless)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from explorer.core.levels import abbreviate, finite_levels, label_step, thinned_ticks
+
+
+def test_levels_ignore_non_finite_and_masked():
+    m = np.array([[0.1, -np.inf], [np.nan, 0.7], [5.0, 0.3]])
+    mask = np.array([[False, True], [False, False], [True, False]])
+    assert finite_levels(m) == (0.1, 5.0)
+    assert finite_levels(m, masked=mask) == (0.1, 0.7)
+
+
+def test_symmetric_levels_centre_zero():
+    assert finite_levels(np.array([[-0.2, 0.5]]), symmetric=True) == (-0.5, 0.5)
+    assert finite_levels(np.zeros((2, 2)), symmetric=True) == (-1.0, 1.0)
+
+
+def test_degenerate_levels_are_never_empty():
+    lo, hi = finite_levels(np.full((3, 3), 2.0))
+    assert lo < 2.0 < hi
+    assert finite_levels(np.full((2, 2), np.nan)) == (0.0, 1.0)
+    assert finite_levels(np.zeros((0, 0))) == (0.0, 1.0)
+
+
+def test_label_thinning():
+    assert label_step(10, 40) == 1
+    assert label_step(100, 40) == 3
+    ticks = thinned_ticks([f"{i}:tok" for i in range(100)], max_labels=25)
+    assert len(ticks) <= 25
+    assert ticks[0] == (0.5, "0:tok") and ticks[1][0] == 4.5
+    assert abbreviate("a rather long token label", 8) == "a rathe\u2026"
+    assert abbreviate("line\nbreak") == "line\u21b5break"

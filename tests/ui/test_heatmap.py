@@ -1,0 +1,119 @@
+"""The Heatmap widget: data round trip, masked overlay, tooltips, clicks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, Qt
+
+import explorer.ui  # noqa: F401  (binding and pyqtgraph options)
+from explorer.ui.widgets.heatmap import Heatmap
+
+ROWS = ["0:The", "1: cat", "2: sat", "3: down"]
+COLS = ["k0", "k1", "k2", "k3", "k4"]
+
+
+@pytest.fixture
+def heatmap(qtbot):
+    widget = Heatmap(title="test")
+    qtbot.addWidget(widget)
+    widget.resize(500, 400)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def _matrix():
+    return np.arange(20, dtype=np.float64).reshape(4, 5) / 19.0
+
+
+def test_data_round_trip(heatmap):
+    m = _matrix()
+    heatmap.set_data(m, ROWS, COLS)
+    np.testing.assert_array_equal(heatmap.matrix, m)
+    shown = heatmap.image.image
+    assert shown.dtype == np.float32 and shown.flags.c_contiguous and shown.shape == (4, 5)
+    np.testing.assert_allclose(shown, m, rtol=1e-6)
+    assert heatmap.levels == (0.0, 1.0)
+    assert heatmap.image.lut.shape[0] == 256
+    assert heatmap.row_labels == ROWS and heatmap.col_labels == COLS
+    assert not heatmap.masked.any()
+    assert heatmap.plot.getViewBox().yInverted()  # row 0 at the top
+
+
+def test_levels_given_and_symmetric(qtbot):
+    h = Heatmap(colormap="CET-D1", symmetric=True)
+    qtbot.addWidget(h)
+    h.set_data(np.array([[-0.25, 0.5], [0.1, 0.0]]))
+    assert h.levels == (-0.5, 0.5)
+    h.set_data(np.array([[-0.25, 0.5]]), levels=(-2, 3))
+    assert h.levels == (-2.0, 3.0)
+    assert h.colorbar.levels() == (-2.0, 3.0)
+
+
+def test_masked_overlay_equals_mask(heatmap):
+    m = _matrix()
+    mask = np.triu(np.ones((4, 5), dtype=bool), 1)
+    heatmap.set_data(m, ROWS, COLS, masked=mask)
+    np.testing.assert_array_equal(heatmap.masked, mask)
+    np.testing.assert_array_equal(heatmap.overlay_mask(), mask)
+    # masked cells are not part of the colour scale
+    assert heatmap.levels == (float(m[~mask].min()), float(m[~mask].max()))
+    heatmap.set_data(m, ROWS, COLS)
+    assert not heatmap.overlay_mask().any()
+
+
+def test_non_finite_cells_are_overlaid_not_coloured(heatmap):
+    m = _matrix()
+    m[0, 3] = -np.inf
+    heatmap.set_data(m, ROWS, COLS)
+    assert np.isfinite(heatmap.image.image).all()
+    expected = np.zeros((4, 5), dtype=bool)
+    expected[0, 3] = True
+    np.testing.assert_array_equal(heatmap.overlay_mask(), expected)
+
+
+def test_tooltip_text_for_a_cell_under_the_mouse(heatmap, qtbot):
+    m = _matrix()
+    mask = np.zeros((4, 5), dtype=bool)
+    mask[0, 4] = True
+    heatmap.set_data(m, ROWS, COLS, masked=mask, value_name="attention")
+    vb = heatmap.plot.getViewBox()
+    scene_pos = vb.mapViewToScene(QPointF(2.5, 1.5))  # column 2, row 1
+    assert heatmap.cell_at(scene_pos) == (1, 2)
+    assert heatmap.cell_text(*heatmap.cell_at(scene_pos)) == f"1: cat \u2192 k2: attention = {m[1, 2]:.6f}"
+    assert heatmap.cell_text(0, 4) == "0:The \u2192 k4: masked"
+    assert heatmap.cell_at(vb.mapViewToScene(QPointF(7.0, 1.0))) is None
+    with qtbot.waitSignal(heatmap.cell_hovered) as hovered:
+        heatmap._on_mouse_moved((scene_pos,))  # what the rate-limited proxy calls
+    assert hovered.args == [1, 2]
+
+
+def test_click_emits_row_and_column(heatmap, qtbot):
+    heatmap.set_data(_matrix(), ROWS, COLS)
+    qtbot.wait(1)
+    scene_pos = heatmap.plot.getViewBox().mapViewToScene(QPointF(3.5, 2.5))
+    point = heatmap.mapFromScene(scene_pos)
+    with qtbot.waitSignal(heatmap.cell_clicked) as blocker:
+        qtbot.mouseClick(heatmap.viewport(), Qt.MouseButton.LeftButton, pos=point)
+    assert blocker.args == [2, 3]
+
+
+def test_bad_shapes_are_refused(heatmap):
+    with pytest.raises(ValueError):
+        heatmap.set_data(np.zeros((2, 2, 2)))
+    with pytest.raises(ValueError):
+        heatmap.set_data(np.zeros((2, 3)), masked=np.zeros((3, 2), bool))
+    with pytest.raises(ValueError):
+        heatmap.set_data(np.zeros((2, 3)), row_labels=["a"])
+
+
+def test_many_labels_are_thinned(qtbot):
+    h = Heatmap()
+    qtbot.addWidget(h)
+    h.resize(400, 300)
+    labels = [f"{i}:tok" for i in range(300)]
+    h.set_data(np.random.default_rng(0).random((300, 300)), labels, labels)
+    ticks = h.plot.getAxis("left")._tickLevels[0]
+    assert 2 <= len(ticks) < 60
+    assert h.cell_text(299, 0).startswith("299:tok \u2192 0:tok")
