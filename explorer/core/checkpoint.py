@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class LoadedModel:
     name: str
     source: str
     arch: str
+    notes: list[str] = field(default_factory=list)  # what the user should know: caps, stand-ins
 
     @property
     def config(self) -> ModelConfig:
@@ -89,7 +91,7 @@ class LoadedModel:
         return {"name": self.name, "source": self.source, "architecture": self.arch, "description": cfg.describe(),
                 "parameters": self.n_params, "vocabulary": f"{self.tokenizer.vocab_size} ({self.tokenizer.name})",
                 "context_length": cfg.n_ctx, "device": str(self.device),
-                "dtype": str(self.dtype).replace("torch.", "")}
+                "dtype": str(self.dtype).replace("torch.", ""), **({"notes": " ".join(self.notes)} if self.notes else {})}
 
 
 # --- reading files safely --------------------------------------------------------------------
@@ -116,14 +118,22 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path.name} is not a valid safetensors file ({exc})") from None
 
 
+def refusal_reason(exc: Exception) -> str:
+    """The informative line of torch.load's refusal (which global it met), without its advice or colours."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
+    advice = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    lines = [line for line in lines if line and not line.startswith(advice)]
+    named = [line for line in lines if "GLOBAL" in line or "global" in line]
+    return ((named or lines or [type(exc).__name__])[0])[:200]
+
+
 def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
     """A pickled state dict, through the restricted unpickler only: code in the file cannot run."""
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"refused to load {path.name}: it is not a plain tensor file, and loading it "
-                              f"could run code ({first[:200]})") from None
+                              f"could run code ({refusal_reason(exc)})") from None
     except OSError as exc:
         raise CheckpointError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict):
@@ -131,12 +141,37 @@ def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
     return data
 
 
+def read_sharded(index: Path, read: Callable[[Path], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded checkpoint: its ``*.index.json`` names the shard file of every tensor."""
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index.name} has no 'weight_map' of tensor names to shard files")
+    shards = sorted(set(weight_map.values()), key=str)
+    for shard in shards:  # plain file names in the same directory only
+        if not isinstance(shard, str) or Path(shard).name != shard or shard in (".", ".."):
+            raise CheckpointError(f"{index.name} names a shard outside its directory: {shard!r}")
+    weights: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        if not (index.parent / shard).is_file():
+            raise CheckpointError(f"{index.name} names shard {shard}, which is missing from {index.parent}")
+        weights.update(read(index.parent / shard))
+    missing = [name for name in weight_map if name not in weights]
+    if missing:
+        raise CheckpointError(f"{index.name} lists tensors that its shards lack: {', '.join(missing[:6])}")
+    return weights
+
+
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     if (directory / "model.safetensors").is_file():
         return read_safetensors(directory / "model.safetensors")
+    if (directory / "model.safetensors.index.json").is_file():
+        return read_sharded(directory / "model.safetensors.index.json", read_safetensors)
     if (directory / "pytorch_model.bin").is_file():
         return read_torch_weights(directory / "pytorch_model.bin")
-    raise CheckpointError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
+    if (directory / "pytorch_model.bin.index.json").is_file():
+        return read_sharded(directory / "pytorch_model.bin.index.json", read_torch_weights)
+    raise CheckpointError(f"no weights in {directory}: expected model.safetensors, pytorch_model.bin "
+                          "or a sharded model.safetensors.index.json")
 
 
 def assign_weights(model: Transformer, weights: dict[str, torch.Tensor], source: str) -> None:
@@ -315,7 +350,8 @@ def default_model_name() -> str:
 
 def supported_formats() -> str:
     return ("native transformer-explorer directories; Hugging Face directories with model_type "
-            + ", ".join(repr(k) for k in HF_LOADERS) + f"; built-in models: {', '.join(builtin_names())}")
+            + ", ".join(repr(k) for k in HF_LOADERS) + "; nanoGPT ckpt.pt files"
+            + f"; built-in models: {', '.join(builtin_names())}")
 
 
 def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32") -> LoadedModel:
@@ -330,8 +366,12 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, or a built-in "
                               f"name ({', '.join(builtin_names())})")
+    if path.is_file() and path.suffix in nanogpt.SUFFIXES:
+        return nanogpt.load_nanogpt(path, device, dtype)
     if path.is_file():
         path = path.parent
+    if not (path / "config.json").exists() and (path / "ckpt.pt").is_file():  # a nanoGPT out_dir
+        return nanogpt.load_nanogpt(path / "ckpt.pt", device, dtype)
     config = read_json(path / "config.json")
     if config.get("format") == NATIVE_FORMAT:
         return load_native(path, config, device, dtype)
@@ -343,3 +383,10 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
         raise CheckpointError(f"unsupported architecture {arch!r} (model_type {model_type!r}); supported: "
                               + supported_formats())
     raise CheckpointError(f"{path / 'config.json'} names no known format; supported: " + supported_formats())
+
+
+# --- more architectures, in their own modules ------------------------------------------------
+
+from explorer.core import hf_loaders, nanogpt  # noqa: E402  (they use the helpers above)
+
+HF_LOADERS.update(hf_loaders.LOADERS)
