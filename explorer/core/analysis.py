@@ -74,12 +74,12 @@ def induction_score(p: np.ndarray, token_ids: Sequence[int] | np.ndarray) -> flo
     n = p.shape[0]
     if ids.shape[0] != n:
         raise ValueError(f"the pattern covers {n} tokens but {ids.shape[0]} token ids were given")
-    scores = []
-    for i in range(2, n):
-        earlier = np.flatnonzero(ids[: i - 1] == ids[i])  # j in 0 .. i-2
-        if earlier.size:
-            scores.append(p[i, earlier + 1].sum())
-    return float(np.mean(scores)) if scores else float("nan")
+    # after[i, c]: key c + 1 follows an earlier occurrence (c <= i - 2) of query i's token
+    after = (ids[None, :-1] == ids[:, None]) & np.tri(n, n - 1, -2, dtype=bool) if n > 1 else np.zeros((n, 0), bool)
+    rows = after.any(axis=1)
+    if not rows.any():
+        return float("nan")
+    return float((np.where(after, p[:, 1:], 0.0).sum(axis=1))[rows].mean())
 
 
 def _entropy(p: np.ndarray, token_ids: np.ndarray) -> float:

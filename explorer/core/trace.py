@@ -38,6 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -275,10 +276,10 @@ class Trace:
     def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str) -> np.ndarray:
         import torch
 
-        from explorer.core.model import attention_pattern, attention_scores, causal_mask
+        from explorer.core.model import attention_pattern, attention_scores
 
         n = q.shape[-2]
-        mask = causal_mask(n, k.shape[-2]) if self.config.causal else None
+        mask = _cpu_causal_mask(n, k.shape[-2]) if self.config.causal else None
         with torch.inference_mode():
             scores = attention_scores(as_tensor(q), as_tensor(k), mask)
             out = scores if kind == "scores" else attention_pattern(scores)
@@ -334,6 +335,14 @@ class Trace:
         with torch.inference_mode():
             logits = self._model.final_logits(self._model_input(self._arrays["resid_final"]))
         return to_numpy(logits[0])
+
+
+@lru_cache(maxsize=4)
+def _cpu_causal_mask(n: int, m: int) -> torch.Tensor:
+    """The same mask as the forward pass's, kept for the per-head views (a trace asks for it often)."""
+    from explorer.core.model import causal_mask
+
+    return causal_mask(n, m)
 
 
 def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
