@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
+from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
 from explorer.ui.selection import Selection
 
@@ -43,8 +46,11 @@ class Panel(QWidget):
         self.selection = selection
         self.trace: Trace | None = None
         self._exportables: list[Exportable] = []
+        self.tokenizer: Any = None  # the model's Tokenizer, set by the window (see set_tokenizer)
         self.body = QVBoxLayout(self)
         self.body.setContentsMargins(4, 4, 4, 4)
+        self._build_explanation()
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # a click anywhere makes it "the focused panel" (F1)
         selection.changed.connect(self._on_selection_changed)
 
     # --- what subclasses implement ---------------------------------------------------------
@@ -57,13 +63,57 @@ class Panel(QWidget):
 
     def needed_keys(self, trace: Trace) -> list[str]:
         """Trace keys this panel reads that may be derived on demand: the worker computes them
-        before the trace reaches the GUI thread, so drawing never waits on the model."""
+        before the trace reaches the GUI thread, so drawing never waits on the model.
+
+        Called from the worker thread: read only the trace and plain attributes (the selection's
+        values), touch no widget."""
         return []
+
+    def tokenizer_changed(self) -> None:
+        """A new model (and so ``self.tokenizer``) was loaded; the next trace follows."""
 
     # --- shared machinery --------------------------------------------------------------------
     def set_trace(self, trace: Trace) -> None:
         self.trace = trace
         self.show_trace(trace)
+
+    def set_tokenizer(self, tokenizer: Any) -> None:
+        """The model's tokenizer (an ``explorer.core.tokenizer.Tokenizer``; Qt- and torch-free)."""
+        self.tokenizer = tokenizer
+        self.tokenizer_changed()
+
+    def explanation_path(self) -> Path | None:
+        """``resources/explanations/<explanation>.md`` (None for a panel without one)."""
+        return resources_dir() / "explanations" / f"{self.explanation}.md" if self.explanation else None
+
+    def _build_explanation(self) -> None:
+        """A "What am I looking at?" toggle above the panel's content, and the text it reveals."""
+        self.explain_button = QToolButton(self)
+        self.explain_button.setText("What am I looking at?")
+        self.explain_button.setCheckable(True)
+        self.explain_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.explain_button.setArrowType(Qt.ArrowType.RightArrow)
+        self.explain_button.setAutoRaise(True)
+        self.explain_button.setToolTip("Show what this panel shows and how to read it (F1)")
+        self.explain_button.toggled.connect(self.show_explanation)
+        self.explain_text = QTextBrowser(self)
+        self.explain_text.setOpenLinks(False)
+        self.explain_text.setMaximumHeight(260)
+        self.explain_text.hide()
+        path = self.explanation_path()
+        self.explain_button.setVisible(bool(path and path.is_file()))
+        self.body.addWidget(self.explain_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.body.addWidget(self.explain_text)
+
+    def show_explanation(self, on: bool = True) -> None:
+        path = self.explanation_path()
+        if on and not self.explain_text.toMarkdown().strip() and path and path.is_file():
+            self.explain_text.setMarkdown(path.read_text(encoding="utf-8"))
+        if self.explain_button.isChecked() != on:
+            self.explain_button.setChecked(on)  # re-enters through toggled with the same value
+            return
+        self.explain_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+        self.explain_text.setVisible(on)
 
     def _on_selection_changed(self, what: str) -> None:
         if self.trace is not None:
@@ -73,6 +123,9 @@ class Panel(QWidget):
                        data: Callable[[], tuple[np.ndarray, list[str] | None, list[str] | None]]) -> Exportable:
         exportable = Exportable(name, item, data)
         self._exportables.append(exportable)
+        from explorer.ui.export import attach_export_menu  # deferred: export imports the widgets
+
+        attach_export_menu(exportable, self)  # right-click: Export PNG/SVG…, data as CSV/NPY…
         return exportable
 
     def exportables(self) -> list[Exportable]:

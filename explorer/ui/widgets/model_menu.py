@@ -1,0 +1,109 @@
+"""File > Recent checkpoints and the Models menu, with the recent list kept in QSettings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QSettings, Signal
+from PySide6.QtWidgets import QMenu, QWidget
+
+RECENT_KEY = "checkpoint/recent"
+LAST_KEY = "checkpoint/last"
+MAX_RECENT = 8
+
+
+def _as_list(value: object) -> list[str]:
+    # QSettings returns a str for a one-element list in INI files, and None when unset.
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value else []
+    return [str(v) for v in value]  # type: ignore[union-attr]
+
+
+class RecentCheckpoints:
+    """The most recently loaded checkpoints, newest first, at most ``MAX_RECENT``.
+
+    Entries are directories/files or built-in names; paths that no longer exist are dropped
+    whenever the list is read.
+    """
+
+    def __init__(self, settings: QSettings, builtin: Callable[[], list[str]] | None = None) -> None:
+        self.settings = settings
+        self._builtin = builtin
+
+    def _exists(self, source: str) -> bool:
+        if Path(source).expanduser().exists():
+            return True
+        if self._builtin is None:  # cannot tell a built-in name from a missing path: keep it
+            return "/" not in source and "\\" not in source
+        return source in self._builtin()
+
+    def entries(self) -> list[str]:
+        stored = _as_list(self.settings.value(RECENT_KEY))
+        kept = [s for s in stored if self._exists(s)][:MAX_RECENT]
+        if kept != stored:
+            self._store(kept)
+        return kept
+
+    def add(self, source: str) -> None:
+        entries = [source] + [s for s in self.entries() if s != source]
+        self._store(entries[:MAX_RECENT])
+        self.settings.setValue(LAST_KEY, source)
+
+    def clear(self) -> None:
+        self._store([])
+
+    @property
+    def last(self) -> str | None:
+        value = self.settings.value(LAST_KEY)
+        return str(value) if value else None
+
+    def _store(self, entries: list[str]) -> None:
+        self.settings.setValue(RECENT_KEY, entries)
+        self.settings.sync()
+
+
+class ModelMenus(QObject):
+    """Builds "Recent checkpoints" and "Models" menus; both are filled when about to show.
+
+    Signals
+    -------
+    source_chosen(str)
+        A recent checkpoint or a built-in model was picked.
+    """
+
+    source_chosen = Signal(str)
+
+    def __init__(self, recent: RecentCheckpoints, builtin: Callable[[], list[str]], parent: QWidget) -> None:
+        super().__init__(parent)
+        self.recent = recent
+        self._builtin = builtin
+        self.recent_menu = QMenu("Recent checkpoints", parent)
+        self.models_menu = QMenu("&Models", parent)
+        self.current: str | None = None
+        self.recent_menu.aboutToShow.connect(self.fill_recent)
+        self.models_menu.aboutToShow.connect(self.fill_models)
+
+    def fill_recent(self) -> None:
+        menu = self.recent_menu
+        menu.clear()
+        entries = self.recent.entries()
+        for i, source in enumerate(entries):
+            action = menu.addAction(f"&{i + 1}  {source}")
+            action.setData(source)
+            action.triggered.connect(lambda _=False, s=source: self.source_chosen.emit(s))
+        if not entries:
+            menu.addAction("(none yet)").setEnabled(False)
+        menu.addSeparator()
+        menu.addAction("Clear list", self.recent.clear).setEnabled(bool(entries))
+
+    def fill_models(self) -> None:
+        menu = self.models_menu
+        menu.clear()
+        for name in self._builtin():
+            action = menu.addAction(name)
+            action.setCheckable(True)
+            action.setChecked(name == self.current)
+            action.triggered.connect(lambda _=False, s=name: self.source_chosen.emit(s))

@@ -1,0 +1,81 @@
+"""The prompt editor: monospace text, the token count and a notice when the prompt was cut."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
+
+_NOTICE_STYLE = "QLabel { background: #fff3bf; color: #5c3c00; border-radius: 3px; padding: 1px 6px; }"
+_ERROR_STYLE = "QLabel { background: #ffe3e3; color: #8a1c1c; border-radius: 3px; padding: 1px 6px; }"
+
+
+class PromptEditor(QWidget):
+    """A plain-text prompt box.
+
+    Signals
+    -------
+    text_edited(str)
+        The user changed the text (not emitted by ``set_text``).
+    """
+
+    text_edited = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.edit = QPlainTextEdit(self)
+        self.edit.setObjectName("prompt")
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setPointSizeF(max(font.pointSizeF(), 10.0) + 1)
+        self.edit.setFont(font)
+        self.edit.setPlaceholderText("Type a prompt; every panel follows as you type.")
+        self.edit.setTabChangesFocus(True)
+        line = self.edit.fontMetrics().lineSpacing()
+        self.edit.setMinimumHeight(2 * line + 12)
+        self.edit.setMaximumHeight(3 * line + 14)
+        self.count = QLabel("", self)
+        self.count.setObjectName("token-count")
+        self.notice = QLabel("", self)
+        self.notice.setObjectName("prompt-notice")
+        self.notice.setWordWrap(True)
+        self.notice.hide()
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.count)
+        row.addWidget(self.notice, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 2)
+        layout.setSpacing(3)
+        layout.addWidget(self.edit)
+        layout.addLayout(row)
+        self.edit.textChanged.connect(lambda: self.text_edited.emit(self.text()))
+        # as short as the text box allows: the panels below get the height
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.setMaximumHeight(self.edit.maximumHeight() + self.count.sizeHint().height() + 16)
+
+    def text(self) -> str:
+        return self.edit.toPlainText()
+
+    def set_text(self, text: str) -> None:
+        """Replace the text without emitting ``text_edited`` (the caller runs it itself)."""
+        if text == self.text():
+            return
+        with QSignalBlocker(self.edit):
+            self.edit.setPlainText(text)
+
+    def show_tokens(self, n_tokens: int, truncated_from: int | None = None) -> None:
+        """The token count of the analysed prompt and, if it was cut to the context, a notice."""
+        self.count.setText(f"<b>{n_tokens}</b> token{'s' if n_tokens != 1 else ''}")
+        if truncated_from:
+            self._notice(f"showing the first {n_tokens} of {truncated_from} tokens: the rest does not "
+                         "fit the model's context", _NOTICE_STYLE)
+        else:
+            self.notice.hide()
+
+    def show_error(self, message: str) -> None:
+        self._notice(message, _ERROR_STYLE)
+
+    def _notice(self, text: str, style: str) -> None:
+        self.notice.setText(text)
+        self.notice.setStyleSheet(style)
+        self.notice.show()

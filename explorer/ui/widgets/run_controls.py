@@ -1,0 +1,132 @@
+"""Toolbar controls: where the model runs (device, precision) and the shared layer/head choice."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSpinBox, QWidget
+
+from explorer.ui.selection import Selection
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _enable_items(combo: QComboBox, enabled: set[str], tip: str) -> None:
+    model = combo.model()
+    assert isinstance(model, QStandardItemModel)
+    for row in range(combo.count()):
+        item = model.item(row)
+        on = combo.itemText(row) in enabled
+        item.setEnabled(on)
+        item.setToolTip("" if on else tip)
+
+
+class DeviceControls(QWidget):
+    """Device and precision combos; only what this machine offers is enabled.
+
+    Signals
+    -------
+    changed(str, str)
+        The user picked another device or precision: (device, dtype).
+    """
+
+    changed = Signal(str, str)
+
+    def __init__(self, device: str = "auto", dtype: str = "float32", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.device_combo = QComboBox(self)
+        self.device_combo.addItems(DEVICES)
+        self.device_combo.setToolTip("Where the model runs (reloads the model)")
+        self.dtype_combo = QComboBox(self)
+        self.dtype_combo.addItems(DTYPES)
+        self.dtype_combo.setToolTip("Numeric precision of the weights (reloads the model)")
+        self.set_values(device, dtype)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 0, 4, 0)
+        layout.addWidget(QLabel("Device", self))
+        layout.addWidget(self.device_combo)
+        layout.addSpacing(6)
+        layout.addWidget(QLabel("Precision", self))
+        layout.addWidget(self.dtype_combo)
+        self.device_combo.activated.connect(self._on_device)
+        self.dtype_combo.activated.connect(lambda _: self.changed.emit(self.device, self.dtype))
+
+    @property
+    def device(self) -> str:
+        return self.device_combo.currentText()
+
+    @property
+    def dtype(self) -> str:
+        return self.dtype_combo.currentText()
+
+    def set_values(self, device: str, dtype: str) -> None:
+        with QSignalBlocker(self.device_combo), QSignalBlocker(self.dtype_combo):
+            self.device_combo.setCurrentText(device)
+            self.dtype_combo.setCurrentText(dtype)
+
+    def refresh(self) -> None:
+        """Enable only the devices present and the precisions the chosen device supports."""
+        from explorer.core.device import available_devices, resolve_device, supported_dtypes
+
+        found = set(available_devices()) | {"auto"}
+        _enable_items(self.device_combo, found, "not available on this machine")
+        try:
+            dtypes = set(supported_dtypes(resolve_device(self.device)))
+        except Exception:  # an unavailable device: only the universal precision
+            dtypes = {"float32"}
+        _enable_items(self.dtype_combo, dtypes, "not offered on this device")
+
+    def _on_device(self, _index: int) -> None:
+        self.refresh()
+        model = self.dtype_combo.model()
+        assert isinstance(model, QStandardItemModel)
+        if not model.item(self.dtype_combo.currentIndex()).isEnabled():
+            with QSignalBlocker(self.dtype_combo):
+                self.dtype_combo.setCurrentText("float32")
+        self.changed.emit(self.device, self.dtype)
+
+
+class LayerHeadControls(QWidget):
+    """Layer and head spin boxes bound both ways to the shared ``Selection``."""
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.selection = selection
+        self.layer = QSpinBox(self)
+        self.layer.setToolTip("Layer shown by the panels (Alt+Up / Alt+Down)")
+        self.head = QSpinBox(self)
+        self.head.setToolTip("Attention head shown by the panels (Alt+Left / Alt+Right)")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 0, 4, 0)
+        layout.addWidget(QLabel("Layer", self))
+        layout.addWidget(self.layer)
+        layout.addSpacing(6)
+        layout.addWidget(QLabel("Head", self))
+        layout.addWidget(self.head)
+        self.set_ranges(1, 1)
+        self.layer.valueChanged.connect(selection.set_layer)
+        self.head.valueChanged.connect(selection.set_head)
+        selection.changed.connect(self._sync)
+
+    def set_ranges(self, n_layers: int, n_heads: int) -> None:
+        """Ranges from the model's config; the selection is clamped into them."""
+        with QSignalBlocker(self.layer), QSignalBlocker(self.head):
+            self.layer.setRange(0, max(n_layers - 1, 0))
+            self.head.setRange(0, max(n_heads - 1, 0))
+            self.layer.setSuffix(f" / {n_layers - 1}")
+            self.head.setSuffix(f" / {n_heads - 1}")
+        self.selection.set_layer(min(self.selection.layer, n_layers - 1))
+        self.selection.set_head(min(self.selection.head, n_heads - 1))
+        self._sync("")
+
+    def step_layer(self, delta: int) -> None:
+        self.layer.setValue(self.layer.value() + delta)  # QSpinBox clamps to its range
+
+    def step_head(self, delta: int) -> None:
+        self.head.setValue(self.head.value() + delta)
+
+    def _sync(self, _what: str) -> None:
+        with QSignalBlocker(self.layer), QSignalBlocker(self.head):
+            self.layer.setValue(self.selection.layer)
+            self.head.setValue(self.selection.head)

@@ -1,0 +1,66 @@
+"""The status bar: model, device, precision, parameters, prompt tokens, forward time, loading."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QStatusBar, QWidget
+
+NOTICE_MS = 8000
+
+
+def human_count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return str(n)
+
+
+class StatusBar(QStatusBar):
+    """Permanent fields on the right; ``notice`` shows a transient message on the left."""
+
+    FIELDS = ("model", "device", "dtype", "params", "tokens", "forward")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.stage = QLabel("", self)
+        self.progress = QProgressBar(self)
+        self.progress.setRange(0, 0)  # indeterminate: loading reports stages, not fractions
+        self.progress.setMaximumWidth(120)
+        self.progress.setMaximumHeight(14)
+        self.addPermanentWidget(self.stage)
+        self.addPermanentWidget(self.progress)
+        self.fields: dict[str, QLabel] = {}
+        for name in self.FIELDS:
+            label = QLabel("", self)
+            label.setObjectName(f"status-{name}")
+            label.setFrameShape(QFrame.Shape.NoFrame)
+            label.setContentsMargins(6, 0, 6, 0)
+            self.fields[name] = label
+            self.addPermanentWidget(label)
+        self.set_loading(None)
+
+    def set_loading(self, stage: str | None) -> None:
+        self.stage.setText(stage or "")
+        self.stage.setVisible(bool(stage))
+        self.progress.setVisible(stage is not None)
+
+    def show_model(self, info: dict[str, Any]) -> None:
+        self.fields["model"].setText(f"<b>{info['name']}</b>")
+        self.fields["model"].setToolTip(f"{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
+                                        f"context {info['context_length']}"
+                                        + (f"\n{info['notes']}" if info.get("notes") else ""))
+        self.fields["device"].setText(str(info["device"]))
+        self.fields["dtype"].setText(str(info["dtype"]))
+        self.fields["params"].setText(f"{human_count(int(info['parameters']))} parameters")
+        self.fields["params"].setToolTip(f"{int(info['parameters']):,} parameters")
+
+    def show_trace(self, n_tokens: int, forward_seconds: float, update_seconds: float | None = None) -> None:
+        self.fields["tokens"].setText(f"{n_tokens} token{'s' if n_tokens != 1 else ''}")
+        self.fields["forward"].setText(f"forward {forward_seconds * 1000:.1f} ms")
+        if update_seconds is not None:
+            self.fields["forward"].setToolTip(f"last forward pass {forward_seconds * 1000:.1f} ms; from the request "
+                                              f"to every panel drawn {update_seconds * 1000:.0f} ms")
+
+    def notice(self, text: str, ms: int = NOTICE_MS) -> None:
+        self.showMessage(text, ms)

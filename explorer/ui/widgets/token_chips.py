@@ -1,0 +1,175 @@
+"""Tokens as coloured chips in a wrapping flow, each with its id underneath; one painted widget.
+
+One widget painting every chip (rather than a QLabel per token) keeps a 1,024-token prompt cheap
+to show. What a chip says and its colour come from ``explorer.core.tokens_view``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetrics, QHelpEvent, QMouseEvent, QPainter, QPen
+from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+
+from explorer.core.tokens_view import ChipView
+
+PAD_X, PAD_Y, GAP, MARGIN = 5, 2, 4, 4
+MAX_LABEL_CHARS = 24
+SELECTED = QColor("#d9480f")
+ID_COLOUR = QColor("#6b7280")
+PARTIAL_TEXT = QColor("#7b1fa2")
+
+
+class TokenChips(QWidget):
+    """A flow of token chips.
+
+    Signals
+    -------
+    token_clicked(int)
+        The position of the chip clicked (only when ``interactive``).
+    """
+
+    token_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.chips: list[ChipView] = []
+        self.interactive = True
+        self.selected: int | None = None
+        self._rects: list[QRect] = []
+        self._layout_width = -1
+        self._height = 0
+        self.label_font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        self.label_font.setPointSizeF(max(self.label_font.pointSizeF(), 10.0))
+        self.partial_font = QFont(self.label_font)
+        self.partial_font.setItalic(True)
+        self.id_font = QFont(self.font())
+        self.id_font.setPointSizeF(max(self.id_font.pointSizeF() * 0.8, 7.0))
+        self.setMouseTracking(False)
+        self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
+        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    # --- content -----------------------------------------------------------------------------
+    def set_chips(self, chips: Sequence[ChipView], interactive: bool = True) -> None:
+        self.chips = list(chips)
+        self.interactive = interactive
+        self.setCursor(Qt.CursorShape.PointingHandCursor if interactive else Qt.CursorShape.ArrowCursor)
+        self._layout_width = -1
+        self._relayout()
+        self.update()
+
+    def set_selected(self, position: int | None) -> None:
+        if position != self.selected:
+            old, self.selected = self.selected, position
+            for p in (old, position):
+                if p is not None and p < len(self._rects):
+                    self.update(self._rects[p].adjusted(-2, -2, 2, 2))
+
+    def labels(self) -> list[str]:
+        return [chip.label for chip in self.chips]
+
+    def chip_rect(self, position: int) -> QRect:
+        self._relayout()
+        return QRect(self._rects[position])
+
+    def chip_at(self, point: QPoint) -> int | None:
+        self._relayout()
+        for i, rect in enumerate(self._rects):
+            if rect.contains(point):
+                return i
+        return None
+
+    # --- geometry ----------------------------------------------------------------------------
+    @staticmethod
+    def _elide(text: str) -> str:
+        return text if len(text) <= MAX_LABEL_CHARS else text[:MAX_LABEL_CHARS - 1] + "…"
+
+    def _flow(self, width: int) -> tuple[list[QRect], int]:
+        label_fm, id_fm = QFontMetrics(self.label_font), QFontMetrics(self.id_font)
+        chip_h = label_fm.height() + id_fm.height() + 2 * PAD_Y + 1
+        x, y, rects = MARGIN, MARGIN, []
+        for chip in self.chips:
+            w = max(label_fm.horizontalAdvance(self._elide(chip.label)),
+                    id_fm.horizontalAdvance(str(chip.token_id))) + 2 * PAD_X
+            if x > MARGIN and x + w > width - MARGIN:
+                x, y = MARGIN, y + chip_h + GAP
+            rects.append(QRect(x, y, w, chip_h))
+            x += w + GAP
+            if chip.data.endswith(b"\n"):  # a newline token ends the line, as in the text
+                x, y = MARGIN, y + chip_h + GAP
+        height = (rects[-1].bottom() + 1 + MARGIN) if rects else 2 * MARGIN
+        return rects, height
+
+    def _relayout(self) -> None:
+        width = max(self.width(), 50)
+        if width == self._layout_width:
+            return
+        self._rects, height = self._flow(width)
+        self._layout_width = width
+        if height != self._height:
+            self._height = height
+            self.setMinimumHeight(height)
+            self.updateGeometry()
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self._flow(width)[1]
+
+    def sizeHint(self) -> QSize:
+        return QSize(480, self.heightForWidth(480))
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(60, self._height or 2 * MARGIN)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        self._relayout()
+        super().resizeEvent(event)
+
+    # --- painting and events -----------------------------------------------------------------
+    def paintEvent(self, event) -> None:  # noqa: N802
+        self._relayout()
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        clip = event.rect()
+        label_fm = QFontMetrics(self.label_font)
+        for i, (chip, rect) in enumerate(zip(self.chips, self._rects)):
+            if not rect.intersects(clip):
+                continue
+            selected = self.interactive and i == self.selected
+            painter.setPen(QPen(SELECTED, 2.2) if selected else QPen(QColor(chip.colour).darker(125), 1))
+            painter.setBrush(QColor(chip.colour))
+            painter.drawRoundedRect(rect.adjusted(1, 1, -1, -1), 4, 4)
+            text_rect = QRect(rect.left(), rect.top() + PAD_Y, rect.width(), label_fm.height())
+            painter.setFont(self.partial_font if chip.partial else self.label_font)
+            painter.setPen(PARTIAL_TEXT if chip.partial else QColor("#111827"))
+            painter.drawText(text_rect, Qt.AlignmentFlag.AlignCenter, self._elide(chip.label))
+            id_rect = QRect(rect.left(), text_rect.bottom() + 1, rect.width(), rect.bottom() - text_rect.bottom() - 1)
+            painter.setFont(self.id_font)
+            painter.setPen(SELECTED if selected else ID_COLOUR)
+            painter.drawText(id_rect, Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop, str(chip.token_id))
+        painter.end()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip:
+            assert isinstance(event, QHelpEvent)
+            i = self.chip_at(event.pos())
+            if i is None:
+                QToolTip.hideText()
+                event.ignore()
+            else:
+                QToolTip.showText(event.globalPos(), self.chips[i].tooltip, self, self._rects[i])
+            return True
+        return super().event(event)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        i = self.chip_at(event.position().toPoint())
+        if i is not None and self.interactive and event.button() == Qt.MouseButton.LeftButton:
+            self.token_clicked.emit(i)
+            event.accept()
+            return
+        super().mousePressEvent(event)

@@ -1,0 +1,295 @@
+"""Background work for the window: loading checkpoints and running traces off the GUI thread.
+
+The GUI thread builds a small immutable request, a superqt worker (a QRunnable on the global
+QThreadPool) runs it, and the result comes back through a queued signal to be applied on the GUI
+thread (napari's ``_layer_slicer`` protocol). Requests carry increasing ids and only the newest is
+ever applied, so a slow, stale result can never overwrite a newer one.
+
+The functions the workers run (``load_model_steps``, ``run_trace``) are plain and Qt-free apart from
+their arguments, so they can be called directly in tests. torch is only imported inside them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from superqt.utils import create_worker
+
+from explorer.core.errors import ExplorerError
+from explorer.core.trace import CaptureSpec, Trace
+
+log = logging.getLogger(__name__)
+
+KeySource = Callable[[Trace], Sequence[str]]
+
+
+def error_message(exc: BaseException) -> str:
+    """What the user reads: an ExplorerError's own message; anything else with its type."""
+    if isinstance(exc, ExplorerError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_in_background(func: Callable[..., Any], *args: Any, on_done: Callable[[Any], None] | None = None,
+                      on_error: Callable[[BaseException], None] | None = None, **kwargs: Any):
+    """Run ``func(*args, **kwargs)`` in the thread pool; ``on_done``/``on_error`` run on the GUI thread."""
+    worker = create_worker(func, *args, _start_thread=False, _ignore_errors=True, **kwargs)
+    if on_done is not None:
+        worker.returned.connect(on_done)
+    if on_error is not None:
+        worker.errored.connect(on_error)
+    else:
+        worker.errored.connect(lambda exc: log.error("background task failed: %s", error_message(exc)))
+    worker.start()
+    return worker
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """Load ``source`` (None: the default model); if it fails, try each of ``fallbacks`` in turn."""
+
+    source: str | None
+    device: str = "auto"
+    dtype: str = "float32"
+    fallbacks: tuple[str | None, ...] = ()
+    quiet: bool = False  # report a failure of ``source`` as a notice, not a dialog (startup)
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    request: LoadRequest
+    model: Any  # explorer.core.checkpoint.LoadedModel
+    source: str | None  # the source that loaded (a fallback if the requested one failed)
+    errors: tuple[str, ...] = ()  # messages of the sources that failed before it
+
+
+def load_model_steps(request: LoadRequest) -> Iterator[str]:
+    """Yields stage texts, returns a ``LoadResult``; raises the first failure if nothing loads."""
+    yield "Starting the model engine…"
+    from explorer.core.checkpoint import load_checkpoint
+
+    errors: list[str] = []
+    first: BaseException | None = None
+    for source in (request.source, *request.fallbacks):
+        yield f"Loading {source or 'the default model'} on {request.device} ({request.dtype})…"
+        try:
+            model = load_checkpoint(source, request.device, request.dtype)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message, the next source is tried
+            first = first or exc
+            errors.append(f"{source or 'default model'}: {error_message(exc)}")
+            continue
+        return LoadResult(request, model, source, tuple(errors))
+    assert first is not None
+    raise first
+
+
+class ModelLoader(QObject):
+    """Loads checkpoints in a worker; a newer ``load`` makes the results of older ones ignored.
+
+    Signals
+    -------
+    stage(str)
+        What the loader is doing now.
+    loaded(LoadResult)
+    failed(str, LoadRequest)
+        The loader's message for the user.
+    busy_changed(bool)
+    """
+
+    stage = Signal(str)
+    loaded = Signal(object)
+    failed = Signal(str, object)
+    busy_changed = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._latest = 0
+        self._running = 0
+        self._workers: set[Any] = set()
+
+    @property
+    def busy(self) -> bool:
+        return self._running > 0
+
+    def load(self, request: LoadRequest) -> LoadRequest:
+        self._latest += 1
+        request = LoadRequest(request.source, request.device, request.dtype, request.fallbacks,
+                              request.quiet, self._latest)
+        worker = create_worker(load_model_steps, request, _start_thread=False, _ignore_errors=True)
+        worker.yielded.connect(lambda text, i=request.id: self._on_stage(i, text))
+        worker.returned.connect(self._on_returned)
+        worker.errored.connect(lambda exc, r=request: self._on_errored(r, exc))
+        worker.finished.connect(lambda w=worker: self._on_finished(w))
+        self._workers.add(worker)
+        self._running += 1
+        if self._running == 1:
+            self.busy_changed.emit(True)
+        worker.start()
+        return request
+
+    def _on_stage(self, request_id: int, text: str) -> None:
+        if request_id == self._latest:
+            self.stage.emit(text)
+
+    def _on_returned(self, result: LoadResult) -> None:
+        if result.request.id == self._latest:
+            self.loaded.emit(result)
+
+    def _on_errored(self, request: LoadRequest, exc: BaseException) -> None:
+        if request.id == self._latest:
+            self.failed.emit(error_message(exc), request)
+
+    def _on_finished(self, worker: Any) -> None:
+        self._workers.discard(worker)
+        self._running -= 1
+        if self._running == 0:
+            self.busy_changed.emit(False)
+
+
+# --- tracing -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TraceRequest:
+    id: int
+    model: Any  # LoadedModel: only the worker calls into it
+    text: str
+    key_sources: tuple[KeySource, ...] = ()
+    spec: CaptureSpec | None = None
+    requested_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    request: TraceRequest
+    trace: Trace
+    worker_seconds: float  # encode + forward + materialize
+
+
+def run_trace(request: TraceRequest) -> TraceResult:
+    """Encode, run the forward pass, then compute every derived key the visible panels read."""
+    t0 = time.perf_counter()
+    ids, truncated_from = request.model.encode(request.text)
+    trace = request.model.trace_ids(ids, request.spec, truncated_from)
+    keys: dict[str, None] = {}
+    for source in request.key_sources:
+        keys.update(dict.fromkeys(source(trace)))
+    trace.materialize(keys)
+    return TraceResult(request, trace, time.perf_counter() - t0)
+
+
+class TraceController(QObject):
+    """Turns prompt edits into traces: debounced, one forward at a time, newest wins.
+
+    ``set_text`` (typing) restarts a ``debounce_ms`` timer; ``request`` runs at once. Every request
+    gets the next id. While a forward runs, a new request waits as the single pending one (a newer
+    request replaces it), so the CPU never works on more than one pass; when the running one ends,
+    its result is applied only if its id is still the newest, and the pending one starts.
+
+    Signals
+    -------
+    trace_ready(TraceResult)
+        The newest request's result (GUI thread).
+    failed(str)
+        The newest request failed: the message for the user.
+    dropped(int)
+        A stale result was discarded (its request id).
+    busy_changed(bool)
+    """
+
+    trace_ready = Signal(object)
+    failed = Signal(str)
+    dropped = Signal(int)
+    busy_changed = Signal(bool)
+
+    def __init__(self, key_sources: Callable[[], Sequence[KeySource]] = tuple, debounce_ms: int = 150,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._key_sources = key_sources
+        self.spec: CaptureSpec | None = None
+        self.model: Any = None
+        self.text = ""
+        self._latest = 0
+        self._running: TraceRequest | None = None
+        self._pending: TraceRequest | None = None
+        self._worker: Any = None
+        self.debounce = QTimer(self)
+        self.debounce.setSingleShot(True)
+        self.debounce.setInterval(debounce_ms)
+        self.debounce.timeout.connect(self.request)
+
+    @property
+    def latest_id(self) -> int:
+        return self._latest
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    def is_idle(self) -> bool:
+        return self._running is None and self._pending is None and not self.debounce.isActive()
+
+    def set_model(self, model: Any) -> None:
+        """Use ``model`` from the next request on; results still running for the old one are stale."""
+        self.model = model
+
+    def set_text(self, text: str) -> None:
+        """A prompt edit: traced once the edits pause for ``debounce_ms``."""
+        self.text = text
+        self.debounce.start()
+
+    def request(self, text: str | None = None) -> int:
+        """Trace ``text`` (default: the last text given) now; returns the request id (0: no model)."""
+        self.debounce.stop()
+        if text is not None:
+            self.text = text
+        if self.model is None:
+            return 0
+        self._latest += 1
+        request = TraceRequest(self._latest, self.model, self.text, tuple(self._key_sources()), self.spec)
+        if self._running is None:
+            self._start(request)
+        else:
+            self._pending = request
+        return request.id
+
+    def _start(self, request: TraceRequest) -> None:
+        was_busy = self.busy
+        self._running = request
+        worker = create_worker(run_trace, request, _start_thread=False, _ignore_errors=True)
+        worker.returned.connect(self._on_returned)
+        worker.errored.connect(self._on_errored)
+        worker.finished.connect(self._on_finished)
+        self._worker = worker
+        if not was_busy:
+            self.busy_changed.emit(True)
+        worker.start()
+
+    def _on_returned(self, result: TraceResult) -> None:
+        if result.request.id == self._latest:
+            self.trace_ready.emit(result)
+        else:
+            self.dropped.emit(result.request.id)
+
+    def _on_errored(self, exc: BaseException) -> None:
+        if self._running is not None and self._running.id == self._latest:
+            if not isinstance(exc, ExplorerError):
+                log.error("trace failed", exc_info=exc)
+            self.failed.emit(error_message(exc))
+        elif self._running is not None:
+            self.dropped.emit(self._running.id)
+
+    def _on_finished(self) -> None:
+        self._running, self._worker = None, None
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._start(pending)
+        else:
+            self.busy_changed.emit(False)

@@ -1,0 +1,97 @@
+"""GUI fixtures: small random models saved as native checkpoints (GPT-2's tokenizer), a
+temporary QSettings, and a main window that has loaded one of them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PySide6.QtCore import QSettings, QThreadPool
+
+import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6 before any test imports it)
+from explorer.core.checkpoint import load_checkpoint, save_native
+from explorer.core.config import ModelConfig
+from explorer.core.model import Transformer
+from explorer.core.tokenizer import gpt2_tokenizer
+
+
+def _save_random(path, name: str, n_layers: int, n_heads: int, seed: int):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=50257, n_ctx=64, d_model=32, n_layers=n_layers, n_heads=n_heads,
+                      d_head=32 // n_heads, d_ff=64)
+    save_native(Transformer(cfg).eval(), gpt2_tokenizer(), path, name=name)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A 2-layer, 2-head random model with GPT-2's vocabulary and a 64-token context."""
+    return _save_random(tmp_path_factory.mktemp("ckpt") / "tiny-a", "tiny-a", 2, 2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_checkpoint(tmp_path_factory):
+    """A second, differently shaped model (3 layers, 4 heads)."""
+    return _save_random(tmp_path_factory.mktemp("ckpt") / "tiny-b", "tiny-b", 3, 4, seed=1)
+
+
+@pytest.fixture
+def bad_checkpoint(tmp_path):
+    path = tmp_path / "broken"
+    path.mkdir()
+    (path / "config.json").write_text("{ this is not json ]")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_checkpoint):
+    return load_checkpoint(tiny_checkpoint, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def worked_loaded():
+    return load_checkpoint("worked-example", device="cpu")
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """A QSettings in a temporary INI file, so tests never touch the user's settings."""
+    store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    yield store
+    store.sync()
+
+
+@pytest.fixture(autouse=True)
+def _no_dangling_workers():
+    """Workers left running when a test ends make later tests flaky: wait for them."""
+    yield
+    assert QThreadPool.globalInstance().waitForDone(60_000), "a background worker is still running"
+
+
+@pytest.fixture
+def make_window(qtbot, settings):
+    """Build main windows on the temporary settings (closed at the end of the test)."""
+    from explorer.ui.main_window import MainWindow
+
+    windows = []
+
+    def make(**kwargs):
+        window = MainWindow(settings=kwargs.pop("settings", settings), device="cpu", **kwargs)
+        qtbot.addWidget(window)
+        window.resize(1200, 800)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+
+
+@pytest.fixture
+def window(qtbot, make_window, tiny_checkpoint):
+    """A shown main window with ``tiny_checkpoint`` loaded and its first trace applied."""
+    window = make_window()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.open_checkpoint(str(tiny_checkpoint))
+    return window
+
