@@ -36,7 +36,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -184,6 +184,7 @@ class Trace:
         self._arrays = dict(arrays)
         self._model = model
         self._derived: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._memo: dict[Any, Any] = {}
         self._lock = threading.RLock()
 
     # --- reading -----------------------------------------------------------------------------
@@ -232,6 +233,17 @@ class Trace:
         """Compute derived keys now (call it in a worker thread so that the GUI later only reads)."""
         for key in keys:
             self[key]
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """A value computed once from this trace and kept with it (e.g. a panel's downsampled view).
+
+        A UI worker calls it first, so that the GUI thread later gets the value without waiting;
+        the value must be derived from the trace alone, since the trace never changes.
+        """
+        with self._lock:
+            if key not in self._memo:
+                self._memo[key] = compute()
+            return self._memo[key]
 
     def head(self, layer: int, head: int, kind: str = "pattern") -> np.ndarray:
         """One head's ``scores`` or ``pattern`` [n, n], computed from q and k if not stored."""

@@ -76,7 +76,7 @@ class MainWindow(QMainWindow):
         self._last_panel: Panel | None = None
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
         self.loader = ModelLoader(self)
-        self.controller = TraceController(self._key_sources, debounce_ms, self)
+        self.controller = TraceController(self._preparers, debounce_ms, self)
         self.prompt = PromptEditor(self)
         self.setCentralWidget(self.prompt)
         self.docks = self._build_docks()
@@ -286,8 +286,8 @@ class MainWindow(QMainWindow):
     def _shows(self, dock: PanelDock) -> bool:
         return not dock.isHidden() and (not self.isVisible() or dock.isVisible())
 
-    def _key_sources(self) -> list:
-        return [dock.panel.needed_keys for dock in self.docks if self._shows(dock)]
+    def _preparers(self) -> list:
+        return [dock.panel.prepare for dock in self.docks if self._shows(dock)]
 
     def _on_trace_ready(self, result: TraceResult) -> None:
         trace = result.trace
@@ -326,7 +326,7 @@ class MainWindow(QMainWindow):
             if trace is self.trace:
                 self._show_panel(dock.panel, trace)
 
-        run_in_background(lambda: trace.materialize(dock.panel.needed_keys(trace)), on_done=apply)
+        run_in_background(lambda: dock.panel.prepare(trace), on_done=apply)
 
     # --- exports -----------------------------------------------------------------------------
     def export_trace(self) -> None:

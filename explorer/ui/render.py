@@ -96,7 +96,7 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
                 panel.set_tokenizer(loaded.tokenizer)
             if loaded is not None and hasattr(panel, "set_vocabulary_display"):
                 panel.set_vocabulary_display(loaded.tokenizer.display)
-            trace.materialize(panel.needed_keys(trace))
+            panel.prepare(trace)
             panel.resize(1100, 900)
             panel.show()
             panel.set_trace(trace)

@@ -25,7 +25,7 @@ from explorer.core.trace import CaptureSpec, Trace
 
 log = logging.getLogger(__name__)
 
-KeySource = Callable[[Trace], Sequence[str]]
+Preparer = Callable[[Trace], None]  # a panel's prepare(): runs on the worker thread
 
 
 def error_message(exc: BaseException) -> str:
@@ -161,7 +161,7 @@ class TraceRequest:
     id: int
     model: Any  # LoadedModel: only the worker calls into it
     text: str
-    key_sources: tuple[KeySource, ...] = ()
+    preparers: tuple[Preparer, ...] = ()
     spec: CaptureSpec | None = None
     requested_at: float = field(default_factory=time.perf_counter)
 
@@ -174,14 +174,12 @@ class TraceResult:
 
 
 def run_trace(request: TraceRequest) -> TraceResult:
-    """Encode, run the forward pass, then compute every derived key the visible panels read."""
+    """Encode, run the forward pass, then let every visible panel prepare what it will draw."""
     t0 = time.perf_counter()
     ids, truncated_from = request.model.encode(request.text)
     trace = request.model.trace_ids(ids, request.spec, truncated_from)
-    keys: dict[str, None] = {}
-    for source in request.key_sources:
-        keys.update(dict.fromkeys(source(trace)))
-    trace.materialize(keys)
+    for prepare in request.preparers:
+        prepare(trace)
     return TraceResult(request, trace, time.perf_counter() - t0)
 
 
@@ -209,10 +207,10 @@ class TraceController(QObject):
     dropped = Signal(int)
     busy_changed = Signal(bool)
 
-    def __init__(self, key_sources: Callable[[], Sequence[KeySource]] = tuple, debounce_ms: int = 150,
+    def __init__(self, preparers: Callable[[], Sequence[Preparer]] = tuple, debounce_ms: int = 150,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._key_sources = key_sources
+        self._preparers = preparers
         self.spec: CaptureSpec | None = None
         self.model: Any = None
         self.text = ""
@@ -253,7 +251,7 @@ class TraceController(QObject):
         if self.model is None:
             return 0
         self._latest += 1
-        request = TraceRequest(self._latest, self.model, self.text, tuple(self._key_sources()), self.spec)
+        request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec)
         if self._running is None:
             self._start(request)
         else:

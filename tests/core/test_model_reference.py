@@ -122,3 +122,11 @@ def test_cuda_matches_cpu(tiny_gpt2_dir):
     a, b = cpu.trace_ids(ids), gpu.trace_ids(ids)
     np.testing.assert_allclose(a["logits"], b["logits"], atol=1e-3)
     np.testing.assert_allclose(a.head(2, 1), b.head(2, 1), atol=1e-4)
+
+
+def test_memo_computes_once_per_trace(traced):
+    _, trace, _ = traced
+    calls = []
+    first = trace.memo(("test", 1), lambda: calls.append(1) or np.arange(3))
+    again = trace.memo(("test", 1), lambda: calls.append(1) or np.arange(5))
+    assert first is again and calls == [1]

@@ -229,6 +229,22 @@ class AttentionPanel(Panel):
             return []
         return [f"blocks.{layer}.attn.pattern" for layer in range(trace.config.n_layers)]
 
+    def prepare(self, trace: Trace) -> None:
+        """On the worker thread: the patterns (when they fit), the mosaic and, if shown, the statistic."""
+        super().prepare(trace)
+        self._mosaic(trace)
+        if self.stats_toggle.isChecked():
+            self._statistic(trace, self.statistic)
+
+    def _mosaic(self, trace: Trace) -> tuple[np.ndarray, MosaicGeometry]:
+        cfg = trace.config
+        return trace.memo(("attention.mosaic", MAX_TILE), lambda: tile_heads(
+            self._head_source(trace), max_tile=MAX_TILE, n_layers=cfg.n_layers, n_heads=cfg.n_heads))
+
+    @staticmethod
+    def _statistic(trace: Trace, name: str) -> np.ndarray:
+        return trace.memo(("attention.statistic", name), lambda: analysis.head_statistics(trace, name))
+
     def show_trace(self, trace: Trace) -> None:
         self._statistics = {}
         self._head_cache = {}
@@ -284,7 +300,7 @@ class AttentionPanel(Panel):
         """The [L, H] values of a head statistic for the current trace (computed once per trace)."""
         name = name or self.statistic
         if name not in self._statistics:
-            self._statistics[name] = analysis.head_statistics(self.trace, name)
+            self._statistics[name] = self._statistic(self.trace, name)
         return self._statistics[name]
 
     def query_row(self) -> int:
@@ -313,8 +329,7 @@ class AttentionPanel(Panel):
 
     def _draw_overview(self) -> None:
         trace, cfg = self.trace, self.trace.config
-        self.mosaic, self.geometry = tile_heads(self._head_source(trace), max_tile=MAX_TILE,
-                                                n_layers=cfg.n_layers, n_heads=cfg.n_heads)
+        self.mosaic, self.geometry = self._mosaic(trace)
         geo = self.geometry
         levels = (0.0, finite_levels(self.mosaic)[1])
         self.overview_image.setImage(self.mosaic, levels=levels, autoLevels=False)

@@ -69,6 +69,15 @@ class Panel(QWidget):
         values), touch no widget."""
         return []
 
+    def prepare(self, trace: Trace) -> None:
+        """Work done on the worker thread before ``show_trace``: by default, compute ``needed_keys``.
+
+        Panels with heavier views (a downsampled mosaic, a logit lens) override it and keep the
+        results with ``trace.memo(key, compute)``; ``show_trace`` then asks ``trace.memo`` with the
+        same key and gets them at once. Same rule as ``needed_keys``: no widgets here.
+        """
+        trace.materialize(self.needed_keys(trace))
+
     def tokenizer_changed(self) -> None:
         """A new model (and so ``self.tokenizer``) was loaded; the next trace follows."""
 
