@@ -9,6 +9,8 @@ _REGISTRY = [
     ("explorer.ui.panels.tokenization", "TokenizationPanel"),
     ("explorer.ui.panels.embeddings", "EmbeddingsPanel"),
     ("explorer.ui.panels.attention", "AttentionPanel"),
+    ("explorer.ui.panels.neurons", "NeuronsPanel"),
+    ("explorer.ui.panels.residual", "ResidualPanel"),
 ]
 
 
