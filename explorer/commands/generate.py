@@ -1,0 +1,89 @@
+"""``transformer-explorer generate``: continue a prompt, streaming the continuation to stdout.
+
+With ``--show-steps`` each step prints the chosen token, its probability and rank under the
+controls, and the top 5 candidates before and after the controls; the continuation follows at the
+end. The stop reason goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from explorer.commands import add_model_arguments, load_model
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--prompt", "-p", required=True, help="the text to continue")
+    parser.add_argument("--max-new-tokens", "-n", type=int, default=64, help="at most this many new tokens (64)")
+    parser.add_argument("--temperature", "-t", type=float, default=1.0, help="0 is greedy (default 1)")
+    parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: off)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold in (0, 1] (1: off)")
+    parser.add_argument("--min-p", type=float, default=0.0, help="probability floor relative to the top token (0: off)")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats (1: off)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (same seed, same continuation)")
+    parser.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                        help="stop when the continuation contains TEXT (repeatable)")
+    parser.add_argument("--ignore-eos", action="store_true", help="do not stop at the end-of-text token")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="run the whole sequence every step instead of using the KV cache")
+    parser.add_argument("--show-steps", action="store_true",
+                        help="print each step: chosen token, probability, rank, top 5 before/after the controls")
+
+
+def sampling_params(args: argparse.Namespace):
+    from explorer.core.errors import ExplorerError
+    from explorer.core.sampling import SamplingParams
+
+    try:
+        return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                              repetition_penalty=args.repetition_penalty, seed=args.seed,
+                              max_new_tokens=args.max_new_tokens, stop_at_eos=not args.ignore_eos,
+                              stop_strings=tuple(args.stop))
+    except ValueError as exc:
+        raise ExplorerError(str(exc)) from None
+
+
+def _candidates(dist, tokenizer) -> str:
+    return "  ".join(f"{tokenizer.display(int(i))!r} {p:.4f}" for i, p in zip(dist.ids[:5], dist.probs[:5]))
+
+
+def format_step(step, tokenizer) -> str:
+    before, after = step.distributions(5)
+    raw_rank = "removed" if before.chosen_rank is None else f"rank {before.chosen_rank}"
+    return (f"[{step.index}] {step.text!r}  p={step.prob:.4f} rank {step.rank}"
+            f"  (model alone: p={before.chosen_prob:.4f} {raw_rank})\n"
+            f"    before: {_candidates(before, tokenizer)}\n"
+            f"    after:  {_candidates(after, tokenizer)}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from explorer.core.generate import IncrementalText, generate
+
+    params = sampling_params(args)  # bad controls fail before the model loads
+    loaded = load_model(args)
+    tokenizer = loaded.tokenizer
+    prompt_ids = tokenizer.encode(args.prompt) if args.prompt else []
+    stream = IncrementalText(tokenizer, prompt_ids)
+    out = sys.stdout
+    eos = tokenizer.eos_id if params.stop_at_eos else None
+
+    def on_step(step) -> None:
+        if args.show_steps:
+            print(format_step(step, tokenizer), file=out, flush=True)
+        elif step.token_id != eos:
+            out.write(stream.push(step.token_id))
+            out.flush()
+
+    result = generate(loaded, prompt_ids if prompt_ids else args.prompt, params,
+                      use_cache=not args.no_cache, on_step=on_step)
+    if args.show_steps:
+        out.write("\n" + result.text)
+    else:
+        out.write(stream.flush())
+    out.write("\n")
+    out.flush()
+    print(f"stopped: {result.stop_reason} ({result.stop_description}); {result.n_new} tokens in "
+          f"{result.elapsed:.2f} s, {result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    return 0
