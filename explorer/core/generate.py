@@ -365,7 +365,7 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
         fresh = ids if cache is None or cache.length == 0 else ids[cache.length:]
         with torch.inference_mode():
             tokens = torch.tensor([fresh], dtype=torch.long, device=device)
-            last = model(tokens, cache=cache)[0, -1]
+            last = model(tokens, cache=cache, last_only=True)[0, -1]
             if vocab_limit is not None:
                 last[vocab_limit:] = float("-inf")
             logits = last.float().cpu().numpy()

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from explorer.core.config import ModelConfig
+from explorer.core.errors import PromptError
 
 Rec = Callable[[str, "int | None", Tensor], None]
 
@@ -182,11 +183,17 @@ class Transformer(nn.Module):
             self.unembed.weight = self.embed.weight
 
     # ------------------------------------------------------------------------------------------
-    def forward(self, token_ids: Tensor, rec: Rec = _no_capture, cache: KVCache | None = None) -> Tensor:
-        """token_ids [B, n] -> logits [B, n, V] for every position."""
+    def forward(self, token_ids: Tensor, rec: Rec = _no_capture, cache: KVCache | None = None,
+                last_only: bool = False) -> Tensor:
+        """token_ids [B, n] -> logits [B, n, V] for every position ([B, 1, V] with ``last_only``,
+        which is all generation needs: un-embedding every prompt position costs n x V)."""
         cfg = self.cfg
         n = token_ids.shape[-1]
         start = cache.length if cache is not None else 0
+        if start + n > cfg.n_ctx:
+            raise PromptError(f"{start + n} tokens do not fit this model's context of {cfg.n_ctx}")
+        if cache is not None and not cfg.causal:
+            raise ValueError("a KV cache needs causal attention: an encoder's earlier keys change with new tokens")
         positions = torch.arange(start, start + n, device=token_ids.device)
 
         x = self.embed(token_ids)                                          # [B, n, d]
@@ -205,6 +212,8 @@ class Transformer(nn.Module):
             x = self.block_forward(layer, x, mask, rotary, rec, cache)
 
         rec("resid_final", None, x)
+        if last_only:
+            x = x[:, -1:]
         if self.ln_final is not None:
             x = self.ln_final(x, rec, "ln_final")
         logits = self.unembed(x)                                           # [B, n, V]

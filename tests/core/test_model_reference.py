@@ -130,3 +130,17 @@ def test_memo_computes_once_per_trace(traced):
     first = trace.memo(("test", 1), lambda: calls.append(1) or np.arange(3))
     again = trace.memo(("test", 1), lambda: calls.append(1) or np.arange(5))
     assert first is again and calls == [1]
+
+
+def test_last_only_logits_and_context_guard(tiny_gpt2):
+    from explorer.core.errors import PromptError
+
+    loaded, _ = tiny_gpt2
+    ids = torch.tensor([loaded.tokenizer.encode(PROMPT)])
+    with torch.inference_mode():
+        full = loaded.model(ids)
+        last = loaded.model(ids, last_only=True)
+        assert last.shape == (1, 1, full.shape[-1])
+        np.testing.assert_allclose(last[0, 0].numpy(), full[0, -1].numpy(), atol=1e-5)
+        with pytest.raises(PromptError, match="context of 128"):
+            loaded.model(torch.zeros(1, 129, dtype=torch.long))
