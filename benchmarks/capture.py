@@ -32,19 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-
-def gpt2_pair():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from explorer.core.checkpoint import assign_weights, convert_gpt2, gpt2_config
-    from explorer.core.model import Transformer
-
-    torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config()).eval()
-    cfg = gpt2_config(hf.config.to_dict())
-    ours = Transformer(cfg)
-    assign_weights(ours, convert_gpt2(hf.state_dict(), cfg), "benchmark")
-    return hf, ours.eval()
+from _models import gpt2_small_pair  # noqa: E402
 
 
 def llama_pair():
@@ -117,7 +105,7 @@ def peak_memory_child(kind: str, model: str, n: int) -> None:
     from explorer.core.trace import CaptureSpec, capture
 
     torch.set_num_threads(2)
-    hf, ours = gpt2_pair() if model == "gpt2" else llama_pair()
+    hf, ours = gpt2_small_pair() if model == "gpt2" else llama_pair()
     ids = torch.randint(0, ours.cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with torch.inference_mode():
@@ -157,7 +145,7 @@ def main() -> None:
         peak_memory_child(args.child[0], args.child[1], int(args.child[2]))
         return
     torch.set_num_threads(args.threads)
-    models = [("GPT-2 small", gpt2_pair, "gpt2")]
+    models = [("GPT-2 small", gpt2_small_pair, "gpt2")]
     try:
         import explorer.core.hf_loaders  # noqa: F401
         has_llama = True

@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from explorer.core.checkpoint import LoadedModel, assign_weights, convert_gpt2, gpt2_config  # noqa: E402
+from _models import gpt2_small_pair  # noqa: E402
+from explorer.core.checkpoint import LoadedModel  # noqa: E402
 from explorer.core.generate import generate  # noqa: E402
-from explorer.core.model import Transformer  # noqa: E402
 from explorer.core.paths import models_dir  # noqa: E402
 from explorer.core.sampling import SamplingParams  # noqa: E402
 from explorer.core.tokenizer import gpt2_tokenizer  # noqa: E402
@@ -55,17 +55,6 @@ def best_of(fn, runs: int) -> float:
     return min(times)
 
 
-def gpt2_small():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config()).eval()
-    cfg = gpt2_config(hf.config.to_dict())
-    ours = Transformer(cfg)
-    assign_weights(ours, convert_gpt2(dict(hf.state_dict()), cfg), "GPT2LMHeadModel(GPT2Config())")
-    return LoadedModel(ours.eval(), gpt2_tokenizer(), "gpt2-small-random", "benchmark", "gpt2"), hf
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -77,7 +66,8 @@ def main() -> int:
     n_new = args.new_tokens
     params = SamplingParams(temperature=0.0, max_new_tokens=n_new, stop_at_eos=False)
 
-    loaded, hf = gpt2_small()
+    hf, ours = gpt2_small_pair()
+    loaded = LoadedModel(ours, gpt2_tokenizer(), "gpt2-small-shaped (random)", "benchmark", "gpt2")
     prompt = loaded.tokenizer.encode(PROMPT * 4)[: args.prompt_tokens]
     print(f"GPT-2 small shape, random weights ({loaded.n_params / 1e6:.0f}M parameters), CPU, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}; "

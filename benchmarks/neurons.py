@@ -30,25 +30,10 @@ import torch  # noqa: E402
 torch.set_num_threads(2)
 
 import explorer.ui  # noqa: E402,F401
+from _models import gpt2_small_loaded  # noqa: E402
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-
-def gpt2_small_random():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from explorer.core.checkpoint import LoadedModel, assign_weights, convert_gpt2, gpt2_config
-    from explorer.core.model import Transformer
-    from explorer.core.tokenizer import gpt2_tokenizer
-
-    torch.manual_seed(0)
-    hf_config = GPT2Config()
-    reference = GPT2LMHeadModel(hf_config)
-    cfg = gpt2_config(hf_config.to_dict())
-    model = Transformer(cfg)
-    assign_weights(model, convert_gpt2(reference.state_dict(), cfg), "GPT2Config()")
-    del reference
-    return LoadedModel(model.eval(), gpt2_tokenizer(), "gpt2-small-shaped (random)", "benchmark", "gpt2")
 
 
 def timed_ms(fn, runs: int) -> float:
@@ -69,7 +54,7 @@ def main() -> int:
     from explorer.ui.panels.neurons import NeuronsPanel
     from explorer.ui.selection import Selection
 
-    loaded = gpt2_small_random()
+    loaded = gpt2_small_loaded()
     cfg = loaded.config
     print(f"{loaded.name}: {cfg.describe()}")
     print(f"offscreen, torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}; "

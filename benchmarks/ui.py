@@ -33,6 +33,7 @@ import torch  # noqa: E402
 torch.set_num_threads(2)
 
 import explorer.ui  # noqa: E402,F401
+from _models import default_or_stand_in, gpt2_small_loaded  # noqa: E402
 
 from PySide6.QtCore import QEventLoop, QSettings, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
@@ -40,41 +41,6 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 TARGETS_MS = {"edit": 150.0, "head": 16.0}
 
 
-def default_model():
-    """``load_checkpoint()``'s default, or a random stand-in of the shakespeare recipe's shape."""
-    from explorer.core.checkpoint import LoadedModel, default_model_name, load_checkpoint
-
-    name = default_model_name()
-    if name != "worked-example":
-        return load_checkpoint(device="cpu"), f"{name} (bundled)"
-    from explorer.core.model import Transformer
-    from explorer.core.tokenizer import VocabTokenizer
-    from explorer.core.train import RECIPES
-
-    cfg = RECIPES["shakespeare"].config
-    torch.manual_seed(0)
-    words = [f"w{i}" for i in range(cfg.vocab_size)]
-    loaded = LoadedModel(Transformer(cfg).eval(), VocabTokenizer(words, "words", "stand-in words"),
-                         "shakespeare-shaped (random)", "benchmark", cfg.arch)
-    return loaded, "random stand-in with the shakespeare recipe's shape (models/shakespeare not trained yet)"
-
-
-def gpt2_small_random():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from explorer.core.checkpoint import LoadedModel, assign_weights, convert_gpt2, gpt2_config
-    from explorer.core.model import Transformer
-    from explorer.core.tokenizer import gpt2_tokenizer
-
-    torch.manual_seed(0)
-    hf_config = GPT2Config()
-    reference = GPT2LMHeadModel(hf_config)
-    cfg = gpt2_config(hf_config.to_dict())
-    model = Transformer(cfg)
-    assign_weights(model, convert_gpt2(reference.state_dict(), cfg), "GPT2Config()")
-    del reference
-    return LoadedModel(model.eval(), gpt2_tokenizer(), "gpt2-small-shaped (random)", "benchmark", "gpt2"), \
-        "GPT-2 small shape, random weights"
 
 
 def prompt_of(loaded, n_tokens: int, variant: int) -> str:
@@ -177,14 +143,14 @@ def main() -> int:
         window.resize(1600, 1000)
         window.show()
         app.processEvents()
-        loaded, what = default_model()
+        loaded, what = default_or_stand_in()
         print(f"default model: {what}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
               f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}")
         result = bench(window, loaded, "default model", 64, args.runs)
         for key, target in TARGETS_MS.items():
             verdict = "ok" if result[key] <= target else "OVER TARGET"
             print(f"  target {key}: {result[key]:.1f} ms <= {target:.0f} ms: {verdict}")
-        loaded, what = gpt2_small_random()
+        loaded, what = gpt2_small_loaded(), "GPT-2 small shape, random weights"
         bench(window, loaded, what, 256, args.runs)
         window.close()
     return 0

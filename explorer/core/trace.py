@@ -315,8 +315,6 @@ class Trace:
             self._remember(key, self._final_logits())
 
     def _model_input(self, array: np.ndarray) -> torch.Tensor:
-        import torch
-
         param = next(self._model.parameters())
         return as_tensor(array).to(device=param.device, dtype=param.dtype)[None]
 

@@ -1,0 +1,53 @@
+"""Models the benchmarks share, built in memory (random weights, no files, no downloads)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+
+def gpt2_small_pair():
+    """(transformers' GPT2LMHeadModel(GPT2Config()), our Transformer) on the same random weights: 124M parameters."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from explorer.core.checkpoint import assign_weights, convert_gpt2, gpt2_config
+    from explorer.core.model import Transformer
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config()).eval()
+    cfg = gpt2_config(hf.config.to_dict())
+    ours = Transformer(cfg)
+    assign_weights(ours, convert_gpt2(dict(hf.state_dict()), cfg), "GPT2LMHeadModel(GPT2Config())")
+    return hf, ours.eval()
+
+
+def gpt2_small_loaded():
+    """Our GPT-2-small-shaped random model as a LoadedModel with GPT-2's tokenizer."""
+    from explorer.core.checkpoint import LoadedModel
+    from explorer.core.tokenizer import gpt2_tokenizer
+
+    _, ours = gpt2_small_pair()
+    return LoadedModel(ours, gpt2_tokenizer(), "gpt2-small-shaped (random)", "benchmark", "gpt2")
+
+
+def default_or_stand_in():
+    """The bundled default model, or (before it is trained) a random model of its recipe's shape."""
+    from explorer.core.checkpoint import LoadedModel, default_model_name, load_checkpoint
+
+    name = default_model_name()
+    if name != "worked-example":
+        return load_checkpoint(device="cpu"), f"{name} (bundled)"
+    from explorer.core.model import Transformer
+    from explorer.core.tokenizer import VocabTokenizer
+    from explorer.core.train import RECIPES
+
+    cfg = RECIPES["shakespeare"].config
+    torch.manual_seed(0)
+    words = [f"w{i}" for i in range(cfg.vocab_size)]
+    loaded = LoadedModel(Transformer(cfg).eval(), VocabTokenizer(words, "words", "stand-in words"),
+                         "shakespeare-shaped (random)", "benchmark", cfg.arch)
+    return loaded, "random stand-in with the shakespeare recipe's shape (models/shakespeare not trained yet)"
