@@ -17,7 +17,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGu
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMessageBox, QToolBar, QWidget
 
 from explorer.core.paths import resources_dir
-from explorer.ui import window_exports
+from explorer.ui import generation, window_exports
 from explorer.ui.docks import PanelDock, load_panel_classes, place_docks, size_docks
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
@@ -80,6 +80,7 @@ class MainWindow(QMainWindow):
         self.prompt = PromptEditor(self)
         self.setCentralWidget(self.prompt)
         self.docks = self._build_docks()
+        self.generation_dock = generation.add_generation_dock(self)  # sets self.generation (the pane)
         self.device_controls = DeviceControls(device, dtype, self)
         self.layer_head = LayerHeadControls(self.selection, self)
         self.status = StatusBar(self)
@@ -159,6 +160,7 @@ class MainWindow(QMainWindow):
         view = bar.addMenu("&View")
         for dock in self.docks:
             view.addAction(dock.toggleViewAction())
+        view.addAction(self.generation_dock.toggleViewAction())
         view.addAction(self.toolbar.toggleViewAction())
         self._action(view, "&Reset layout", self.reset_layout)
         view.addSeparator()
@@ -327,6 +329,11 @@ class MainWindow(QMainWindow):
                 self._show_panel(dock.panel, trace)
 
         run_in_background(lambda: dock.panel.prepare(trace), on_done=apply)
+
+    # --- generation pane (explorer.ui.generation) ---------------------------------------------
+    def show_generated(self, text: str, ids: list[int]) -> None:
+        """Make a prompt and its generated tokens the current trace, tokenized exactly as ``ids``."""
+        generation.show_generated(self, text, ids)
 
     # --- exports -----------------------------------------------------------------------------
     def export_trace(self) -> None:

@@ -164,6 +164,7 @@ class TraceRequest:
     preparers: tuple[Preparer, ...] = ()
     spec: CaptureSpec | None = None
     requested_at: float = field(default_factory=time.perf_counter)
+    ids: tuple[int, ...] | None = None  # exact token ids for ``text`` (generated text), else encode it
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,10 @@ class TraceResult:
 def run_trace(request: TraceRequest) -> TraceResult:
     """Encode, run the forward pass, then let every visible panel prepare what it will draw."""
     t0 = time.perf_counter()
-    ids, truncated_from = request.model.encode(request.text)
+    if request.ids is not None:
+        ids, truncated_from = list(request.ids), None
+    else:
+        ids, truncated_from = request.model.encode(request.text)
     trace = request.model.trace_ids(ids, request.spec, truncated_from)
     for prepare in request.preparers:
         prepare(trace)
@@ -214,6 +218,7 @@ class TraceController(QObject):
         self.spec: CaptureSpec | None = None
         self.model: Any = None
         self.text = ""
+        self._pinned: tuple[str, tuple[int, ...]] | None = None
         self._latest = 0
         self._running: TraceRequest | None = None
         self._pending: TraceRequest | None = None
@@ -237,6 +242,12 @@ class TraceController(QObject):
     def set_model(self, model: Any) -> None:
         """Use ``model`` from the next request on; results still running for the old one are stale."""
         self.model = model
+        self._pinned = None
+
+    def pin_ids(self, text: str, ids: list[int]) -> None:
+        """Trace ``text`` as exactly ``ids`` whenever it is requested (generated text: encoding the
+        decoded text again may cut it into other tokens)."""
+        self._pinned = (text, tuple(int(i) for i in ids))
 
     def set_text(self, text: str) -> None:
         """A prompt edit: traced once the edits pause for ``debounce_ms``."""
@@ -251,7 +262,8 @@ class TraceController(QObject):
         if self.model is None:
             return 0
         self._latest += 1
-        request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec)
+        ids = self._pinned[1] if self._pinned is not None and self._pinned[0] == self.text else None
+        request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec, ids=ids)
         if self._running is None:
             self._start(request)
         else:
