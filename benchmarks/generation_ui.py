@@ -35,6 +35,7 @@ import torch  # noqa: E402
 torch.set_num_threads(2)
 
 import explorer.ui  # noqa: E402,F401  (binds pyqtgraph to PySide6)
+from _models import default_or_stand_in, gpt2_small_loaded  # noqa: E402
 
 from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
@@ -42,42 +43,6 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 TARGET_RATIO = 0.90
 TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was the age "
         "of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season")
-
-
-def default_model():
-    """``load_checkpoint()``'s default, or a random stand-in of the shakespeare recipe's shape."""
-    from explorer.core.checkpoint import LoadedModel, default_model_name, load_checkpoint
-
-    name = default_model_name()
-    if name != "worked-example":
-        return load_checkpoint(device="cpu"), f"{name} (bundled)"
-    from explorer.core.model import Transformer
-    from explorer.core.tokenizer import VocabTokenizer
-    from explorer.core.train import RECIPES
-
-    cfg = RECIPES["shakespeare"].config
-    torch.manual_seed(0)
-    words = [f"w{i}" for i in range(cfg.vocab_size)]
-    loaded = LoadedModel(Transformer(cfg).eval(), VocabTokenizer(words, "words", "stand-in words"),
-                         "shakespeare-shaped (random)", "benchmark", cfg.arch)
-    return loaded, "random stand-in with the shakespeare recipe's shape (models/shakespeare not trained yet)"
-
-
-def gpt2_small_random():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from explorer.core.checkpoint import LoadedModel, assign_weights, convert_gpt2, gpt2_config
-    from explorer.core.model import Transformer
-    from explorer.core.tokenizer import gpt2_tokenizer
-
-    torch.manual_seed(0)
-    reference = GPT2LMHeadModel(GPT2Config())
-    cfg = gpt2_config(reference.config.to_dict())
-    model = Transformer(cfg)
-    assign_weights(model, convert_gpt2(reference.state_dict(), cfg), "GPT2Config()")
-    del reference
-    return LoadedModel(model.eval(), gpt2_tokenizer(), "gpt2-small-shaped (random)", "benchmark", "gpt2"), \
-        "GPT-2 small shape, random weights"
 
 
 def prompt_ids(loaded, n: int) -> list[int]:
@@ -182,12 +147,12 @@ def main() -> int:
     parser.add_argument("--gpt2", action="store_true", help="also a GPT-2-small-shaped random model")
     args = parser.parse_args()
     app = QApplication.instance() or QApplication([])
-    loaded, what = default_model()
+    loaded, what = default_or_stand_in()
     print(f"default model: {what}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, load average {os.getloadavg()[0]:.1f}")
     bench(loaded, "default model", args.new_tokens, args.prompt_tokens, args.runs)
     if args.gpt2:
-        loaded, what = gpt2_small_random()
+        loaded, what = gpt2_small_loaded(), "GPT-2 small shape, random weights"
         bench(loaded, what, args.new_tokens, args.prompt_tokens, args.runs)
     app.processEvents()
     return 0
