@@ -117,3 +117,19 @@ def test_many_labels_are_thinned(qtbot):
     ticks = h.plot.getAxis("left")._tickLevels[0]
     assert 2 <= len(ticks) < 60
     assert h.cell_text(299, 0).startswith("299:tok \u2192 0:tok")
+
+
+def test_an_unchanged_mask_keeps_its_overlay(qtbot, monkeypatch):
+    from explorer.ui.widgets import heatmap as module
+
+    calls = []
+    real = module.mask_overlay
+    monkeypatch.setattr(module, "mask_overlay", lambda hidden: calls.append(1) or real(hidden))
+    widget = module.Heatmap()
+    qtbot.addWidget(widget)
+    mask = np.triu(np.ones((6, 6), dtype=bool), 1)
+    widget.set_data(np.random.default_rng(0).random((6, 6)), masked=mask)
+    widget.set_data(np.random.default_rng(1).random((6, 6)), masked=mask)  # another head, same mask
+    assert len(calls) == 1
+    widget.set_data(np.random.default_rng(2).random((6, 6)), masked=mask.T)
+    assert len(calls) == 2 and np.array_equal(widget.overlay_mask(), mask.T)

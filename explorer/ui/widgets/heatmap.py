@@ -98,6 +98,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._masked = np.zeros((0, 0), dtype=bool)
         self._hidden = np.zeros((0, 0), dtype=bool)
         self._overlay_scale = 1
+        self._overlay_of: np.ndarray | None = None  # the mask the overlay image was drawn for
         self._row_labels: list[str] | None = None
         self._col_labels: list[str] | None = None
         self.value_name = "weight"
@@ -138,6 +139,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
             self.image.clear()
             self._overlay.clear()
             self._overlay.setVisible(False)
+            self._overlay_of = None
             return
         lo, hi = (float(levels[0]), float(levels[1])) if levels is not None else \
             finite_levels(matrix, self.symmetric, masked)
@@ -146,16 +148,19 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.image.setImage(shown, levels=self.levels, autoLevels=False)
         self.colorbar.setLevels(self.levels)
 
-        if self._hidden.any():
+        if not self._hidden.any():
+            self._overlay.clear()
+            self._overlay_scale = 1
+            self._overlay.setVisible(False)
+            self._overlay_of = None
+        elif self._overlay_of is None or not np.array_equal(self._overlay_of, self._hidden):
+            # the same mask (a causal triangle while heads switch) keeps its overlay: it costs tens of ms
             rgba, s = mask_overlay(self._hidden)
             self._overlay.setImage(rgba, autoLevels=False, levels=(0, 255))
             self._overlay.setRect(0, 0, cols, rows)
             self._overlay_scale = s
             self._overlay.setVisible(True)
-        else:
-            self._overlay.clear()
-            self._overlay_scale = 1
-            self._overlay.setVisible(False)
+            self._overlay_of = self._hidden.copy()
 
         self.plot.setRange(xRange=(0, max(cols, 1)), yRange=(0, max(rows, 1)), padding=0)
         self._update_ticks()
