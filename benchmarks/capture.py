@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -47,7 +46,7 @@ def llama_pair():
     config = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                          num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=2048)
     hf = LlamaForCausalLM(config).eval()
-    cfg = hf_loaders.llama_config(config.to_dict())
+    cfg, _ = hf_loaders.llama_config(config.to_dict())
     ours = Transformer(cfg)
     assign_weights(ours, hf_loaders.convert_llama(hf.state_dict(), cfg), "benchmark")
     return hf, ours.eval()
@@ -100,30 +99,51 @@ def measure(name: str, pair, lengths: list[int], repeats: int) -> None:
         del compact
 
 
+def _rss_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def peak_memory_child(kind: str, model: str, n: int) -> None:
-    """Run in a fresh process: build the model, run one forward of ``kind``, print the peak RSS."""
+    """Run in a fresh process: build the models, keep the one measured, reset the peak, run one
+    forward of ``kind`` keeping its outputs alive, and print the resident memory before and the peak."""
+    import gc
+
     from explorer.core.trace import CaptureSpec, capture
 
     torch.set_num_threads(2)
     hf, ours = gpt2_small_pair() if model == "gpt2" else llama_pair()
-    ids = torch.randint(0, ours.cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if kind.startswith("hf"):
+        del ours
+        ours = None
+    else:
+        del hf
+        hf = None
+    gc.collect()
+    vocab = hf.config.vocab_size if hf is not None else ours.cfg.vocab_size
+    ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n))
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current size
+    base = _rss_mb("VmRSS")
     with torch.inference_mode():
         if kind == "hf_plain":
-            hf(ids)
+            kept = hf(ids)
         elif kind == "hf_outputs":
-            out = hf(ids, output_attentions=True, output_hidden_states=True)  # noqa: F841 (kept alive)
+            kept = hf(ids, output_attentions=True, output_hidden_states=True)
         elif kind == "ours_plain":
-            ours(ids)
+            kept = ours(ids)
         else:
-            trace, _ = capture(ours, ids[0].tolist(), ["t"] * n,
-                               CaptureSpec.full() if kind == "ours_full" else CaptureSpec.compact())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"base_mb": base / 1024, "peak_mb": peak / 1024}))
+            kept = capture(ours, ids[0].tolist(), ["t"] * n,
+                           CaptureSpec.full() if kind == "ours_full" else CaptureSpec.compact())
+    peak = _rss_mb("VmHWM")
+    del kept
+    print(json.dumps({"base_mb": base, "peak_mb": peak}))
 
 
 def memory_table(model: str, n: int) -> None:
-    print(f"\npeak memory of a fresh process, {model}, {n} tokens (max RSS; 'model' = after building the models):")
+    print(f"\npeak memory of a fresh process, {model}, {n} tokens (resident set; 'model' = with the one model "
+          f"measured, before the forward; outputs kept alive):")
     for kind in ("hf_plain", "hf_outputs", "ours_plain", "ours_full", "ours_compact"):
         out = subprocess.run([sys.executable, __file__, "--child", kind, model, str(n)],
                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]

@@ -252,10 +252,22 @@ class Trace:
         stored = self._arrays.get(f"blocks.{layer}.attn.{kind}")
         if stored is not None:
             return stored[head]
+        own = f"blocks.{layer}.attn.head{head}.{kind}"  # cache entries of single heads
+        with self._lock:
+            whole = self._derived.get(f"blocks.{layer}.attn.{kind}")
+            if whole is not None:
+                return whole[head]
+            if own in self._derived:
+                self._derived.move_to_end(own)
+                return self._derived[own]
         q = self[f"blocks.{layer}.attn.q"]
         k = self[f"blocks.{layer}.attn.k"]
         group = q.shape[0] // k.shape[0]
-        return self._scores_or_pattern(q[head:head + 1], k[head // group:head // group + 1], kind)[0]
+        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1])
+        with self._lock:  # one computation serves both views: a user flips between them
+            self._remember(f"blocks.{layer}.attn.head{head}.scores", scores[0])
+            self._remember(f"blocks.{layer}.attn.head{head}.pattern", pattern[0])
+            return self._derived[own]
 
     # --- deriving ----------------------------------------------------------------------------
     def _layers_with(self, key_suffix: str) -> list[int]:
@@ -285,7 +297,7 @@ class Trace:
             keys.append("logits")
         return keys
 
-    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str) -> np.ndarray:
+    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
         from explorer.core.model import attention_pattern, attention_scores
@@ -294,8 +306,11 @@ class Trace:
         mask = _cpu_causal_mask(n, k.shape[-2]) if self.config.causal else None
         with torch.inference_mode():
             scores = attention_scores(as_tensor(q), as_tensor(k), mask)
-            out = scores if kind == "scores" else attention_pattern(scores)
-        return _readonly(out.numpy())
+            pattern = attention_pattern(scores)
+        return _readonly(scores.numpy()), _readonly(pattern.numpy())
+
+    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str) -> np.ndarray:
+        return self._scores_and_pattern(q, k)[0 if kind == "scores" else 1]
 
     def _remember(self, key: str, value: np.ndarray) -> None:
         self._derived[key] = _readonly(value)
