@@ -404,10 +404,10 @@ RECIPES: dict[str, Recipe] = {
         description="A small GPT-2-style language model trained from scratch on Shakespeare's plays."),
     "induction": Recipe(
         name="induction",
-        config=ModelConfig(arch="attn-only", vocab_size=VOCAB_SIZE, n_ctx=128, d_model=128, n_layers=2, n_heads=4,
+        config=ModelConfig(arch="attn-only", vocab_size=VOCAB_SIZE, n_ctx=64, d_model=128, n_layers=2, n_heads=4,
                            d_head=32, d_ff=0, attn_only=True, norm="layernorm", norm_placement="pre",
                            positions="learned", tie_embeddings=True),
-        settings=TrainSettings(steps=1500, batch_size=16, lr=3e-3, min_lr=3e-4, warmup_steps=30,
+        settings=TrainSettings(steps=2000, batch_size=32, lr=3e-3, min_lr=3e-4, warmup_steps=30, weight_decay=0.0,
                                eval_every=50),
         description="A two-layer attention-only model trained on random tokens with repeated segments, "
                     "so that it learns in-context copying with an induction head.",
@@ -594,8 +594,8 @@ def write_model_card(out: Path, recipe: Recipe, settings: TrainSettings, summary
             "- `heldout_sample.txt`: a passage of the held-out text, for measuring the loss offline."]
     else:
         lines += [
-            "- Random token sequences of 129 tokens; each token drawn with probability proportional to the square "
-            "root of its frequency in the Shakespeare training split. Each sequence holds "
+            f"- Random token sequences of {cfg.n_ctx + 1} tokens; each token drawn with probability proportional "
+            "to the square root of its frequency in the Shakespeare training split. Each sequence holds "
             f"{_choices(INDUCTION_DATA['segments'])} distinct random segments of "
             f"{INDUCTION_DATA['segment'][0]}-{INDUCTION_DATA['segment'][1]} tokens, each placed "
             f"{_choices(INDUCTION_DATA['copies'])} times at random places; everything else is random.",
