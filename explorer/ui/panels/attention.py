@@ -134,6 +134,7 @@ class AttentionPanel(Panel):
         self.stats_toggle = QCheckBox("Statistics")
         self.stats_toggle.setToolTip("colour every head by one statistic of its pattern")
         self.stats_toggle.toggled.connect(self.show_statistics)
+        self._statistics_on = False  # mirrors the toggle for prepare(), which runs off the GUI thread
         row.addWidget(self.stats_toggle)
         self.stat_box = QComboBox()
         for name, label in analysis.STATISTIC_LABELS.items():
@@ -233,7 +234,7 @@ class AttentionPanel(Panel):
         """On the worker thread: the patterns (when they fit), the mosaic and, if shown, the statistic."""
         super().prepare(trace)
         self._mosaic(trace)
-        if self.stats_toggle.isChecked():
+        if self._statistics_on:
             self._statistic(trace, self.statistic)
 
     def _mosaic(self, trace: Trace) -> tuple[np.ndarray, MosaicGeometry]:
@@ -281,6 +282,7 @@ class AttentionPanel(Panel):
         if self.stats_toggle.isChecked() != on:
             self.stats_toggle.setChecked(on)  # re-enters through the toggled signal
             return
+        self._statistics_on = on
         self.stat_box.setEnabled(on)
         self.statistics.setVisible(on)
         self._draw_statistics()
