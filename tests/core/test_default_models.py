@@ -96,11 +96,11 @@ def test_induction_heads(induction) -> None:
         scores_prev.append(head_statistics(trace, "previous_token"))
         scores_ind.append(head_statistics(trace, "induction"))
     prev, ind = np.mean(scores_prev, axis=0), np.mean(scores_ind, axis=0)
-    # measured on this probe: induction head 1.0 scores 0.52 (the other layer-1 heads 0.49-0.50, every
-    # layer-0 head <= 0.01); previous-token head 0.3 scores 0.28, the best of all heads
-    assert ind[ind_layer, ind_head] > 0.4, ind
-    assert ind[ind_layer, ind_head] > ind[0].max() + 0.3, ind
-    assert prev[prev_layer, prev_head] > 0.2, prev
+    # measured on this probe: induction head 1.2 scores 0.98 (every layer-1 head 0.97-0.99, every layer-0
+    # head 0.00); previous-token head 0.1 scores 0.77 (head 0.2 0.58, every other head <= 0.07)
+    assert ind[ind_layer, ind_head] > 0.9, ind
+    assert ind[ind_layer, ind_head] > ind[0].max() + 0.8, ind
+    assert prev[prev_layer, prev_head] > 0.6, prev
     assert prev[prev_layer, prev_head] == prev.max(), prev
 
 
@@ -112,4 +112,32 @@ def test_induction_model_copies(induction) -> None:
         logits = induction.model(torch.tensor([ids]))[0]
     losses = F.cross_entropy(logits[:-1], torch.tensor(ids[1:]), reduction="none")
     first, second = losses[: half - 1].mean().item(), losses[half:].mean().item()
-    assert second < 1.5 < first, (first, second)
+    # measured: 8.05 nats on the first copy (unpredictable), 0.15 on the second
+    assert second < 0.5 and first > 7.0, (first, second)
+
+
+@pytest.mark.parametrize("phrase", [" the cat sat on the mat.", " O Romeo, Romeo, wherefore art thou Romeo?"])
+def test_induction_head_on_typed_text(induction, phrase) -> None:
+    """What a student sees: type a phrase twice, and from each token of the second copy the
+    induction head looks at the token that followed the same token in the first copy, while the
+    previous-token head looks one token back."""
+    card = json.loads((models_dir() / "induction" / "config.json").read_text())
+    prev_layer, prev_head = card["heads"]["previous_token_head"]
+    ind_layer, ind_head = card["heads"]["induction_head"]
+    once = induction.tokenizer.encode(phrase)
+    ids = induction.tokenizer.encode(phrase * 2)
+    assert ids == once + once  # the two copies tokenize alike
+    n = len(once)
+    trace = induction.trace_ids(ids)
+    induction_rows = trace.head(ind_layer, ind_head, "pattern")
+    previous_rows = trace.head(prev_layer, prev_head, "pattern")
+    # second copy: query n + j (j >= 1 so the earlier occurrence has a successor, and skipping
+    # tokens that occur twice in the phrase, where "the earlier occurrence" is ambiguous)
+    unique = [j for j in range(n - 1) if once.count(once[j]) == 1]
+    targets = {n + j: j + 1 for j in unique}
+    hits = [int(np.argmax(induction_rows[q])) == t for q, t in targets.items()]
+    weights = [induction_rows[q, t] for q, t in targets.items()]
+    assert all(hits), (hits, np.round(weights, 2))
+    assert np.mean(weights) > 0.5, np.round(weights, 2)
+    back = [int(np.argmax(previous_rows[q])) == q - 1 for q in range(1, len(ids))]
+    assert np.mean(back) > 0.8, back
