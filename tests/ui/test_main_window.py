@@ -198,6 +198,7 @@ def test_layer_and_head_shortcuts_move_the_shared_selection(window):
     actions["Next layer"].trigger()  # clamped to the model's 2 layers
     assert window.selection.layer == 1
     assert window.layer_head.layer.value() == 1
+    assert window.layer_head.layer.text() == "1  (0-1)"  # the index and the range, not "1 / 1"
     actions["Previous head"].trigger()
     assert window.selection.head == 0
     assert actions["Next layer"].shortcut().toString() == "Alt+Up"

@@ -114,8 +114,8 @@ class LayerHeadControls(QWidget):
         with QSignalBlocker(self.layer), QSignalBlocker(self.head):
             self.layer.setRange(0, max(n_layers - 1, 0))
             self.head.setRange(0, max(n_heads - 1, 0))
-            self.layer.setSuffix(f" / {n_layers - 1}")
-            self.head.setSuffix(f" / {n_heads - 1}")
+            self.layer.setSuffix(f"  (0-{n_layers - 1})")  # indices count from 0, like the trace keys
+            self.head.setSuffix(f"  (0-{n_heads - 1})")
         self.selection.set_layer(min(self.selection.layer, n_layers - 1))
         self.selection.set_head(min(self.selection.head, n_heads - 1))
         self._sync("")
