@@ -437,17 +437,23 @@ def _environment() -> dict[str, str]:
             "machine": platform.machine()}
 
 
+def _start(name: str, steps: int | None, seed: int, threads: int, cache: Path,
+           quiet: bool) -> tuple[Recipe, TrainSettings, ShakespeareData, Transformer]:
+    """What every recipe does first: its settings with the caller's steps/seed/threads, the corpus
+    and BPE (both recipes use the Shakespeare tokenizer), and a freshly initialised model."""
+    recipe = RECIPES[name]
+    settings = replace(recipe.settings, steps=steps or recipe.settings.steps, seed=seed, threads=threads)
+    torch.set_num_threads(threads)
+    data = shakespeare_data(cache, verbose=not quiet)
+    return recipe, settings, data, new_model(recipe.config, seed, std=recipe.init_std)
+
+
 def train_shakespeare(out: Path, steps: int | None = None, seed: int = 0, threads: int = 2,
                       cache: Path = DEFAULT_CACHE, stream: TextIO | None = None, quiet: bool = False) -> dict[str, Any]:
     from explorer.core.checkpoint import save_native
 
-    recipe = RECIPES["shakespeare"]
-    settings = replace(recipe.settings, steps=steps or recipe.settings.steps, seed=seed, threads=threads)
-    torch.set_num_threads(threads)
-    data = shakespeare_data(cache, verbose=not quiet)
-    cfg = recipe.config
-    model = new_model(cfg, seed, std=recipe.init_std)
-    length = cfg.n_ctx + 1
+    recipe, settings, data, model = _start("shakespeare", steps, seed, threads, cache, quiet)
+    length = recipe.config.n_ctx + 1
     eval_sets = {  # periodic: 32 fixed windows spread over each split; at the end: the whole held-out split
         "held_out": spread_windows(data.val_tokens, length, 32),
         "train_sample": spread_windows(data.train_tokens, length, 32),
@@ -484,14 +490,10 @@ def train_induction(out: Path, steps: int | None = None, seed: int = 0, threads:
                     cache: Path = DEFAULT_CACHE, stream: TextIO | None = None, quiet: bool = False) -> dict[str, Any]:
     from explorer.core.checkpoint import save_native
 
-    recipe = RECIPES["induction"]
-    settings = replace(recipe.settings, steps=steps or recipe.settings.steps, seed=seed, threads=threads)
-    torch.set_num_threads(threads)
-    data = shakespeare_data(cache, verbose=not quiet)
+    recipe, settings, data, model = _start("induction", steps, seed, threads, cache, quiet)
     cfg = recipe.config
     probs = token_distribution(data.train_tokens, cfg.vocab_size)
     length = cfg.n_ctx + 1
-    model = new_model(cfg, seed, std=recipe.init_std)
     # the loss counts every position (the mask is only for measuring the repeated part separately)
     summary = train(model, lambda rng, b: repeated_segment_batch(rng, b, length, probs, **INDUCTION_DATA)[0],
                     settings, induction_evaluator(probs, length, seed, **INDUCTION_DATA), stream, quiet)
