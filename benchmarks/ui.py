@@ -51,11 +51,12 @@ def prompt_of(loaded, n_tokens: int, variant: int) -> str:
     from explorer.ui.main_window import sample_prompts
 
     base = tok.encode(" ".join(sample_prompts() * 20))
-    tail = tok.encode(f" and {variant} more")
-    for k in range(n_tokens - len(tail), n_tokens + 8):  # decoding and re-encoding can merge a pair
-        text = tok.decode(base[:k] + tail)
-        if len(tok.encode(text)) == n_tokens:
-            return text
+    for ending in (f" and {variant} more", f" and {variant} more.", f", {variant} more", f" {variant}."):
+        tail = tok.encode(ending)
+        for k in range(max(1, n_tokens - len(tail) - 16), n_tokens + 16):  # re-encoding can merge or split
+            text = tok.decode(base[:k] + tail)
+            if len(tok.encode(text)) == n_tokens:
+                return text
     raise RuntimeError(f"could not make a prompt of {n_tokens} tokens")
 
 
