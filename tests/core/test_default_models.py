@@ -85,10 +85,14 @@ def repeated_tokens(loaded, half: int = 25, seed: int = 0) -> list[int]:
     return first + first
 
 
+def named_heads() -> tuple[tuple[int, int], tuple[int, int]]:
+    """(previous-token head, induction head) as (layer, head), as the model card names them."""
+    heads = json.loads((models_dir() / "induction" / "config.json").read_text())["heads"]
+    return tuple(heads["previous_token_head"]), tuple(heads["induction_head"])
+
+
 def test_induction_heads(induction) -> None:
-    card = json.loads((models_dir() / "induction" / "config.json").read_text())
-    prev_layer, prev_head = card["heads"]["previous_token_head"]
-    ind_layer, ind_head = card["heads"]["induction_head"]
+    (prev_layer, prev_head), (ind_layer, ind_head) = named_heads()
     assert prev_layer == 0 and ind_layer == 1
     scores_prev, scores_ind = [], []
     for seed in range(3):
@@ -121,9 +125,7 @@ def test_induction_head_on_typed_text(induction, phrase) -> None:
     """What a student sees: type a phrase twice, and from each token of the second copy the
     induction head looks at the token that followed the same token in the first copy, while the
     previous-token head looks one token back."""
-    card = json.loads((models_dir() / "induction" / "config.json").read_text())
-    prev_layer, prev_head = card["heads"]["previous_token_head"]
-    ind_layer, ind_head = card["heads"]["induction_head"]
+    (prev_layer, prev_head), (ind_layer, ind_head) = named_heads()
     once = induction.tokenizer.encode(phrase)
     ids = induction.tokenizer.encode(phrase * 2)
     assert ids == once + once  # the two copies tokenize alike
@@ -131,8 +133,9 @@ def test_induction_head_on_typed_text(induction, phrase) -> None:
     trace = induction.trace_ids(ids)
     induction_rows = trace.head(ind_layer, ind_head, "pattern")
     previous_rows = trace.head(prev_layer, prev_head, "pattern")
-    # second copy: query n + j (j >= 1 so the earlier occurrence has a successor, and skipping
-    # tokens that occur twice in the phrase, where "the earlier occurrence" is ambiguous)
+    # query n + j is token j of the second copy; its target is j + 1, the token after its first
+    # occurrence (j < n - 1 so that token is still in the first copy; tokens that occur twice in the
+    # phrase are skipped, their "earlier occurrence" is ambiguous)
     unique = [j for j in range(n - 1) if once.count(once[j]) == 1]
     targets = {n + j: j + 1 for j in unique}
     hits = [int(np.argmax(induction_rows[q])) == t for q, t in targets.items()]

@@ -19,7 +19,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QHBoxLayout, QLabel,
                                QSplitter, QToolButton, QToolTip, QVBoxLayout, QWidget)
 
 from explorer.core import analysis
@@ -30,6 +30,7 @@ from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap, format_value
+from explorer.ui.widgets.plots import fixed_plot, outline
 
 KINDS = {"pattern": ("pattern", "viridis", False), "scores": ("scaled score", "CET-D1", True)}
 MAX_TILE = 64  # overview tile side in pixels; longer prompts are block-averaged (exact in the detail)
@@ -161,10 +162,7 @@ class AttentionPanel(Panel):
         plot.hideAxis("bottom")
         self.overview_image = pg.ImageItem(axisOrder="row-major")
         plot.addItem(self.overview_image)
-        self.selected_outline = QGraphicsRectItem()
-        self.selected_outline.setPen(OUTLINE)
-        self.selected_outline.setZValue(10)
-        plot.addItem(self.selected_outline)
+        self.selected_outline = outline(plot, OUTLINE, z=10)
         self.overview_colorbar = pg.ColorBarItem(colorMap="viridis", width=12, interactive=False,
                                                  colorMapMenu=False)
         self.overview_colorbar.setImageItem(self.overview_image)
@@ -175,10 +173,7 @@ class AttentionPanel(Panel):
 
         self.statistics = StatisticHeatmap(colormap="viridis")
         self.statistics.cell_clicked.connect(self.selection.set_layer_head)
-        self.statistics_outline = QGraphicsRectItem()
-        self.statistics_outline.setPen(OUTLINE)
-        self.statistics_outline.setZValue(20)
-        self.statistics.plot.addItem(self.statistics_outline)
+        self.statistics_outline = outline(self.statistics.plot, OUTLINE)
         self.statistics.setVisible(False)
         self.statistic_texts: list[pg.TextItem] = []
 
@@ -191,15 +186,9 @@ class AttentionPanel(Panel):
     def _build_detail(self) -> None:
         self.detail = AttentionHeatmap(colormap="viridis")
         self.detail.cell_clicked.connect(lambda row, _col: self.selection.set_token(row))
-        self.query_outline = QGraphicsRectItem()
-        self.query_outline.setPen(QUERY_OUTLINE)
-        self.query_outline.setZValue(20)
-        self.detail.plot.addItem(self.query_outline)
+        self.query_outline = outline(self.detail.plot, QUERY_OUTLINE)
 
-        self.row_plot = pg.PlotWidget()
-        self.row_plot.setMouseEnabled(x=False, y=False)
-        self.row_plot.hideButtons()
-        self.row_plot.showGrid(y=True, alpha=0.25)
+        self.row_plot = fixed_plot()
         self.row_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=BAR_PATTERN, pen=None)
         self.row_plot.addItem(self.row_bars)
         self.row_values = np.zeros(0, dtype=np.float32)

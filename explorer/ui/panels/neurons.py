@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtWidgets import (QComboBox, QGraphicsRectItem, QHBoxLayout, QHeaderView, QLabel, QSpinBox,
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QSpinBox,
                                QSplitter, QTableWidget, QTableWidgetItem, QToolButton, QVBoxLayout, QWidget)
 
 from explorer.core.export import token_labels
@@ -34,6 +34,7 @@ from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap, format_value
+from explorer.ui.widgets.plots import fixed_plot, outline
 
 ORDERS = {"index": "index", "max": "most active", "variance": "variance"}  # neuron_order mode -> combo text
 DEFAULT_TOP_K = 64
@@ -212,19 +213,10 @@ class NeuronsPanel(Panel):
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
         self.heatmap.plot.setLabel("left", "token")
         self.heatmap.plot.setLabel("bottom", "neuron")
-        self.column_outline = QGraphicsRectItem()
-        self.column_outline.setPen(COLUMN_OUTLINE)
-        self.column_outline.setZValue(20)
-        self.heatmap.plot.addItem(self.column_outline)
-        self.row_outline = QGraphicsRectItem()
-        self.row_outline.setPen(ROW_OUTLINE)
-        self.row_outline.setZValue(19)
-        self.heatmap.plot.addItem(self.row_outline)
+        self.column_outline = outline(self.heatmap.plot, COLUMN_OUTLINE)
+        self.row_outline = outline(self.heatmap.plot, ROW_OUTLINE, z=19)
 
-        self.bars_plot = pg.PlotWidget()
-        self.bars_plot.setMouseEnabled(x=False, y=False)
-        self.bars_plot.hideButtons()
-        self.bars_plot.showGrid(y=True, alpha=0.25)
+        self.bars_plot = fixed_plot()
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=BAR_POSITIVE, pen=None)
         self.bars_plot.addItem(self.bars)
         self.bars_plot.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#888", width=1)))
@@ -247,12 +239,9 @@ class NeuronsPanel(Panel):
         column.addWidget(self.ranked_title)
         column.addWidget(self.ranked, 1)
 
-        self.hist_plot = pg.PlotWidget()
-        self.hist_plot.setMouseEnabled(x=False, y=False)
-        self.hist_plot.hideButtons()
+        self.hist_plot = fixed_plot(grid="")
         self.hist_plot.setLabel("left", "tokens")
         self.hist_plot.setLabel("bottom", "activation")
-        self.hist_plot.getAxis("bottom").enableAutoSIPrefix(False)  # no "(x0.001)" on small activations
         self.hist_bars = pg.BarGraphItem(x0=[], width=[], height=[], brush=BAR_HIST, pen=pg.mkPen("w", width=0.5))
         self.hist_plot.addItem(self.hist_bars)
         self.hist_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff2d55", width=2, style=Qt.PenStyle.DashLine))

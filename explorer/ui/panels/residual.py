@@ -30,7 +30,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
-from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout, QLabel, QMenu, QSplitter,
+from PySide6.QtWidgets import (QGraphicsPathItem, QHBoxLayout, QLabel, QMenu, QSplitter,
                                QWidget)
 
 from explorer.core import residual as core
@@ -38,6 +38,7 @@ from explorer.core.export import token_labels
 from explorer.core.levels import abbreviate, thinned_ticks
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
+from explorer.ui.widgets.plots import fixed_plot, outline
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap, format_value
 
@@ -135,15 +136,6 @@ class DescribedHeatmap(Heatmap):
         return super().cell_text(row, col)
 
 
-def _outline(plot: pg.PlotItem, pen=SELECTED) -> QGraphicsRectItem:
-    rect = QGraphicsRectItem()
-    rect.setPen(pen)
-    rect.setZValue(30)
-    rect.setVisible(False)
-    plot.addItem(rect)
-    return rect
-
-
 class ResidualPanel(Panel):
     title = "Residual stream & logit lens"
     explanation = "residual"
@@ -170,26 +162,16 @@ class ResidualPanel(Panel):
         self.cosine_map = DescribedHeatmap(colormap="viridis",
                                            title="cosine(stream entering, leaving) each block")
         self.cosine_map.describe = self._cosine_text
-        self.norm_plot = pg.PlotWidget()
-        self.norm_plot.setMouseEnabled(x=False, y=False)
-        self.norm_plot.hideButtons()
-        self.norm_plot.showGrid(x=True, y=True, alpha=0.25)
+        self.norm_plot = fixed_plot(grid="xy")
         self.norm_plot.setLabel("left", "\u2016x\u2016")
-        for axis in ("left", "bottom"):
-            self.norm_plot.getAxis(axis).enableAutoSIPrefix(False)
         self.other_lines = pg.PlotDataItem(pen=OTHER_LINES, connect="finite")
         self.norm_line = pg.PlotDataItem(pen=SELECTED_LINE, symbol="o", symbolSize=6,
                                          symbolBrush="#ff2d55", symbolPen=None)
         self.norm_plot.addItem(self.other_lines)
         self.norm_plot.addItem(self.norm_line)
 
-        self.bars_plot = pg.PlotWidget()
-        self.bars_plot.setMouseEnabled(x=False, y=False)
-        self.bars_plot.hideButtons()
-        self.bars_plot.showGrid(y=True, alpha=0.25)
+        self.bars_plot = fixed_plot()
         self.bars_plot.setLabel("left", "\u2016output\u2016")
-        for axis in ("left", "bottom"):
-            self.bars_plot.getAxis(axis).enableAutoSIPrefix(False)
         self.bars_plot.setLabel("bottom", "block")
         self.attn_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=ATTN_BRUSH, pen=None)
         self.ffn_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=FFN_BRUSH, pen=None)
@@ -209,7 +191,7 @@ class ResidualPanel(Panel):
         self.lens_marks.setZValue(25)
         self.lens_map.plot.addItem(self.lens_marks)
 
-        self._outlines = {id(m): _outline(m.plot) for m in (self.norm_map, self.cosine_map, self.lens_map)}
+        self._outlines = {id(m): outline(m.plot, SELECTED, z=30, visible=False) for m in (self.norm_map, self.cosine_map, self.lens_map)}
         for heatmap in (self.norm_map, self.cosine_map, self.lens_map):
             heatmap.cell_clicked.connect(lambda _row, col: self.selection.set_token(col))
 
