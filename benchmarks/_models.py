@@ -28,7 +28,7 @@ def gpt2_small_pair():
 def gpt2_small_loaded():
     """Our GPT-2-small-shaped random model as a LoadedModel with GPT-2's tokenizer."""
     from explorer.core.checkpoint import LoadedModel
-    from explorer.core.tokenizer import gpt2_tokenizer
+    from explorer.core.tokenize.base import gpt2_tokenizer
 
     _, ours = gpt2_small_pair()
     return LoadedModel(ours, gpt2_tokenizer(), "gpt2-small-shaped (random)", "benchmark", "gpt2")
@@ -42,8 +42,8 @@ def default_or_stand_in():
     if name != "worked-example":
         return load_checkpoint(device="cpu"), f"{name} (bundled)"
     from explorer.core.model import Transformer
-    from explorer.core.tokenizer import VocabTokenizer
-    from explorer.core.train import RECIPES
+    from explorer.core.tokenize.base import VocabTokenizer
+    from explorer.core.training.loop import RECIPES
 
     cfg = RECIPES["shakespeare"].config
     torch.manual_seed(0)

@@ -38,7 +38,7 @@ def llama_pair():
     """A Llama-shaped model of GPT-2-small size: 12 layers, d=768, 12 heads (4 K/V heads), SwiGLU 2048."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from explorer.core import hf_loaders
+    from explorer.core.checkpoint import llama as hf_loaders
     from explorer.core.checkpoint import assign_weights
     from explorer.core.model import Transformer
 
@@ -167,7 +167,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     models = [("GPT-2 small", gpt2_small_pair, "gpt2")]
     try:
-        import explorer.core.hf_loaders  # noqa: F401
+        import explorer.core.checkpoint.llama  # noqa: F401
         has_llama = True
     except ImportError:
         has_llama = False

@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _models import gpt2_small_pair  # noqa: E402
 from explorer.core.checkpoint import LoadedModel  # noqa: E402
-from explorer.core.generate import generate  # noqa: E402
+from explorer.core.generation.generate import generate  # noqa: E402
 from explorer.core.paths import models_dir  # noqa: E402
-from explorer.core.sampling import SamplingParams  # noqa: E402
-from explorer.core.tokenizer import gpt2_tokenizer  # noqa: E402
+from explorer.core.generation.sampling import SamplingParams  # noqa: E402
+from explorer.core.tokenize.base import gpt2_tokenizer  # noqa: E402
 
 PROMPT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was the age "
           "of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season")

@@ -3,7 +3,7 @@
 Offscreen, on the CPU with 2 torch threads: a shown ``GenerationPane`` streams 128 new tokens (greedy)
 from a 32-token prompt, from the Generate click to the pane's ``generation_finished`` (the worker
 thread, the queued signals, the text insertion, the throttled bar chart, the repaints), and
-``explorer.core.generate.generate`` runs the same generation on the same model with no UI. Rounds are
+``explorer.core.generation.generate.generate`` runs the same generation on the same model with no UI. Rounds are
 interleaved (one of each per round) after a warm-up; the verdict takes the median over the rounds of
 each round's ratio (the two runs of a round see about the same machine load), best and medians are
 printed too, and CPU time per token (the GUI thread's apart), which a busy machine disturbs less.
@@ -54,7 +54,7 @@ def prompt_ids(loaded, n: int) -> list[int]:
 
 
 def bench(loaded, label: str, n_new: int, n_prompt: int, runs: int) -> float:
-    from explorer.core.generate import generate
+    from explorer.core.generation.generate import generate
     from explorer.ui.generation import GenerationPane
     from explorer.ui.selection import Selection
 

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def sampling_params(args: argparse.Namespace):
     from explorer.core.errors import ExplorerError
-    from explorer.core.sampling import SamplingParams
+    from explorer.core.generation.sampling import SamplingParams
 
     try:
         return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
@@ -59,7 +59,7 @@ def format_step(step, tokenizer) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.core.generate import IncrementalText, generate
+    from explorer.core.generation.generate import IncrementalText, generate
 
     params = sampling_params(args)  # bad controls fail before the model loads
     loaded = load_model(args)

@@ -13,7 +13,7 @@ import torch
 
 from explorer.core.config import ModelConfig
 from explorer.core.model import Transformer
-from explorer.core.tokenizer import VocabTokenizer
+from explorer.core.tokenize.base import VocabTokenizer
 
 NAME = "worked-example"
 PROMPT = "Today is sunday"

@@ -22,7 +22,7 @@ from PySide6.QtGui import QAction, QImage
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
 from explorer.core.export import atomic_path, write_matrix_csv, write_npy, write_text
-from explorer.core.levels import abbreviate, label_step
+from explorer.core.display.levels import abbreviate, label_step
 from explorer.ui.widgets.heatmap import Heatmap
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ penalty do to the same distribution. Clicking a generated token selects that ste
 prompt plus the continuation up to that token the window's current trace (tokenized exactly as
 generated), so every panel shows the model's internals at that point.
 
-The generator (``explorer.core.generate.generate_steps``) runs in a superqt generator worker
+The generator (``explorer.core.generation.generate.generate_steps``) runs in a superqt generator worker
 (``stream_steps``); a ``threading.Event`` is its ``cancel``, so Stop ends it before the next forward
 pass. Steps reach the GUI thread as they are made, but a fast model's steps are grouped once a frame
 (``FRAME_MS``), one text edit and one repaint per group, and the bar chart follows the newest step at
@@ -45,16 +45,16 @@ from superqt import QLabeledDoubleSlider, QLabeledSlider
 from superqt.utils import create_worker
 
 from explorer.core.errors import ExplorerError, PromptError
-from explorer.core.sampling import SamplingParams, softmax
-from explorer.core.tokens_view import visible_whitespace
-from explorer.core.transcript import transcript_dict, write_transcript_json
+from explorer.core.generation.sampling import SamplingParams, softmax
+from explorer.core.tokenize.display import visible_whitespace
+from explorer.core.generation.transcript import transcript_dict, write_transcript_json
 from explorer.ui.docks import PanelDock
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.workers import error_message
 
-if TYPE_CHECKING:  # explorer.core.generate imports torch: only once a model is loaded
-    from explorer.core.generate import GenerationResult, Step
+if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
+    from explorer.core.generation.generate import GenerationResult, Step
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def stream_steps(loaded: Any, prompt_ids: Sequence[int], params: SamplingParams,
     token (a queued signal and a repaint each), and a step is never held longer than a frame plus
     one step. ``cancel`` is checked before every step, so Stop still ends it within one step.
     """
-    from explorer.core.generate import generate_steps
+    from explorer.core.generation.generate import generate_steps
 
     frame = FRAME_MS / 1e3 if frame_seconds is None else frame_seconds
     steps = generate_steps(loaded, prompt_ids, params, cancel)
@@ -730,7 +730,7 @@ class GenerationPane(Panel):
         return self._start(ids)
 
     def _start(self, ids: list[int]) -> bool:
-        from explorer.core.generate import IncrementalText
+        from explorer.core.generation.generate import IncrementalText
 
         seed = secrets.randbelow(MAX_SEED + 1) if self.random_seed.isChecked() else int(self.seed.value())
         if self.random_seed.isChecked():

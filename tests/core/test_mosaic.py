@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer.core.mosaic import MosaicGeometry, block_average, downsample_factor, tile_heads
+from explorer.core.display.mosaic import MosaicGeometry, block_average, downsample_factor, tile_heads
 
 
 def _stack(n_layers: int = 3, n_heads: int = 4, n: int = 5, seed: int = 0) -> np.ndarray:

@@ -9,7 +9,7 @@ import torch
 from explorer.core import worked_example
 from explorer.core.config import ModelConfig
 from explorer.core.model import Transformer
-from explorer.core.neurons import (activation_histogram, neuron_order, neuron_output_direction, neuron_vocab_effect,
+from explorer.core.analysis.neurons import (activation_histogram, neuron_order, neuron_output_direction, neuron_vocab_effect,
                                    top_columns, top_neurons)
 from explorer.core.trace import CaptureSpec, Trace, capture
 

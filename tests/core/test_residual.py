@@ -9,7 +9,7 @@ import torch
 from explorer.core import worked_example
 from explorer.core.config import ModelConfig
 from explorer.core.model import Transformer
-from explorer.core.residual import (LogitLens, _top_ids, boundary_labels, consecutive_cosine, cosine_rows,
+from explorer.core.analysis.residual import (LogitLens, _top_ids, boundary_labels, consecutive_cosine, cosine_rows,
                                     logit_lens, residual_norms, residual_stack, sublayer_contributions)
 from explorer.core.trace import CaptureSpec, Trace, capture
 

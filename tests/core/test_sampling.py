@@ -1,4 +1,4 @@
-"""Tests for explorer.core.sampling (pure numpy sampling controls)."""
+"""Tests for explorer.core.generation.sampling (pure numpy sampling controls)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from explorer.core import sampling
-from explorer.core.sampling import (
+from explorer.core.generation import sampling
+from explorer.core.generation.sampling import (
     Distribution,
     SamplingParams,
     StepScores,

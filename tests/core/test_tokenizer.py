@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explorer.core.errors import TokenizerError
-from explorer.core.tokenizer import VocabTokenizer, bytes_display, gpt2_tokenizer
+from explorer.core.tokenize.base import VocabTokenizer, bytes_display, gpt2_tokenizer
 
 
 def test_gpt2_ids_equal_the_published_ones():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer.core.tokenizer import VocabTokenizer, bytes_display, gpt2_tokenizer
-from explorer.core.tokens_view import (CHIP_COLOURS, PARTIAL_COLOUR, SPECIAL_COLOUR, byte_hex, chip_views,
+from explorer.core.tokenize.base import VocabTokenizer, bytes_display, gpt2_tokenizer
+from explorer.core.tokenize.display import (CHIP_COLOURS, PARTIAL_COLOUR, SPECIAL_COLOUR, byte_hex, chip_views,
                                        display_bytes, display_chips, is_partial_utf8, one_hot, tokenizer_chips,
                                        visible_whitespace)
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.core.bpe import make_encoding, train_byte_bpe
+from explorer.core.tokenize.bpe import make_encoding, train_byte_bpe
 from explorer.core.checkpoint import load_checkpoint, save_native
 from explorer.core.config import ModelConfig
-from explorer.core.tokenizer import TiktokenTokenizer
-from explorer.core.train import (
+from explorer.core.tokenize.base import TiktokenTokenizer
+from explorer.core.training.loop import (
     Progress,
     TrainSettings,
     consecutive_windows,

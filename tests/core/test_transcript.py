@@ -11,11 +11,11 @@ import torch
 
 from explorer.core.checkpoint import LoadedModel
 from explorer.core.config import ModelConfig
-from explorer.core.generate import Step, generate
+from explorer.core.generation.generate import Step, generate
 from explorer.core.model import Transformer
-from explorer.core.sampling import SamplingParams, StepScores, softmax
-from explorer.core.tokenizer import VocabTokenizer
-from explorer.core.transcript import FORMAT, transcript_dict, transcript_json, write_transcript_json
+from explorer.core.generation.sampling import SamplingParams, StepScores, softmax
+from explorer.core.tokenize.base import VocabTokenizer
+from explorer.core.generation.transcript import FORMAT, transcript_dict, transcript_json, write_transcript_json
 
 PARAMS = SamplingParams(temperature=0.8, top_k=5, repetition_penalty=1.3, seed=3, max_new_tokens=4,
                         stop_at_eos=False, stop_strings=("w99",))

@@ -9,7 +9,7 @@ import torch
 from explorer.core.config import ModelConfig
 from explorer.core.model import Transformer, sinusoidal_positions
 from explorer.core.trace import CaptureSpec, Trace, capture
-from explorer.core.vectors import (cosine_similarity_matrix, nearest_neighbours, nearest_vocab_neighbours,
+from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_neighbours, nearest_vocab_neighbours,
                                    parse_dimensions, sinusoid_curves)
 
 

@@ -11,7 +11,7 @@ import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6 before any test im
 from explorer.core.checkpoint import load_checkpoint, save_native
 from explorer.core.config import ModelConfig
 from explorer.core.model import Transformer
-from explorer.core.tokenizer import gpt2_tokenizer
+from explorer.core.tokenize.base import gpt2_tokenizer
 
 
 def _save_random(path, name: str, n_layers: int, n_heads: int, seed: int):

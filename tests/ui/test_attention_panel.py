@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
-from explorer.core import analysis
+from explorer.core.analysis import attention as analysis
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.worked_example import PROMPT
 from explorer.ui.panels import attention

@@ -11,7 +11,7 @@ from explorer.core.checkpoint import load_checkpoint
 from explorer.core.config import ModelConfig
 from explorer.core.model import Transformer
 from explorer.core.trace import CaptureSpec, capture
-from explorer.core.vectors import cosine_similarity_matrix, nearest_vocab_neighbours, sinusoid_curves
+from explorer.core.analysis.vectors import cosine_similarity_matrix, nearest_vocab_neighbours, sinusoid_curves
 from explorer.ui.panels.embeddings import EmbeddingsPanel
 from explorer.ui.selection import Selection
 

@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtCore import QPoint, Qt, QThread
 from PySide6.QtWidgets import QApplication, QFileDialog
 
-from explorer.core.generate import generate
-from explorer.core.sampling import SamplingParams
+from explorer.core.generation.generate import generate
+from explorer.core.generation.sampling import SamplingParams
 from explorer.ui import generation
 from explorer.ui.generation import GenerationPane, candidate_table, prob_colour
 from explorer.ui.selection import Selection
@@ -133,7 +133,7 @@ def test_fast_steps_are_grouped_but_each_is_announced_once(qtbot, pane):
 
 
 def test_stream_steps_groups_fast_steps_and_returns_the_result(tiny_loaded):
-    from explorer.core.generate import generate
+    from explorer.core.generation.generate import generate
 
     params = SamplingParams(temperature=1.5, max_new_tokens=12, seed=3)
     stream = generation.stream_steps(tiny_loaded, tiny_loaded.tokenizer.encode(PROMPT), params,

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
-from explorer.core.neurons import activation_histogram, neuron_order, neuron_vocab_effect, top_columns, top_neurons
+from explorer.core.analysis.neurons import activation_histogram, neuron_order, neuron_vocab_effect, top_columns, top_neurons
 from explorer.core.trace import CaptureSpec, Trace
 from explorer.core.worked_example import PROMPT
 from explorer.ui.panels import neurons

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from explorer.core.tokenizer import gpt2_tokenizer
-from explorer.core.tokens_view import PARTIAL_COLOUR, visible_whitespace
+from explorer.core.tokenize.base import gpt2_tokenizer
+from explorer.core.tokenize.display import PARTIAL_COLOUR, visible_whitespace
 from explorer.ui.panels.tokenization import GPT2, TokenizationPanel
 from explorer.ui.selection import Selection
 

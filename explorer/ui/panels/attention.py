@@ -1,9 +1,9 @@
 """The attention panel: every head at a glance, one head in detail, one query row as bars.
 
 * Overview: the patterns of all layers x heads tiled into ONE ImageItem (rows = layers, columns =
-  heads, see ``explorer.core.mosaic``; long prompts are block-averaged there). The selected head
+  heads, see ``explorer.core.display.mosaic``; long prompts are block-averaged there). The selected head
   is outlined; clicking a tile selects that head. "Statistics" adds an L x H heatmap of one head
-  statistic (``explorer.core.analysis``) below it.
+  statistic (``explorer.core.analysis.attention``) below it.
 * Detail: the selected head's exact pattern (softmax, sequential colours) or scaled scores
   (q.k/sqrt(d_head), diverging colours, symmetric levels), queries as rows and keys as columns;
   masked future positions are hatched grey, not a colour. Clicking a row selects that query token.
@@ -22,10 +22,10 @@ from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QHBoxLayout, QLabel,
                                QSplitter, QToolButton, QToolTip, QVBoxLayout, QWidget)
 
-from explorer.core import analysis
+from explorer.core.analysis import attention as analysis
 from explorer.core.export import token_labels
-from explorer.core.levels import abbreviate, finite_levels, thinned_ticks
-from explorer.core.mosaic import MosaicGeometry, tile_heads
+from explorer.core.display.levels import abbreviate, finite_levels, thinned_ticks
+from explorer.core.display.mosaic import MosaicGeometry, tile_heads
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection

@@ -87,7 +87,7 @@ class Panel(QWidget):
         self.show_trace(trace)
 
     def set_tokenizer(self, tokenizer: Any) -> None:
-        """The model's tokenizer (an ``explorer.core.tokenizer.Tokenizer``; Qt- and torch-free)."""
+        """The model's tokenizer (an ``explorer.core.tokenize.base.Tokenizer``; Qt- and torch-free)."""
         self.tokenizer = tokenizer
         self.tokenizer_changed()
 

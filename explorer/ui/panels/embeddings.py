@@ -13,9 +13,9 @@ from PySide6.QtWidgets import (QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from explorer.core.export import token_labels
-from explorer.core.levels import finite_levels
+from explorer.core.display.levels import finite_levels
 from explorer.core.trace import Trace
-from explorer.core.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
+from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
                                    sinusoid_curves)
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection

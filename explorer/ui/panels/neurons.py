@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QSpi
                                QSplitter, QTableWidget, QTableWidgetItem, QToolButton, QVBoxLayout, QWidget)
 
 from explorer.core.export import token_labels
-from explorer.core.levels import abbreviate, finite_levels, label_step, thinned_ticks
-from explorer.core.neurons import (activation_histogram, neuron_order, neuron_vocab_effect, top_columns,
+from explorer.core.display.levels import abbreviate, finite_levels, label_step, thinned_ticks
+from explorer.core.analysis.neurons import (activation_histogram, neuron_order, neuron_vocab_effect, top_columns,
                                    top_neurons)
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel

@@ -2,7 +2,7 @@
 sublayer wrote into it, how far each block turned it, and what it would predict if the model
 stopped there.
 
-Boundaries (rows "embed", "after 0", …, see ``explorer.core.residual``): boundary 0 is what enters
+Boundaries (rows "embed", "after 0", …, see ``explorer.core.analysis.residual``): boundary 0 is what enters
 block 0, boundary l + 1 what leaves block l; the last one is the model's real output.
 
 * Norms: ‖x‖ at every boundary and token, a heatmap; beside it the selected token's norm over depth
@@ -33,9 +33,9 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import (QGraphicsPathItem, QHBoxLayout, QLabel, QMenu, QSplitter,
                                QWidget)
 
-from explorer.core import residual as core
+from explorer.core.analysis import residual as core
 from explorer.core.export import token_labels
-from explorer.core.levels import abbreviate, thinned_ticks
+from explorer.core.display.levels import abbreviate, thinned_ticks
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
 from explorer.ui.widgets.plots import fixed_plot, outline

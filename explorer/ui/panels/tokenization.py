@@ -12,8 +12,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QScrollArea, QSplitter, QWidget
 
 from explorer.core.errors import ExplorerError
-from explorer.core.tokenizer import Tokenizer
-from explorer.core.tokens_view import ChipView, display_bytes, display_chips, one_hot, tokenizer_chips, visible_whitespace
+from explorer.core.tokenize.base import Tokenizer
+from explorer.core.tokenize.display import ChipView, display_bytes, display_chips, one_hot, tokenizer_chips, visible_whitespace
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
@@ -131,7 +131,7 @@ class TokenizationPanel(Panel):
 
     def alternate_tokenizer(self, key: str) -> Tokenizer | None:
         if key == GPT2:
-            from explorer.core.tokenizer import gpt2_tokenizer
+            from explorer.core.tokenize.base import gpt2_tokenizer
 
             return gpt2_tokenizer()
         return None

@@ -17,7 +17,7 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QToolTip, QWidget
 
-from explorer.core.levels import finite_levels, thinned_ticks
+from explorer.core.display.levels import finite_levels, thinned_ticks
 
 MASK_LIGHT = (205, 205, 205, 255)
 MASK_DARK = (150, 150, 150, 255)

@@ -1,7 +1,7 @@
 """Tokens as coloured chips in a wrapping flow, each with its id underneath; one painted widget.
 
 One widget painting every chip (rather than a QLabel per token) keeps a 1,024-token prompt cheap
-to show. What a chip says and its colour come from ``explorer.core.tokens_view``.
+to show. What a chip says and its colour come from ``explorer.core.tokenize.display``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetrics, QHelpEvent, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from explorer.core.tokens_view import ChipView
+from explorer.core.tokenize.display import ChipView
 
 PAD_X, PAD_Y, GAP, MARGIN = 5, 2, 4, 4
 MAX_LABEL_CHARS = 24

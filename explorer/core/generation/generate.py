@@ -2,7 +2,7 @@
 
 :func:`generate_steps` continues a prompt token by token and yields a :class:`Step` for every
 token it chooses. Each step keeps the model's raw logits for that position in a
-:class:`~explorer.core.sampling.StepScores`, so the UI can show the distribution before and after
+:class:`~explorer.core.generation.sampling.StepScores`, so the UI can show the distribution before and after
 the controls and re-score the step with other controls without running the model again.
 
 The loop:
@@ -15,8 +15,8 @@ The loop:
 * the last position's logits are read in float32; if the model's embedding matrix is padded
   beyond the tokenizer's vocabulary, the padding ids get ``-inf`` so that they can never be
   chosen nor shown (``StepScores.logits`` holds these masked logits);
-* :func:`~explorer.core.sampling.apply_controls` processes them (the repetition penalty looks at
-  the prompt and every token generated so far) and :func:`~explorer.core.sampling.sample` picks
+* :func:`~explorer.core.generation.sampling.apply_controls` processes them (the repetition penalty looks at
+  the prompt and every token generated so far) and :func:`~explorer.core.generation.sampling.sample` picks
   the token, with one random stream ``make_rng(params.seed)`` for the whole generation, so a seed
   reproduces a run exactly.
 
@@ -58,7 +58,7 @@ import torch
 
 from explorer.core.errors import PromptError
 from explorer.core.model import KVCache
-from explorer.core.sampling import (
+from explorer.core.generation.sampling import (
     Distribution,
     SamplingParams,
     StepScores,
@@ -69,7 +69,7 @@ from explorer.core.sampling import (
 
 if TYPE_CHECKING:
     from explorer.core.checkpoint import LoadedModel
-    from explorer.core.tokenizer import Tokenizer
+    from explorer.core.tokenize.base import Tokenizer
 
 __all__ = [
     "STOP_REASONS",

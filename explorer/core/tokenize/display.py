@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from explorer.core.tokenizer import Tokenizer, bytes_display
+from explorer.core.tokenize.base import Tokenizer, bytes_display
 
 # Whitespace becomes a visible glyph so that " cat" and "cat" look different.
 WHITESPACE_GLYPHS = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍", "\u00a0": "⍽"}

@@ -20,7 +20,7 @@ from typing import Any
 
 import tiktoken
 
-from explorer.core.bpe import ENDOFTEXT, GPT2_PATTERN, load_ranks
+from explorer.core.tokenize.bpe import ENDOFTEXT, GPT2_PATTERN, load_ranks
 from explorer.core.errors import TokenizerError
 
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"

@@ -24,7 +24,7 @@ import torch
 
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
-from explorer.core.tokenizer import Tokenizer, VocabTokenizer, gpt2_tokenizer
+from explorer.core.tokenize.base import Tokenizer, VocabTokenizer, gpt2_tokenizer
 
 SUFFIXES = (".pt", ".ckpt")
 COMPILED_PREFIX = "_orig_mod."
@@ -145,7 +145,7 @@ def nanogpt_config(args: Any, state: dict[str, torch.Tensor], source: str) -> Mo
 
 def convert_nanogpt(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """nanoGPT names -> ours; ``c_attn`` [3d, d] splits into W_Q, W_K, W_V; missing LayerNorm biases are zeros."""
-    from explorer.core.hf_loaders import _shapes, _Tensors
+    from explorer.core.checkpoint.llama import _shapes, _Tensors
 
     shapes = _shapes(cfg)
     sd = {k: v for k, v in state.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # causal masks

@@ -31,7 +31,7 @@ import torch
 
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
-from explorer.core.hf_tokenizer import tokenizer_for_checkpoint
+from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
 from explorer.core.model import Transformer
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",

@@ -178,7 +178,7 @@ def split_train_val(text: str, val_fraction: float = 0.1) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: ``python -m explorer.core.corpus [CACHE_DIR]``."""
+    """CLI: ``python -m explorer.core.training.corpus [CACHE_DIR]``."""
     args = sys.argv[1:] if argv is None else argv
     cache = Path(args[0]) if args else Path("cache/shakespeare")
     prepare_shakespeare(cache)

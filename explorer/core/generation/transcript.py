@@ -1,8 +1,8 @@
 """A generation as a JSON-able transcript: what was chosen at each step, and from what (no Qt).
 
-:func:`transcript_dict` reads the :class:`~explorer.core.generate.Step` objects of a generation
+:func:`transcript_dict` reads the :class:`~explorer.core.generation.generate.Step` objects of a generation
 (only ``index``, ``token_id``, ``text`` and ``scores``, a
-:class:`~explorer.core.sampling.StepScores` re-scored with ``rescore``) and returns plain
+:class:`~explorer.core.generation.sampling.StepScores` re-scored with ``rescore``) and returns plain
 dicts, lists, strings, numbers and None, so that ``json.dumps`` writes it as it is. Layout::
 
     {"format": "transformer-explorer.transcript", "version": 1,
@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from explorer.core.generate import Step
-    from explorer.core.sampling import Distribution, SamplingParams
+    from explorer.core.generation.generate import Step
+    from explorer.core.generation.sampling import Distribution, SamplingParams
 
 FORMAT = "transformer-explorer.transcript"
 VERSION = 1
@@ -116,7 +116,7 @@ def transcript_dict(prompt: str, steps: Sequence[Step], params: SamplingParams |
 
 
 def _no_controls(params: SamplingParams | None) -> SamplingParams:
-    from explorer.core.sampling import SamplingParams
+    from explorer.core.generation.sampling import SamplingParams
 
     base = params if params is not None else SamplingParams()
     return base.replace(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0)

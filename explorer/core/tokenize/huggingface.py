@@ -31,9 +31,9 @@ try:  # tiktoken depends on `regex`; \p{L} needs it
 except ImportError:  # pragma: no cover
     import re  # type: ignore[no-redef]
 
-from explorer.core.bpe import GPT2_PATTERN
+from explorer.core.tokenize.bpe import GPT2_PATTERN
 from explorer.core.errors import TokenizerError
-from explorer.core.tokenizer import TiktokenTokenizer, Tokenizer, _unicode_to_byte
+from explorer.core.tokenize.base import TiktokenTokenizer, Tokenizer, _unicode_to_byte
 
 SUPPORTED = ("tokenizer.json with a byte-level BPE model (GPT-2, Pythia/GPT-NeoX, SmolLM, Llama-3 style), "
              "or GPT-2-format vocab.json + merges.txt")
