@@ -14,7 +14,8 @@ def gpt2_small_pair():
     """(transformers' GPT2LMHeadModel(GPT2Config()), our Transformer) on the same random weights: 124M parameters."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from explorer.core.checkpoint import assign_weights, convert_gpt2, gpt2_config
+    from explorer.core.checkpoint.gpt2 import convert_gpt2, gpt2_config
+    from explorer.core.checkpoint.safe_io import assign_weights
     from explorer.core.model import Transformer
 
     torch.manual_seed(0)
@@ -27,7 +28,7 @@ def gpt2_small_pair():
 
 def gpt2_small_loaded():
     """Our GPT-2-small-shaped random model as a LoadedModel with GPT-2's tokenizer."""
-    from explorer.core.checkpoint import LoadedModel
+    from explorer.core.loaded import LoadedModel
     from explorer.core.tokenize.base import gpt2_tokenizer
 
     _, ours = gpt2_small_pair()
@@ -36,7 +37,8 @@ def gpt2_small_loaded():
 
 def default_or_stand_in():
     """The bundled default model, or (before it is trained) a random model of its recipe's shape."""
-    from explorer.core.checkpoint import LoadedModel, default_model_name, load_checkpoint
+    from explorer.core.checkpoint import default_model_name, load_checkpoint
+    from explorer.core.loaded import LoadedModel
 
     name = default_model_name()
     if name != "worked-example":

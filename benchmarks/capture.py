@@ -39,7 +39,7 @@ def llama_pair():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from explorer.core.checkpoint import llama as hf_loaders
-    from explorer.core.checkpoint import assign_weights
+    from explorer.core.checkpoint.safe_io import assign_weights
     from explorer.core.model import Transformer
 
     torch.manual_seed(0)

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _models import gpt2_small_pair  # noqa: E402
-from explorer.core.checkpoint import LoadedModel  # noqa: E402
+from explorer.core.loaded import LoadedModel  # noqa: E402
 from explorer.core.generation.generate import generate  # noqa: E402
 from explorer.core.paths import models_dir  # noqa: E402
 from explorer.core.generation.sampling import SamplingParams  # noqa: E402

@@ -66,7 +66,7 @@ class LoadRequest:
 @dataclass(frozen=True)
 class LoadResult:
     request: LoadRequest
-    model: Any  # explorer.core.checkpoint.LoadedModel
+    model: Any  # explorer.core.loaded.LoadedModel
     source: str | None  # the source that loaded (a fallback if the requested one failed)
     errors: tuple[str, ...] = ()  # messages of the sources that failed before it
 

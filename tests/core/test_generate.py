@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.core.checkpoint import LoadedModel
+from explorer.core.loaded import LoadedModel
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
 from explorer.core.generation.generate import (

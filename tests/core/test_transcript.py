@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.core.checkpoint import LoadedModel
+from explorer.core.loaded import LoadedModel
 from explorer.core.config import ModelConfig
 from explorer.core.generation.generate import Step, generate
 from explorer.core.model import Transformer

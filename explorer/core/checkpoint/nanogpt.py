@@ -22,8 +22,12 @@ from typing import Any
 
 import torch
 
+from explorer.core.checkpoint.convert import Tensors, expected_shapes
+from explorer.core.checkpoint.safe_io import assign_weights, finish, refusal_reason
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
+from explorer.core.loaded import LoadedModel
+from explorer.core.model import Transformer
 from explorer.core.tokenize.base import Tokenizer, VocabTokenizer, gpt2_tokenizer
 
 SUFFIXES = (".pt", ".ckpt")
@@ -106,8 +110,6 @@ def read_ckpt(path: Path) -> dict[str, Any]:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError, TypeError,
             ImportError, IndexError, KeyError) as exc:
-        from explorer.core.checkpoint import refusal_reason
-
         raise CheckpointError(f"refused to load {path.name}: torch.load(weights_only=True) found something other "
                               "than tensors and plain data in it (a pickled class or function, or a damaged "
                               f"file), and the explorer never runs a checkpoint's code ({refusal_reason(exc)})") from None
@@ -145,11 +147,9 @@ def nanogpt_config(args: Any, state: dict[str, torch.Tensor], source: str) -> Mo
 
 def convert_nanogpt(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """nanoGPT names -> ours; ``c_attn`` [3d, d] splits into W_Q, W_K, W_V; missing LayerNorm biases are zeros."""
-    from explorer.core.checkpoint.llama import _shapes, _Tensors
-
-    shapes = _shapes(cfg)
+    shapes = expected_shapes(cfg)
     sd = {k: v for k, v in state.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # causal masks
-    t = _Tensors(sd, "nanoGPT")
+    t = Tensors(sd, "nanoGPT")
     d = cfg.d_model
     out = {"embed.weight": t.take("transformer.wte.weight", shapes["embed.weight"]),
            "pos_embed.weight": t.take("transformer.wpe.weight", shapes["pos_embed.weight"])}
@@ -200,11 +200,8 @@ def nanogpt_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, list[str]
     return tokenizer, notes
 
 
-def load_nanogpt(path: Path, device: str = "auto", dtype: str = "float32") -> Any:
+def load_nanogpt(path: Path, device: str = "auto", dtype: str = "float32") -> LoadedModel:
     """A nanoGPT ``ckpt.pt`` as a ``LoadedModel`` (arch ``nanogpt``)."""
-    from explorer.core import checkpoint as ck
-    from explorer.core.model import Transformer
-
     path = Path(path)
     ckpt = read_ckpt(path)
     state = ckpt["model"]
@@ -217,6 +214,6 @@ def load_nanogpt(path: Path, device: str = "auto", dtype: str = "float32") -> An
     cfg = nanogpt_config(ckpt["model_args"], state, path.name)
     tokenizer, notes = nanogpt_tokenizer(path, cfg.vocab_size)
     model = Transformer(cfg)
-    ck.assign_weights(model, convert_nanogpt(state, cfg), str(path))
+    assign_weights(model, convert_nanogpt(state, cfg), str(path))
     name = path.parent.name if path.stem == "ckpt" else path.stem
-    return ck.LoadedModel(ck._finish(model, device, dtype), tokenizer, name, str(path), "nanogpt", notes=notes)
+    return LoadedModel(finish(model, device, dtype), tokenizer, name, str(path), "nanogpt", notes=notes)

@@ -68,7 +68,7 @@ from explorer.core.generation.sampling import (
 )
 
 if TYPE_CHECKING:
-    from explorer.core.checkpoint import LoadedModel
+    from explorer.core.loaded import LoadedModel
     from explorer.core.tokenize.base import Tokenizer
 
 __all__ = [

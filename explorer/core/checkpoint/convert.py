@@ -1,0 +1,101 @@
+"""Helpers every checkpoint family uses to turn a foreign config and state dict into ours.
+
+* config getters (``get``, ``get_int``, ``activation``, ``rope``) that turn a missing or mistyped
+  value into a ``CheckpointError`` naming the family and the key;
+* ``expected_shapes``: the shape of every tensor our ``Transformer`` needs for a config, built on
+  the meta device (no memory);
+* ``Tensors``: takes tensors out of a foreign state dict by name, checking each shape, and
+  complains about whatever is left over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from explorer.core.config import ModelConfig
+from explorer.core.errors import CheckpointError
+from explorer.core.model import Transformer
+
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+                "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": None, "relu": "relu"}
+
+# buffers that older checkpoints saved beside the weights; recomputed, never needed
+_IGNORED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
+
+
+def get(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> Any:
+    value = hf.get(key, default)
+    if value is ...:
+        raise CheckpointError(f"{family} config.json lacks {key!r}")
+    return value
+
+
+def get_int(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> int:
+    value = get(hf, family, key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckpointError(f"{family} config.json: {key} should be an integer (got {value!r})")
+    return value
+
+
+def activation(hf: dict[str, Any], family: str, default: str) -> str:
+    act = hf.get("hidden_act", default)
+    if _ACTIVATIONS.get(act) is None:
+        raise CheckpointError(f"{family} activation {act!r} is not supported "
+                              f"({', '.join(k for k, v in _ACTIVATIONS.items() if v)} are)")
+    return _ACTIVATIONS[act]
+
+
+def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[float, float | None]:
+    """(rope theta, partial rotary factor or None), from ``rope_parameters`` (transformers 5) or the older keys."""
+    params = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling") or {}
+    if not isinstance(params, dict) or not isinstance(scaling, dict):
+        raise CheckpointError(f"{family} config.json: rope_parameters / rope_scaling should be objects")
+    for section in (params, scaling):
+        kind = section.get("rope_type", section.get("type", "default"))
+        if kind not in (None, "default"):
+            raise CheckpointError(f"{family} checkpoint uses RoPE scaling of type {kind!r}, which is not supported "
+                                  "(only plain rotary positions are)")
+    theta = params.get("rope_theta")
+    for key in theta_keys:
+        if theta is None:
+            theta = hf.get(key)
+    partial = params.get("partial_rotary_factor", hf.get("partial_rotary_factor", hf.get("rotary_pct")))
+    try:
+        return float(10000.0 if theta is None else theta), (None if partial is None else float(partial))
+    except (TypeError, ValueError):
+        raise CheckpointError(f"{family} config.json: rope theta {theta!r} / rotary fraction {partial!r} "
+                              "are not numbers") from None
+
+
+# --- tensors --------------------------------------------------------------------------------
+
+class Tensors:
+    """Takes tensors out of a checkpoint by their name there, checking the shape ours will need."""
+
+    def __init__(self, weights: dict[str, torch.Tensor], family: str) -> None:
+        self.sd = {k: v for k, v in weights.items() if not k.endswith(_IGNORED_SUFFIXES)}
+        self.family = family
+
+    def take(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        if name not in self.sd:
+            raise CheckpointError(f"{self.family} checkpoint lacks tensor {name}")
+        t = self.sd.pop(name)
+        if not isinstance(t, torch.Tensor):
+            raise CheckpointError(f"{self.family} checkpoint: {name} is not a tensor")
+        if tuple(t.shape) != tuple(shape):
+            raise CheckpointError(f"{self.family} checkpoint: tensor {name} has shape {tuple(t.shape)}, "
+                                  f"the config implies {tuple(shape)}")
+        return t
+
+    def finish(self) -> None:
+        if self.sd:
+            raise CheckpointError(f"{self.family} checkpoint has unexpected tensors: {', '.join(sorted(self.sd)[:6])}"
+                                  + (" ..." if len(self.sd) > 6 else ""))
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    with torch.device("meta"):  # shapes only: no memory
+        return {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}

@@ -1,0 +1,111 @@
+"""Hugging Face GPT-2 directories (``model_type`` ``gpt2``) -> our ``Transformer``.
+
+GPT-2 is pre-norm LayerNorm with biases, learned absolute positions, a plain GELU (tanh
+approximation) FFN and a tied un-embedding. Its ``Conv1D`` layers store weights as [in, out].
+The tokenizer is the directory's own ``vocab.json``/``merges.txt`` when present, else GPT-2's BPE.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
+from explorer.core.config import ModelConfig
+from explorer.core.errors import CheckpointError
+from explorer.core.loaded import LoadedModel
+from explorer.core.model import Transformer
+from explorer.core.tokenize.base import Tokenizer, gpt2_style_tokenizer, gpt2_tokenizer
+
+_GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+
+
+def gpt2_config(hf: dict[str, Any]) -> ModelConfig:
+    try:
+        d, n_head = int(hf["n_embd"]), int(hf["n_head"])
+        act = hf.get("activation_function", "gelu_new")
+        if act not in _GPT2_ACTIVATIONS:
+            raise CheckpointError(f"GPT-2 activation {act!r} is not supported ({', '.join(_GPT2_ACTIVATIONS)})")
+        if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("scale_attn_weights") is False:
+            raise CheckpointError("this GPT-2 variant scales attention differently; not supported")
+        if d % n_head:
+            raise CheckpointError(f"n_embd ({d}) is not a multiple of n_head ({n_head})")
+        return ModelConfig(arch="gpt2", vocab_size=int(hf["vocab_size"]), n_ctx=int(hf.get("n_positions", hf.get("n_ctx", 1024))),
+                           d_model=d, n_layers=int(hf["n_layer"]), n_heads=n_head, d_head=d // n_head,
+                           d_ff=int(hf.get("n_inner") or 4 * d), norm="layernorm", norm_placement="pre",
+                           norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positions="learned",
+                           activation=_GPT2_ACTIVATIONS[act], tie_embeddings=bool(hf.get("tie_word_embeddings", True)))
+    except KeyError as exc:
+        raise CheckpointError(f"GPT-2 config.json lacks {exc}") from None
+
+
+def convert_gpt2(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Hugging Face GPT-2 tensor names and layout -> ours.
+
+    GPT-2's ``Conv1D`` stores weights as [in, out] (x @ W); ``nn.Linear`` wants [out, in]. The
+    layout is read off ``c_attn``'s shape, which differs between the two, and applied to all.
+    """
+    sd = {k.removeprefix("transformer."): v for k, v in hf.items()
+          if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # old causal-mask buffers
+    d = cfg.d_model
+
+    def take(name: str) -> torch.Tensor:
+        if name not in sd:
+            raise CheckpointError(f"GPT-2 checkpoint lacks tensor {name}")
+        return sd.pop(name)
+
+    first = sd.get("h.0.attn.c_attn.weight")
+    conv1d = first is None or tuple(first.shape) == (d, 3 * d)
+
+    def linear(name: str) -> torch.Tensor:
+        w = take(name)
+        return w.t().contiguous() if conv1d else w
+
+    out = {"embed.weight": take("wte.weight"), "pos_embed.weight": take("wpe.weight")}
+    for i in range(cfg.n_layers):
+        p, q = f"h.{i}.", f"blocks.{i}."
+        for ours, theirs in (("ln1", "ln_1"), ("ln2", "ln_2")):
+            out[q + ours + ".weight"] = take(p + theirs + ".weight")
+            out[q + ours + ".bias"] = take(p + theirs + ".bias")
+        w_qkv, b_qkv = linear(p + "attn.c_attn.weight"), take(p + "attn.c_attn.bias")
+        if tuple(w_qkv.shape) != (3 * d, d):
+            raise CheckpointError(f"tensor h.{i}.attn.c_attn.weight has shape {tuple(w_qkv.shape)}, "
+                                  f"the config implies {(d, 3 * d)}")
+        for j, name in enumerate(("W_Q", "W_K", "W_V")):
+            out[q + f"attn.{name}.weight"] = w_qkv[j * d:(j + 1) * d]
+            out[q + f"attn.{name}.bias"] = b_qkv[j * d:(j + 1) * d]
+        out[q + "attn.W_O.weight"] = linear(p + "attn.c_proj.weight")
+        out[q + "attn.W_O.bias"] = take(p + "attn.c_proj.bias")
+        out[q + "mlp.W_in.weight"] = linear(p + "mlp.c_fc.weight")
+        out[q + "mlp.W_in.bias"] = take(p + "mlp.c_fc.bias")
+        out[q + "mlp.W_out.weight"] = linear(p + "mlp.c_proj.weight")
+        out[q + "mlp.W_out.bias"] = take(p + "mlp.c_proj.bias")
+    out["ln_final.weight"] = take("ln_f.weight")
+    out["ln_final.bias"] = take("ln_f.bias")
+    lm_head = sd.pop("lm_head.weight", None)
+    out["unembed.weight"] = lm_head if lm_head is not None else out["embed.weight"]
+    if sd:
+        raise CheckpointError(f"GPT-2 checkpoint has unexpected tensors: {', '.join(sorted(sd)[:6])}")
+    return out
+
+
+def hf_tokenizer(directory: Path, vocab_size: int) -> Tokenizer:
+    """The directory's own ``vocab.json`` if present; GPT-2's packaged BPE for a GPT-2-sized vocabulary."""
+    if (directory / "vocab.json").is_file():
+        return gpt2_style_tokenizer(directory / "vocab.json", name=f"{directory.name} BPE")
+    if vocab_size >= 50257:
+        return gpt2_tokenizer()
+    raise CheckpointError(f"{directory} has no vocab.json and its vocabulary ({vocab_size}) is not GPT-2's")
+
+
+def load_hf_gpt2(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
+    cfg = gpt2_config(hf)
+    model = Transformer(cfg)
+    assign_weights(model, convert_gpt2(read_weights(directory), cfg), str(directory))
+    tokenizer = hf_tokenizer(directory, cfg.vocab_size)
+    return LoadedModel(finish(model, device, dtype), tokenizer, directory.name, str(directory), "gpt2")
+
+
+LOADERS = {"gpt2": load_hf_gpt2}

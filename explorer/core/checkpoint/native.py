@@ -1,0 +1,58 @@
+"""The app's own checkpoint format: a directory with ``config.json`` (``"format":
+"transformer-explorer"``, the model configuration and a tokenizer description),
+``model.safetensors`` and the tokenizer's files. The bundled models are saved in it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
+from explorer.core.config import ModelConfig
+from explorer.core.errors import CheckpointError
+from explorer.core.loaded import LoadedModel
+from explorer.core.model import Transformer
+from explorer.core.tokenize.base import Tokenizer, tokenizer_from_description
+from explorer.core.tokenize.bpe import save_ranks
+
+NATIVE_FORMAT = "transformer-explorer"
+
+
+def save_native(model: Transformer, tokenizer: Tokenizer, directory: Path, name: str = "",
+                extra: dict[str, Any] | None = None) -> None:
+    """Write a native checkpoint: config.json, model.safetensors and the tokenizer's files."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    desc = tokenizer.describe()
+    if desc.get("type") == "tiktoken":
+        encoding = tokenizer.encoding  # type: ignore[attr-defined]
+        save_ranks(encoding._mergeable_ranks, directory / desc.setdefault("ranks_file", "tokenizer.tiktoken"))
+        desc["special_tokens"] = dict(encoding._special_tokens)
+        desc["pattern"] = encoding._pat_str
+    config = {"format": NATIVE_FORMAT, "version": 1, "name": name or directory.name,
+              "model": model.cfg.to_dict(), "tokenizer": desc, **(extra or {})}
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    if model.cfg.tie_embeddings:
+        state.pop("unembed.weight")  # the same tensor as embed.weight
+    save_file(state, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str) -> LoadedModel:
+    if "model" not in config or "tokenizer" not in config:
+        raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section")
+    cfg = ModelConfig.from_dict(config["model"])
+    tokenizer = tokenizer_from_description(config["tokenizer"], directory)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only {cfg.vocab_size}")
+    model = Transformer(cfg)
+    weights = read_weights(directory)
+    if cfg.tie_embeddings and "unembed.weight" not in weights and "embed.weight" in weights:
+        weights["unembed.weight"] = weights["embed.weight"]
+    assign_weights(model, weights, str(directory / "model.safetensors"))
+    return LoadedModel(finish(model, device, dtype), tokenizer, config.get("name", directory.name),
+                       str(directory), cfg.arch)

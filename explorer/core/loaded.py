@@ -1,0 +1,74 @@
+"""``LoadedModel``: a model ready to run, with its tokenizer and where it came from.
+
+Every checkpoint loader returns one; the UI, the CLI and a notebook user hold one. It encodes
+text (cut to the context), traces text or ids into a :class:`~explorer.core.trace.Trace`, and
+describes itself for ``transformer-explorer info`` and the window's title.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from explorer.core.config import ModelConfig
+from explorer.core.errors import PromptError
+from explorer.core.model import Transformer
+from explorer.core.tokenize.base import Tokenizer
+from explorer.core.trace import CaptureSpec, Trace, capture
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with its tokenizer and where it came from."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    name: str
+    source: str
+    arch: str
+    notes: list[str] = field(default_factory=list)  # what the user should know: caps, stand-ins
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def n_params(self) -> int:
+        return self.model.num_parameters()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def encode(self, text: str) -> tuple[list[int], int | None]:
+        """Token ids of ``text``, cut to the context length; the second value is the uncut count if cut."""
+        if not text:
+            raise PromptError("the prompt is empty: type some text to analyse")
+        ids = self.tokenizer.encode(text)
+        if not ids:
+            raise PromptError("the prompt has no tokens in this model's vocabulary")
+        if len(ids) > self.config.n_ctx:
+            return ids[: self.config.n_ctx], len(ids)
+        return ids, None
+
+    def trace(self, text: str, spec: CaptureSpec | None = None) -> Trace:
+        """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``)."""
+        ids, truncated_from = self.encode(text)
+        return self.trace_ids(ids, spec, truncated_from)
+
+    def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None) -> Trace:
+        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from)
+        return trace
+
+    def info(self) -> dict[str, Any]:
+        cfg = self.config
+        return {"name": self.name, "source": self.source, "architecture": self.arch, "description": cfg.describe(),
+                "parameters": self.n_params, "vocabulary": f"{self.tokenizer.vocab_size} ({self.tokenizer.name})",
+                "context_length": cfg.n_ctx, "device": str(self.device),
+                "dtype": str(self.dtype).replace("torch.", ""), **({"notes": " ".join(self.notes)} if self.notes else {})}
