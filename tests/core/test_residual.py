@@ -9,7 +9,7 @@ import torch
 from explorer.core import worked_example
 from explorer.core.config import ModelConfig
 from explorer.core.model import Transformer
-from explorer.core.analysis.residual import (LogitLens, _top_ids, boundary_labels, consecutive_cosine, cosine_rows,
+from explorer.core.analysis.residual import (LogitLens, boundary_labels, consecutive_cosine, cosine_rows,
                                     logit_lens, residual_norms, residual_stack, sublayer_contributions)
 from explorer.core.trace import CaptureSpec, Trace, capture
 
@@ -167,11 +167,6 @@ def test_logit_lens_post_norm_and_float16_storage():
                                atol=1e-5)
     assert residual_stack(trace).dtype == np.float32
 
-
-def test_top_ids_breaks_ties_by_lower_id():
-    raw = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0], [5.0, 1.0, 2.0, 2.0, 0.0]])
-    assert _top_ids(raw, 2).tolist() == [[1, 2], [0, 2]]
-    assert _top_ids(raw, 4).tolist() == [[1, 2, 4, 0], [0, 2, 3, 1]]
 
 
 def test_logit_lens_ranks_tied_logits_by_lower_id():

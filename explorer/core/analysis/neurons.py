@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from explorer.core.analysis.ranking import descending, top_k_ids
+
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
 
@@ -44,25 +46,6 @@ def _activations(post: np.ndarray) -> np.ndarray:
     if post.ndim != 2:
         raise ValueError(f"expected neuron activations [n, d_ff], got shape {post.shape}")
     return post.astype(np.float64)
-
-
-def _descending(scores: np.ndarray) -> np.ndarray:
-    """All indices of ``scores``, highest first; ties (and NaN, which sort last) by lower index."""
-    scores = np.where(np.isnan(scores), -np.inf, scores)
-    idx = np.arange(scores.size)
-    return np.lexsort((idx, -scores)).astype(np.int64)
-
-
-def _first_k(scores: np.ndarray, k: int) -> np.ndarray:
-    k = max(0, min(int(k), scores.size))
-    if k == 0:
-        return np.zeros(0, dtype=np.int64)
-    if k < scores.size:  # partition first: d_ff can be tens of thousands
-        clean = np.where(np.isnan(scores), -np.inf, scores)
-        kth = np.partition(clean, clean.size - k)[clean.size - k]
-        candidates = np.flatnonzero(clean >= kth)
-        return candidates[_descending(clean[candidates])][:k].astype(np.int64)
-    return _descending(scores)
 
 
 def top_neurons(post: np.ndarray, token: int, k: int = 10, by: str = "value") -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +62,7 @@ def top_neurons(post: np.ndarray, token: int, k: int = 10, by: str = "value") ->
     if not -n <= int(token) < n:
         raise IndexError(f"token {token} is out of range for {n} tokens")
     row = post[int(token)]
-    ids = _first_k(np.abs(row) if by == "abs" else row, k)
+    ids = top_k_ids(np.abs(row) if by == "abs" else row, k)
     return ids, row[ids].astype(np.float32)
 
 
@@ -96,7 +79,7 @@ def neuron_order(post: np.ndarray, mode: str = "index") -> np.ndarray:
     if mode == "index" or post.shape[0] == 0:
         return np.arange(d_ff, dtype=np.int64)
     scores = post.max(axis=0) if mode == "max" else post.var(axis=0)
-    return _descending(scores)
+    return descending(scores)
 
 
 def top_columns(post: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +89,7 @@ def top_columns(post: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if post.shape[0] == 0:
         ids = np.arange(min(max(int(k), 0), post.shape[1]), dtype=np.int64)
     else:
-        ids = _first_k(post.max(axis=0), k)
+        ids = top_k_ids(post.max(axis=0), k)
     return ids, post[:, ids].astype(np.float32)
 
 
@@ -166,8 +149,8 @@ def neuron_vocab_effect(trace: Trace, layer: int, neuron: int, k: int = 10, fold
         if vocab_size is not None:
             W_U = W_U[: max(1, int(vocab_size))]
         effect = (W_U.float() @ direction).cpu().numpy().astype(np.float64)
-    top = _first_k(effect, k)
-    bottom = _first_k(-effect, k)
+    top = top_k_ids(effect, k)
+    bottom = top_k_ids(-effect, k)
     return top, effect[top].astype(np.float32), bottom, effect[bottom].astype(np.float32)
 
 

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from explorer.core.analysis.ranking import top_k_rows
+
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
 
@@ -170,7 +172,7 @@ def logit_lens(trace: Trace, top: int = 1, vocab_size: int | None = None,
                 if limit < V:
                     raw[:, limit:] = float("-inf")
                 p = torch.softmax(raw, dim=-1)                          # max-subtracted: stable in float32
-                top_ids = _top_ids(raw, top)
+                top_ids = top_k_rows(raw, top)
                 top_p = p.gather(-1, top_ids)
                 ids[b, start:stop] = _np(top_ids)
                 probs[b, start:stop] = _np(top_p)
@@ -199,16 +201,3 @@ def _np(t) -> np.ndarray:  # a torch tensor -> numpy on the CPU
     return t.detach().cpu().numpy()
 
 
-def _top_ids(raw, top: int):  # torch tensors: [c, V] -> [c, top], ties by lower id
-    """``top`` highest logits per row, highest first, ties broken by lower id (torch.topk's
-    order among equal values is unspecified)."""
-    import torch
-
-    values, idx = torch.topk(raw, top, dim=-1)
-    kth = values[:, -1:]
-    cut_tie = (raw == kth).sum(-1) > (values == kth).sum(-1)          # an equal value left outside
-    inner_tie = values[:, 1:] == values[:, :-1]
-    if bool(cut_tie.any()) or bool(inner_tie.any()):
-        # ties at or inside the cut (rare): a full stable sort, value descending, ids ascending
-        return torch.argsort(-raw, dim=-1, stable=True)[:, :top]
-    return idx

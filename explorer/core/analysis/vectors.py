@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from explorer.core.analysis.ranking import top_k_ids
+
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
 
@@ -42,12 +44,8 @@ def _top_k(cosines: np.ndarray, k: int, exclude: Iterable[int] | None) -> tuple[
     cosines = np.array(cosines, dtype=np.float64)
     if exclude is not None:
         cosines[np.fromiter(exclude, dtype=np.int64)] = -np.inf
-    k = max(0, min(int(k), int(np.isfinite(cosines).sum())))
-    if k == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-    ids = np.argpartition(-cosines, k - 1)[:k]
-    ids = ids[np.lexsort((ids, -cosines[ids]))]  # best first; ties by id, so the order is stable
-    return ids.astype(np.int64), cosines[ids].astype(np.float32)
+    ids = top_k_ids(cosines, k, finite_only=True)  # best first; ties by id, so the order is stable
+    return ids, cosines[ids].astype(np.float32)
 
 
 def sinusoid_curves(positions: Sequence[int] | np.ndarray, dims: Sequence[int], d_model: int) -> np.ndarray:

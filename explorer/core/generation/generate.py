@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
+from explorer.core.analysis.ranking import rank_of
 from explorer.core.errors import PromptError
 from explorer.core.model import KVCache
 from explorer.core.generation.sampling import (
@@ -291,14 +292,12 @@ def _cancel_check(cancel: Cancel) -> Callable[[], bool]:
 
 def _chosen_rank_prob(x: np.ndarray, token_id: int) -> tuple[int, float]:
     """Rank (ties: lower id first) and probability of ``token_id`` in processed logits ``x``."""
-    value = x[token_id]
     finite = np.isfinite(x)
     if np.count_nonzero(finite) == 1:  # greedy, or controls that leave one token
         return 0, 1.0
     e = np.exp(x - x.max())
     prob = float(e[token_id] / e.sum())
-    rank = int(np.count_nonzero(x > value) + np.count_nonzero(x[:token_id] == value))
-    return rank, prob
+    return rank_of(x, token_id), prob
 
 
 def _check_prompt(loaded: LoadedModel, prompt_ids: Sequence[int]) -> list[int]:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from explorer.core.analysis.ranking import rank_of, top_k_ids
+
 __all__ = [
     "Distribution",
     "SamplingParams",
@@ -316,29 +318,10 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _rank(x: np.ndarray, token_id: int) -> int:
-    """0-based rank of ``token_id`` by logit, ties broken by lower id first."""
-    value = x[token_id]
-    return int(np.count_nonzero(x > value) + np.count_nonzero(x[:token_id] == value))
-
-
 def _check_token(token_id: int, vocab_size: int) -> int:
     if not _is_int(token_id) or not 0 <= token_id < vocab_size:
         raise ValueError(f"token id must be in [0, {vocab_size}), got {token_id!r}")
     return int(token_id)
-
-
-def _top_order(x: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the ``n`` largest finite entries, descending, ties by lower id."""
-    finite = np.isfinite(x)
-    n = min(n, int(np.count_nonzero(finite)))
-    if n <= 0:
-        return np.zeros(0, dtype=np.int64)
-    kth = np.partition(x, x.size - n)[x.size - n]  # the n-th largest value (finite)
-    above = np.flatnonzero(x > kth)
-    ties = np.flatnonzero(x == kth)[: n - above.size]
-    idx = np.concatenate([above, ties])
-    return idx[np.lexsort((idx, -x[idx]))].astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -403,14 +386,14 @@ def top_candidates(
         raise ValueError(f"n must be an integer >= 0, got {n!r}")
     x = _as_logits(logits)
     probs = _softmax_unchecked(x)
-    order = _top_order(x, int(n))
+    order = top_k_ids(x, int(n), finite_only=True)
     positive = probs[probs > 0]
     entropy = float(-(positive * np.log(positive)).sum())
     rank = prob = None
     if chosen_id is not None:
         chosen_id = _check_token(chosen_id, x.size)
         prob = float(probs[chosen_id])
-        rank = _rank(x, chosen_id) if np.isfinite(x[chosen_id]) else None
+        rank = rank_of(x, chosen_id) if np.isfinite(x[chosen_id]) else None
     return Distribution(
         ids=_readonly(order),
         logits=_readonly(x[order]),
@@ -489,4 +472,4 @@ class StepScores:
         x = self.processed(params)
         if not np.isfinite(x[token_id]):
             return None, 0.0
-        return _rank(x, token_id), float(_softmax_unchecked(x)[token_id])
+        return rank_of(x, token_id), float(_softmax_unchecked(x)[token_id])
