@@ -45,7 +45,7 @@ def default_or_stand_in():
         return load_checkpoint(device="cpu"), f"{name} (bundled)"
     from explorer.core.model import Transformer
     from explorer.core.tokenize.base import VocabTokenizer
-    from explorer.core.training.loop import RECIPES
+    from explorer.core.training.recipes import RECIPES
 
     cfg = RECIPES["shakespeare"].config
     torch.manual_seed(0)

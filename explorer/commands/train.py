@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from explorer.core.errors import ExplorerError
-    from explorer.core.training.loop import TRAINERS
+    from explorer.core.training.recipes import TRAINERS
 
     if args.steps is not None and args.steps <= 0:
         raise ExplorerError("--steps must be positive")

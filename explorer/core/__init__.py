@@ -1,0 +1,63 @@
+"""Transformer Explorer's engine, without Qt: what a notebook user imports.
+
+>>> from explorer.core import load_checkpoint, SamplingParams, generate
+>>> model = load_checkpoint("shakespeare")            # a built-in name or a checkpoint path
+>>> trace = model.trace("To be, or not to be")        # every activation of one forward pass
+>>> trace["blocks.0.attn.pattern"].shape              # [heads, tokens, tokens], numpy
+>>> generate(model, "To be", SamplingParams(temperature=0, max_new_tokens=5)).text
+
+Names are imported lazily, so ``import explorer.core.config`` does not pull in the rest.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "load_checkpoint": "explorer.core.checkpoint",
+    "builtin_names": "explorer.core.checkpoint",
+    "save_native": "explorer.core.checkpoint.native",
+    "LoadedModel": "explorer.core.loaded",
+    "ModelConfig": "explorer.core.config",
+    "Transformer": "explorer.core.model",
+    "Trace": "explorer.core.trace",
+    "CaptureSpec": "explorer.core.trace",
+    "SamplingParams": "explorer.core.generation.sampling",
+    "generate": "explorer.core.generation.generate",
+    "generate_steps": "explorer.core.generation.generate",
+    "Step": "explorer.core.generation.generate",
+    "GenerationResult": "explorer.core.generation.generate",
+    "ExplorerError": "explorer.core.errors",
+    "CheckpointError": "explorer.core.errors",
+    "TokenizerError": "explorer.core.errors",
+    "PromptError": "explorer.core.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'explorer.core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
+    from explorer.core.checkpoint import builtin_names, load_checkpoint
+    from explorer.core.checkpoint.native import save_native
+    from explorer.core.config import ModelConfig
+    from explorer.core.errors import CheckpointError, ExplorerError, PromptError, TokenizerError
+    from explorer.core.generation.generate import GenerationResult, Step, generate, generate_steps
+    from explorer.core.generation.sampling import SamplingParams
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.model import Transformer
+    from explorer.core.trace import CaptureSpec, Trace

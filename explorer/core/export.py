@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 
 
@@ -59,11 +60,6 @@ def write_npy(target: str | os.PathLike[str], array: np.ndarray) -> None:
     buf = io.BytesIO()
     np.save(buf, np.asarray(array), allow_pickle=False)
     write_bytes(target, buf.getvalue())
-
-
-def token_labels(tokens: Sequence[str]) -> list[str]:
-    """``position:token`` labels, unique even when a token repeats."""
-    return [f"{i}:{t}" for i, t in enumerate(tokens)]
 
 
 def matrix_csv(matrix: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str], corner: str = "") -> str:

@@ -22,12 +22,10 @@ from explorer.core.training.loop import (
     lr_at,
     new_model,
     random_windows,
-    repeated_random_tokens,
-    repeated_segment_batch,
     spread_windows,
-    token_distribution,
     train,
 )
+from explorer.core.training.data import repeated_random_tokens, repeated_segment_batch, token_distribution
 
 TEXT = ("ROMEO.\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n\n"
         "JULIET.\nO Romeo, Romeo, wherefore art thou Romeo?\nDeny thy father and refuse thy name.\n\n") * 6
