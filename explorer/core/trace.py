@@ -152,6 +152,10 @@ class Recorder:
         self.spec = spec
         self.arrays: dict[str, np.ndarray] = {}
 
+    def records(self, site: str, layer: int | None) -> bool:
+        """Whether ``site`` of ``layer`` is stored (the forward pass skips computing what nobody records)."""
+        return self.spec.wants(kind_of(site), layer)
+
     def __call__(self, site: str, layer: int | None, tensor: torch.Tensor) -> None:
         if self.spec.wants(kind_of(site), layer):
             self.arrays[_key(site, layer)] = _readonly(to_numpy(tensor[0], self.spec.dtype))
