@@ -41,6 +41,7 @@ from explorer.ui.docks import (
 from explorer.ui.export import window_actions
 from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
+from explorer.ui.progressive import ProgressiveWork
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.widgets.prompt_editor import PromptEditor
@@ -58,6 +59,7 @@ from explorer.ui.workers import (
 log = logging.getLogger(__name__)
 
 APP_NAME = "Transformer Explorer"
+CLOSE_WAIT_MS = 1000  # closing waits at most this long for cancelled work to reach a layer boundary
 
 
 def sample_prompts() -> list[str]:
@@ -105,6 +107,8 @@ class MainWindow(QMainWindow):
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
         self.loader = ModelLoader(self)
         self.controller = TraceController(self._preparers, debounce_ms, self)
+        self.progressive = ProgressiveWork(self)  # the panels' expensive views (explorer.ui.progressive)
+        self._closing = False
         self.prompt = PromptEditor(self)
         self.setCentralWidget(self.prompt)
         self.docks = self._build_docks()
@@ -137,6 +141,7 @@ class MainWindow(QMainWindow):
             except Exception:  # noqa: BLE001 - one broken panel must not stop the window
                 log.exception("skipping panel %s: its constructor failed", cls.__name__)
                 continue
+            panel.progressive = self.progressive
             dock = PanelDock(panel, self)
             dock.visibilityChanged.connect(lambda visible, d=dock: self._on_dock_visible(d, visible))
             docks.append(dock)
@@ -207,6 +212,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         self.prompt.text_edited.connect(self.controller.set_text)
         self.controller.trace_ready.connect(self._on_trace_ready)
+        self.controller.requested.connect(lambda _id: self.progressive.cancel_all())  # a newer trace comes
         self.controller.failed.connect(self._on_trace_failed)
         self.loader.stage.connect(self.status.set_loading)
         self.loader.busy_changed.connect(lambda busy: None if busy else self.status.set_loading(None))
@@ -251,6 +257,8 @@ class MainWindow(QMainWindow):
         return self.source if self.source and Path(self.source).exists() else str(Path.home())
 
     def _on_model_loaded(self, result: LoadResult) -> None:
+        if self._closing:  # a load that finishes after the window closed starts nothing
+            return
         loaded, request = result.model, result.request
         if result.errors:
             message = "\n".join(result.errors) + f"\n\nLoaded {loaded.name} instead."
@@ -279,6 +287,8 @@ class MainWindow(QMainWindow):
         self.model_loaded.emit(loaded)
 
     def _on_load_failed(self, message: str, request: LoadRequest) -> None:
+        if self._closing:
+            return
         if self._model_request is not None:  # keep the model that is there, and show its settings again
             self.device_controls.set_values(self._model_request.device, self._model_request.dtype)
         self.status.set_loading(None)
@@ -314,7 +324,8 @@ class MainWindow(QMainWindow):
         self.prompt.edit.selectAll()
 
     def _shows(self, dock: PanelDock) -> bool:
-        return not dock.isHidden() and (not self.isVisible() or dock.isVisible())
+        # a tab behind another one is "visible" to Qt; its dock's visibilityChanged says it is not on screen
+        return not dock.isHidden() and (not self.isVisible() or (dock.isVisible() and dock.panel.on_screen))
 
     def _preparers(self) -> list:
         """Every shown panel's ``prepare``, bound to its snapshot taken now, on the GUI thread."""
@@ -348,6 +359,7 @@ class MainWindow(QMainWindow):
         self.status.notice(message)
 
     def _on_dock_visible(self, dock: PanelDock, visible: bool) -> None:
+        dock.panel.set_on_screen(visible)
         if not visible or dock not in self._stale or self.trace is None:
             return
         trace = self.trace
@@ -442,6 +454,11 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.save_window()
-        self.controller.debounce.stop()
-        QThreadPool.globalInstance().waitForDone(30_000)  # a forward pass cannot be interrupted
+        self._closing = True
+        self.controller.shutdown()  # a running forward pass stops at its next layer boundary
+        self.progressive.shutdown()  # so do the panels' background views
+        stop = getattr(self.generation, "stop", None)
+        if callable(stop):
+            stop()
+        QThreadPool.globalInstance().waitForDone(CLOSE_WAIT_MS)
         super().closeEvent(event)

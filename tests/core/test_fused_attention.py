@@ -10,7 +10,7 @@ import torch
 
 from explorer.core import model as model_module
 from explorer.core.config import ModelConfig
-from explorer.core.model import KVCache, Transformer, fused_attention, fusable, records_attention
+from explorer.core.model import KVCache, Transformer, fusable, fused_attention, records_attention
 from explorer.core.trace import CaptureSpec, Recorder, capture
 
 SHAPES = {
