@@ -346,6 +346,14 @@ class MainWindow(QMainWindow):
         self.prompt.show_tokens(trace.n_tokens, trace.meta.truncated_from)
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
         self.trace_applied.emit(trace)
+        self._release_memory()
+
+    def _release_memory(self) -> None:
+        """The previous trace is dropped now: hand its freed blocks back to the OS (explorer.core.memory),
+        off the GUI thread, so a long session's resident memory stays flat."""
+        from explorer.core.memory import release_freed_memory
+
+        run_in_background(release_freed_memory)
 
     def _show_panel(self, panel: Panel, trace: Any) -> None:
         try:
