@@ -41,7 +41,8 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
 
 def rotary_angles(positions: Tensor, rotary_dim: int, base: float) -> tuple[Tensor, Tensor]:
     """cos and sin of the rotation angles pos * base^(-2i/r), laid out as [n, r] (each frequency twice)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
+    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64, device=positions.device).float()
+                               / rotary_dim))
     angles = positions.float()[:, None] * inv_freq[None, :]          # [n, r/2]
     angles = torch.cat([angles, angles], dim=-1)                      # [n, r]
     return angles.cos(), angles.sin()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, QThreadPool, Signal
+from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -109,6 +109,7 @@ class MainWindow(QMainWindow):
         self.controller = TraceController(self._preparers, debounce_ms, self)
         self.progressive = ProgressiveWork(self)  # the panels' expensive views (explorer.ui.progressive)
         self._closing = False
+        self._trim_pending = False
         self.prompt = PromptEditor(self)
         self.setCentralWidget(self.prompt)
         self.docks = self._build_docks()
@@ -213,6 +214,7 @@ class MainWindow(QMainWindow):
         self.prompt.text_edited.connect(self.controller.set_text)
         self.controller.trace_ready.connect(self._on_trace_ready)
         self.controller.requested.connect(lambda _id: self.progressive.cancel_all())  # a newer trace comes
+        self.progressive.busy_changed.connect(lambda busy: None if busy else self._release_memory())
         self.controller.failed.connect(self._on_trace_failed)
         self.loader.stage.connect(self.status.set_loading)
         self.loader.busy_changed.connect(lambda busy: None if busy else self.status.set_loading(None))
@@ -336,21 +338,43 @@ class MainWindow(QMainWindow):
         self.trace = trace
         cfg = trace.config
         self.selection.clamp(cfg.n_layers, cfg.n_heads, trace.n_tokens)
+        shown = []
         for dock in self.docks:
             if self._shows(dock):
-                self._show_panel(dock.panel, trace)
+                shown.append(dock)
                 self._stale.discard(dock)
             else:
                 self._stale.add(dock)
-        self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.prompt.show_tokens(trace.n_tokens, trace.meta.truncated_from)
+        self._draw_panels(result, shown)
+
+    def _draw_panels(self, result: TraceResult, docks: list[PanelDock]) -> None:
+        """Draw the shown panels one per turn of the event loop, so the window repaints and answers
+        between them (the longest stall is one panel's drawing, not all of them)."""
+        trace = result.trace
+        if trace is not self.trace:  # a newer trace arrived meanwhile: it draws the panels
+            return
+        if docks:
+            self._show_panel(docks[0].panel, trace)
+        if len(docks) > 1:
+            QTimer.singleShot(0, lambda: self._draw_panels(result, docks[1:]))
+            return
+        self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
         self.trace_applied.emit(trace)
+        self._trim_pending = True
         self._release_memory()
 
-    def _release_memory(self) -> None:
-        """The previous trace is dropped now: hand its freed blocks back to the OS (explorer.core.memory),
-        off the GUI thread, so a long session's resident memory stays flat."""
+    def _release_memory(self, _busy: bool = False) -> None:
+        """The previous trace is dropped: hand its freed blocks back to the OS (explorer.core.memory)
+        once the panels' background work is done too (trimming holds the allocator's lock, so not
+        while the GUI thread draws), off the GUI thread, so a long session's memory stays flat."""
+        if self._closing or self.progressive.busy or not self.controller.is_idle():
+            self._trim_pending = True  # again when the lane goes idle (busy_changed)
+            return
+        if _busy or not getattr(self, "_trim_pending", True):
+            return
+        self._trim_pending = False
         from explorer.core.memory import release_freed_memory
 
         run_in_background(release_freed_memory)
