@@ -28,7 +28,8 @@ LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists th
 TEXT_MAX_TOKENS = 40  # the lens writes each cell's top token while there are at most this many tokens…
 TEXT_MAX_ROWS = 25  # …and boundaries; beyond that, colours only (the tooltip still names the tokens)
 LENS_NOW_MACS = 2**28  # a lens cheaper than this is computed with the trace, on the worker…
-LENS_BLOCK_MACS = 2**32  # …a larger one progressively, in blocks of positions of about this much work
+LENS_BLOCK_MACS = 2**36  # …a larger one progressively, in blocks of positions of about this much work…
+LENS_BLOCK_MIN = 64  # …and at least this many positions: fewer rows per matmul re-read the un-embedding for little work
 NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the real next token
 _DARK_BELOW = 0.55  # viridis is dark below about this fraction of its range: white text there
 
@@ -54,10 +55,11 @@ def lens_cost(trace: Trace) -> int:
 
 
 def block_positions(trace: Trace) -> int:
-    """Positions per progressive lens job: about ``LENS_BLOCK_MACS`` of work (a tenth of a second on
-    two CPU cores), at least one."""
+    """Positions per progressive lens job: about ``LENS_BLOCK_MACS`` of work, at least ``LENS_BLOCK_MIN``
+    (each boundary's matmul reads the whole un-embedding: a few rows at a time would make it memory-bound).
+    A job stops at its next boundary when it is stale."""
     cfg = trace.config
-    return max(1, LENS_BLOCK_MACS // ((cfg.n_layers + 1) * cfg.vocab_size * cfg.d_model))
+    return max(LENS_BLOCK_MIN, LENS_BLOCK_MACS // ((cfg.n_layers + 1) * cfg.vocab_size * cfg.d_model))
 
 
 def lens_of(trace: Trace, tokenizer: Any) -> core.LogitLens | None:
