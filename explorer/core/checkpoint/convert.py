@@ -1,7 +1,8 @@
 """Helpers every checkpoint family uses to turn a foreign config and state dict into ours.
 
-* config getters (``get``, ``get_int``, ``activation``, ``rope``) that turn a missing or mistyped
-  value into a ``CheckpointError`` naming the family and the key;
+* config getters (``get``, ``get_int``, ``get_float``, ``get_bool``, ``activation``, ``rope``) that turn a
+  missing or mistyped value (a bool or float for an integer, null, a string, NaN, infinity, a negative
+  number) into a ``CheckpointError`` naming the file and the key;
 * ``expected_shapes``: the shape of every tensor our ``Transformer`` needs for a config, built on
   the meta device (no memory);
 * ``Tensors``: takes tensors out of a foreign state dict by name, checking each shape, and
@@ -10,10 +11,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
+from explorer.core.checkpoint.validate import current
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.model import Transformer
@@ -25,24 +28,49 @@ _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "ge
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
 
+def _where(family: str) -> str:
+    ctx = current()
+    return f"{ctx.source}/config.json ({family})" if ctx is not None else f"{family} config.json"
+
+
 def get(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> Any:
     value = hf.get(key, default)
     if value is ...:
-        raise CheckpointError(f"{family} config.json lacks {key!r}")
+        raise CheckpointError(f"{_where(family)} lacks {key!r}")
     return value
 
 
-def get_int(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> int:
+def get_int(hf: dict[str, Any], family: str, key: str, default: Any = ..., low: int = 0) -> int:
+    """An integer >= ``low``: not a bool, a float, a string or null (a ``default`` of None passes through)."""
     value = get(hf, family, key, default)
+    if value is None and default is None:
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckpointError(f"{family} config.json: {key} should be an integer (got {value!r})")
+        raise CheckpointError(f"{_where(family)}: {key} should be an integer (got {value!r:.60})")
+    if value < low:
+        raise CheckpointError(f"{_where(family)}: {key} should be at least {low} (got {value})")
     return value
 
 
-def activation(hf: dict[str, Any], family: str, default: str) -> str:
-    act = hf.get("hidden_act", default)
-    if _ACTIVATIONS.get(act) is None:
-        raise CheckpointError(f"{family} activation {act!r} is not supported "
+def get_float(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> float:
+    """A finite number (an integer is accepted): not a bool, a string, null, NaN or infinity."""
+    value = get(hf, family, key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CheckpointError(f"{_where(family)}: {key} should be a finite number (got {value!r:.60})")
+    return float(value)
+
+
+def get_bool(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> bool:
+    value = get(hf, family, key, default)
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{_where(family)}: {key} should be true or false (got {value!r:.60})")
+    return value
+
+
+def activation(hf: dict[str, Any], family: str, default: str, key: str = "hidden_act") -> str:
+    act = hf.get(key, default)
+    if not isinstance(act, str) or _ACTIVATIONS.get(act) is None:
+        raise CheckpointError(f"{_where(family)}: activation {act!r:.60} is not supported "
                               f"({', '.join(k for k, v in _ACTIVATIONS.items() if v)} are)")
     return _ACTIVATIONS[act]
 
@@ -52,22 +80,25 @@ def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
-        raise CheckpointError(f"{family} config.json: rope_parameters / rope_scaling should be objects")
+        raise CheckpointError(f"{_where(family)}: rope_parameters / rope_scaling should be objects")
     for section in (params, scaling):
         kind = section.get("rope_type", section.get("type", "default"))
         if kind not in (None, "default"):
-            raise CheckpointError(f"{family} checkpoint uses RoPE scaling of type {kind!r}, which is not supported "
+            raise CheckpointError(f"{_where(family)}: RoPE scaling of type {kind!r:.40} is not supported "
                                   "(only plain rotary positions are)")
     theta = params.get("rope_theta")
     for key in theta_keys:
         if theta is None:
             theta = hf.get(key)
     partial = params.get("partial_rotary_factor", hf.get("partial_rotary_factor", hf.get("rotary_pct")))
-    try:
-        return float(10000.0 if theta is None else theta), (None if partial is None else float(partial))
-    except (TypeError, ValueError):
-        raise CheckpointError(f"{family} config.json: rope theta {theta!r} / rotary fraction {partial!r} "
-                              "are not numbers") from None
+    theta = 10000.0 if theta is None else theta
+    for name, value in (("rope theta", theta), ("rotary fraction", partial)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise CheckpointError(f"{_where(family)}: {name} should be a positive number (got {value!r:.60})")
+    if partial is not None and partial > 1:
+        raise CheckpointError(f"{_where(family)}: rotary fraction should be at most 1 (got {partial!r})")
+    return float(theta), (None if partial is None else float(partial))
 
 
 # --- tensors --------------------------------------------------------------------------------
