@@ -26,6 +26,7 @@ from explorer.core.checkpoint import gpt2, llama, nanogpt, neox
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.checkpoint.validate import Cancel, Progress, loading
+from explorer.core.checkpoint.validate import current as current_load
 from explorer.core.errors import CheckpointError, ExplorerError, InternalError
 from explorer.core.loaded import LoadedModel
 from explorer.core.paths import models_dir
@@ -71,13 +72,15 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
     ``ExplorerError`` whose message is one line (an unexpected one is an ``InternalError``).
     """
     source = default_model_name() if source is None else source
+    ctx = None
     try:
-        with loading(str(source), device, dtype, progress, cancel):
+        with loading(str(source), device, dtype, progress, cancel) as ctx:
             return _load(source, device, dtype)
     except CheckpointError as exc:
         text = str(exc)
-        if str(source) not in text and str(Path(str(source)).expanduser()) not in text:
-            raise CheckpointError(f"{source}: {text}") from None
+        where = ctx.config_file if ctx is not None and ctx.config_file is not None else source
+        if str(where) not in text and str(source) not in text and str(Path(str(source)).expanduser()) not in text:
+            raise CheckpointError(f"{where}: {text}") from None
         raise
     except ExplorerError:
         raise
@@ -125,6 +128,7 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
     if _kind(path / "config.json") == "missing" and _kind(path / "ckpt.pt") == "file":  # a nanoGPT out_dir
         return nanogpt.load_nanogpt(path / "ckpt.pt", device, dtype)
     config = read_json(path / "config.json", MAX_CONFIG_BYTES)
+    current_load().config_file = path / "config.json"
     if config.get("format") == NATIVE_FORMAT:
         return load_native(path, config, device, dtype)
     model_type = config.get("model_type")
@@ -133,6 +137,7 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
     if model_type:
         archs = config.get("architectures")
         arch = ", ".join(map(str, archs)) if isinstance(archs, list) and archs else model_type
-        raise CheckpointError(f"unsupported architecture {arch!r:.80} (model_type {model_type!r:.80}); supported: "
+        raise CheckpointError(f"{path / 'config.json'}: unsupported architecture {arch!r:.80} (model_type "
+                              f"{model_type!r:.80}); supported: "
                               + supported_formats())
     raise CheckpointError(f"{path / 'config.json'} names no known format; supported: " + supported_formats())

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from explorer.core.checkpoint.validate import current
 from explorer.core.config import ModelConfig
@@ -28,7 +29,7 @@ _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "ge
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
 
-def _where(family: str) -> str:
+def where(family: str) -> str:
     ctx = current()
     return f"{ctx.source}/config.json ({family})" if ctx is not None else f"{family} config.json"
 
@@ -36,7 +37,7 @@ def _where(family: str) -> str:
 def get(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> Any:
     value = hf.get(key, default)
     if value is ...:
-        raise CheckpointError(f"{_where(family)} lacks {key!r}")
+        raise CheckpointError(f"{where(family)} lacks {key!r}")
     return value
 
 
@@ -46,9 +47,9 @@ def get_int(hf: dict[str, Any], family: str, key: str, default: Any = ..., low: 
     if value is None and default is None:
         return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckpointError(f"{_where(family)}: {key} should be an integer (got {value!r:.60})")
+        raise CheckpointError(f"{where(family)}: {key} should be an integer (got {value!r:.60})")
     if value < low:
-        raise CheckpointError(f"{_where(family)}: {key} should be at least {low} (got {value})")
+        raise CheckpointError(f"{where(family)}: {key} should be at least {low} (got {value})")
     return value
 
 
@@ -56,21 +57,21 @@ def get_float(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> 
     """A finite number (an integer is accepted): not a bool, a string, null, NaN or infinity."""
     value = get(hf, family, key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise CheckpointError(f"{_where(family)}: {key} should be a finite number (got {value!r:.60})")
+        raise CheckpointError(f"{where(family)}: {key} should be a finite number (got {value!r:.60})")
     return float(value)
 
 
 def get_bool(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> bool:
     value = get(hf, family, key, default)
     if not isinstance(value, bool):
-        raise CheckpointError(f"{_where(family)}: {key} should be true or false (got {value!r:.60})")
+        raise CheckpointError(f"{where(family)}: {key} should be true or false (got {value!r:.60})")
     return value
 
 
 def activation(hf: dict[str, Any], family: str, default: str, key: str = "hidden_act") -> str:
     act = hf.get(key, default)
     if not isinstance(act, str) or _ACTIVATIONS.get(act) is None:
-        raise CheckpointError(f"{_where(family)}: activation {act!r:.60} is not supported "
+        raise CheckpointError(f"{where(family)}: activation {act!r:.60} is not supported "
                               f"({', '.join(k for k, v in _ACTIVATIONS.items() if v)} are)")
     return _ACTIVATIONS[act]
 
@@ -80,11 +81,11 @@ def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
-        raise CheckpointError(f"{_where(family)}: rope_parameters / rope_scaling should be objects")
+        raise CheckpointError(f"{where(family)}: rope_parameters / rope_scaling should be objects")
     for section in (params, scaling):
         kind = section.get("rope_type", section.get("type", "default"))
         if kind not in (None, "default"):
-            raise CheckpointError(f"{_where(family)}: RoPE scaling of type {kind!r:.40} is not supported "
+            raise CheckpointError(f"{where(family)}: RoPE scaling of type {kind!r:.40} is not supported "
                                   "(only plain rotary positions are)")
     theta = params.get("rope_theta")
     for key in theta_keys:
@@ -95,9 +96,9 @@ def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[
     for name, value in (("rope theta", theta), ("rotary fraction", partial)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value) or value <= 0):
-            raise CheckpointError(f"{_where(family)}: {name} should be a positive number (got {value!r:.60})")
+            raise CheckpointError(f"{where(family)}: {name} should be a positive number (got {value!r:.60})")
     if partial is not None and partial > 1:
-        raise CheckpointError(f"{_where(family)}: rotary fraction should be at most 1 (got {partial!r})")
+        raise CheckpointError(f"{where(family)}: rotary fraction should be at most 1 (got {partial!r})")
     return float(theta), (None if partial is None else float(partial))
 
 
@@ -127,6 +128,24 @@ class Tensors:
                                   + (" ..." if len(self.sd) > 6 else ""))
 
 
+class _NoInit(TorchFunctionMode):
+    """Skips the random initialisation of parameters (this thread only): on the meta device it computes nothing,
+    and torch's first meta ``normal_`` alone costs seconds."""
+
+    SKIPPED = frozenset(("normal_", "uniform_", "fill_", "zero_", "trunc_normal_", "kaiming_uniform_"))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in self.SKIPPED:
+            return args[0] if args else kwargs.get("tensor")
+        return func(*args, **kwargs)
+
+
+def meta_model(cfg: ModelConfig) -> Transformer:
+    """``Transformer(cfg)`` with shapes and no memory: parameters on the meta device, never initialised."""
+    with torch.device("meta"), _NoInit():
+        return Transformer(cfg)
+
+
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    with torch.device("meta"):  # shapes only: no memory
-        return {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
+    return {k: tuple(v.shape) for k, v in meta_model(cfg).state_dict().items()}

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import get_bool, get_float, get_int
+from explorer.core.checkpoint.convert import get_bool, get_float, get_int, where
 from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
@@ -27,11 +27,12 @@ def gpt2_config(hf: dict[str, Any]) -> ModelConfig:
     d, n_head = get_int(hf, family, "n_embd"), get_int(hf, family, "n_head", low=1)
     act = hf.get("activation_function", "gelu_new")
     if not isinstance(act, str) or act not in _GPT2_ACTIVATIONS:
-        raise CheckpointError(f"GPT-2 activation {act!r:.60} is not supported ({', '.join(_GPT2_ACTIVATIONS)})")
+        raise CheckpointError(f"{where(family)}: activation_function {act!r:.60} is not supported "
+                              f"({', '.join(_GPT2_ACTIVATIONS)})")
     if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("scale_attn_weights") is False:
         raise CheckpointError("this GPT-2 variant scales attention differently; not supported")
     if d % n_head:
-        raise CheckpointError(f"GPT-2 config.json: n_embd ({d}) is not a multiple of n_head ({n_head})")
+        raise CheckpointError(f"{where(family)}: n_embd ({d}) is not a multiple of n_head ({n_head})")
     n_ctx = get_int(hf, family, "n_positions", None) if hf.get("n_positions") is not None else \
         get_int(hf, family, "n_ctx", 1024)
     d_ff = get_int(hf, family, "n_inner", None) if hf.get("n_inner") is not None else 4 * d

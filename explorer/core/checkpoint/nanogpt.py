@@ -29,6 +29,7 @@ from explorer.core.checkpoint.safe_io import (
     torch_load,
 )
 from explorer.core.checkpoint.validate import check_headers
+from explorer.core.checkpoint.validate import current as current_load
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
 from explorer.core.loaded import LoadedModel
@@ -139,7 +140,7 @@ def convert_nanogpt(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
 
 def nanogpt_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, list[str]]:
     meta = path.parent / "meta.pkl"
-    if meta.is_file():
+    if meta.exists() or meta.is_symlink():  # read_plain_pickle refuses what is not a regular file
         tokenizer: Tokenizer = meta_tokenizer(meta)
         notes = [f"Vocabulary: the {tokenizer.vocab_size} characters in {meta.name}."]
     elif vocab_size >= 50257:
@@ -155,15 +156,18 @@ def nanogpt_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, list[str]
 def load_nanogpt(path: Path, device: str = "auto", dtype: str = "float32") -> LoadedModel:
     """A nanoGPT ``ckpt.pt`` as a ``LoadedModel`` (arch ``nanogpt``)."""
     path = Path(path)
+    ctx = current_load()
+    if ctx is not None:
+        ctx.config_file = path
     ckpt = read_ckpt(path)
     state = ckpt["model"]
     if not isinstance(state, dict):
-        raise CheckpointError(f"{path.name}: 'model' should be a state dict of tensors")
+        raise CheckpointError(f"{path}: 'model' should be a state dict of tensors")
     state = {str(k).removeprefix(COMPILED_PREFIX): v for k, v in state.items()}
     bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
     if bad is not None:
-        raise CheckpointError(f"{path.name}: model entry {bad} is not a tensor")
-    cfg = nanogpt_config(ckpt["model_args"], state, path.name)
+        raise CheckpointError(f"{path}: model entry {bad} is not a tensor")
+    cfg = nanogpt_config(ckpt["model_args"], state, path)
     tokenizer, notes = nanogpt_tokenizer(path, cfg.vocab_size)
     del ckpt  # the optimizer's state (mapped, never read) goes with it
     check_headers(path, {k: tuple(v.shape) for k, v in state.items()})

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from explorer.core.checkpoint.convert import meta_model
 from explorer.core.checkpoint.pickles import check_torch_pickle
 from explorer.core.checkpoint.validate import check_headers, current
 from explorer.core.config import ModelConfig
@@ -29,7 +30,7 @@ from explorer.core.errors import CheckpointError
 from explorer.core.model import Transformer, sinusoidal_positions
 
 MAX_JSON_BYTES = 64 * 2**20  # config.json is a few kB; tokenizer.json up to tens of MB
-MAX_HEADER_BYTES = 64 * 2**20  # a safetensors header: ~100 bytes per tensor
+MAX_HEADER_BYTES = 16 * 2**20  # a safetensors header: ~150 bytes per tensor (10,000 tensors: 1.5 MB)
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
                        "U8": torch.uint8, "BOOL": torch.bool}
@@ -346,8 +347,7 @@ def assign_weights(model: Transformer, weights: dict[str, torch.Tensor], source:
 def build_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: str) -> Transformer:
     """A ``Transformer`` whose parameters ARE ``weights`` (checked by name, shape and dtype): it is built on the
     meta device and the tensors are assigned, so no memory is allocated or initialised twice."""
-    with torch.device("meta"):
-        model = Transformer(cfg)
+    model = meta_model(cfg)
     _check_names(model.state_dict(), weights, source)
     dtypes = {t.dtype for t in weights.values()}
     if len(dtypes) > 1:  # one precision for the whole model

@@ -49,6 +49,7 @@ class LoadContext:
     progress: Progress | None = None
     cancel: Cancel | None = None
     config: ModelConfig | None = None  # the last configuration a family built in this load
+    config_file: Path | None = None  # where that configuration was read: errors without a file name get it
     done: int = 0  # tensors read so far, across shards
 
     def cancelled(self) -> bool:
