@@ -140,8 +140,8 @@ def _human(n: float) -> str:
     return str(int(n))
 
 
-def _gb(n: int) -> str:
-    return f"{n / 2**20:,.0f} MB" if n < 2**30 else f"{n / 2**30:,.1f} GB"
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n < 1e9 else f"{n / 1e9:,.1f} GB"
 
 
 def check_fits(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
@@ -149,9 +149,9 @@ def check_fits(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> No
     free = available_memory(device)
     if free is not None and need * MEMORY_MARGIN + SPARE_BYTES > free:
         where = "this GPU" if device.type == "cuda" else "this machine"
-        raise CheckpointError(f"the config implies {_human(parameter_count(cfg))} parameters = {_gb(need)} in "
+        raise CheckpointError(f"the config implies {_human(parameter_count(cfg))} parameters = {_mb(need)} in "
                               f"{str(dtype).removeprefix('torch.')} ({cfg.n_layers} layers, d_model {cfg.d_model}, "
-                              f"vocabulary {cfg.vocab_size:,}); {where} has {_gb(free)} available")
+                              f"vocabulary {cfg.vocab_size:,}); {where} has {free / 1e9:,.1f} GB available")
 
 
 # --- weights' headers against the configuration -----------------------------------------------
