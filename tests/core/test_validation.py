@@ -14,7 +14,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.core.checkpoint import gpt2, llama, load_checkpoint, neox, save_native, validate
+from explorer.core.checkpoint import (
+    gpt2,
+    llama,
+    load_checkpoint,
+    neox,
+    save_native,
+    validate,
+)
 from explorer.core.checkpoint.convert import get_bool, get_float, get_int, meta_model
 from explorer.core.checkpoint.pickles import is_plain
 from explorer.core.checkpoint.safe_io import check_loaded_tensors
@@ -176,7 +183,12 @@ def test_generation_stops_with_the_step_where_nan_appeared(nan_model):
 
 
 def test_extreme_but_legal_controls_behave_as_their_limit():
-    from explorer.core.generation.sampling import SamplingParams, apply_controls, make_rng, next_token
+    from explorer.core.generation.sampling import (
+        SamplingParams,
+        apply_controls,
+        make_rng,
+        next_token,
+    )
 
     x = np.array([1.0, 3.0, 2.0, -1.0, 3.0])
     assert next_token(x, SamplingParams(temperature=1e-310), [], make_rng(0)) == 1  # greedy
