@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from explorer.core.checkpoint.validate import read_capped, why
 from explorer.core.errors import CheckpointError
 
 MAX_PICKLE_BYTES = 256 * 2**20  # the pickled structure of a torch file (its tensors' data lie beside it)
@@ -95,7 +96,7 @@ def check_torch_pickle(path: Path) -> None:
     try:
         _torch_globals(path, found)
     except (OSError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"cannot read {path} ({_why(exc)})") from None
+        raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
     except CheckpointError as exc:
         damage = exc
     for module, name in found:
@@ -111,8 +112,6 @@ def check_torch_pickle(path: Path) -> None:
         raise CheckpointError(f"refused to load {path}: {damage}")
 
 
-def _why(exc: OSError) -> str:
-    return "permission denied" if isinstance(exc, PermissionError) else str(exc.strerror or exc).lower()
 
 
 # --- plain-data pickles -------------------------------------------------------------------------
@@ -148,8 +147,6 @@ def is_plain(obj: Any, max_depth: int = 32) -> bool:
 
 def read_plain_pickle(path: Path) -> Any:
     """Unpickle ``path`` without importing or calling anything; ``CheckpointError`` if it needs more."""
-    from explorer.core.checkpoint.safe_io import read_capped
-
     raw = read_capped(path, MAX_META_BYTES, "a vocabulary file")
     try:
         data = _PlainDataUnpickler(io.BytesIO(raw)).load()

@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import re
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 
 from explorer.core.checkpoint.convert import meta_model
 from explorer.core.checkpoint.pickles import check_torch_pickle
-from explorer.core.checkpoint.validate import check_headers, current
+from explorer.core.checkpoint.validate import check_headers, current, read_capped, why
 from explorer.core.config import ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError
@@ -34,37 +33,6 @@ MAX_HEADER_BYTES = 16 * 2**20  # a safetensors header: ~150 bytes per tensor (10
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
                        "U8": torch.uint8, "BOOL": torch.bool}
-
-
-def _why(exc: OSError) -> str:
-    if isinstance(exc, PermissionError):
-        return "permission denied"
-    return (exc.strerror or str(exc)).lower()
-
-
-def read_capped(path: Path, limit: int, what: str = "this file") -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes (a FIFO or a device is refused, never read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise CheckpointError(f"missing {path.name} in {path.parent}") from None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {path} ({_why(exc)})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise CheckpointError(f"{path} is not a regular file")
-        if info.st_size > limit:
-            raise CheckpointError(f"{path} is {info.st_size:,} bytes; {what} should be at most {limit:,}")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise CheckpointError(f"{path} is over {limit:,} bytes; {what} should be smaller")
-        return data
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {path} ({_why(exc)})") from None
-    finally:
-        os.close(fd)
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
@@ -105,7 +73,7 @@ def safetensors_header(path: Path) -> dict[str, Entry]:
                                       f"(the file has {size:,}; headers are at most {MAX_HEADER_BYTES:,})")
             raw = f.read(n)
     except OSError as exc:
-        raise CheckpointError(f"cannot read {path} ({_why(exc)})") from None
+        raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
     try:
         header = json.loads(raw.decode("utf-8"))
     except RecursionError:
@@ -181,7 +149,7 @@ def read_safetensors(path: Path, entries: dict[str, Entry] | None = None,
                     raise CheckpointError(f"{path}: tensor {name} is cut short: the file is truncated")
                 out[name] = _target(tensor)
     except OSError as exc:
-        raise CheckpointError(f"cannot read {path} ({_why(exc)})") from None
+        raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
     return out
 
 
@@ -210,7 +178,7 @@ def torch_load(path: Path) -> Any:
         raise CheckpointError(f"refused to load {path}: it is not a plain tensor file, and loading it "
                               f"could run code ({refusal_reason(exc)})") from None
     except OSError as exc:
-        raise CheckpointError(f"cannot read {path} ({_why(exc)})") from None
+        raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
     check_loaded_tensors(data, path)
     return data
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -89,6 +90,39 @@ def loading(source: str, device: str = "auto", dtype: str = "float32", progress:
     finally:
         LOAD_CHECK.reset(check_token)
         CONTEXT.reset(token)
+
+
+# --- files ---------------------------------------------------------------------------------
+
+def why(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return (exc.strerror or str(exc)).lower()
+
+
+def read_capped(path: Path, limit: int, what: str = "this file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (a FIFO or a device is refused, never read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise CheckpointError(f"missing {path.name} in {path.parent}") from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError(f"{path} is not a regular file")
+        if info.st_size > limit:
+            raise CheckpointError(f"{path} is {info.st_size:,} bytes; {what} should be at most {limit:,}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise CheckpointError(f"{path} is over {limit:,} bytes; {what} should be smaller")
+        return data
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
+    finally:
+        os.close(fd)
 
 
 # --- memory ----------------------------------------------------------------------------------
