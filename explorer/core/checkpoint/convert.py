@@ -109,6 +109,8 @@ class Tensors:
 
     def __init__(self, weights: dict[str, torch.Tensor], family: str) -> None:
         self.sd = {k: v for k, v in weights.items() if not k.endswith(_IGNORED_SUFFIXES)}
+        if isinstance(weights, dict):
+            weights.clear()  # consumed: a tensor converted by copy (a reshape) is then held once
         self.family = family
 
     def take(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:

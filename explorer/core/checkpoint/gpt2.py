@@ -49,9 +49,11 @@ def convert_gpt2(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, tor
 
     GPT-2's ``Conv1D`` stores weights as [in, out] (x @ W); ``nn.Linear`` wants [out, in]. The
     layout is read off ``c_attn``'s shape, which differs between the two, and applied to all.
+    ``hf`` is consumed (emptied), so that memory is never held twice.
     """
     sd = {k.removeprefix("transformer."): v for k, v in hf.items()
           if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # old causal-mask buffers
+    hf.clear()  # consumed: each original is freed as soon as its transposed copy exists (no doubling)
     d = cfg.d_model
 
     def take(name: str) -> torch.Tensor:
