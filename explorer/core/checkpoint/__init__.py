@@ -88,7 +88,7 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
         raise CheckpointError(f"{source}: ran out of memory while loading") from None
     except RecursionError:
         raise CheckpointError(f"{source}: nested too deeply to load") from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the one place where a bug becomes one line
         raise InternalError.wrap(exc, f"loading {source}") from exc
 
 
