@@ -295,3 +295,20 @@ def test_a_pickle_of_plain_data_is_read_and_a_class_refused(tmp_path):
     (tmp_path / "bad.pkl").write_bytes(pickle.dumps({"a": threading.Event}))
     with pytest.raises(CheckpointError, match="refused"):
         read_plain_pickle(tmp_path / "bad.pkl")
+
+
+def test_weights_headers_are_checked_against_the_config_before_reading():
+    from pathlib import Path
+
+    cfg = ModelConfig(**SMALL)
+    ok = {f"model.layers.{i}.mlp.w{j}": (8, 8) for i in range(2) for j in range(3)}
+    ok.update({f"vision.encoder.layers.{i}.w": (2,) for i in range(5)})  # another, smaller stack: not ours
+    with validate.loading("x", "cpu") as ctx:
+        ctx.config = cfg
+        validate.check_headers(Path("w.safetensors"), ok)
+        with pytest.raises(CheckpointError, match="block 7, but the config has 2 layers"):
+            validate.check_headers(Path("w.safetensors"), {**ok, "model.layers.7.mlp.w0": (8, 8)})
+        with pytest.raises(CheckpointError, match="more than any tensor the config implies"):
+            validate.check_headers(Path("w.safetensors"), {"embed": (10**6, 8)})
+        with pytest.raises(CheckpointError, match="the config does not describe these weights"):
+            validate.check_headers(Path("w.safetensors"), {f"t{i}": (16, 8) for i in range(40)})

@@ -203,10 +203,15 @@ def check_headers(file: Path, shapes: dict[str, tuple[int, ...]]) -> None:
         return
     cfg = ctx.config
     counts = {name: _numel(shape) for name, shape in shapes.items() if not name.endswith(_BUFFER_SUFFIXES)}
+    stacks: dict[str, list[tuple[int, str]]] = {}  # the blocks of each stack (a multimodal file has several)
     for name in counts:
         match = _LAYER_INDEX.search(name)
-        if match and int(match.group(1)) >= cfg.n_layers:
-            raise CheckpointError(f"{file}: tensor {name} belongs to block {match.group(1)}, but the config has "
+        if match:
+            stacks.setdefault(name[:match.start(1)], []).append((int(match.group(1)), name))
+    if stacks:  # the stack with the most tensors is the one the config describes
+        block, name = max(max(stacks.values(), key=len))
+        if block >= cfg.n_layers:
+            raise CheckpointError(f"{file}: tensor {name} belongs to block {block}, but the config has "
                                   f"{cfg.n_layers} layer{'s' if cfg.n_layers != 1 else ''}")
     d, ff = cfg.d_model, max(cfg.d_ff, 1)
     largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d)
