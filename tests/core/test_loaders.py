@@ -166,12 +166,12 @@ def test_llama_head_dim_biases_and_tied_embeddings(tmp_path):
     compare(loaded, model)
 
 
-def test_llama_rope_scaling_is_refused_clearly(llama, tmp_path):
-    path, _ = llama
+def test_llama_incomplete_rope_scaling_is_refused_clearly(llama, tmp_path):
+    path, _ = llama  # llama3 scaling itself is tested in test_rope_scaling.py
     config = json.loads((path / "config.json").read_text())
     config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="RoPE scaling of type 'llama3'"):
+    with pytest.raises(CheckpointError, match="RoPE scaling 'llama3' needs a positive number low_freq_factor"):
         load_checkpoint(tmp_path)
 
 

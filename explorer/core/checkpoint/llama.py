@@ -8,8 +8,10 @@
   keys; inside a window that is ordinary causal attention, so the context is capped at W (the
   loaded model's ``n_ctx``) and the cap is reported as a note: every result shown is then exact.
 
-RoPE scaling variants (``rope_scaling`` / ``rope_parameters`` of a type other than ``default``)
-change the rotation frequencies and are refused with a clear message rather than run inexactly.
+RoPE scaling (``rope_scaling`` / ``rope_parameters``): ``linear``, ``dynamic``, ``llama3`` (Llama
+3.1/3.2) and ``yarn`` change the rotation frequencies exactly as transformers does
+(explorer/core/rope.py); other types are refused with a clear message rather than run inexactly.
+Dynamic NTK scaling exists to run past the trained context, so its context is ``factor`` times it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int, rope
+from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int, rope, rope_scaling
 from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
@@ -51,8 +53,14 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
     d_head = get_int(hf, family, "head_dim", None) if hf.get("head_dim") is not None else d // max(n_heads, 1)
     if hf.get("head_dim") is None and n_heads and d % n_heads:
         raise CheckpointError(f"{family}: hidden_size ({d}) is not a multiple of num_attention_heads ({n_heads})")
-    theta, _ = rope(hf, family, ("rope_theta",))  # Llama's rotary always turns the whole head
+    theta, _ = rope(hf, family, ("rope_theta",), scaled_ok=True)  # Llama's rotary always turns the whole head
+    scaling = rope_scaling(hf, family)
     n_ctx = get_int(hf, family, "max_position_embeddings", 2048)
+    if scaling.get("rope_type") == "dynamic":
+        n_ctx = int(n_ctx * scaling["factor"])
+        notes.append(f"Dynamic NTK RoPE scaling: beyond {scaling['max_position_embeddings']} tokens the rotary "
+                     "frequencies depend on the sequence length, so a token's keys are rotated as they were when "
+                     "it was computed (with the KV cache, as transformers does).")
     window = hf.get("sliding_window") if family == "mistral" else None
     if window is not None and (hf.get("use_sliding_window", True) is not False):
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
@@ -67,7 +75,7 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
         n_layers=get_int(hf, family, "num_hidden_layers"), n_heads=n_heads, d_head=d_head,
         d_ff=get_int(hf, family, "intermediate_size"), n_kv_heads=n_kv if n_kv != n_heads else None,
         norm="rmsnorm", norm_placement="pre", norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        positions="rotary", rotary_dim=None, rotary_base=theta,
+        positions="rotary", rotary_dim=None, rotary_base=theta, rope_scaling=tuple(scaling.items()),
         activation=activation(hf, family, "silu"), gated_ffn=True, parallel_residual=False,
         attn_bias=bool(hf.get("attention_bias", False)) if family == "llama" else False,
         mlp_bias=bool(hf.get("mlp_bias", False)) if family == "llama" else False,
