@@ -21,7 +21,7 @@ from explorer.core.trace import CaptureSpec
 TOL = 1e-4
 VOCAB = 100
 IDS = [5, 17, 99, 3, 50, 42, 42, 7, 31, 64, 20, 11, 9, 77]  # 14 tokens: longer than the test windows
-SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
              max_position_embeddings=64, attn_implementation="eager")
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -102,6 +103,36 @@ def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None 
             raise CheckpointError(f"{family} config.json: RoPE scaling {kind!r} needs a positive number {key} "
                                   f"(got {value!r})")
     return out
+
+
+def sliding_layers(hf: dict[str, Any], family: str, n_layers: int,
+                   default: Callable[[int], bool]) -> tuple[int, ...]:
+    """The layers that attend within a sliding window: config.json's ``layer_types`` (transformers 5)
+    or, in older files, the family's rule ``default(layer)``."""
+    types = hf.get("layer_types")
+    if types is None:
+        return tuple(i for i in range(n_layers) if default(i))
+    known = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in known for t in types):
+        raise CheckpointError(f"{family} config.json: layer_types should list {n_layers} of {known} (got {types!r})")
+    return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+
+
+def window(hf: dict[str, Any], family: str) -> int | None:
+    value = hf.get("sliding_window")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise CheckpointError(f"{family} config.json: sliding_window should be a positive integer (got {value!r})")
+    return value
+
+
+def number(hf: dict[str, Any], family: str, key: str, default: Any = None) -> float | None:
+    """An optional positive number (multipliers, soft caps)."""
+    value = hf.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise CheckpointError(f"{family} config.json: {key} should be a positive number (got {value!r})")
+    return float(value)
 
 
 # --- tensors --------------------------------------------------------------------------------

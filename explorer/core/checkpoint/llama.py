@@ -83,20 +83,31 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
     return cfg, notes
 
 
-def convert_llama(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: str = "llama") -> dict[str, torch.Tensor]:
-    """``model.layers.{i}.self_attn.q_proj`` ... -> ``blocks.{i}.attn.W_Q`` ...; nn.Linear layouts agree."""
+LLAMA_NAMES = {"self_attn.q_proj": "attn.W_Q", "self_attn.k_proj": "attn.W_K", "self_attn.v_proj": "attn.W_V",
+               "self_attn.o_proj": "attn.W_O", "mlp.gate_proj": "mlp.W_gate", "mlp.up_proj": "mlp.W_in",
+               "mlp.down_proj": "mlp.W_out", "input_layernorm": "ln1", "post_attention_layernorm": "ln2",
+               "self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"}
+
+
+def convert_llama(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: str = "llama",
+                  names: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+    """``model.layers.{i}.self_attn.q_proj`` ... -> ``blocks.{i}.attn.W_Q`` ...; nn.Linear layouts agree.
+
+    ``names`` (theirs inside a layer -> ours) serves the families with Llama's layout (Qwen, Gemma,
+    OLMo, Granite, StableLM); a tensor is taken only where our model has it (norms without
+    parameters, absent biases)."""
     shapes, t = expected_shapes(cfg), Tensors(weights, family)
     out = {"embed.weight": t.take("model.embed_tokens.weight", shapes["embed.weight"])}
-    names = {"self_attn.q_proj": "attn.W_Q", "self_attn.k_proj": "attn.W_K", "self_attn.v_proj": "attn.W_V",
-             "self_attn.o_proj": "attn.W_O", "mlp.gate_proj": "mlp.W_gate", "mlp.up_proj": "mlp.W_in",
-             "mlp.down_proj": "mlp.W_out", "input_layernorm": "ln1", "post_attention_layernorm": "ln2"}
+    names = LLAMA_NAMES if names is None else names
     for i in range(cfg.n_layers):
         for theirs, ours in names.items():
             for kind in ("weight", "bias"):
                 key = f"blocks.{i}.{ours}.{kind}"
                 if key in shapes:
                     out[key] = t.take(f"model.layers.{i}.{theirs}.{kind}", shapes[key])
-    out["ln_final.weight"] = t.take("model.norm.weight", shapes["ln_final.weight"])
+    for kind in ("weight", "bias"):
+        if f"ln_final.{kind}" in shapes:
+            out[f"ln_final.{kind}"] = t.take(f"model.norm.{kind}", shapes[f"ln_final.{kind}"])
     if cfg.tie_embeddings:
         t.sd.pop("lm_head.weight", None)  # some writers save the tied copy too
         out["unembed.weight"] = out["embed.weight"]

@@ -1,0 +1,121 @@
+"""Qwen, Gemma, OLMo, StableLM and Granite checkpoints against transformers on tiny random models.
+
+Each test builds the family's model from its transformers Config class (2-3 layers, d 64),
+saves it with save_pretrained (safetensors), opens the directory with load_checkpoint and checks
+logits, every attention pattern, the residual stream and greedy tokens (decoder_reference.check).
+The sliding-window families run 14 tokens through a window of 4, so the window matters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from decoder_reference import IDS, build, check, save_and_open
+
+
+# --- Qwen ------------------------------------------------------------------------------------
+
+def test_qwen2_qkv_bias_without_output_bias(tmp_path):
+    model = build("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "qwen2" and cfg.attn_bias and cfg.attn_out_bias is False and cfg.kv_heads == 2
+    assert loaded.model.blocks[0].attn.W_O.bias is None and loaded.model.blocks[0].attn.W_Q.bias is not None
+    check(loaded, model)
+
+
+def test_qwen2_sliding_window_layers(tmp_path):
+    model = build("Qwen2Config", "Qwen2ForCausalLM", num_hidden_layers=3, use_sliding_window=True, sliding_window=4,
+                  max_window_layers=1)
+    loaded = save_and_open(model, tmp_path)
+    assert loaded.config.sliding_layers == (1, 2) and loaded.config.sliding_window == 4
+    check(loaded, model)
+
+
+def test_qwen3_per_head_qk_norms(tmp_path):
+    model = build("Qwen3Config", "Qwen3ForCausalLM", num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "qwen3" and cfg.qk_norm == "head" and cfg.d_head == 32 and cfg.tie_embeddings
+    check(loaded, model)
+    trace = loaded.trace_ids(IDS)
+    assert trace["blocks.1.attn.q_norm.mean_square"].shape == (4, len(IDS))  # [H, n]
+    assert trace["blocks.1.attn.k_norm.mean_square"].shape == (2, len(IDS))  # [Hkv, n]
+
+
+# --- Gemma -----------------------------------------------------------------------------------
+
+def test_gemma_scaled_embedding_offset_norms_and_geglu(tmp_path):
+    model = build("GemmaConfig", "GemmaForCausalLM", num_key_value_heads=1, head_dim=16)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "gemma" and cfg.embed_scale == 8.0 and cfg.norm_offset == 1.0
+    assert cfg.gated_ffn and cfg.activation == "gelu_tanh" and cfg.tie_embeddings
+    check(loaded, model)
+
+
+GEMMA2 = dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16, sliding_window=4, query_pre_attn_scalar=24,
+              attn_logit_softcapping=2.0, final_logit_softcapping=30.0)
+
+
+def test_gemma2_sandwich_norms_softcaps_and_sliding_window(tmp_path):
+    model = build("Gemma2Config", "Gemma2ForCausalLM", **GEMMA2)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "gemma2" and cfg.norm_placement == "sandwich" and cfg.sliding_layers == (0, 2)
+    assert (cfg.attn_softcap, cfg.final_softcap, cfg.attn_scale) == (2.0, 30.0, 24 ** -0.5)
+    assert any("sliding window of 4" in note for note in loaded.notes)
+    check(loaded, model)
+    trace = loaded.trace_ids(IDS)
+    n = len(IDS)
+    # the window is in the mask: on sliding layer 0 the last query sees only the last 4 keys
+    scores = trace.head(0, 1, "scores")
+    assert np.isneginf(scores[n - 1, : n - 4]).all() and np.isfinite(scores[n - 1, n - 4:]).all()
+    assert np.isfinite(trace.head(1, 1, "scores")[n - 1]).all()  # layer 1 sees everything
+    # the cap is its own step: pre-cap scores exceed the cap, the capped ones never do
+    pre = trace["blocks.0.attn.scores_precap"]
+    finite = np.isfinite(pre)
+    assert np.abs(pre[finite]).max() > 2.0 and np.abs(trace["blocks.0.attn.scores"][finite]).max() < 2.0
+    np.testing.assert_allclose(trace["blocks.0.attn.scores"][finite], 2.0 * np.tanh(pre[finite] / 2.0), atol=1e-6)
+    with torch.no_grad():  # the final cap matters too: some logits before it are beyond it
+        precap = loaded.model.unembed(loaded.model.ln_final(torch.from_numpy(np.array(trace["resid_final"]))))
+    assert precap.abs().max() > 30.0 and np.abs(trace["logits"]).max() < 30.0
+    np.testing.assert_allclose(trace["logits"], 30.0 * np.tanh(precap.numpy() / 30.0), atol=1e-5)
+
+
+def test_gemma3_text_qk_norms_and_local_global_rope(tmp_path):
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0}}
+    model = build("Gemma3TextConfig", "Gemma3ForCausalLM", num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                  sliding_window=4, query_pre_attn_scalar=16, rope_parameters=rope,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "gemma3_text" and cfg.qk_norm == "head" and cfg.sliding_layers == (0, 2)
+    assert (cfg.rotary_base, cfg.rotary_base_local, cfg.rope["rope_type"]) == (1000.0, 10.0, "linear")
+    check(loaded, model)
+
+
+def test_gemma3_text_from_a_transformers_4_config(tmp_path):
+    """rope_theta, rope_local_base_freq, rope_scaling and sliding_window_pattern as older files have them."""
+    import json
+
+    from explorer.core.checkpoint import load_checkpoint
+
+    model = build("Gemma3TextConfig", "Gemma3ForCausalLM", num_hidden_layers=3, head_dim=16, sliding_window=4,
+                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                                   "full_attention": {"rope_type": "default", "rope_theta": 100.0}},
+                  layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key in ("rope_parameters", "layer_types"):
+        config.pop(key)
+    config.update(rope_theta=100.0, rope_local_base_freq=10.0, sliding_window_pattern=3)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = load_checkpoint(tmp_path, device="cpu")
+    assert loaded.config.sliding_layers == (0, 1) and loaded.config.rotary_base_local == 10.0
+    check(loaded, model)
