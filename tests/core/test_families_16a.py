@@ -119,3 +119,64 @@ def test_gemma3_text_from_a_transformers_4_config(tmp_path):
     loaded = load_checkpoint(tmp_path, device="cpu")
     assert loaded.config.sliding_layers == (0, 1) and loaded.config.rotary_base_local == 10.0
     check(loaded, model)
+
+
+# --- OLMo ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_olmo_parameter_free_layernorm_and_qkv_clipping(tmp_path, clip):
+    model = build("OlmoConfig", "OlmoForCausalLM", clip_qkv=clip)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "olmo" and cfg.norm == "layernorm" and not cfg.norm_affine and cfg.qkv_clip == clip
+    assert loaded.model.blocks[0].ln1.weight is None
+    check(loaded, model, final_norm=True)
+    if clip is not None:
+        assert np.abs(loaded.trace_ids(IDS)["blocks.0.attn.v"]).max() <= clip
+
+
+def test_olmo2_output_norms_and_whole_projection_qk_norms(tmp_path):
+    model = build("Olmo2Config", "Olmo2ForCausalLM", num_key_value_heads=2)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "olmo2" and cfg.norm_placement == "output" and cfg.qk_norm == "full"
+    assert loaded.model.blocks[0].ln1 is None and loaded.model.blocks[0].ln1_out is not None
+    check(loaded, model)
+    trace = loaded.trace_ids(IDS)
+    assert trace["blocks.0.attn.q_norm.mean_square"].shape == (len(IDS),)
+    assert "blocks.0.ln1_out.mean_square" in trace.keys()
+
+
+# --- StableLM --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_stablelm_partial_rotary_layernorm_qkv_bias_and_per_head_qk_norms(tmp_path, parallel):
+    model = build("StableLmConfig", "StableLmForCausalLM", num_key_value_heads=2, use_qkv_bias=True,
+                  qk_layernorm=True, use_parallel_residual=parallel, partial_rotary_factor=0.25)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "stablelm" and cfg.norm == "layernorm" and cfg.rotary_dim == 4
+    assert cfg.qk_norm == "per_head" and cfg.parallel_residual is parallel and cfg.attn_out_bias is False
+    check(loaded, model)
+
+
+def test_stablelm_plain(tmp_path):
+    model = build("StableLmConfig", "StableLmForCausalLM", partial_rotary_factor=0.5, tie_word_embeddings=True)
+    loaded = save_and_open(model, tmp_path)
+    assert loaded.config.rotary_dim == 8 and loaded.config.qk_norm == "none" and loaded.config.tie_embeddings
+    check(loaded, model)
+
+
+# --- Granite ---------------------------------------------------------------------------------
+
+def test_granite_multipliers(tmp_path):
+    model = build("GraniteConfig", "GraniteForCausalLM", num_key_value_heads=2, embedding_multiplier=6.0,
+                  attention_multiplier=0.05, residual_multiplier=0.3, logits_scaling=4.0)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert loaded.arch == "granite"
+    assert (cfg.embed_scale, cfg.attn_scale, cfg.residual_scale, cfg.logit_scale) == (6.0, 0.05, 0.3, 0.25)
+    check(loaded, model)
+    trace = loaded.trace_ids(IDS)  # attn.out is what the sublayer adds: the residual stream's step
+    np.testing.assert_allclose(trace["blocks.0.resid_mid"] - trace["blocks.0.resid_pre"], trace["blocks.0.attn.out"],
+                               atol=1e-5)

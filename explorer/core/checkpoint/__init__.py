@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core import worked_example
-from explorer.core.checkpoint import gemma, gpt2, llama, nanogpt, neox, qwen
+from explorer.core.checkpoint import gemma, gpt2, granite, llama, nanogpt, neox, olmo, qwen, stablelm
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.errors import CheckpointError
@@ -39,6 +39,9 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **neox.LOADERS,
     **qwen.LOADERS,
     **gemma.LOADERS,
+    **olmo.LOADERS,
+    **stablelm.LOADERS,
+    **granite.LOADERS,
 }
 
 
