@@ -158,4 +158,18 @@ class ModelConfig:
             f"{'gated ' if self.gated_ffn else ''}{self.activation} FFN d_ff={self.d_ff}")
         heads = f"{self.n_heads} heads" + (f" ({self.kv_heads} K/V heads)" if self.kv_heads != self.n_heads else "")
         return (f"{self.arch}: {self.n_layers} layers, d_model={self.d_model}, {heads} of d_head={self.d_head}, "
-                f"{ffn}, {norm}, {self.positions} positions, {'causal' if self.causal else 'bidirectional'}")
+                f"{ffn}, {norm}, {self.positions} positions, {'causal' if self.causal else 'bidirectional'}"
+                + self._describe_16a())
+
+    def _describe_16a(self) -> str:
+        extras = []
+        if self.sliding_layers and self.sliding_window:
+            extras.append(f"sliding window {self.sliding_window} on {len(self.sliding_layers)} layers")
+        if self.attn_softcap or self.final_softcap:
+            extras.append("soft-capped " + " and ".join(
+                name for name, cap in (("scores", self.attn_softcap), ("logits", self.final_softcap)) if cap))
+        if self.qk_norm != "none":
+            extras.append("q/k norms")
+        if self.rope:
+            extras.append(f"RoPE scaling {self.rope.get('rope_type')}")
+        return "".join(f", {e}" for e in extras)

@@ -10,12 +10,17 @@ key                             shape               what
 ``blocks.{l}.resid_pre``        [n, d]              residual stream entering block l
 ``blocks.{l}.ln1.mean/var``     [n]                 LayerNorm statistics (``mean_square`` for RMSNorm)
 ``blocks.{l}.attn.q/k/v``       [H or Hkv, n, dh]   per-head queries, keys, values (q, k after rotary)
-``blocks.{l}.attn.scores``      [H, n, n]           q.k / sqrt(dh), masked entries -inf
+``blocks.{l}.attn.q_norm.*``    [H, n] or [n]       statistics of the q (k: ``k_norm``) norm, where there is one
+``blocks.{l}.attn.scores``      [H, n, n]           what enters the softmax: q.k * scale (1/sqrt(dh) unless the
+                                                    config says), soft-capped if capped; masked (causal,
+                                                    sliding window) entries -inf
+``blocks.{l}.attn.scores_precap`` [H, n, n]         the scores before the soft cap (soft-capped models only)
 ``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1
 ``blocks.{l}.attn.z``           [H, n, dh]          each head's output (pattern @ v)
-``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O
+``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O (then output norm, residual
+                                                    scale where the family has them): what is added
 ``blocks.{l}.resid_mid``        [n, d]              residual stream between attention and FFN
-``blocks.{l}.ln2.mean/var``     [n]
+``blocks.{l}.ln2.mean/var``     [n]                 (``ln1_out``, ``ln2_out``: the sublayer output norms)
 ``blocks.{l}.mlp.pre/post``     [n, d_ff]           FFN neurons before / after the non-linearity
 ``blocks.{l}.mlp.out``          [n, d]              FFN output added to the residual stream
 ``resid_final``                 [n, d]              after the last block, before the final norm
@@ -415,8 +420,8 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
     }
     layers = c.n_layers if spec.layers is None else len(spec.layers)
     total = sum(per_layer[k] for k in spec.kinds if k in per_layer) * layers
-    if "embed" in spec.kinds:
-        total += 2 * n * c.d_model
+    if "embed" in spec.kinds:  # the token rows, and the position rows where positions are added
+        total += n * c.d_model * (2 if c.positions in ("learned", "sinusoidal") else 1)
     if "resid" in spec.kinds:
         total += n * c.d_model
     if "norm" in spec.kinds and c.final_norm:

@@ -8,6 +8,8 @@ The sliding-window families run 14 tokens through a window of 4, so the window m
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -180,3 +182,75 @@ def test_granite_multipliers(tmp_path):
     trace = loaded.trace_ids(IDS)  # attn.out is what the sublayer adds: the residual stream's step
     np.testing.assert_allclose(trace["blocks.0.resid_mid"] - trace["blocks.0.resid_pre"], trace["blocks.0.attn.out"],
                                atol=1e-5)
+
+
+# --- half-precision files ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_half_precision_checkpoints_load_into_float32(tmp_path, half):
+    """A bf16/fp16 safetensors file (how most checkpoints ship) opens; each weight is converted to
+    the compute dtype exactly, and the model matches transformers reading the same file."""
+    from safetensors import safe_open
+    from transformers import Gemma2ForCausalLM
+
+    from explorer.core.checkpoint import load_checkpoint
+
+    build("Gemma2Config", "Gemma2ForCausalLM", **GEMMA2).to(getattr(torch, half)).save_pretrained(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        stored = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    assert {t.dtype for t in stored.values()} == {getattr(torch, half)}
+    loaded = load_checkpoint(tmp_path, device="cpu", dtype="float32")
+    assert loaded.dtype == torch.float32
+    embed = stored["model.embed_tokens.weight"]
+    assert torch.equal(loaded.model.embed.weight, embed.float())
+    reference = Gemma2ForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager").eval()
+    check(loaded, reference)
+
+
+# --- the trace stays exact and the sizes known for every new switch -----------------------------
+
+FAMILIES = {
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", GEMMA2),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {"num_key_value_heads": 2}),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", {"qk_layernorm": True, "use_qkv_bias": True}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"num_key_value_heads": 2, "head_dim": 16}),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", {"residual_multiplier": 0.5, "attention_multiplier": 0.1}),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_compact_traces_rederive_everything_and_sizes_are_known(tmp_path, family):
+    from explorer.core.trace import KINDS, CaptureSpec, estimate_nbytes
+
+    config_name, model_name, overrides = FAMILIES[family]
+    loaded = save_and_open(build(config_name, model_name, **overrides), tmp_path)
+    full = loaded.trace_ids(IDS, CaptureSpec.everything())
+    compact = loaded.trace_ids(IDS, CaptureSpec.compact())
+    assert set(full.stored_keys()) <= set(compact.keys())
+    for key in full.stored_keys():  # stored by the forward pass = derived from the compact trace
+        np.testing.assert_allclose(compact[key], full[key], atol=1e-5, rtol=0, err_msg=key)
+    for spec in (CaptureSpec.full(), CaptureSpec.compact(), CaptureSpec(kinds=frozenset(KINDS), dtype="float16")):
+        trace = loaded.trace_ids(IDS, spec)
+        assert estimate_nbytes(loaded.config, len(IDS), spec) == trace.nbytes - trace.token_ids.nbytes
+
+
+def test_new_switches_survive_a_json_round_trip(tmp_path):
+    """The native format stores ModelConfig as JSON: tuples (sliding layers, RoPE scaling) come back equal."""
+    from explorer.core.config import ModelConfig
+    from explorer.core.model import Transformer
+    from explorer.core.trace import CaptureSpec
+
+    loaded = save_and_open(build("Gemma3TextConfig", "Gemma3ForCausalLM", num_hidden_layers=3, head_dim=16,
+                                 sliding_window=4, rope_parameters={
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                                     "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0}},
+                                 layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+                           tmp_path)
+    again = ModelConfig.from_dict(json.loads(loaded.config.to_json()))
+    assert again == loaded.config and hash(again) == hash(loaded.config)
+    assert again.rope == {"rope_type": "linear", "factor": 2.0} and again.sliding_layers == (0, 1)
+    model = Transformer(again).eval()
+    model.load_state_dict(loaded.model.state_dict())
+    with torch.no_grad():
+        np.testing.assert_array_equal(model(torch.tensor([IDS]))[0].numpy(),
+                                      loaded.trace_ids(IDS, CaptureSpec.compact())["logits"])
