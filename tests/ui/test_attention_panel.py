@@ -295,7 +295,7 @@ def test_sliding_window_and_soft_cap_are_named_where_they_show(qtbot, tmp_path):
     assert panel.detail.cell_text(7, 2).endswith("masked (outside the sliding window)")
     assert panel.detail.cell_text(2, 7).endswith("masked (future token)")
     title = panel.detail.plot.titleLabel.text
-    assert "soft-capped at \u00b150" in title and "sliding window 3" in title and "\u00d70.25" in title
-    assert "outside its sliding window" in panel.row_plot.getPlotItem().titleLabel.text
+    assert "capped at \u00b150" in title and "sliding window 3" in title and "\u00d70.25" in title
+    assert "outside its window" in panel.row_plot.getPlotItem().titleLabel.text
     select(qtbot, panel, 1, 1)  # a global layer
     assert "sliding window" not in panel.detail.plot.titleLabel.text and not panel.detail.masked[7, :7].any()

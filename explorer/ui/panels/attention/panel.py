@@ -266,10 +266,11 @@ class AttentionPanel(AttentionOverview, Panel):
         layer, head = self.layer_head()
         cfg = self.trace.config  # the family's own scale, cap and window, as the forward pass applies them
         scaled = "q\u00b7k/\u221ad_head" if cfg.attn_scale is None else f"q\u00b7k\u00d7{cfg.attn_scale:.3g}"
-        capped = f", soft-capped at \u00b1{cfg.attn_softcap:g}" if cfg.attn_softcap else ""
+        capped = f", capped at \u00b1{cfg.attn_softcap:g}" if cfg.attn_softcap else ""
         what = "attention pattern" if self.kind == "pattern" else f"scores {scaled}{capped}"
         window = f", sliding window {cfg.sliding_window}" if layer in cfg.sliding_layers else ""
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}  (rows: queries, columns: keys)")
+        axes = "" if capped or window else "  (rows: queries, columns: keys)"  # the axes say it too
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}{axes}")
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
@@ -290,7 +291,7 @@ class AttentionPanel(AttentionOverview, Panel):
         tokens = self.trace.tokens
         name = KINDS[self.kind][0]
         earlier = masked[i, :i].any()  # a sliding window hides keys before the query too
-        later = (" (keys outside its sliding window masked)" if earlier
+        later = (" (keys outside its window masked)" if earlier
                  else " (later keys masked)" if masked[i].any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
