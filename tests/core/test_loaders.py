@@ -177,14 +177,15 @@ def test_llama_incomplete_rope_scaling_is_refused_clearly(llama, tmp_path):
 
 # --- Mistral -----------------------------------------------------------------------------------
 
-def test_mistral_matches_reference_and_caps_context_to_its_window(tmp_path):
-    model = build("mistral", num_key_value_heads=2, sliding_window=32)
+def test_mistral_matches_reference_with_its_sliding_window(tmp_path):
+    model = build("mistral", num_key_value_heads=2, sliding_window=5)
     model.save_pretrained(tmp_path)
     loaded = load_checkpoint(tmp_path, device="cpu")
-    assert loaded.arch == "mistral" and loaded.config.n_ctx == 32
+    assert loaded.arch == "mistral" and loaded.config.n_ctx == 64 and loaded.config.sliding_window == 5
+    assert loaded.config.sliding_layers == (0, 1, 2)
     assert any("sliding window" in note for note in loaded.notes)
     assert "sliding window" in loaded.info()["notes"]
-    compare(loaded, model)  # 14 prompt + 10 generated tokens stay inside the window
+    compare(loaded, model)  # 14 prompt + 10 generated tokens: the window of 5 matters
 
 
 def test_mistral_without_window(tmp_path):

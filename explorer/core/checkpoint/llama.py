@@ -5,8 +5,7 @@
   ``gate_proj`` -> ``W_gate``, ``up_proj`` -> ``W_in``), no biases unless ``attention_bias`` /
   ``mlp_bias``, an untied ``lm_head`` unless ``tie_word_embeddings``, ``head_dim`` if given.
 * Mistral: Llama's layout without biases. Its ``sliding_window`` limits each token to the last W
-  keys; inside a window that is ordinary causal attention, so the context is capped at W (the
-  loaded model's ``n_ctx``) and the cap is reported as a note: every result shown is then exact.
+  keys: every layer is a sliding layer, and the window is part of the attention mask.
 
 RoPE scaling (``rope_scaling`` / ``rope_parameters``): ``linear``, ``dynamic``, ``llama3`` (Llama
 3.1/3.2) and ``yarn`` change the rotation frequencies exactly as transformers does
@@ -62,14 +61,16 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
                      "frequencies depend on the sequence length, so a token's keys are rotated as they were when "
                      "it was computed (with the KV cache, as transformers does).")
     window = hf.get("sliding_window") if family == "mistral" else None
-    if window is not None and (hf.get("use_sliding_window", True) is not False):
+    if hf.get("use_sliding_window", True) is False:
+        window = None
+    if window is not None:
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
             raise CheckpointError(f"{family} config.json: sliding_window should be a positive integer (got {window!r})")
-        if window < n_ctx:
-            notes.append(f"Mistral's sliding window ({window} tokens) is smaller than its {n_ctx}-token context: "
-                         f"the context is capped at {window} tokens, within which its attention is ordinary "
-                         "causal attention, so every result shown is exact.")
-            n_ctx = window
+        if window >= n_ctx:  # a window as long as the context changes nothing
+            window = None
+        else:
+            notes.append(f"Mistral's sliding window: each token attends to itself and the {window - 1} tokens "
+                         "before it, in every layer (shown in the attention masks).")
     cfg = ModelConfig(
         arch=family, vocab_size=get_int(hf, family, "vocab_size"), n_ctx=n_ctx, d_model=d,
         n_layers=get_int(hf, family, "num_hidden_layers"), n_heads=n_heads, d_head=d_head,
@@ -79,7 +80,8 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
         activation=activation(hf, family, "silu"), gated_ffn=True, parallel_residual=False,
         attn_bias=bool(hf.get("attention_bias", False)) if family == "llama" else False,
         mlp_bias=bool(hf.get("mlp_bias", False)) if family == "llama" else False,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), sliding_window=window,
+        sliding_layers=tuple(range(get_int(hf, family, "num_hidden_layers"))) if window else ())
     return cfg, notes
 
 
