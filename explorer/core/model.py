@@ -47,7 +47,8 @@ def rotary_angles(positions: Tensor, rotary_dim: int, base: float,
     ``scaling``: a RoPE scaling variant (explorer/core/rope.py) changes the frequencies; YaRN also
     scales cos and sin. Dynamic scaling depends on the sequence length: the last position + 1.
     """
-    seq_len = int(positions.max()) + 1 if positions.numel() else 0
+    dynamic = scaling is not None and scaling.get("rope_type") == "dynamic" and positions.numel()
+    seq_len = int(positions.max()) + 1 if dynamic else None  # (reading it waits for the device)
     inv_freq, factor = inverse_frequencies(rotary_dim, base, scaling, seq_len)
     angles = positions.float()[:, None] * inv_freq[None, :].to(positions.device)  # [n, r/2]
     angles = torch.cat([angles, angles], dim=-1)                      # [n, r]
@@ -320,7 +321,7 @@ class Transformer(nn.Module):
         rec("attn.q", layer, q)
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
-        scores = attention_scores(q, k, mask, cfg.attn_scale)              # q.k / sqrt(dh): [B, H, n, m]
+        scores = attention_scores(q, k, mask, cfg.attn_scale)              # q.k / sqrt(dh) (or x scale): [B, H, n, m]
         if cfg.attn_softcap is not None:                                   # Gemma 2: squash into (-cap, cap)
             rec("attn.scores_precap", layer, scores)
             scores = soft_cap(scores, cfg.attn_softcap, mask)
