@@ -167,6 +167,14 @@ class Norm(nn.Module):
         return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
 
 
+    def gain(self) -> Tensor | None:
+        """What the norm multiplies each dimension by after normalising: w, Gemma's (1 + w), or None
+        for a norm without weights (OLMo).  [d]"""
+        if self.weight is None:
+            return None
+        return self.weight + self.offset if self.offset else self.weight
+
+
 def make_norm(cfg: ModelConfig, d: int, heads: int | None = None, bias: bool = True) -> Norm:
     return Norm(cfg.norm, d, cfg.norm_eps, cfg.norm_offset, cfg.norm_affine, heads, bias)
 

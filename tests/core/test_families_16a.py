@@ -254,3 +254,20 @@ def test_new_switches_survive_a_json_round_trip(tmp_path):
     with torch.no_grad():
         np.testing.assert_array_equal(model(torch.tensor([IDS]))[0].numpy(),
                                       loaded.trace_ids(IDS, CaptureSpec.compact())["logits"])
+
+
+@pytest.mark.parametrize("family", ["gemma", "olmo"])
+def test_a_neurons_vocabulary_effect_folds_the_final_norms_own_gain(tmp_path, family):
+    """Gemma's final norm multiplies by (1 + w); OLMo's has no weight at all."""
+    from explorer.core.analysis.neurons import neuron_vocab_effect
+
+    names = {"gemma": ("GemmaConfig", "GemmaForCausalLM"), "olmo": ("OlmoConfig", "OlmoForCausalLM")}[family]
+    loaded = save_and_open(build(*names), tmp_path)
+    model = loaded.model
+    top, values, _, _ = neuron_vocab_effect(loaded.trace_ids(IDS), 1, 7, k=5)
+    direction = model.blocks[1].mlp.W_out.weight[:, 7].detach()
+    if family == "gemma":
+        direction = direction * (1.0 + model.ln_final.weight.detach())
+    expected = (model.unembed.weight.detach() @ direction).numpy()
+    np.testing.assert_allclose(values, expected[top], rtol=1e-5, atol=1e-5)
+    assert values[0] == pytest.approx(float(expected.max()), rel=1e-5)
