@@ -18,7 +18,6 @@ pytest.importorskip("transformers")
 
 from decoder_reference import IDS, build, check, save_and_open
 
-
 # --- Qwen ------------------------------------------------------------------------------------
 
 def test_qwen2_qkv_bias_without_output_bias(tmp_path):

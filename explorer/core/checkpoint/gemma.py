@@ -33,7 +33,12 @@ from explorer.core.checkpoint.convert import (
     sliding_layers,
     window,
 )
-from explorer.core.checkpoint.llama import LLAMA_NAMES, convert_llama, llama_config, load_with
+from explorer.core.checkpoint.llama import (
+    LLAMA_NAMES,
+    convert_llama,
+    llama_config,
+    load_with,
+)
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.loaded import LoadedModel

@@ -21,7 +21,14 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int, rope, rope_scaling
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    expected_shapes,
+    get_int,
+    rope,
+    rope_scaling,
+)
 from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError

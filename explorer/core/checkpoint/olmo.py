@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core.checkpoint.convert import number
-from explorer.core.checkpoint.llama import LLAMA_NAMES, convert_llama, llama_config, load_with
+from explorer.core.checkpoint.llama import (
+    LLAMA_NAMES,
+    convert_llama,
+    llama_config,
+    load_with,
+)
 from explorer.core.config import ModelConfig
 from explorer.core.loaded import LoadedModel
 

@@ -21,7 +21,12 @@ from typing import Any
 import torch
 
 from explorer.core.checkpoint.convert import rope
-from explorer.core.checkpoint.llama import LLAMA_NAMES, convert_llama, llama_config, load_with
+from explorer.core.checkpoint.llama import (
+    LLAMA_NAMES,
+    convert_llama,
+    llama_config,
+    load_with,
+)
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.loaded import LoadedModel
