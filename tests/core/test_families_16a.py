@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from decoder_reference import IDS, build, check, save_and_open
+from decoder_reference import IDS, VOCAB, build, check, save_and_open, spread_weights
 
 # --- Qwen ------------------------------------------------------------------------------------
 
@@ -270,3 +270,25 @@ def test_a_neurons_vocabulary_effect_folds_the_final_norms_own_gain(tmp_path, fa
     expected = (model.unembed.weight.detach() @ direction).numpy()
     np.testing.assert_allclose(values, expected[top], rtol=1e-5, atol=1e-5)
     assert values[0] == pytest.approx(float(expected.max()), rel=1e-5)
+
+
+def test_multimodal_gemma3_opens_as_its_language_model(tmp_path):
+    """Gemma 3 4B and larger are Gemma3ForConditionalGeneration files: the text model is checked
+    against the whole multimodal model run on token ids (no image)."""
+    import transformers
+
+    text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, sliding_window=4, max_position_embeddings=64,
+                query_pre_attn_scalar=16, layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                       image_token_index=VOCAB - 1, boi_token_index=VOCAB - 3,
+                                       eoi_token_index=VOCAB - 2, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    spread_weights(model)
+    loaded = save_and_open(model, tmp_path)
+    assert loaded.arch == "gemma3" and loaded.config.sliding_layers == (0, 2) and loaded.config.qk_norm == "head"
+    assert any("vision tower" in note for note in loaded.notes)
+    check(loaded, model)

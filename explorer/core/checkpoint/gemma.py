@@ -15,7 +15,8 @@ Llama's layout (grouped-query attention, gated FFN, RMSNorm, rotary over the who
   before the mask and the softmax, and the logits soft-capped by ``final_logit_softcapping``;
 * Gemma 3: RMSNorm of each head's q and k (``q_norm``, ``k_norm``), and two rotary bases: the
   sliding layers turn with ``rope_local_base_freq`` (10 000), the global ones with ``rope_theta``
-  (1 000 000) and the checkpoint's RoPE scaling.
+  (1 000 000) and the checkpoint's RoPE scaling; a multimodal Gemma 3 (``gemma3``, 4B and larger)
+  opens as its language model (``text_config``, ``language_model.*`` tensors), without the vision tower.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from explorer.core.checkpoint.convert import (
     activation,
@@ -94,13 +97,47 @@ def gemma_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str
     return dataclasses.replace(base, **switches), notes
 
 
+GEMMA3_DEFAULTS = {"max_position_embeddings": 131072, "vocab_size": 262208, "sliding_window": 4096}
+_MULTIMODAL_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+                        "language_model.lm_head.": "lm_head."}
+_VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+def text_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The language model's tensors of a multimodal Gemma 3 file, under the text model's names."""
+    out = {}
+    for name, tensor in weights.items():
+        if name.startswith(_VISION_PREFIXES):
+            continue
+        for theirs, ours in _MULTIMODAL_PREFIXES.items():
+            if name.startswith(theirs):
+                name = ours + name[len(theirs):]
+                break
+        out[name] = tensor
+    return out
+
+
+def load_hf_gemma3(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
+    """A multimodal Gemma 3 (model_type gemma3: 4B and larger): its language model, without the vision tower."""
+    text = hf.get("text_config")
+    if not isinstance(text, dict):
+        raise CheckpointError("gemma3 config.json lacks its text_config")
+    text = {**GEMMA3_DEFAULTS, "tie_word_embeddings": hf.get("tie_word_embeddings", True), **text}
+    cfg, notes = gemma_config(text, "gemma3_text")
+    notes.append("A multimodal Gemma 3: its language model is loaded; the vision tower and image projector are "
+                 "not (text prompts only).")
+    return load_with(directory, text, device, dtype, "gemma3", cfg, notes,
+                     lambda w, c: convert_llama(text_weights(w), c, "gemma3", SANDWICH_NAMES))
+
+
 def _loader(family: str):
     def load(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-        cfg, notes = gemma_config(hf, family)
+        cfg, notes = gemma_config({**GEMMA3_DEFAULTS, **hf} if family == "gemma3_text" else hf, family)
         names = LLAMA_NAMES if family == "gemma" else SANDWICH_NAMES
         return load_with(directory, hf, device, dtype, family, cfg, notes,
                          lambda w, c: convert_llama(w, c, family, names))
     return load
 
 
-LOADERS = {"gemma": _loader("gemma"), "gemma2": _loader("gemma2"), "gemma3_text": _loader("gemma3_text")}
+LOADERS = {"gemma": _loader("gemma"), "gemma2": _loader("gemma2"), "gemma3_text": _loader("gemma3_text"),
+           "gemma3": load_hf_gemma3}
