@@ -86,6 +86,13 @@ def test_gemma2_sandwich_norms_softcaps_and_sliding_window(tmp_path):
         precap = loaded.model.unembed(loaded.model.ln_final(torch.from_numpy(np.array(trace["resid_final"]))))
     assert precap.abs().max() > 30.0 and np.abs(trace["logits"]).max() < 30.0
     np.testing.assert_allclose(trace["logits"], 30.0 * np.tanh(precap.numpy() / 30.0), atol=1e-5)
+    # a transformers 4 config.json has no layer_types: Gemma 2's rule is every even layer
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["layer_types"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    from explorer.core.checkpoint import load_checkpoint
+
+    assert load_checkpoint(tmp_path, device="cpu").config.sliding_layers == (0, 2)
 
 
 def test_gemma3_text_qk_norms_and_local_global_rope(tmp_path):
