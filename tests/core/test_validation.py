@@ -23,9 +23,10 @@ from explorer.core.checkpoint import (
     validate,
 )
 from explorer.core.checkpoint.convert import get_bool, get_float, get_int, meta_model
+from explorer.core.checkpoint.validate import parameter_count
 from explorer.core.checkpoint.pickles import is_plain
 from explorer.core.checkpoint.safe_io import check_loaded_tensors
-from explorer.core.config import ModelConfig, parameter_count
+from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, ExplorerError, LoadCancelled
 from explorer.core.model import Transformer
 from explorer.core.tokenize.base import VocabTokenizer

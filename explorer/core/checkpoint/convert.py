@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
-from explorer.core.checkpoint.validate import current
-from explorer.core.config import ModelConfig
+from explorer.core.checkpoint.validate import current, meta_model
+from explorer.core.config import ROPE_SCALING_KEYS, ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.model import Transformer
 
@@ -76,17 +76,21 @@ def activation(hf: dict[str, Any], family: str, default: str, key: str = "hidden
     return _ACTIVATIONS[act]
 
 
-def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[float, float | None]:
-    """(rope theta, partial rotary factor or None), from ``rope_parameters`` (transformers 5) or the older keys."""
+def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...],
+         scaled_ok: bool = False) -> tuple[float, float | None]:
+    """(rope theta, partial rotary factor or None), from ``rope_parameters`` (transformers 5) or the older keys.
+
+    A RoPE scaling variant is refused unless ``scaled_ok`` (then ``rope_scaling`` reads it)."""
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
         raise CheckpointError(f"{where(family)}: rope_parameters / rope_scaling should be objects")
     for section in (params, scaling):
         kind = section.get("rope_type", section.get("type", "default"))
-        if kind not in (None, "default"):
+        if kind not in (None, "default") and not (scaled_ok and isinstance(kind, str) and kind in ROPE_SCALING_KEYS):
+            supported = ", ".join(k for k in ROPE_SCALING_KEYS if k != "default") if scaled_ok else "none"
             raise CheckpointError(f"{where(family)}: RoPE scaling of type {kind!r:.40} is not supported "
-                                  "(only plain rotary positions are)")
+                                  f"(supported scaling types: {supported})")
     theta = params.get("rope_theta")
     for key in theta_keys:
         if theta is None:
@@ -100,6 +104,66 @@ def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[
     if partial is not None and partial > 1:
         raise CheckpointError(f"{where(family)}: rotary fraction should be at most 1 (got {partial!r})")
     return float(theta), (None if partial is None else float(partial))
+
+
+def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The RoPE scaling variant as ``ModelConfig.rope_scaling`` keeps it (empty: plain rotary positions).
+
+    Read from ``params`` or from ``rope_parameters`` (transformers 5) / ``rope_scaling`` (older files);
+    the defaults transformers fills in are filled in the same way."""
+    if params is None:
+        params = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+    kind = params.get("rope_type", params.get("type")) or "default"
+    if kind == "default":
+        return {}
+    if not isinstance(kind, str) or kind not in ROPE_SCALING_KEYS:
+        raise CheckpointError(f"{where(family)}: RoPE scaling of type {kind!r:.40}, which is not supported "
+                              f"(supported: {', '.join(k for k in ROPE_SCALING_KEYS if k != 'default')})")
+    out = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
+    out["rope_type"] = kind
+    context = get_int(hf, family, "max_position_embeddings", 2048)
+    if kind in ("llama3", "yarn"):
+        if hf.get("original_max_position_embeddings") is not None:  # transformers gives it priority
+            out["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
+        out.setdefault("original_max_position_embeddings", context)
+    if kind in ("dynamic", "yarn"):
+        out["max_position_embeddings"] = context
+    for key in ROPE_SCALING_KEYS[kind]:
+        value = out.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise CheckpointError(f"{where(family)}: RoPE scaling {kind!r} needs a positive number {key} "
+                                  f"(got {value!r})")
+    return out
+
+
+def sliding_layers(hf: dict[str, Any], family: str, n_layers: int,
+                   default: Callable[[int], bool]) -> tuple[int, ...]:
+    """The layers that attend within a sliding window: config.json's ``layer_types`` (transformers 5)
+    or, in older files, the family's rule ``default(layer)``."""
+    types = hf.get("layer_types")
+    if types is None:
+        return tuple(i for i in range(n_layers) if default(i))
+    known = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in known for t in types):
+        raise CheckpointError(f"{where(family)}: layer_types should list {n_layers} of {known} (got {types!r})")
+    return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+
+
+def window(hf: dict[str, Any], family: str) -> int | None:
+    value = hf.get("sliding_window")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise CheckpointError(f"{where(family)}: sliding_window should be a positive integer (got {value!r:.60})")
+    return value
+
+
+def number(hf: dict[str, Any], family: str, key: str, default: Any = None) -> float | None:
+    """An optional positive number (multipliers, soft caps)."""
+    value = hf.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CheckpointError(f"{where(family)}: {key} should be a positive number (got {value!r:.60})")
+    return float(value)
 
 
 # --- tensors --------------------------------------------------------------------------------
@@ -128,25 +192,6 @@ class Tensors:
         if self.sd:
             raise CheckpointError(f"{self.family} checkpoint has unexpected tensors: {', '.join(sorted(self.sd)[:6])}"
                                   + (" ..." if len(self.sd) > 6 else ""))
-
-
-class _NoInit(TorchFunctionMode):
-    """Skips the random initialisation of parameters (this thread only): on the meta device it computes nothing,
-    and torch's first meta ``normal_`` alone costs seconds."""
-
-    SKIPPED = frozenset(("normal_", "uniform_", "fill_", "zero_", "trunc_normal_", "kaiming_uniform_"))
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if getattr(func, "__name__", "") in self.SKIPPED:
-            return args[0] if args else kwargs.get("tensor")
-        return func(*args, **kwargs)
-
-
-def meta_model(cfg: ModelConfig) -> Transformer:
-    """``Transformer(cfg)`` with shapes and no memory: parameters on the meta device, never initialised."""
-    with torch.device("meta"), _NoInit():
-        return Transformer(cfg)
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

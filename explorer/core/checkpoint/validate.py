@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from explorer.core.config import LOAD_CHECK, ModelConfig, parameter_count
+from explorer.core.config import LOAD_CHECK, ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError, LoadCancelled
+from explorer.core.model import Block, Transformer, make_norm
 
 Progress = Callable[[int, int, str], None]  # (tensors done, tensors in all, what)
 Cancel = Callable[[], bool] | threading.Event
@@ -123,6 +125,39 @@ def read_capped(path: Path, limit: int, what: str = "this file") -> bytes:
         raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
     finally:
         os.close(fd)
+
+
+# --- shapes without memory -------------------------------------------------------------------
+
+class _NoInit(TorchFunctionMode):
+    """Skips the random initialisation of parameters (this thread only): on the meta device it computes nothing,
+    and torch's first meta ``normal_`` alone costs seconds."""
+
+    SKIPPED = frozenset(("normal_", "uniform_", "fill_", "zero_", "trunc_normal_", "kaiming_uniform_"))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in self.SKIPPED:
+            return args[0] if args else kwargs.get("tensor")
+        return func(*args, **kwargs)
+
+
+def meta_model(cfg: ModelConfig) -> Transformer:
+    """``Transformer(cfg)`` with shapes and no memory: parameters on the meta device, never initialised."""
+    with torch.device("meta"), _NoInit():
+        return Transformer(cfg)
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """The weights ``Transformer(cfg)`` holds (tied embeddings once), from the shapes: one block is built on the
+    meta device and counted, so every architecture switch is counted as the model builds it."""
+    with torch.device("meta"), _NoInit():
+        block = sum(p.numel() for p in Block(cfg).parameters())
+        final = sum(p.numel() for p in make_norm(cfg, cfg.d_model).parameters()) \
+            if cfg.final_norm and cfg.norm != "none" else 0
+    embeddings = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
+    positions = cfg.n_ctx * cfg.d_model if cfg.positions == "learned" else 0
+    return embeddings + positions + cfg.n_layers * block + final
 
 
 # --- memory ----------------------------------------------------------------------------------
