@@ -33,6 +33,8 @@ def save_native(model: Transformer, tokenizer: Tokenizer, directory: Path, name:
         save_ranks(encoding._mergeable_ranks, directory / desc.setdefault("ranks_file", "tokenizer.tiktoken"))
         desc["special_tokens"] = dict(encoding._special_tokens)
         desc["pattern"] = encoding._pat_str
+    elif desc.get("type") == "hf-tokenizer-json":
+        tokenizer.save(directory / desc.setdefault("file", "tokenizer.json"))  # type: ignore[attr-defined]
     config = {"format": NATIVE_FORMAT, "version": 1, "name": name or directory.name,
               "model": model.cfg.to_dict(), "tokenizer": desc, **(extra or {})}
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
