@@ -52,6 +52,10 @@ class ModelConfig:
     attn_bias: bool = True
     mlp_bias: bool = True
     tie_embeddings: bool = True
+    # --- encoder switches (issue 16b)
+    token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
+    embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
+    mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
 
     def __post_init__(self) -> None:
         problems = []
@@ -74,6 +78,8 @@ class ModelConfig:
             problems.append("sinusoidal positions need an even d_model")
         if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
             problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
+        if self.token_types < 0:
+            problems.append(f"token_types must not be negative (got {self.token_types})")
         if problems:
             raise CheckpointError("Invalid model configuration: " + "; ".join(problems))
 

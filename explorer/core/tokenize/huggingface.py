@@ -110,6 +110,7 @@ class HFTokenizer(Tokenizer):
         self._special = frozenset(int(i) for i, t in added.items() if t.special)
         self._size = max([backend.get_vocab_size(with_added_tokens=True) - 1, *self._added]) + 1
         self._bytes: dict[int, bytes] = {}
+        self.mask_id: int | None = None  # an encoder's [MASK] token, whose position the MLM head fills in
 
     @property
     def vocab_size(self) -> int:
@@ -328,6 +329,10 @@ def read_directory_tokenizer(directory: Path, name: str) -> HFTokenizer | None:
         tokenizer = tokenizer_from_vocab_merges(directory / "vocab.json", directory / "merges.txt", name, config)
     else:
         return None
+    mask = _token_text((config or {}).get("mask_token"))
+    for text in ([mask] if mask else []) + ["[MASK]", "<mask>"]:
+        if tokenizer.mask_id is None and tokenizer.backend.token_to_id(text) is not None:
+            tokenizer.mask_id = tokenizer.backend.token_to_id(text)
     eos = _token_text((config or {}).get("eos_token")) or ("<|endoftext|>" if tokenizer.style == "byte-level" else None)
     tokenizer.eos_id = tokenizer.backend.token_to_id(eos) if eos else None
     return tokenizer
