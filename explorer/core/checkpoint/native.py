@@ -16,6 +16,7 @@ from explorer.core.loaded import LoadedModel
 from explorer.core.model import Transformer
 from explorer.core.tokenize.base import Tokenizer, tokenizer_from_description
 from explorer.core.tokenize.bpe import save_ranks
+from explorer.core.tokenize.huggingface import tokenizer_from_saved
 
 NATIVE_FORMAT = "transformer-explorer"
 
@@ -48,7 +49,11 @@ def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str
     if "model" not in config or "tokenizer" not in config:
         raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section")
     cfg = ModelConfig.from_dict(config["model"])
-    tokenizer = tokenizer_from_description(config["tokenizer"], directory)
+    desc = config["tokenizer"]
+    if isinstance(desc, dict) and desc.get("type") == "hf-tokenizer-json":
+        tokenizer: Tokenizer = tokenizer_from_saved(desc, directory)
+    else:
+        tokenizer = tokenizer_from_description(desc, directory)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only {cfg.vocab_size}")
     model = Transformer(cfg)

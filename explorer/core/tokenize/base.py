@@ -222,11 +222,4 @@ def tokenizer_from_description(desc: dict[str, Any], directory: Path | None = No
         encoding = tiktoken.Encoding(name=desc.get("name", "bpe"), pat_str=desc.get("pattern", GPT2_PATTERN),
                                      mergeable_ranks=ranks, special_tokens=specials)
         return TiktokenTokenizer(encoding, desc)
-    if kind == "hf-tokenizer-json":
-        if directory is None:
-            raise TokenizerError("a tokenizer.json needs the checkpoint directory")
-        from explorer.core.tokenize.huggingface import HFTokenizer, tokenizer_from_json
-
-        loaded = tokenizer_from_json(directory / str(desc.get("file", "tokenizer.json")), desc.get("name"))
-        return HFTokenizer(loaded.backend, loaded.name, str(desc.get("style", loaded.style)), desc)
     raise TokenizerError(f"unknown tokenizer type {kind!r}; supported: gpt2, tiktoken, vocab, hf-tokenizer-json")

@@ -37,6 +37,7 @@ from explorer.core.tokenize.hf_files import (MAX_TOKENIZER_JSON, check_id, check
 SUPPORTED = ("tokenizer.json (any model the tokenizers library reads), a SentencePiece BPE tokenizer.model, "
              "or GPT-2-format vocab.json + merges.txt")
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+STYLES = ("byte-level", "sentencepiece", "wordpiece", "plain")
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -100,7 +101,7 @@ class HFTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer``: ``encode`` is ``tokenizer(text)["input_ids"]`` of transformers."""
 
     def __init__(self, backend: Any, name: str, style: str, description: dict[str, Any] | None = None) -> None:
-        if style not in ("byte-level", "sentencepiece", "wordpiece", "plain"):
+        if style not in STYLES:
             raise TokenizerError(f"unknown token display style {style!r}")
         self.backend, self.name, self.style = backend, name, style
         self._description = description or {"type": "hf-tokenizer-json", "name": name, "file": "tokenizer.json",
@@ -159,7 +160,7 @@ class HFTokenizer(Tokenizer):
         return token.encode("utf-8")
 
     def describe(self) -> dict[str, Any]:
-        return dict(self._description)
+        return {**self._description, "eos_id": self.eos_id, "mask_id": self.mask_id}
 
     def save(self, path: Path) -> None:
         """The whole pipeline as one ``tokenizer.json`` (what a native checkpoint keeps)."""
@@ -249,6 +250,20 @@ def tokenizer_from_sentencepiece(model_file: Path, name: str, config: dict[str, 
     apply_config(backend, config)
     return HFTokenizer(backend, name, "sentencepiece", {"type": "hf-tokenizer-json", "name": name,
                                                         "file": "tokenizer.json", "style": "sentencepiece"})
+
+
+def tokenizer_from_saved(desc: dict[str, Any], directory: Path) -> HFTokenizer:
+    """A native checkpoint's ``hf-tokenizer-json`` description: its tokenizer.json, exactly as saved."""
+    file = str(desc.get("file", "tokenizer.json"))
+    if Path(file).name != file:
+        raise TokenizerError(f"the tokenizer file {file!r} is not a plain file name in the checkpoint directory")
+    loaded = tokenizer_from_json(Path(directory) / file, desc.get("name"))
+    style = str(desc.get("style", loaded.style))
+    tokenizer = HFTokenizer(loaded.backend, loaded.name, style if style in STYLES else loaded.style, desc)
+    for key in ("eos_id", "mask_id"):
+        value = desc.get(key)
+        setattr(tokenizer, key, value if isinstance(value, int) and 0 <= value < tokenizer.vocab_size else None)
+    return tokenizer
 
 
 def _token_text(value: Any) -> str | None:
