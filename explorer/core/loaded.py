@@ -33,6 +33,7 @@ class LoadedModel:
     source: str
     arch: str
     notes: list[str] = field(default_factory=list)  # what the user should know: caps, stand-ins
+    repo_id: str | None = None  # "org/name" when it was opened from the Hugging Face cache
 
     @property
     def config(self) -> ModelConfig:

@@ -107,7 +107,8 @@ def test_load_by_repo_id_is_named_org_name(monkeypatch, tmp_path, weights, no_ne
     cached_repo(tmp_path, "EleutherAI/pythia-tiny", weights)
     by_id = load_checkpoint("EleutherAI/pythia-tiny", device="cpu")
     direct = load_checkpoint(weights, device="cpu")
-    assert by_id.name == "EleutherAI/pythia-tiny" and by_id.source.endswith(HASH_A)
+    assert by_id.name == by_id.repo_id == "EleutherAI/pythia-tiny" and by_id.source.endswith(HASH_A)
+    assert direct.repo_id is None
     ids = [1, 5, 9, 2]
     assert np.array_equal(by_id.trace_ids(ids)["logits"], direct.trace_ids(ids)["logits"])
 

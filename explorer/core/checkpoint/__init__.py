@@ -75,7 +75,7 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
         snapshot = cached.path if cached.path.is_dir() else cached.path.parent
         if loaded.tokenizer.name.startswith(snapshot.name):  # "<hash> tokenizer" -> "org/name tokenizer"
             loaded.tokenizer.name = cached.name + loaded.tokenizer.name[len(snapshot.name):]
-        loaded.name = cached.name
+        loaded.name = loaded.repo_id = cached.name
         return loaded
     return _load_path(path, device, dtype)
 
