@@ -19,7 +19,7 @@ from explorer.core.tokenize.base import Tokenizer
 from explorer.core.trace import CaptureSpec, Trace, capture
 
 
-ENCODERS = ("bert", "distilbert")
+ENCODERS = ("bert", "roberta", "distilbert")
 ENCODER_REASON = "this model is an encoder: it fills in masked tokens rather than continuing text"
 
 

@@ -1,4 +1,4 @@
-"""Encoders (BERT, DistilBERT) against transformers: tiny random models and the real all-MiniLM-L6-v2.
+"""Encoders (BERT, RoBERTa, DistilBERT) against transformers: tiny random models and the real all-MiniLM-L6-v2.
 
 Bidirectional attention, post-norm blocks, token-type embeddings, the embedding LayerNorm and the
 masked-LM head are compared number by number: every hidden state, every attention pattern and
@@ -42,6 +42,11 @@ def build(kind: str):
         cfg = T.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=3, n_heads=4, hidden_dim=48,
                                  max_position_embeddings=40, attn_implementation="eager")
         model = (T.DistilBertForMaskedLM if kind.endswith("mlm") else T.DistilBertModel)(cfg)
+    elif kind.startswith("roberta"):
+        cfg = T.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                              intermediate_size=48, max_position_embeddings=42, type_vocab_size=1,
+                              attn_implementation="eager")
+        model = (T.RobertaForMaskedLM if kind.endswith("mlm") else T.RobertaModel)(cfg)
     else:
         cfg = T.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                            intermediate_size=48, max_position_embeddings=40, type_vocab_size=2,
@@ -80,7 +85,7 @@ def compare_encoder(loaded, model, ids, has_head: bool) -> dict[str, float]:
     return diffs
 
 
-@pytest.mark.parametrize("kind", ["bert", "bert-mlm", "distilbert", "distilbert-mlm"])
+@pytest.mark.parametrize("kind", ["bert", "bert-mlm", "roberta", "roberta-mlm", "distilbert", "distilbert-mlm"])
 def test_random_encoders_match_transformers(tmp_path, kind):
     model = build(kind)
     model.save_pretrained(tmp_path)
@@ -89,7 +94,12 @@ def test_random_encoders_match_transformers(tmp_path, kind):
     assert loaded.config.causal is False and loaded.config.norm_placement == "post"
     assert loaded.config.mlm_head is has_head
     assert any("without its masked-LM head" in n for n in loaded.notes) is not has_head
+    assert 1 not in IDS  # RoBERTa's padding id: positions then agree everywhere
     compare_encoder(loaded, model, IDS, has_head)
+    if kind.startswith("roberta"):  # positions 2.. of its table; the full context is usable
+        assert loaded.config.n_ctx == 40 and any("numbers positions from 2" in n for n in loaded.notes)
+        long_ids = [2 + (i * 7) % 100 for i in range(40)]
+        compare_encoder(loaded, model, long_ids, has_head)
 
 
 def minilm_dir() -> Path:

@@ -1,10 +1,14 @@
-"""Hugging Face BERT and DistilBERT checkpoints (encoders) -> our ``Transformer``.
+"""Hugging Face BERT, RoBERTa and DistilBERT checkpoints (encoders) -> our ``Transformer``.
 
 * BERT: word + learned position + token-type embeddings (one segment: type 0 everywhere), a
   LayerNorm over their sum, then post-norm blocks (``x = LN(x + attention(x))``,
   ``x = LN(x + FFN(x))``) with bidirectional attention (every token sees every token), an exact
   GELU FFN, no final norm. ``BertForMaskedLM`` adds its MLM head: dense d -> d, GELU, LayerNorm,
   then the (tied) un-embedding plus a bias.
+* RoBERTa: BERT's layout; its positions count from ``pad_token_id + 1`` (2), so the position
+  table's first rows are never used by a prompt without padding and are dropped (the context is
+  ``max_position_embeddings - 2``). A ``<pad>`` token typed into a prompt would get RoBERTa's
+  padding position there; here it counts like any token, which a note says.
 * DistilBERT: the same without token types (``sa_layer_norm`` / ``output_layer_norm`` are the two
   post-norms; ``vocab_transform`` / ``vocab_layer_norm`` / ``vocab_projector`` the MLM head).
 
@@ -45,11 +49,22 @@ def _renamed(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def position_offset(hf: dict[str, Any], family: str) -> int:
+    """RoBERTa's first position row: pad_token_id + 1 (0 for the others)."""
+    if family != "roberta":
+        return 0
+    pad = get_int(hf, family, "pad_token_id", 1)
+    if not 0 <= pad < 1024:
+        raise CheckpointError(f"roberta config.json: pad_token_id {pad} is out of range")
+    return pad + 1
+
+
 def bert_config(hf: dict[str, Any], family: str, has_head: bool) -> ModelConfig:
-    if family == "bert":
+    if family in ("bert", "roberta"):
         d, n_heads = get_int(hf, family, "hidden_size"), get_int(hf, family, "num_attention_heads")
         layers, d_ff = get_int(hf, family, "num_hidden_layers"), get_int(hf, family, "intermediate_size")
-        n_ctx, act = get_int(hf, family, "max_position_embeddings", 512), activation(hf, family, "gelu")
+        n_ctx = get_int(hf, family, "max_position_embeddings", 512) - position_offset(hf, family)
+        act = activation(hf, family, "gelu")
         types, eps = get_int(hf, family, "type_vocab_size", 2), hf.get("layer_norm_eps", 1e-12)
         if hf.get("position_embedding_type", "absolute") != "absolute":
             raise CheckpointError(f"bert: position_embedding_type {hf.get('position_embedding_type')!r} is not "
@@ -75,11 +90,14 @@ def bert_config(hf: dict[str, Any], family: str, has_head: bool) -> ModelConfig:
         token_types=types, embed_norm=True, mlm_head=has_head)
 
 
-def convert_bert(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    shapes, t = expected_shapes(cfg), Tensors(_renamed(weights), "bert")
-    p = "bert." if any(k.startswith("bert.") for k in t.sd) else ""
+def convert_bert(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: str = "bert",
+                 offset: int = 0) -> dict[str, torch.Tensor]:
+    shapes, t = expected_shapes(cfg), Tensors(_renamed(weights), family)
+    p = f"{family}." if any(k.startswith(f"{family}.") for k in t.sd) else ""
+    n_pos, d = shapes["pos_embed.weight"]
+    positions = t.take(f"{p}embeddings.position_embeddings.weight", (n_pos + offset, d))[offset:]
     out = {"embed.weight": t.take(f"{p}embeddings.word_embeddings.weight", shapes["embed.weight"]),
-           "pos_embed.weight": t.take(f"{p}embeddings.position_embeddings.weight", shapes["pos_embed.weight"]),
+           "pos_embed.weight": positions,
            "type_embed.weight": t.take(f"{p}embeddings.token_type_embeddings.weight", shapes["type_embed.weight"])}
     for kind in ("weight", "bias"):
         out[f"ln_embed.{kind}"] = t.take(f"{p}embeddings.LayerNorm.{kind}", shapes[f"ln_embed.{kind}"])
@@ -91,8 +109,11 @@ def convert_bert(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
             for kind in ("weight", "bias"):
                 key = f"blocks.{i}.{ours}.{kind}"
                 out[key] = t.take(f"{p}encoder.layer.{i}.{theirs}.{kind}", shapes[key])
-    _head(t, out, shapes, cfg, {"dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm",
-                                "bias": "cls.predictions.bias", "decoder": "cls.predictions.decoder"})
+    heads = {"bert": {"dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm",
+                      "bias": "cls.predictions.bias", "decoder": "cls.predictions.decoder"},
+             "roberta": {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias",
+                         "decoder": "lm_head.decoder"}}
+    _head(t, out, shapes, cfg, heads[family])
     return out
 
 
@@ -145,20 +166,26 @@ def _has_head(weights: dict[str, torch.Tensor], marker: str) -> bool:
 
 def load_encoder(directory: Path, hf: dict[str, Any], device: str, dtype: str, family: str) -> LoadedModel:
     weights = read_weights(directory)
-    marker = "cls.predictions." if family == "bert" else "vocab_transform."
+    marker = {"bert": "cls.predictions.", "roberta": "lm_head.", "distilbert": "vocab_transform."}[family]
     has_head = _has_head(weights, marker)
     cfg = bert_config(hf, family, has_head)
     model = Transformer(cfg)
-    convert = convert_bert if family == "bert" else convert_distilbert
-    assign_weights(model, convert(weights, cfg), str(directory))
+    offset = position_offset(hf, family)
+    converted = (convert_distilbert(weights, cfg) if family == "distilbert"
+                 else convert_bert(weights, cfg, family, offset))
+    assign_weights(model, converted, str(directory))
     try:
         tokenizer, notes = tokenizer_for_checkpoint(directory, cfg.vocab_size, hf.get("eos_token_id"))
     except TokenizerError as exc:
         raise CheckpointError(str(exc)) from None
     if not has_head:
         notes = [NO_HEAD_NOTE, *notes]
+    if offset:
+        notes.append(f"RoBERTa numbers positions from {offset}; a padding token (id {offset - 1}) typed into the "
+                     "prompt would get RoBERTa's padding position there, here it counts as an ordinary position.")
     return LoadedModel(finish(model, device, dtype), tokenizer, directory.name, str(directory), family, notes=notes)
 
 
 LOADERS = {"bert": lambda d, hf, dev, dt: load_encoder(d, hf, dev, dt, "bert"),
+           "roberta": lambda d, hf, dev, dt: load_encoder(d, hf, dev, dt, "roberta"),
            "distilbert": lambda d, hf, dev, dt: load_encoder(d, hf, dev, dt, "distilbert")}
