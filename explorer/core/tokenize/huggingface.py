@@ -7,7 +7,9 @@ gives, because the same Rust library runs the same pipeline:
   with ``Metaspace`` and byte fallback, Unigram, WordPiece; normalizers, added and special tokens,
   post-processors) is loaded as it is, after ``hf_files`` has checked it;
 * a SentencePiece ``tokenizer.model`` alone is converted as transformers converts it (``spm``);
-* GPT-2-format ``vocab.json`` + ``merges.txt`` become a byte-level BPE with GPT-2's pre-tokenizer.
+* GPT-2-format ``vocab.json`` + ``merges.txt`` become a byte-level BPE with GPT-2's pre-tokenizer;
+* a BERT ``vocab.txt`` alone becomes BertTokenizer's WordPiece pipeline (BertNormalizer with
+  ``do_lower_case``, BertPreTokenizer, ``[CLS] $A [SEP]``).
 
 ``tokenizer_config.json`` is then applied the way transformers applies it: its special tokens
 (``bos_token`` ... ``mask_token``, ``added_tokens_decoder``) become special added tokens. Without a
@@ -35,7 +37,7 @@ from explorer.core.tokenize.hf_files import (MAX_TOKENIZER_JSON, check_id, check
                                              read_text)
 
 SUPPORTED = ("tokenizer.json (any model the tokenizers library reads), a SentencePiece BPE tokenizer.model, "
-             "or GPT-2-format vocab.json + merges.txt")
+             "GPT-2-format vocab.json + merges.txt, or a BERT WordPiece vocab.txt")
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 STYLES = ("byte-level", "sentencepiece", "wordpiece", "plain")
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -240,6 +242,42 @@ def tokenizer_from_vocab_merges(vocab_json: Path, merges_txt: Path, name: str,
                                                      "file": "tokenizer.json", "style": "byte-level"})
 
 
+def tokenizer_from_wordpiece(vocab_txt: Path, name: str, config: dict[str, Any] | None = None) -> HFTokenizer:
+    """A BERT ``vocab.txt`` (one token per line, the id is the line number): transformers' BertTokenizer pipeline."""
+    from tokenizers import Tokenizer as Backend, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    config = dict(config or {})
+    vocab: dict[str, int] = {}
+    for i, line in enumerate(read_text(vocab_txt).splitlines()):
+        token = line.rstrip("\r")
+        if token and token not in vocab:
+            vocab[token] = i
+    if not vocab:
+        raise TokenizerError(f"{vocab_txt} lists no tokens")
+    names = {}
+    for key, default in (("unk_token", "[UNK]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"),
+                         ("cls_token", "[CLS]"), ("mask_token", "[MASK]")):
+        names[key] = _token_text(config.get(key)) or default
+        config.setdefault(key, names[key])
+    backend = _guarded(lambda: Backend(WordPiece(vocab, unk_token=names["unk_token"])),
+                       f"{vocab_txt.name} does not make a WordPiece vocabulary")
+    strip = config.get("strip_accents")
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=config.get("tokenize_chinese_chars", True) is not False,
+        strip_accents=strip if isinstance(strip, bool) else None, lowercase=config.get("do_lower_case", True) is not False)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    apply_config(backend, {k: v for k, v in config.items() if k not in ("add_bos_token", "add_eos_token")})
+    cls, sep = names["cls_token"], names["sep_token"]
+    cls_id, sep_id = backend.token_to_id(cls), backend.token_to_id(sep)
+    backend.post_processor = processors.TemplateProcessing(  # BertTokenizer's, whatever the configuration says
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, 2 if cls_id is None else cls_id), (sep, 3 if sep_id is None else sep_id)])
+    return HFTokenizer(backend, name, "wordpiece", {"type": "hf-tokenizer-json", "name": name,
+                                                    "file": "tokenizer.json", "style": "wordpiece"})
+
+
 def tokenizer_from_sentencepiece(model_file: Path, name: str, config: dict[str, Any] | None = None) -> HFTokenizer:
     from explorer.core.tokenize.spm import tokenizer_from_model
 
@@ -329,10 +367,11 @@ def read_tokenizer_config(directory: Path) -> dict[str, Any]:
 
 
 def read_directory_tokenizer(directory: Path, name: str) -> HFTokenizer | None:
-    """The directory's own tokenizer (tokenizer.json, then tokenizer.model, then vocab.json + merges.txt)."""
+    """The directory's own tokenizer: tokenizer.json, else tokenizer.model, else vocab.json + merges.txt, else a
+    WordPiece vocab.txt."""
     directory = Path(directory)
     config = None
-    for file in ("tokenizer.json", "tokenizer.model", "vocab.json"):
+    for file in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt"):
         if (directory / file).exists():
             config = read_tokenizer_config(directory)
             break
@@ -342,6 +381,8 @@ def read_directory_tokenizer(directory: Path, name: str) -> HFTokenizer | None:
         tokenizer = tokenizer_from_sentencepiece(directory / "tokenizer.model", name, config)
     elif (directory / "vocab.json").exists() and (directory / "merges.txt").exists():
         tokenizer = tokenizer_from_vocab_merges(directory / "vocab.json", directory / "merges.txt", name, config)
+    elif (directory / "vocab.txt").exists():
+        tokenizer = tokenizer_from_wordpiece(directory / "vocab.txt", name, config)
     else:
         return None
     mask = _token_text((config or {}).get("mask_token"))
@@ -367,7 +408,7 @@ def tokenizer_for_checkpoint(directory: Path, model_vocab_size: int,
     try:
         tokenizer = read_directory_tokenizer(directory, name)
         if tokenizer is None:
-            reason = "there are no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json + merges.txt)"
+            reason = "there are no tokenizer files (tokenizer.json, tokenizer.model, vocab.json + merges.txt, vocab.txt)"
     except TokenizerError as exc:
         reason = f"its tokenizer files cannot be used: {exc}"
     eos = eos_token_id[0] if isinstance(eos_token_id, list) and eos_token_id else eos_token_id
