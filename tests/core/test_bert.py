@@ -128,6 +128,11 @@ def test_an_encoder_cannot_generate_and_says_why(tmp_path):
     loaded = load_checkpoint(tmp_path, device="cpu")
     assert loaded.generation_blocked == ("this model is an encoder: it fills in masked tokens rather than "
                                          "continuing text")
+    from explorer.core.errors import PromptError
+    from explorer.core.generation.generate import generate
+
+    with pytest.raises(PromptError, match="cannot generate: this model is an encoder"):
+        generate(loaded, [2, 3, 4])
 
 
 def test_masked_predictions_are_the_mlm_heads_top_tokens(tmp_path):

@@ -217,6 +217,9 @@ def check_regex(pattern: str) -> None:
     """Accept a known family's pattern; run any other on adversarial strings in a subprocess with a time limit."""
     if pattern in KNOWN_PATTERNS:
         return
+    if getattr(sys, "frozen", False):  # a bundled app: sys.executable is not a Python to run the probe with
+        raise TokenizerError(f"the tokenizer's regex {pattern[:60]!r} is not one of the known families' and cannot "
+                             "be tested for catastrophic backtracking in this build; refused")
     try:
         done = subprocess.run([sys.executable, "-c", _PROBE], input=pattern.encode("utf-8"), capture_output=True,
                               timeout=REGEX_SECONDS, env={**os.environ, "PYTHONPATH": ""})
