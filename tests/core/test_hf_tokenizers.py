@@ -143,3 +143,26 @@ def test_wordpiece_and_byte_level_displays():
     ids = bpe.encode(text)
     assert b"".join(bpe.token_bytes(i) for i in ids) == text.encode()
     assert any(chip.partial for chip in tokenizer_chips(bpe, ids))
+
+
+def test_a_gpt2_directory_uses_its_own_tokenizer_files(tiny_gpt2_dir, tmp_path):
+    """Not the packaged GPT-2 BPE: the directory's tokenizer.json, else its vocab.json + merges.txt."""
+    from transformers import AutoTokenizer
+
+    from explorer.core.checkpoint import load_checkpoint
+
+    bpe = byte_level_bpe()
+    text = "The quick brown fox 12345"
+    for files in ("tokenizer.json", "vocab.json"):
+        path = tmp_path / files
+        shutil.copytree(tiny_gpt2_dir, path)
+        if files == "tokenizer.json":
+            bpe.save(str(path / "tokenizer.json"))
+        else:
+            bpe.model.save(str(path))  # vocab.json + merges.txt
+            (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
+        loaded = load_checkpoint(path, device="cpu")
+        ids = loaded.tokenizer.encode(text)
+        assert ids == AutoTokenizer.from_pretrained(str(path))(text)["input_ids"] == bpe.encode(text).ids
+        assert loaded.tokenizer.vocab_size < 50257 and max(ids) < 400  # not GPT-2's 50257-token BPE
+    assert load_checkpoint(tiny_gpt2_dir, device="cpu").tokenizer.encode("Hello world") == [15496, 995]
