@@ -74,6 +74,10 @@ class ModelConfig:
     sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
     rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
     rotary_base_local: float | None = None  # rotary base of the sliding layers, unscaled (Gemma 3)
+    # --- encoder switches (issue 16b)
+    token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
+    embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
+    mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
 
     def __post_init__(self) -> None:
         # JSON gives lists: keep the frozen config hashable and comparable
@@ -101,6 +105,8 @@ class ModelConfig:
         if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
             problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
         problems += self._problems_16a()
+        if self.token_types < 0:
+            problems.append(f"token_types must not be negative (got {self.token_types})")
         if problems:
             raise CheckpointError("Invalid model configuration: " + "; ".join(problems))
 
