@@ -32,11 +32,11 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "vocab_size": (1, 1 << 22), "n_ctx": (1, 1 << 24), "d_model": (1, 1 << 16), "n_layers": (1, 1024),
     "n_heads": (1, 1024), "d_head": (1, 1 << 14), "d_ff": (0, 1 << 20), "n_kv_heads": (1, 1024),
-    "rotary_dim": (2, 1 << 14), "sliding_window": (1, 1 << 24)}
+    "rotary_dim": (2, 1 << 14), "sliding_window": (1, 1 << 24), "token_types": (0, 1 << 16)}
 FLOAT_BOUNDS: dict[str, tuple[float, float]] = {"norm_eps": (0.0, 1.0), "rotary_base": (0.0, 1e15)}  # (low, high]
 _CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "positions": POSITIONS, "activation": ACTIVATIONS}
 _BOOLS = ("final_norm", "gated_ffn", "attn_only", "parallel_residual", "causal", "attn_bias", "mlp_bias",
-          "tie_embeddings", "norm_affine")
+          "tie_embeddings", "norm_affine", "embed_norm", "mlm_head")
 _OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "attn_scale", "attn_softcap",
              "final_softcap", "qkv_clip", "rotary_base_local")
 _FINITE = ("norm_offset", "embed_scale", "residual_scale", "logit_scale", "attn_scale", "attn_softcap",
@@ -169,6 +169,10 @@ class ModelConfig:
     sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
     rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
     rotary_base_local: float | None = None  # rotary base of the sliding layers, unscaled (Gemma 3)
+    # --- encoder switches (issue 16b)
+    token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
+    embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
+    mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
 
     def __post_init__(self) -> None:
         problems = _type_problems(self) or _range_problems(self)

@@ -62,6 +62,8 @@ def test_parameter_count_follows_the_shapes_of_every_variant():
         cfg = ModelConfig(**{**SMALL, "norm": norm, "positions": pos, "gated_ffn": gated, "attn_bias": bias,
                              "mlp_bias": bias, "tie_embeddings": tie, "n_kv_heads": kv, "attn_only": attn_only})
         assert parameter_count(cfg) == meta_model(cfg).num_parameters(), cfg
+    encoder = ModelConfig(**{**SMALL, "token_types": 2, "embed_norm": True, "mlm_head": True, "causal": False})
+    assert parameter_count(encoder) == meta_model(encoder).num_parameters()
 
 
 def test_a_config_too_large_for_the_machine_is_refused_with_its_numbers(monkeypatch):

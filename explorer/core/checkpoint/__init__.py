@@ -5,9 +5,11 @@ package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
 * Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ...);
+  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``bert``, ...);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
-* built-in names: ``worked-example`` and each directory under ``models/``.
+* built-in names: ``worked-example`` and each directory under ``models/``;
+* the Hugging Face cache (``hub_cache``): a ``models--org--name`` folder, a snapshot in one, or a
+  repository id ``org/name`` resolved offline; the model is then named ``org/name``.
 
 ``safe_io`` reads files without executing anything from them; ``convert`` holds the helpers the
 family modules share. Every failure is a ``CheckpointError`` whose message the CLI and the app show.
@@ -23,9 +25,11 @@ from typing import Any
 
 from explorer.core import worked_example
 from explorer.core.checkpoint import (
+    bert,
     gemma,
     gpt2,
     granite,
+    hub_cache,
     llama,
     nanogpt,
     neox,
@@ -57,6 +61,7 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **olmo.LOADERS,
     **stablelm.LOADERS,
     **granite.LOADERS,
+    **bert.LOADERS,
 }
 
 
@@ -129,6 +134,18 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
     kind = _kind(path)
     if kind == "missing" and (models_dir() / str(source)).is_dir():
         path, kind = models_dir() / str(source), "dir"
+    cached = hub_cache.resolve(path if kind != "missing" else source)  # Hugging Face cache folders and org/name ids
+    if cached is not None:
+        loaded = _load_path(cached.path, _kind(cached.path), device, dtype)
+        snapshot = cached.path if cached.path.is_dir() else cached.path.parent
+        if loaded.tokenizer.name.startswith(snapshot.name):  # "<hash> tokenizer" -> "org/name tokenizer"
+            loaded.tokenizer.name = cached.name + loaded.tokenizer.name[len(snapshot.name):]
+        loaded.name = loaded.repo_id = cached.name
+        return loaded
+    return _load_path(path, kind, device, dtype)
+
+
+def _load_path(path: Path, kind: str, device: str, dtype: str) -> LoadedModel:
     if kind == "missing":
         raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, or a built-in "
                               f"name ({', '.join(builtin_names())})")
@@ -153,6 +170,5 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
         archs = config.get("architectures")
         arch = ", ".join(map(str, archs)) if isinstance(archs, list) and archs else model_type
         raise CheckpointError(f"{path / 'config.json'}: unsupported architecture {arch!r:.80} (model_type "
-                              f"{model_type!r:.80}); supported: "
-                              + supported_formats())
+                              f"{model_type!r:.80}); supported: " + supported_formats())
     raise CheckpointError(f"{path / 'config.json'} names no known format; supported: " + supported_formats())

@@ -20,7 +20,6 @@ import torch
 from explorer.core.checkpoint.validate import current, meta_model
 from explorer.core.config import ROPE_SCALING_KEYS, ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.model import Transformer
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
                 "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": None, "relu": "relu"}

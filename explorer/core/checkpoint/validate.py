@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 from explorer.core.config import LOAD_CHECK, ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError, LoadCancelled
-from explorer.core.model import Block, Transformer, make_norm
+from explorer.core.model import Block, MLMHead, Transformer, make_norm
 
 Progress = Callable[[int, int, str], None]  # (tensors done, tensors in all, what)
 Cancel = Callable[[], bool] | threading.Event
@@ -151,13 +151,19 @@ def meta_model(cfg: ModelConfig) -> Transformer:
 def parameter_count(cfg: ModelConfig) -> int:
     """The weights ``Transformer(cfg)`` holds (tied embeddings once), from the shapes: one block is built on the
     meta device and counted, so every architecture switch is counted as the model builds it."""
+    def count(module: torch.nn.Module) -> int:
+        return sum(p.numel() for p in module.parameters())
+
+    d = cfg.d_model
     with torch.device("meta"), _NoInit():
-        block = sum(p.numel() for p in Block(cfg).parameters())
-        final = sum(p.numel() for p in make_norm(cfg, cfg.d_model).parameters()) \
-            if cfg.final_norm and cfg.norm != "none" else 0
-    embeddings = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
-    positions = cfg.n_ctx * cfg.d_model if cfg.positions == "learned" else 0
-    return embeddings + positions + cfg.n_layers * block + final
+        block = count(Block(cfg))
+        extra = count(make_norm(cfg, d)) if cfg.final_norm and cfg.norm != "none" else 0
+        extra += count(make_norm(cfg, d)) if getattr(cfg, "embed_norm", False) else 0
+        extra += count(MLMHead(cfg)) if getattr(cfg, "mlm_head", False) else 0
+    extra += getattr(cfg, "token_types", 0) * d
+    embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+    positions = cfg.n_ctx * d if cfg.positions == "learned" else 0
+    return embeddings + positions + cfg.n_layers * block + extra
 
 
 # --- memory ----------------------------------------------------------------------------------
