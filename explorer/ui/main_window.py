@@ -52,6 +52,7 @@ from explorer.ui.workers import (
     ModelLoader,
     TraceController,
     TraceResult,
+    nonfinite,
     run_in_background,
 )
 
@@ -211,6 +212,9 @@ class MainWindow(QMainWindow):
         self.controller.trace_ready.connect(self._on_trace_ready)
         self.controller.failed.connect(self._on_trace_failed)
         self.loader.stage.connect(self.status.set_loading)
+        self.loader.progress.connect(self.status.set_progress)
+        self.loader.cancelled.connect(self._on_load_cancelled)
+        self.status.cancel_requested.connect(self.loader.cancel)
         self.loader.busy_changed.connect(lambda busy: None if busy else self.status.set_loading(None))
         self.loader.loaded.connect(self._on_model_loaded)
         self.loader.failed.connect(self._on_load_failed)
@@ -295,7 +299,21 @@ class MainWindow(QMainWindow):
         self.status.notice(f"Could not load {request.source or 'the default model'}: {message}")
         self.load_failed.emit(message)
         if not request.quiet or self.loaded is None:
-            QMessageBox.critical(self, "Could not load the checkpoint", message)
+            details = self.loader.last_error_details
+            if details:  # a bug, not the user's input: the traceback goes in the details pane
+                box = QMessageBox(QMessageBox.Icon.Critical, "Could not load the checkpoint", message,
+                                  QMessageBox.StandardButton.Ok, self)
+                box.setDetailedText(details)
+                box.exec()
+            else:
+                QMessageBox.critical(self, "Could not load the checkpoint", message)
+
+    def _on_load_cancelled(self, request: LoadRequest) -> None:
+        if self._model_request is not None:
+            self.device_controls.set_values(self._model_request.device, self._model_request.dtype)
+        self.status.set_loading(None)
+        kept = f"; {self.loaded.name} stays open" if self.loaded is not None else ""
+        self.status.notice(f"Loading {request.source or 'the default model'} was cancelled{kept}")
 
     def _on_device_changed(self, device: str, dtype: str) -> None:
         if self.source is not None:
@@ -344,6 +362,8 @@ class MainWindow(QMainWindow):
         self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.prompt.show_tokens(trace.n_tokens, trace.meta.truncated_from)
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
+        found = nonfinite(trace)
+        self.status.set_warning(None if found is None else f"The model's numbers are not finite: {found.describe()}")
         self.trace_applied.emit(trace)
 
     def _show_panel(self, panel: Panel, trace: Any) -> None:
@@ -453,5 +473,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.save_window()
         self.controller.debounce.stop()
+        self.loader.cancel_all()  # a load stops at its next tensor and is never applied
         QThreadPool.globalInstance().waitForDone(30_000)  # a forward pass cannot be interrupted
         super().closeEvent(event)

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.analysis import attention as analysis
-from explorer.core.display.levels import finite_levels, thinned_ticks
+from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
@@ -295,7 +295,7 @@ class AttentionPanel(AttentionOverview, Panel):
                  else " (later keys masked)" if masked[i].any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
-        lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))
+        lo, hi = finite_extent(heights)
         self.row_plot.setXRange(0, max(n, 1), padding=0.01)
         self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 
