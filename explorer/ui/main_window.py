@@ -34,6 +34,7 @@ from explorer.core.paths import resources_dir
 from explorer.ui.docks import (
     PanelDock,
     add_generation_dock,
+    dock_of,
     load_panel_classes,
     place_docks,
     size_docks,
@@ -387,8 +388,8 @@ class MainWindow(QMainWindow):
         panel = self._last_panel or next((d.panel for d in self.docks if self._shows(d)), None)
         if panel is None:
             return
-        dock = panel.parentWidget()
-        if isinstance(dock, PanelDock):
+        dock = dock_of(panel)
+        if dock is not None:
             dock.show()
             dock.raise_()
         panel.show_explanation(not panel.explain_button.isChecked())
@@ -419,7 +420,7 @@ class MainWindow(QMainWindow):
         super().showEvent(event)
         if not self._sized_docks:  # dock sizes only take once the window has its size
             self._sized_docks = True
-            size_docks(self, self.docks)
+            size_docks(self, self.docks, self.generation_dock)
 
     def save_window(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())

@@ -210,7 +210,9 @@ class AttentionPanel(AttentionOverview, Panel):
             self.stats_toggle.setChecked(on)  # re-enters through the toggled signal
             return
         self.stat_box.setEnabled(on)
-        self.statistics.setVisible(on)
+        self.statistics_area.setVisible(on)
+        if on:
+            self._give_statistics_room()
         self._draw_statistics()
 
     def set_statistic(self, name: str) -> None:
