@@ -8,7 +8,16 @@ from importlib import import_module
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDockWidget, QFrame, QMainWindow, QScrollArea, QTabWidget, QWidget
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFrame,
+    QLabel,
+    QMainWindow,
+    QScrollArea,
+    QStackedWidget,
+    QTabWidget,
+    QWidget,
+)
 
 from explorer.ui.panels.base import Panel
 
@@ -39,8 +48,7 @@ def dock_name(panel: QWidget) -> str:
     under ``panels`` ("attention.panel" and "neurons.panel" must not both be "panel")."""
     module = type(panel).__module__
     tail = module.split("explorer.ui.panels.", 1)[-1] if "explorer.ui.panels." in module else module.rsplit(".", 1)[-1]
-    if tail.endswith(".panel"):
-        tail = tail[: -len(".panel")]
+    tail = tail.removesuffix(".panel")
     return "dock-" + tail.replace(".", "-")
 
 
@@ -59,12 +67,35 @@ class PanelDock(QDockWidget):
             self.setWidget(panel)
             return
         # a panel smaller than its plots' minimum sizes scrolls instead of squashing them into a smear
-        scroll = QScrollArea(self)
-        scroll.setObjectName(f"scroll-{self.objectName()}")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setWidget(panel)
-        self.setWidget(scroll)
+        area = QScrollArea(self)
+        area.setObjectName(f"scroll-{self.objectName()}")
+        area.setWidgetResizable(True)
+        area.setFrameShape(QFrame.Shape.NoFrame)
+        area.setWidget(panel)
+        # before the first trace: a line of text, not empty plots with meaningless axes
+        self.placeholder = QLabel("", self)
+        self.placeholder.setObjectName("panel-placeholder")
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setWordWrap(True)
+        self.placeholder.setStyleSheet("QLabel { color: #666; font-size: 12pt; }")
+        self.stack = QStackedWidget(self)
+        self.stack.addWidget(self.placeholder)
+        self.stack.addWidget(area)
+        self.stack.setCurrentIndex(1)
+        self.setWidget(self.stack)
+
+    def show_placeholder(self, text: str) -> None:
+        if hasattr(self, "stack"):
+            self.placeholder.setText(text)
+            self.stack.setCurrentIndex(0)
+
+    def show_content(self) -> None:
+        if hasattr(self, "stack"):
+            self.stack.setCurrentIndex(1)
+
+    @property
+    def showing_placeholder(self) -> bool:
+        return hasattr(self, "stack") and self.stack.currentIndex() == 0
 
 
 def dock_of(widget: QWidget | None) -> PanelDock | None:

@@ -47,6 +47,7 @@ from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.widgets.prompt_editor import PromptEditor
 from explorer.ui.widgets.run_controls import DeviceControls, LayerHeadControls
 from explorer.ui.widgets.status_bar import StatusBar
+from explorer.ui.window_state import WindowState, prompt_for_model
 from explorer.ui.workers import (
     LoadRequest,
     LoadResult,
@@ -118,6 +119,7 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         self._build_menus()
         self._connect()
+        self.window_state = WindowState(self, APP_NAME)  # what the panels show, computing…, placeholders
         self.setAcceptDrops(True)
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks
                             | QMainWindow.DockOption.AllowNestedDocks)
@@ -293,21 +295,18 @@ class MainWindow(QMainWindow):
             self.open_checkpoint(self.source, device=device, dtype=dtype)
 
     def _prompt_for(self, loaded: Any) -> str:
-        """The current prompt if the new model can read it, else the first sample it can."""
+        """The current prompt if the new model can read it; else a sample it can, after asking."""
         from explorer.core import worked_example
 
         last = str(self.settings.value("prompt/last", "") or "")
-        for text in (self.prompt.text() or last, *sample_prompts(), worked_example.PROMPT):
-            try:
-                loaded.encode(text)
-            except Exception:  # noqa: BLE001 - not in this vocabulary (or empty): try the next
-                continue
-            return text
-        return self.prompt.text()
+        candidates = [last] if last else []  # an empty box takes the last prompt, else a sample, unasked
+        return prompt_for_model(self, loaded, self.prompt.text(), [*candidates, *sample_prompts(),
+                                                                    worked_example.PROMPT])[0]
 
     # --- tracing -----------------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
         self.prompt.set_text(text)
+        self.window_state.request_started(text)
         self.controller.request(text)
 
     def focus_prompt(self) -> None:

@@ -16,8 +16,7 @@ import html
 
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QFont, QFontMetrics
-from PySide6.QtWidgets import QGraphicsItem
+from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
 
 LABEL_GAP = 4.0  # pixels between two neighbouring labels
 ORIENTATIONS = ("left", "bottom", "top", "right")
@@ -48,7 +47,7 @@ class ThinAxis(pg.AxisItem):
         super().__init__(orientation, **kwargs)
         self.stride = 1  # the k used at the last paint (tests and tooltips read it)
 
-    def generateDrawSpecs(self, p):  # noqa: N802 - pyqtgraph override
+    def generateDrawSpecs(self, p):
         specs = super().generateDrawSpecs(p)
         if specs is None:
             return specs
@@ -63,19 +62,24 @@ class ThinAxis(pg.AxisItem):
 
     def label_rects(self) -> list[QRectF]:
         """The rectangles of the tick labels as they are drawn now, in scene coordinates."""
-        from PySide6.QtGui import QImage, QPainter
+        return axis_label_rects(self)
 
-        image = QImage(4, 4, QImage.Format.Format_ARGB32)
-        painter = QPainter(image)
-        try:
-            if self.style.get("tickFont") is not None:
-                painter.setFont(self.style["tickFont"])
-            specs = self.generateDrawSpecs(painter)
-        finally:
-            painter.end()
-        if specs is None:
-            return []
-        return [self.mapRectToScene(rect) for rect, _flags, _text in specs[2]]
+
+def axis_label_rects(axis: pg.AxisItem) -> list[QRectF]:
+    """The scene rectangles of the tick labels ``axis`` (any ``AxisItem``) draws at its current size."""
+    from PySide6.QtGui import QImage, QPainter
+
+    image = QImage(4, 4, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        if axis.style.get("tickFont") is not None:
+            painter.setFont(axis.style["tickFont"])
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    if specs is None:
+        return []
+    return [axis.mapRectToScene(rect) for rect, _flags, _text in specs[2]]
 
 
 def thin_axes(*sides: str) -> dict[str, ThinAxis]:
@@ -91,7 +95,7 @@ class FittedTitle(pg.LabelItem):
         self.full_text = ""
         super().__init__(text, **kwargs)
 
-    def setText(self, text, **args):  # noqa: N802 - pyqtgraph override
+    def setText(self, text, **args):
         self.full_text = str(text)
         super().setText(self._fitted(), **args)
         self.text = self.full_text  # what callers read back: the whole title
@@ -104,20 +108,34 @@ class FittedTitle(pg.LabelItem):
         return font
 
     def _fitted(self) -> str:
-        width = self.rect().width() if self.rect().width() > 0 else 0
-        plain = self.full_text
-        if width < 40 or "<" in plain:  # not laid out yet, or rich text: as given
+        """The title as shown: as given when every line fits; else each line elided (rich text then
+        loses its colours, never its words: the tooltip has the full title)."""
+        width = self.rect().width()
+        given = self.full_text
+        if width < 40:  # not laid out yet
             self.setToolTip("")
-            return plain
-        fitted = QFontMetrics(self._font()).elidedText(plain, Qt.TextElideMode.ElideRight, int(width) - 8)
-        self.setToolTip(plain if fitted != plain else "")
-        return html.escape(fitted, quote=False)
+            return given
+        rich = "<" in given
+        if rich:
+            document = QTextDocument()
+            document.setHtml(given)
+            lines = document.toPlainText().splitlines() or [""]
+        else:
+            lines = given.splitlines() or [""]
+        metrics = QFontMetrics(self._font())
+        room = int(width) - 8
+        if all(metrics.horizontalAdvance(line) <= room for line in lines):
+            self.setToolTip("")
+            return given if rich else html.escape(given, quote=False)
+        self.setToolTip("\n".join(lines))
+        return "<br>".join(html.escape(metrics.elidedText(line, Qt.TextElideMode.ElideRight, room), quote=False)
+                           for line in lines)
 
-    def updateMin(self):  # noqa: N802 - pyqtgraph override
+    def updateMin(self):
         super().updateMin()
         self.setMinimumWidth(0)  # never force the plot wider than its widget: elide instead
 
-    def resizeEvent(self, ev):  # noqa: N802
+    def resizeEvent(self, ev):
         if ev is not None and self.full_text:
             shown = self._fitted()
             opts = self.opts
@@ -129,7 +147,7 @@ class FittedTitle(pg.LabelItem):
         super().resizeEvent(ev)
 
     def is_elided(self) -> bool:
-        return bool(self.full_text) and self.toolTip() == self.full_text
+        return bool(self.toolTip())
 
 
 def fit_title(plot: pg.PlotItem) -> FittedTitle:
@@ -156,16 +174,3 @@ def readable(plot: pg.PlotItem | pg.PlotWidget) -> pg.PlotItem:
     item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
     fit_title(item)
     return item
-
-
-def overlapping_labels(item: QGraphicsItem) -> list[tuple[str, str]]:
-    """Pairs of tick labels of ``ThinAxis`` axes under ``item`` (a scene item) that overlap."""
-    pairs = []
-    for child in [item, *item.childItems()]:
-        if isinstance(child, ThinAxis) and child.isVisible():
-            rects = child.label_rects()
-            for i, a in enumerate(rects):
-                for b in rects[i + 1:]:
-                    if a.intersects(b):
-                        pairs.append((str(a), str(b)))
-    return pairs

@@ -7,7 +7,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 Index = QModelIndex | QPersistentModelIndex
@@ -39,13 +46,13 @@ class HeadStatisticsModel(QAbstractTableModel):
         heads = max(self.values.shape[1], 1)
         return row // heads, row % heads
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802 - Qt override
+    def rowCount(self, parent: Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else int(self.values.size)
 
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent: Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(HEADERS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):  # noqa: N802
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
         if role != Qt.ItemDataRole.DisplayRole or orientation != Qt.Orientation.Horizontal:
             return None
         return self.name if section == 2 else HEADERS[section]
