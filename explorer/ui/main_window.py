@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.source: str | None = None
         self.trace: Any = None
         self.last_update_seconds: float | None = None
+        self.attention_export: Any = None  # a running File > Export attention maps (window_actions)
         self._stale: set[PanelDock] = set()
         self._last_panel: Panel | None = None
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
@@ -442,6 +443,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.save_window()
+        if self.attention_export is not None:  # stop before the next head; the worker ends in ms
+            self.attention_export.cancel.set()
         self.controller.debounce.stop()
         QThreadPool.globalInstance().waitForDone(30_000)  # a forward pass cannot be interrupted
         super().closeEvent(event)
