@@ -230,7 +230,7 @@ class GenerationPane(GenerationRun, Panel):
         self.chart.show_table(None, [])
         self.info.setText("")
         if loaded is not None:
-            self.max_new.setMaximum(max(1, loaded.config.n_ctx))
+            self.controls.set_max_new_cap(loaded.config.n_ctx)
         self.status.setText("" if loaded is not None else "No model loaded.")
         self._update_buttons()
 
