@@ -10,7 +10,7 @@ import pyqtgraph as pg
 import pytest
 import torch
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtWidgets import QApplication, QLabel
+from PySide6.QtWidgets import QApplication, QLabel, QScrollArea
 
 from explorer.core.checkpoint import save_native
 from explorer.core.config import ModelConfig
@@ -33,20 +33,29 @@ def twelve_heads(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def deep_wide(tmp_path_factory):
+    """The far end of the range: 80 layers of 32 heads (tiny widths)."""
+    torch.manual_seed(1)
+    cfg = ModelConfig(vocab_size=50257, n_ctx=512, d_model=64, n_layers=80, n_heads=32, d_head=2, d_ff=64)
+    path = tmp_path_factory.mktemp("ckpt") / "deep"
+    save_native(Transformer(cfg).eval(), gpt2_tokenizer(), path, name="deep-wide")
+    return path
+
+
 def settle(qtbot, ms: int = 150) -> None:
     qtbot.wait(ms)
     QApplication.processEvents()
 
 
-def open_at(qtbot, make_window, checkpoint, width: int, height: int):
+def open_at(qtbot, make_window, checkpoint, width: int, height: int, prompt: str = PROMPT):
     window = make_window()
     window.resize(width, height)
     settle(qtbot)
     with qtbot.waitSignal(window.trace_applied, timeout=60_000):
         window.open_checkpoint(str(checkpoint))
     with qtbot.waitSignal(window.trace_applied, timeout=60_000):
-        window.set_prompt(PROMPT)
-    assert window.trace.n_tokens > 25
+        window.set_prompt(prompt)
     attention = next(p for p in window.panels if hasattr(p, "show_statistics"))
     attention.show_statistics(True)
     return window
@@ -76,6 +85,10 @@ def check_graphics_view(view: pg.GraphicsView, where: str) -> int:
         elif isinstance(item, pg.ColorBarItem):
             bar = item.sceneBoundingRect()
             assert viewport.adjusted(-1, -1, 1, 1).contains(bar), f"{where}: colour bar clipped: {bar} not in {viewport}"
+            for box in view.scene().items():
+                if isinstance(box, pg.ViewBox) and box.isVisible() and box is not item.vb:
+                    overlap = box.sceneBoundingRect().intersected(bar)
+                    assert overlap.width() < 2, f"{where}: a colour bar drawn over a plot"
     return checked
 
 
@@ -90,9 +103,15 @@ def check_labels(dock, where: str) -> None:
             assert not ra.intersects(rb), f"{where}: labels {a.text()!r} and {b.text()!r} overlap"
 
 
-@pytest.mark.parametrize("size", [(1280, 800), (1600, 1000)])
-def test_every_panel_is_readable_with_twelve_heads(qtbot, make_window, twelve_heads, size):
-    window = open_at(qtbot, make_window, twelve_heads, *size)
+@pytest.mark.parametrize(("model", "size", "words"), [("twelve_heads", (1280, 800), 1),
+                                                       ("twelve_heads", (1280, 800), 30),
+                                                       ("twelve_heads", (1600, 1000), 30),
+                                                       ("deep_wide", (1280, 800), 8)])
+def test_every_panel_is_readable(qtbot, make_window, request, model, size, words):
+    prompt = " ".join((PROMPT.split() * 10)[:words])
+    window = open_at(qtbot, make_window, request.getfixturevalue(model), *size, prompt=prompt)
+    cfg = window.trace.config
+    assert window.trace.n_tokens >= words
     axes = 0
     for dock in window.docks:
         dock.show()
@@ -109,17 +128,23 @@ def test_every_panel_is_readable_with_twelve_heads(qtbot, make_window, twelve_he
                 assert heatmap.height() >= 140 and heatmap.width() >= 200, f"{where}: a squashed heatmap"
         check_labels(dock, where)
     assert axes >= 10  # the checks above really looked at the plots
+    for dock in window.docks:  # nothing wider than its dock: no sideways scrolling
+        area = dock.findChild(QScrollArea)
+        if area is not None and dock.isVisible():
+            assert area.widget().width() <= area.viewport().width() + 1, f"{dock.windowTitle()} scrolls sideways"
 
     attention = next(p for p in window.panels if hasattr(p, "statistics_table"))
     next(d for d in window.docks if d.panel is attention).raise_()
     settle(qtbot, 250)
     table = attention.statistics_table
-    assert table.isVisible() and table.model().rowCount() == 144
+    assert table.isVisible() and table.model().rowCount() == cfg.n_layers * cfg.n_heads
     viewport = table.viewport().rect()
     for row in range(3):  # the header and at least three whole rows are on screen
         assert viewport.contains(table.visualRect(table.model().index(row, 2))), "statistics rows hidden"
     overview_labels = attention.overview_plot.getAxis("top").label_rects()
-    assert 2 <= len(overview_labels) <= 12
+    assert 2 <= len(overview_labels) <= cfg.n_heads
+    value = table.model().index(0, 2)
+    assert table.fontMetrics().horizontalAdvance(value.data()) <= table.visualRect(value).width(), "value cut"
 
 
 def test_computing_state_follows_the_request_it_belongs_to(qtbot, make_window, twelve_heads, monkeypatch):

@@ -42,8 +42,8 @@ class AttentionOverview:
         plot = self.overview_plot
         plot.invertY(True)
         plot.setAspectLocked(True)
-        plot.hideButtons()
-        plot.setMouseEnabled(x=False, y=False)
+        # grows with its space (aspect kept); the wheel zooms, dragging pans, "A" (bottom left) resets
+        plot.setMouseEnabled(x=True, y=True)
         plot.showAxis("top")
         plot.hideAxis("bottom")
         self.overview_image = pg.ImageItem(axisOrder="row-major")
@@ -205,6 +205,14 @@ class AttentionOverview:
                 for head in range(cfg.n_heads) for label in labels]
         return stack, rows, labels
 
+
+    def _statistics_table_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The table as shown (its current order): one row per head, "L{l} H{h}", the statistic's value."""
+        table = self.statistics_table
+        values = self.statistic_values()
+        heads = [table.head_at(r) for r in range(table.model().rowCount())]
+        column = np.array([values[layer, head] for layer, head in heads], dtype=np.float64)
+        return column, [f"L{layer} H{head}" for layer, head in heads], [analysis.STATISTIC_LABELS[self.statistic]]
 
     def _statistics_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The chosen head statistic [L, H] with "L{l}" / "H{h}" labels."""

@@ -121,6 +121,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addStretch(1)
         self.info = QLabel()
         self.info.setStyleSheet("color: #555")
+        self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
         row.addWidget(self.info)
         self.body.addLayout(row)
 
@@ -150,6 +151,7 @@ class AttentionPanel(AttentionOverview, Panel):
         self.add_exportable("attention, selected head", self.detail, self._detail_data)
         self.add_exportable("attention, selected query row", self.row_plot, self._row_data)
         self.add_exportable("head statistics", self.statistics, self._statistics_data)
+        self.add_exportable("head statistics table", self.statistics_table, self._statistics_table_data)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> AttentionSnapshot:
@@ -267,7 +269,7 @@ class AttentionPanel(AttentionOverview, Panel):
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
         layer, head = self.layer_head()
         what = "attention pattern" if self.kind == "pattern" else "scaled scores q\u00b7k/\u221ad_head"
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}  (rows: queries, columns: keys)")
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}")  # the axes say query and key
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()

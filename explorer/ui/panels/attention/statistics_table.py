@@ -53,9 +53,13 @@ class HeadStatisticsModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(HEADERS)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if role != Qt.ItemDataRole.DisplayRole or orientation != Qt.Orientation.Horizontal:
+        if orientation != Qt.Orientation.Horizontal:
             return None
-        return self.name if section == 2 else HEADERS[section]
+        if role == Qt.ItemDataRole.ToolTipRole and section == 2:
+            return self.name
+        if role != Qt.ItemDataRole.DisplayRole:
+            return None
+        return HEADERS[section]
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
@@ -98,10 +102,15 @@ class HeadStatisticsTable(QTableView):
         self.verticalHeader().setVisible(False)
         self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
         header = self.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        metrics = self.fontMetrics()
+        index_width = max(metrics.horizontalAdvance("layer"), metrics.horizontalAdvance("L00")) + 28  # + sort arrow
+        value_width = metrics.horizontalAdvance("-0.0000") + 30
+        for column in (0, 1):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
+            header.resizeSection(column, index_width)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.setMinimumSize(170, 4 * (self.fontMetrics().height() + 6) + 30)  # a header and a few rows
+        width = 2 * index_width + value_width + self.verticalScrollBar().sizeHint().width() + 6
+        self.setMinimumSize(width, 4 * (metrics.height() + 6) + 30)  # a header and a few rows
         self.clicked.connect(self._on_clicked)
 
     def set_values(self, values: np.ndarray, name: str) -> None:
