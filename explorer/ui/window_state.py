@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
+from PySide6.QtWidgets import QLabel, QMessageBox, QSizePolicy, QWidget
 
 from explorer.core.display.levels import abbreviate
 
@@ -60,9 +60,11 @@ class WindowState(QObject):
         self.label = QLabel("", window.prompt)
         self.label.setObjectName("trace-state")
         self.label.setTextFormat(Qt.TextFormat.PlainText)
+        # never widens the window: the text takes the room there is (the tooltip has all of it)
+        self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.label.hide()
         layout = window.prompt.layout()  # the prompt editor: the text box, then [count, notice]
-        layout.itemAt(layout.count() - 1).layout().insertWidget(1, self.label)
+        layout.itemAt(layout.count() - 1).layout().insertWidget(1, self.label, 1)
         prompt, controller = window.prompt, window.controller
         prompt.text_edited.connect(self._on_text)
         controller.trace_ready.connect(self._on_trace_ready)
@@ -115,7 +117,7 @@ class WindowState(QObject):
         if self.empty:
             self.window.prompt.notice.hide()  # "the prompt is empty" said once, here
             label.setText("Empty prompt: type some text to analyse."
-                          + (f" The panels still show {prompt_title(shown, 32)} ({tokens_text(self.shown_tokens or 0)})."
+                          + (f" The panels still show {prompt_title(shown, 24)} ({tokens_text(self.shown_tokens or 0)})."
                              if shown else ""))
             label.setStyleSheet(EMPTY_STYLE)
             label.show()
@@ -127,6 +129,7 @@ class WindowState(QObject):
             label.show()
         else:
             label.hide()
+        label.setToolTip(label.text())
         status = self.window.status
         if self.computing:
             status.fields["forward"].setText("computing\u2026")

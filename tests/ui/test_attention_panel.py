@@ -231,7 +231,7 @@ def test_exportables_have_labelled_data(qtbot, gpt2_trace):
     panel.selection.set_token(4)
     exports = {e.name: e for e in panel.exportables()}
     assert set(exports) == {"attention, all heads", "attention, selected head", "attention, selected query row",
-                            "head statistics"}
+                            "head statistics", "head statistics table"}
     labels = [f"{i}:{t}" for i, t in enumerate(gpt2_trace.tokens)]
 
     stack, rows, cols = exports["attention, all heads"].data()
@@ -250,6 +250,13 @@ def test_exportables_have_labelled_data(qtbot, gpt2_trace):
     values, rows, cols = exports["head statistics"].data()
     np.testing.assert_array_equal(values, analysis.head_statistics(gpt2_trace, panel.statistic))
     assert values.shape == (3, 4) and rows == ["L0", "L1", "L2"] and cols == ["H0", "H1", "H2", "H3"]
+    panel.show_statistics(True)
+    column, rows, cols = exports["head statistics table"].data()  # the table's rows, in its order
+    expected = analysis.head_statistics(gpt2_trace, panel.statistic)
+    assert column.shape == (12,) and len(rows) == 12 and cols == [analysis.STATISTIC_LABELS[panel.statistic]]
+    for value, row in zip(column, rows, strict=True):
+        layer, head = (int(part[1:]) for part in row.split())
+        np.testing.assert_equal(value, expected[layer, head])
 
     panel.set_kind("scores")
     matrix, _, _ = exports["attention, selected head"].data()
