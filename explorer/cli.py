@@ -24,9 +24,23 @@ COMMANDS = {
 }
 
 
+WINDOW_USAGE = """\
+without a command, the desktop window opens:
+  transformer-explorer [CHECKPOINT] [--device {auto,cpu,cuda,mps}] [--dtype {float32,bfloat16,float16}]
+    CHECKPOINT  a checkpoint directory, a file inside one, or a built-in model name
+                (default: the last one opened, else the bundled default model)
+    --device    where the model runs (default: auto)
+    --dtype     the precision it runs in (default: float32)
+  The window needs a display; the commands above work without one.
+
+each command has its own --help: transformer-explorer generate --help"""
+
+
 def _command_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="transformer-explorer",
-                                     description="Look inside a transformer language model.")
+                                     description="Look inside a transformer language model: the desktop window, "
+                                                 "or a headless command.",
+                                     epilog=WINDOW_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
         try:

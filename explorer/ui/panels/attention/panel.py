@@ -121,6 +121,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addStretch(1)
         self.info = QLabel()
         self.info.setStyleSheet("color: #555")
+        self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
         row.addWidget(self.info)
         self.body.addLayout(row)
 
@@ -150,6 +151,7 @@ class AttentionPanel(AttentionOverview, Panel):
         self.add_exportable("attention, selected head", self.detail, self._detail_data)
         self.add_exportable("attention, selected query row", self.row_plot, self._row_data)
         self.add_exportable("head statistics", self.statistics, self._statistics_data)
+        self.add_exportable("head statistics table", self.statistics_table, self._statistics_table_data)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> AttentionSnapshot:
@@ -210,7 +212,9 @@ class AttentionPanel(AttentionOverview, Panel):
             self.stats_toggle.setChecked(on)  # re-enters through the toggled signal
             return
         self.stat_box.setEnabled(on)
-        self.statistics.setVisible(on)
+        self.statistics_area.setVisible(on)
+        if on:
+            self._give_statistics_room()
         self._draw_statistics()
 
     def set_statistic(self, name: str) -> None:
@@ -269,8 +273,7 @@ class AttentionPanel(AttentionOverview, Panel):
         capped = f", capped at \u00b1{cfg.attn_softcap:g}" if cfg.attn_softcap else ""
         what = "attention pattern" if self.kind == "pattern" else f"scores {scaled}{capped}"
         window = f", sliding window {cfg.sliding_window}" if layer in cfg.sliding_layers else ""
-        axes = "" if capped or window else "  (rows: queries, columns: keys)"  # the axes say it too
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}{axes}")
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}")  # the axes say query and key
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
