@@ -35,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
     if trace.meta.truncated_from:
         print(f"note: the prompt has {trace.meta.truncated_from} tokens; only the first "
               f"{trace.n_tokens} fit the context", file=sys.stderr)
+    from explorer.core.analysis.numerics import first_nonfinite
+
+    bad = first_nonfinite(trace)
+    if bad is not None:  # exported as computed, but never silently
+        print(f"warning: the model's numbers are not finite: {bad.describe()}", file=sys.stderr)
     written = []
     # every file goes into a temporary directory that replaces args.out only when all are written
     with export_directory(args.out) as out:

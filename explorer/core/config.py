@@ -9,15 +9,115 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from explorer.core.errors import CheckpointError
 
 NORMS = ("layernorm", "rmsnorm", "none")
-NORM_PLACEMENTS = ("pre", "post")
+NORM_PLACEMENTS = ("pre", "post", "sandwich", "output")  # sandwich: pre and output norms; output: OLMo 2
+QK_NORMS = ("none", "head", "per_head", "full")
+# RoPE scaling types (explorer/core/rope.py computes them) and the keys each needs
+ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor", "max_position_embeddings"),
+                     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                     "yarn": ("original_max_position_embeddings",)}
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
+
+# Sanity bounds: far above every real checkpoint (Llama-3.1-405B: 126 layers, d 16384, 128 heads,
+# d_ff 53248; Gemma: vocabulary 262144; contexts up to 1M), far below what would only exhaust memory.
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "vocab_size": (1, 1 << 22), "n_ctx": (1, 1 << 24), "d_model": (1, 1 << 16), "n_layers": (1, 1024),
+    "n_heads": (1, 1024), "d_head": (1, 1 << 14), "d_ff": (0, 1 << 20), "n_kv_heads": (1, 1024),
+    "rotary_dim": (2, 1 << 14), "sliding_window": (1, 1 << 24), "token_types": (0, 1 << 16)}
+FLOAT_BOUNDS: dict[str, tuple[float, float]] = {"norm_eps": (0.0, 1.0), "rotary_base": (0.0, 1e15)}  # (low, high]
+_CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "positions": POSITIONS, "activation": ACTIVATIONS}
+_BOOLS = ("final_norm", "gated_ffn", "attn_only", "parallel_residual", "causal", "attn_bias", "mlp_bias",
+          "tie_embeddings", "norm_affine", "embed_norm", "mlm_head")
+_OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "attn_scale", "attn_softcap",
+             "final_softcap", "qkv_clip", "rotary_base_local")
+_FINITE = ("norm_offset", "embed_scale", "residual_scale", "logit_scale", "attn_scale", "attn_softcap",
+           "final_softcap", "qkv_clip", "rotary_base_local")  # finite numbers (or None where optional)
+
+# Set while a checkpoint loads (checkpoint/validate.py): called with every ModelConfig built then, so
+# each family's config is checked against the machine's memory before its model is allocated.
+LOAD_CHECK: ContextVar[Callable[[Any], None] | None] = ContextVar("LOAD_CHECK", default=None)
+
+
+def _type_problems(cfg: ModelConfig) -> list[str]:
+    problems = []
+    for name in INT_BOUNDS:
+        value = getattr(cfg, name)
+        if value is None and name in _OPTIONAL:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{name} must be an integer (got {value!r})")
+    for name in FLOAT_BOUNDS:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(f"{name} must be a finite number (got {value!r})")
+    for name, choices in _CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            problems.append(f"{name} must be one of {choices} (got {getattr(cfg, name)!r})")
+    for name in _FINITE:
+        value = getattr(cfg, name)
+        if value is None and name in _OPTIONAL:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(f"{name} must be a finite number (got {value!r:.60})")
+    for name in _BOOLS:
+        if not isinstance(getattr(cfg, name), bool):
+            problems.append(f"{name} must be true or false (got {getattr(cfg, name)!r})")
+    if cfg.attn_out_bias is not None and not isinstance(cfg.attn_out_bias, bool):
+        problems.append(f"attn_out_bias must be true, false or null (got {cfg.attn_out_bias!r:.60})")
+    if not isinstance(cfg.qk_norm, str):
+        problems.append(f"qk_norm must be a string (got {cfg.qk_norm!r:.60})")
+    layers = cfg.sliding_layers
+    if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+        problems.append(f"sliding_layers must be a list of layer numbers (got {layers!r:.60})")
+    scaling = cfg.rope_scaling
+    pairs = list(scaling.items()) if isinstance(scaling, dict) else scaling
+    if not isinstance(pairs, (list, tuple)) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) and _plain_value(p[1])
+            for p in pairs):
+        problems.append(f"rope_scaling must map names to numbers or strings (got {scaling!r:.80})")
+    if not isinstance(cfg.arch, str):
+        problems.append(f"arch must be a string (got {cfg.arch!r})")
+    return problems
+
+
+def _plain_value(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain_value(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (str, bool, int))
+
+
+def _range_problems(cfg: ModelConfig) -> list[str]:
+    problems = []
+    for name, (low, high) in INT_BOUNDS.items():
+        value = getattr(cfg, name)
+        if value is not None and not low <= value <= high:
+            problems.append(f"{name} must be in [{low}, {high:,}] (got {value:,})")
+    for name, (low, high) in FLOAT_BOUNDS.items():
+        value = getattr(cfg, name)
+        if not low < value <= high:
+            problems.append(f"{name} must be in ({low:g}, {high:g}] (got {value!r})")
+    if problems:
+        return problems
+    if cfg.n_kv_heads is not None and cfg.n_heads % cfg.n_kv_heads:
+        problems.append(f"n_heads ({cfg.n_heads}) must be a multiple of n_kv_heads ({cfg.n_kv_heads})")
+    if cfg.positions == "sinusoidal" and cfg.d_model % 2:
+        problems.append("sinusoidal positions need an even d_model")
+    if cfg.rotary_dim is not None and (cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.d_head):
+        problems.append(f"rotary_dim must be even and in (0, d_head] (got {cfg.rotary_dim})")
+    if cfg.positions == "rotary" and cfg.rotary_dim is None and cfg.d_head % 2:
+        problems.append(f"rotary positions need an even d_head (got {cfg.d_head})")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -52,30 +152,64 @@ class ModelConfig:
     attn_bias: bool = True
     mlp_bias: bool = True
     tie_embeddings: bool = True
+    # --- Gemma/Qwen/OLMo/Granite switches (issue 16a)
+    attn_out_bias: bool | None = None  # W_O's bias; None = as attn_bias (Qwen2: q/k/v have biases, W_O none)
+    norm_offset: float = 0.0  # RMSNorm multiplies by (offset + w): Gemma stores w - 1 and uses offset 1
+    norm_affine: bool = True  # False: norms without weight or bias (OLMo's LayerNorm)
+    qk_norm: str = "none"  # head: each head's q, k over d_head (Qwen3, Gemma 3); per_head: a weight per head
+    #                        (StableLM); full: all heads' q (k) as one vector (OLMo 2)
+    qkv_clip: float | None = None  # OLMo: q, k, v clamped to [-clip, clip]
+    embed_scale: float = 1.0  # embedding rows times this (Gemma: sqrt(d); Granite: embedding_multiplier)
+    attn_scale: float | None = None  # scores = q.k * attn_scale; None = 1/sqrt(d_head)
+    attn_softcap: float | None = None  # Gemma 2: scores -> cap * tanh(scores / cap) before the mask
+    final_softcap: float | None = None  # Gemma 2: logits -> cap * tanh(logits / cap)
+    residual_scale: float = 1.0  # Granite: each sublayer's output times this before it is added
+    logit_scale: float = 1.0  # Granite: logits times this (1 / logits_scaling)
+    sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
+    sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
+    rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
+    rotary_base_local: float | None = None  # rotary base of the sliding layers, unscaled (Gemma 3)
+    # --- encoder switches (issue 16b)
+    token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
+    embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
+    mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
 
     def __post_init__(self) -> None:
-        problems = []
-        for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads", "d_head"):
-            if int(getattr(self, name)) <= 0:
-                problems.append(f"{name} must be positive (got {getattr(self, name)})")
-        if self.d_ff < 0:
-            problems.append(f"d_ff must not be negative (got {self.d_ff})")
-        if self.norm not in NORMS:
-            problems.append(f"norm must be one of {NORMS} (got {self.norm!r})")
-        if self.norm_placement not in NORM_PLACEMENTS:
-            problems.append(f"norm_placement must be one of {NORM_PLACEMENTS} (got {self.norm_placement!r})")
-        if self.positions not in POSITIONS:
-            problems.append(f"positions must be one of {POSITIONS} (got {self.positions!r})")
-        if self.activation not in ACTIVATIONS:
-            problems.append(f"activation must be one of {ACTIVATIONS} (got {self.activation!r})")
-        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
-            problems.append(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
-        if self.positions == "sinusoidal" and self.d_model % 2:
-            problems.append("sinusoidal positions need an even d_model")
-        if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
-            problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
+        problems = _type_problems(self) or _range_problems(self)
+        if not problems:
+            # JSON gives lists: keep the frozen config hashable and comparable
+            object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
+            scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
+            object.__setattr__(self, "rope_scaling", tuple(sorted((str(k), v) for k, v in scaling)))
+            problems = self._problems_16a()
         if problems:
-            raise CheckpointError("Invalid model configuration: " + "; ".join(problems))
+            raise CheckpointError("invalid model configuration: " + "; ".join(problems))
+        check = LOAD_CHECK.get()
+        if check is not None:  # while a checkpoint loads: does it fit the machine? (checkpoint/validate.py)
+            check(self)
+
+    def _problems_16a(self) -> list[str]:
+        problems = []
+        if self.qk_norm not in QK_NORMS:
+            problems.append(f"qk_norm must be one of {QK_NORMS} (got {self.qk_norm!r})")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            problems.append(f"sliding_window must be positive (got {self.sliding_window})")
+        if any(not 0 <= i < self.n_layers for i in self.sliding_layers):
+            problems.append(f"sliding_layers must name layers 0..{self.n_layers - 1} (got {self.sliding_layers})")
+        for name in ("attn_softcap", "final_softcap", "qkv_clip"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                problems.append(f"{name} must be positive (got {getattr(self, name)})")
+        kind = self.rope.get("rope_type", "default")
+        if kind not in ROPE_SCALING_KEYS:
+            problems.append(f"RoPE scaling type {kind!r} is not one of {tuple(ROPE_SCALING_KEYS)}")
+        elif missing := [k for k in ROPE_SCALING_KEYS[kind] if self.rope.get(k) is None]:
+            problems.append(f"RoPE scaling {kind!r} needs {', '.join(missing)}")
+        return problems
+
+    @property
+    def rope(self) -> dict[str, Any]:
+        """The RoPE scaling parameters as a mapping (empty: plain rotary positions)."""
+        return dict(self.rope_scaling)
 
     @property
     def kv_heads(self) -> int:
@@ -108,4 +242,18 @@ class ModelConfig:
             f"{'gated ' if self.gated_ffn else ''}{self.activation} FFN d_ff={self.d_ff}")
         heads = f"{self.n_heads} heads" + (f" ({self.kv_heads} K/V heads)" if self.kv_heads != self.n_heads else "")
         return (f"{self.arch}: {self.n_layers} layers, d_model={self.d_model}, {heads} of d_head={self.d_head}, "
-                f"{ffn}, {norm}, {self.positions} positions, {'causal' if self.causal else 'bidirectional'}")
+                f"{ffn}, {norm}, {self.positions} positions, {'causal' if self.causal else 'bidirectional'}"
+                + self._describe_16a())
+
+    def _describe_16a(self) -> str:
+        extras = []
+        if self.sliding_layers and self.sliding_window:
+            extras.append(f"sliding window {self.sliding_window} on {len(self.sliding_layers)} layers")
+        if self.attn_softcap or self.final_softcap:
+            extras.append("soft-capped " + " and ".join(
+                name for name, cap in (("scores", self.attn_softcap), ("logits", self.final_softcap)) if cap))
+        if self.qk_norm != "none":
+            extras.append("q/k norms")
+        if self.rope:
+            extras.append(f"RoPE scaling {self.rope.get('rope_type')}")
+        return "".join(f", {e}" for e in extras)

@@ -191,13 +191,26 @@ def test_statistics_equal_head_statistics(qtbot, gpt2_trace):
         assert panel.statistics.row_labels == ["L0", "L1", "L2"]
         assert panel.statistics.col_labels == ["H0", "H1", "H2", "H3"]
         assert panel.statistics.value_name == analysis.STATISTIC_LABELS[name]
-        assert len(panel.statistic_texts) == 12
+        assert len(panel.statistic_cells.texts) == 3 and len(panel.statistic_cells.texts[0]) == 4
+        table = panel.statistics_table
+        assert table.model().rowCount() == 12
+        shown = [float(table.model().index(r, 2).data()) for r in range(12) if table.model().index(r, 2).data() != "\u2013"]
+        assert shown == sorted(shown, reverse=True)  # sorted by value, highest first
+        layer, head = table.head_at(0)
+        finite = np.where(np.isfinite(expected), expected, -np.inf)
+        assert expected[layer, head] == finite.max()
+        assert table.model().index(0, 2).data() == f"{expected[layer, head]:.4f}"
     assert panel.statistic == "induction"  # the last one set
     value = analysis.head_statistics(gpt2_trace, "induction")[1, 2]
     assert panel.statistics.cell_text(1, 2) == f"L1 H2: induction score {value:.6f}"
     assert panel.overview_text(1, 2, 1, 0).endswith(f"\ninduction score: {value:.6f}")
     panel.statistics.cell_clicked.emit(2, 3)  # a statistics cell selects its head too
     assert (panel.selection.layer, panel.selection.head) == (2, 3)
+    table = panel.statistics_table
+    table.sortByColumn(0, Qt.SortOrder.AscendingOrder)  # by layer, then the rows are in head order
+    assert [table.head_at(r) for r in range(4)] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    table.head_clicked.emit(*table.head_at(5))  # a table row selects its head
+    assert (panel.selection.layer, panel.selection.head) == (1, 1)
     panel.stat_box.setCurrentIndex(panel.stat_box.findData("previous_token"))
     np.testing.assert_array_equal(panel.statistics.matrix, analysis.head_statistics(gpt2_trace, "previous_token"))
 
@@ -218,7 +231,7 @@ def test_exportables_have_labelled_data(qtbot, gpt2_trace):
     panel.selection.set_token(4)
     exports = {e.name: e for e in panel.exportables()}
     assert set(exports) == {"attention, all heads", "attention, selected head", "attention, selected query row",
-                            "head statistics"}
+                            "head statistics", "head statistics table"}
     labels = [f"{i}:{t}" for i, t in enumerate(gpt2_trace.tokens)]
 
     stack, rows, cols = exports["attention, all heads"].data()
@@ -237,6 +250,13 @@ def test_exportables_have_labelled_data(qtbot, gpt2_trace):
     values, rows, cols = exports["head statistics"].data()
     np.testing.assert_array_equal(values, analysis.head_statistics(gpt2_trace, panel.statistic))
     assert values.shape == (3, 4) and rows == ["L0", "L1", "L2"] and cols == ["H0", "H1", "H2", "H3"]
+    panel.show_statistics(True)
+    column, rows, cols = exports["head statistics table"].data()  # the table's rows, in its order
+    expected = analysis.head_statistics(gpt2_trace, panel.statistic)
+    assert column.shape == (12,) and len(rows) == 12 and cols == [analysis.STATISTIC_LABELS[panel.statistic]]
+    for value, row in zip(column, rows, strict=True):
+        layer, head = (int(part[1:]) for part in row.split())
+        np.testing.assert_equal(value, expected[layer, head])
 
     panel.set_kind("scores")
     matrix, _, _ = exports["attention, selected head"].data()
@@ -275,3 +295,27 @@ def test_a_new_trace_with_fewer_heads(qtbot, gpt2_trace, worked_trace):
     panel.set_trace(worked_trace)  # drawn even before the window clamps the selection
     np.testing.assert_array_equal(panel.detail.image.image, worked_trace.head(0, 0, "pattern"))
     np.testing.assert_array_equal(panel.row_values, worked_trace.head(0, 0, "pattern")[2])
+
+
+def test_sliding_window_and_soft_cap_are_named_where_they_show(qtbot, tmp_path):
+    """A Gemma-2-shaped model: the window's masked cells say so, the titles name scale, cap and window."""
+    pytest.importorskip("transformers")
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=3,
+                          query_pre_attn_scalar=16, attn_logit_softcapping=50.0, attn_implementation="eager")
+    Gemma2ForCausalLM(config).save_pretrained(tmp_path)
+    trace = load_checkpoint(tmp_path, device="cpu").trace_ids(list(range(10, 18)))
+    panel = make_panel(qtbot, trace)
+    select(qtbot, panel, 0, 1)
+    panel.set_kind("scores")
+    masked = panel.detail.masked
+    assert masked[7, :5].all() and not masked[7, 5:].any()  # the last query sees its 3 latest keys
+    assert panel.detail.cell_text(7, 2).endswith("masked (outside the sliding window)")
+    assert panel.detail.cell_text(2, 7).endswith("masked (future token)")
+    title = panel.detail.plot.titleLabel.text
+    assert "capped at \u00b150" in title and "sliding window 3" in title and "\u00d70.25" in title
+    assert "outside its window" in panel.row_plot.getPlotItem().titleLabel.text
+    select(qtbot, panel, 1, 1)  # a global layer
+    assert "sliding window" not in panel.detail.plot.titleLabel.text and not panel.detail.masked[7, :7].any()

@@ -112,6 +112,7 @@ def test_the_lens_fills_progressively_selected_token_first_with_exact_values(qtb
         np.testing.assert_allclose(getattr(panel.lens, name), getattr(whole, name), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[..., 0], rtol=1e-5, atol=1e-6)
     assert "computing" not in panel.lens_map.plot.titleLabel.text
+    assert all(text for row in panel.lens_texts for text in row)  # every cell has its text once complete
     # the last boundary is the model's own prediction
     final = trace["logits"].argmax(-1)
     np.testing.assert_array_equal(panel.lens.ids[-1, :, 0], final)

@@ -19,6 +19,7 @@ from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vo
                                    sinusoid_curves)
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
+from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
 
 N_NEIGHBOURS = 10
@@ -86,7 +87,9 @@ class EmbeddingsPanel(Panel):
                                   "(ranges like 4-7 work); at most 8")
         dims_row.addWidget(self.dims_edit, 1)
         curves.addLayout(dims_row)
-        self.curves_plot = pg.PlotWidget(title="sinusoidal positions: value of a dimension by position")
+        self.curves_plot = pg.PlotWidget(title="sinusoidal positions: value of a dimension by position",
+                                        axisItems=thin_axes())
+        readable(self.curves_plot)
         self.curves_plot.setLabel("bottom", "position")
         self.curves_plot.addLegend(offset=(-10, 10))
         curves.addWidget(self.curves_plot, 1)
@@ -174,7 +177,9 @@ class EmbeddingsPanel(Panel):
             self.sum_map.plot.setTitle("sum = token + position: what enters block 0")
         else:
             self.pos_map.set_data(np.zeros((0, 0), np.float32))
-            self.sum_map.plot.setTitle("what enters block 0 (= the token embeddings: no positions added)")
+            scaled = f" \u00d7 {cfg.embed_scale:.4g}" if cfg.embed_scale != 1.0 else ""  # Gemma: sqrt(d)
+            self.sum_map.plot.setTitle(f"what enters block 0 (= the token embeddings{scaled})" if scaled
+                                       else "what enters block 0 (= the token embeddings: no positions added)")
         self.pos_map.setVisible(has_pos)
         self.pos_note.setText(NO_POSITIONS_NOTE.get(cfg.positions, ""))
         self.pos_note.setVisible(not has_pos)
