@@ -39,6 +39,7 @@ from explorer.ui.panels.neurons.detail import NeuronDetail
 from explorer.ui.panels.neurons.views import (
     DEFAULT_TOP_K,
     ORDERS,
+    VOCAB_NOW_MACS,
     LayerView,
     layer_of,
     layer_view,
@@ -195,7 +196,8 @@ class NeuronsPanel(NeuronDetail, Panel):
             return
         top_ids(trace, layer, view, snapshot.top_k)
         neuron = neuron_for(view, layer, snapshot.token, snapshot.neuron, snapshot.neuron_layer)
-        if neuron is not None:
+        cfg = trace.config
+        if neuron is not None and cfg.vocab_size * cfg.d_model <= VOCAB_NOW_MACS:  # else progressive (detail.py)
             vocab_size = getattr(snapshot.tokenizer, "vocab_size", None) if snapshot.tokenizer is not None else None
             vocab_effect_of(trace, layer, neuron, vocab_size)
 
