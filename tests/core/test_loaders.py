@@ -470,11 +470,13 @@ def test_vocab_json_and_merges_txt(tmp_path):
         assert ours.encode(text) == tok.encode(text).ids
 
 
-def test_gpt2_files_pass_the_merge_order_check_and_equal_tiktoken_gpt2():
+def test_gpt2_files_pass_the_merge_order_check_and_equal_tiktoken_gpt2(tmp_path):
     from explorer.core.tokenize.huggingface import tokenizer_from_vocab_merges
-    from explorer.core.tokenize.base import gpt2_tokenizer, packaged_gpt2_files
+    from explorer.core.tokenize.base import gpt2_tokenizer
 
-    encoder_json, vocab_bpe = packaged_gpt2_files()
+    from gpt2_files import write_gpt2_files  # tests/gpt2_files.py
+
+    encoder_json, vocab_bpe = write_gpt2_files(tmp_path)
     ours, reference_tok = tokenizer_from_vocab_merges(encoder_json, vocab_bpe, "gpt2-files"), gpt2_tokenizer()
     assert ours.vocab_size == 50257 and ours.encoding._mergeable_ranks == reference_tok.encoding._mergeable_ranks
     for text in TEXTS:
