@@ -30,7 +30,7 @@ def gpt2_vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """GPT-2's ``encoder.json`` mapping and its merges (GPT-2's printable-character spelling)."""
     ranks = load_gpt2_ranks()
     b2u = {b: c for c, b in _unicode_to_byte().items()}
-    text = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
+    text = lambda b: "".join(b2u[x] for x in b)
     encoder = {text(t): r for t, r in ranks.items()}
     encoder["<|endoftext|>"] = 50256
     merges = [(text(a), text(b)) for a, b in (_last_merge(t, r, ranks) for t, r in

@@ -24,6 +24,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: the prompt has {trace.meta.truncated_from} tokens; only the first "
               f"{trace.n_tokens} fit the context", file=sys.stderr)
     write_trace_npz(trace, args.out / "trace.npz")
+    from explorer.core.interop import write_trace_safetensors  # the same trace under TransformerLens' names
+
+    write_trace_safetensors(trace, args.out / "trace.safetensors", args.prompt)
     files = write_attention_files(trace, args.out / "attention")
     print(f"wrote {args.out / 'trace.npz'} and {len(files)} attention files for {trace.n_tokens} tokens")
     if args.plots:

@@ -60,6 +60,10 @@ def supported_formats() -> str:
 def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32") -> LoadedModel:
     """Load a built-in model by name, or a checkpoint directory (or a file inside one)."""
     source = default_model_name() if source is None else source
+    if str(source).startswith("memory:"):  # a model held by a notebook (explorer.show): in_memory.register
+        from explorer.core.checkpoint.in_memory import load_registered
+
+        return load_registered(str(source), device, dtype)
     if str(source) == worked_example.NAME:
         model, tokenizer = worked_example.build()
         return LoadedModel(finish(model, device, dtype), tokenizer, worked_example.NAME, "built-in", "worked-example")
