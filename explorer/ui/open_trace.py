@@ -87,6 +87,11 @@ def show_trace(window: Any, trace: Any, path: str, worker_seconds: float = 0.0, 
     window.trace_file = path
     window.setWindowTitle(f"{name} — {trace.meta.model_name or 'trace'} (no model) — Transformer Explorer")
     window.status.set_loading(None)
+    window.status.show_model({"name": f"{trace.meta.model_name or 'trace'} (trace file)", "description": cfg.describe(),
+                              "source": path, "vocabulary": cfg.vocab_size, "context_length": cfg.n_ctx,
+                              "device": "no model", "dtype": trace.meta.dtype, "parameters": 0})
+    window.status.fields["params"].setText("weights not loaded")
+    window.status.fields["params"].setToolTip("a trace opened from a file carries activations, not weights")
     request = TraceRequest(0, None, prompt, requested_at=requested if requested is not None else time.perf_counter())
     window._on_trace_ready(TraceResult(request, trace, worker_seconds))
     window.prompt._notice(READ_ONLY_NOTICE.format(name=name), _NOTICE_STYLE)  # after the token count, which hides notices

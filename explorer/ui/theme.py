@@ -4,7 +4,8 @@ Qt's own widgets follow the platform palette by themselves; pyqtgraph draws with
 foreground set in its global options, which ``explorer.ui`` sets to white and black at import. Here
 they are set from the application palette (``Base`` behind plots, ``Text`` for axes and labels)
 before any window exists, and every plot already built is repainted when the system switches
-between light and dark while the app runs.
+between light and dark while the app runs. Muted text uses ``palette(placeholder-text)`` in its style
+sheet rather than a fixed grey, so it stays readable on both.
 
 ``--color-scheme light|dark`` (or ``TRANSFORMER_EXPLORER_COLOR_SCHEME``) forces one scheme: with
 Qt >= 6.8 through ``QStyleHints.setColorScheme``; before, with a Fusion dark palette.
@@ -71,6 +72,8 @@ def apply_plot_colours(app: QApplication | None = None) -> None:
     if app is None:
         return
     for widget in app.allWidgets():
+        if "palette(" in widget.styleSheet():  # style sheets read the palette when applied: apply again
+            widget.setStyleSheet(widget.styleSheet())
         if isinstance(widget, pg.GraphicsView):
             widget.setBackground(background)
             scene = widget.scene()

@@ -58,6 +58,8 @@ def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path
     np.testing.assert_array_equal(shown["blocks.1.mlp.post"], original["blocks.1.mlp.post"])
     assert window.loaded is None and window.prompt.edit.isReadOnly()
     assert "model is not loaded" in window.prompt.notice.text() and "trace.safetensors" in window.windowTitle()
+    assert "(trace file)" in window.status.fields["model"].text()
+    assert window.status.fields["params"].text() == "weights not loaded"
     assert window.controller.request("more text") == 0  # nothing to run it with
     residual = next(p for p in window.panels if type(p).__name__ == "ResidualPanel")
     neurons = next(p for p in window.panels if type(p).__name__ == "NeuronsPanel")

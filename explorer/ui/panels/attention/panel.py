@@ -120,7 +120,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addWidget(self.stat_box)
         row.addStretch(1)
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         row.addWidget(self.info)
         self.body.addLayout(row)
 
