@@ -184,3 +184,15 @@ def test_a_transformers_tokenizer_object_is_wrapped_exactly():
         assert [theirs.token_bytes(i) for i in ids] == [ours.token_bytes(i) for i in ids]
         assert theirs.decode(ids) == text
     assert theirs.vocab_size == 50257 and theirs.eos_id == 50256
+
+
+def test_the_export_command_writes_trace_safetensors_beside_trace_npz(tmp_path):
+    from explorer.cli import main
+
+    assert main(["export", "--checkpoint", "induction", "--prompt", PROMPT, "--out", str(tmp_path)]) == 0
+    npz = np.load(tmp_path / "trace.npz")
+    reopened = read_trace_safetensors(tmp_path / "trace.safetensors")
+    assert reopened.meta.extra["prompt"] == PROMPT and reopened.token_ids.tolist() == npz["token_ids"].tolist()
+    for layer in range(reopened.config.n_layers):
+        np.testing.assert_array_equal(reopened[f"blocks.{layer}.attn.pattern"], npz["attention"][layer])
+    np.testing.assert_array_equal(reopened["logits"], npz["logits"])
