@@ -63,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     params = sampling_params(args)  # bad controls fail before the model loads
     loaded = load_model(args)
+    if loaded.generation_blocked:
+        from explorer.core.errors import ExplorerError
+
+        raise ExplorerError(f"cannot generate: {loaded.generation_blocked}")
     tokenizer = loaded.tokenizer
     prompt_ids = tokenizer.encode(args.prompt) if args.prompt else []
     stream = IncrementalText(tokenizer, prompt_ids)

@@ -172,6 +172,8 @@ class MainWindow(QMainWindow):
                      "Open a checkpoint: pick its config.json or weights file")
         self._action(file, "Open checkpoint &folder…", self.open_folder_dialog, "Ctrl+Shift+O")
         add_open_trace_action(self, file)  # File > Open trace… (explorer.ui.open_trace)
+        self.hub_action = self._action(file, "Open from &Hugging Face cache…", self.open_hub_dialog, None,
+                                       "Pick a model already downloaded to the Hugging Face cache (offline)")
         file.addMenu(self.menus.recent_menu)
         file.addSeparator()
         self.export_trace_action = self._action(file, "&Export trace…", self.export_trace, "Ctrl+E",
@@ -239,9 +241,16 @@ class MainWindow(QMainWindow):
     def open_checkpoint_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self, "Open checkpoint", self._dialog_dir(),
-            "Checkpoint files (config.json *.safetensors *.bin);;All files (*)")
+            "Checkpoint files (config.json *.safetensors *.bin *.pt *.ckpt);;All files (*)")
         if path:
             self.open_checkpoint(path)
+
+    def open_hub_dialog(self) -> None:
+        from explorer.ui.widgets.hub_dialog import HubCacheDialog
+
+        dialog = HubCacheDialog(self)
+        if dialog.exec() and dialog.chosen:
+            self.open_checkpoint(dialog.chosen)
 
     def open_folder_dialog(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", self._dialog_dir())
@@ -260,7 +269,8 @@ class MainWindow(QMainWindow):
             else:
                 QMessageBox.warning(self, "Could not load the checkpoint", message)
         self.loaded, self._model_request = loaded, request
-        self.source = result.source or (loaded.name if loaded.source == "built-in" else loaded.source)
+        self.source = getattr(loaded, "repo_id", None) or result.source or (
+            loaded.name if loaded.source == "built-in" else loaded.source)
         self.recent.add(self.source)
         self.menus.current = self.source
         cfg = loaded.config

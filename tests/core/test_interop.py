@@ -140,12 +140,21 @@ def _tiny(family: str):
         return tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=20,
                                                   max_position_embeddings=32, attn_implementation="eager"))
+    if family == "qwen2":
+        return tf.Qwen2ForCausalLM(tf.Qwen2Config(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=20,
+                                                  max_position_embeddings=32, attn_implementation="eager"))
+    if family == "gemma2":
+        return tf.Gemma2ForCausalLM(tf.Gemma2Config(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                    num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                                    vocab_size=20, max_position_embeddings=32, sliding_window=16,
+                                                    attn_implementation="eager"))
     return tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                                   num_attention_heads=4, vocab_size=20, max_position_embeddings=32,
                                                   rotary_pct=0.5, attn_implementation="eager"))
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox", "qwen2", "gemma2"])
 def test_in_memory_transformers_models_match_their_reference(family):
     pytest.importorskip("transformers")
     hf = _tiny(family).eval()

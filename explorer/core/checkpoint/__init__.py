@@ -5,9 +5,11 @@ package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
 * Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``);
+  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``bert``, ...);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
-* built-in names: ``worked-example`` and each directory under ``models/``.
+* built-in names: ``worked-example`` and each directory under ``models/``;
+* the Hugging Face cache (``hub_cache``): a ``models--org--name`` folder, a snapshot in one, or a
+  repository id ``org/name`` resolved offline; the model is then named ``org/name``.
 
 ``safe_io`` reads files without executing anything from them; ``convert`` holds the helpers the
 family modules share. Every failure is a ``CheckpointError`` whose message the CLI and the app show.
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core import worked_example
-from explorer.core.checkpoint import gpt2, llama, nanogpt, neox
+from explorer.core.checkpoint import bert, gemma, gpt2, granite, hub_cache, llama, nanogpt, neox, olmo, qwen, stablelm
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.errors import CheckpointError
@@ -37,6 +39,12 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **gpt2.LOADERS,
     **llama.LOADERS,
     **neox.LOADERS,
+    **qwen.LOADERS,
+    **gemma.LOADERS,
+    **olmo.LOADERS,
+    **stablelm.LOADERS,
+    **granite.LOADERS,
+    **bert.LOADERS,
 }
 
 
@@ -70,6 +78,18 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
     path = Path(source).expanduser()
     if not path.exists() and (models_dir() / str(source)).is_dir():
         path = models_dir() / str(source)
+    cached = hub_cache.resolve(path if path.exists() else source)  # Hugging Face cache folders and org/name ids
+    if cached is not None:
+        loaded = _load_path(cached.path, device, dtype)
+        snapshot = cached.path if cached.path.is_dir() else cached.path.parent
+        if loaded.tokenizer.name.startswith(snapshot.name):  # "<hash> tokenizer" -> "org/name tokenizer"
+            loaded.tokenizer.name = cached.name + loaded.tokenizer.name[len(snapshot.name):]
+        loaded.name = loaded.repo_id = cached.name
+        return loaded
+    return _load_path(path, device, dtype)
+
+
+def _load_path(path: Path, device: str, dtype: str) -> LoadedModel:
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, or a built-in "
                               f"name ({', '.join(builtin_names())})")

@@ -2,7 +2,8 @@
 
 GPT-2 is pre-norm LayerNorm with biases, learned absolute positions, a plain GELU (tanh
 approximation) FFN and a tied un-embedding. Its ``Conv1D`` layers store weights as [in, out].
-The tokenizer is the directory's own ``vocab.json``/``merges.txt`` when present, else GPT-2's BPE.
+The tokenizer is the directory's own ``tokenizer.json`` or ``vocab.json``/``merges.txt`` when present
+(read by the ``tokenizers`` library), else GPT-2's packaged BPE.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import torch
 
 from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
 from explorer.core.config import ModelConfig
-from explorer.core.errors import CheckpointError
+from explorer.core.errors import CheckpointError, TokenizerError
 from explorer.core.loaded import LoadedModel
 from explorer.core.model import Transformer
-from explorer.core.tokenize.base import Tokenizer, gpt2_style_tokenizer, gpt2_tokenizer
+from explorer.core.tokenize.base import Tokenizer, gpt2_tokenizer
+from explorer.core.tokenize.huggingface import read_directory_tokenizer
 
 _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 
@@ -92,9 +94,16 @@ def convert_gpt2(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, tor
 
 
 def hf_tokenizer(directory: Path, vocab_size: int) -> Tokenizer:
-    """The directory's own ``vocab.json`` if present; GPT-2's packaged BPE for a GPT-2-sized vocabulary."""
-    if (directory / "vocab.json").is_file():
-        return gpt2_style_tokenizer(directory / "vocab.json", name=f"{directory.name} BPE")
+    """The directory's own tokenizer.json or vocab.json + merges.txt; GPT-2's packaged BPE only when it has none."""
+    try:
+        own = read_directory_tokenizer(directory, f"{directory.name} tokenizer")
+    except TokenizerError as exc:
+        raise CheckpointError(str(exc)) from None
+    if own is not None:
+        if own.vocab_size > vocab_size:
+            raise CheckpointError(f"the tokenizer in {directory} has {own.vocab_size} tokens but the model "
+                                  f"only {vocab_size}")
+        return own
     if vocab_size >= 50257:
         return gpt2_tokenizer()
     raise CheckpointError(f"{directory} has no vocab.json and its vocabulary ({vocab_size}) is not GPT-2's")

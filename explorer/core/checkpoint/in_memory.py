@@ -21,9 +21,14 @@ from typing import Any
 
 import torch
 
+from explorer.core.checkpoint.gemma import GEMMA3_DEFAULTS, SANDWICH_NAMES, gemma_config
 from explorer.core.checkpoint.gpt2 import convert_gpt2, gpt2_config
-from explorer.core.checkpoint.llama import convert_llama, llama_config
+from explorer.core.checkpoint.granite import granite_config
+from explorer.core.checkpoint.llama import LLAMA_NAMES, convert_llama, llama_config
 from explorer.core.checkpoint.neox import convert_neox, neox_config
+from explorer.core.checkpoint.olmo import OLMO2_NAMES, olmo_config
+from explorer.core.checkpoint.qwen import qwen_config
+from explorer.core.checkpoint.stablelm import convert_stablelm, stablelm_config
 from explorer.core.checkpoint.safe_io import assign_weights, finish
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
@@ -49,6 +54,16 @@ FAMILIES: dict[str, Family] = {
     "llama": Family(lambda hf: llama_config(hf, "llama"), lambda w, c: convert_llama(w, c, "llama")),
     "mistral": Family(lambda hf: llama_config(hf, "mistral"), lambda w, c: convert_llama(w, c, "mistral")),
     "gpt_neox": Family(neox_config, convert_neox),
+    "qwen2": Family(lambda hf: qwen_config(hf, "qwen2"), lambda w, c: convert_llama(w, c, "qwen2")),
+    "qwen3": Family(lambda hf: qwen_config(hf, "qwen3"), lambda w, c: convert_llama(w, c, "qwen3")),
+    "granite": Family(granite_config, lambda w, c: convert_llama(w, c, "granite")),
+    "olmo": Family(lambda hf: olmo_config(hf, "olmo"), lambda w, c: convert_llama(w, c, "olmo", LLAMA_NAMES)),
+    "olmo2": Family(lambda hf: olmo_config(hf, "olmo2"), lambda w, c: convert_llama(w, c, "olmo2", OLMO2_NAMES)),
+    "stablelm": Family(stablelm_config, convert_stablelm),
+    "gemma": Family(lambda hf: gemma_config(hf, "gemma"), lambda w, c: convert_llama(w, c, "gemma", LLAMA_NAMES)),
+    "gemma2": Family(lambda hf: gemma_config(hf, "gemma2"), lambda w, c: convert_llama(w, c, "gemma2", SANDWICH_NAMES)),
+    "gemma3_text": Family(lambda hf: gemma_config({**GEMMA3_DEFAULTS, **hf}, "gemma3_text"),
+                          lambda w, c: convert_llama(w, c, "gemma3_text", SANDWICH_NAMES)),
 }
 
 

@@ -410,6 +410,9 @@ def generate(
 ) -> GenerationResult:
     """Run a whole generation; ``prompt`` is text (encoded with the model's tokenizer) or token ids.
     ``on_step`` is called with each :class:`Step` as it is produced (for streaming)."""
+    blocked = getattr(loaded, "generation_blocked", None)
+    if blocked:  # an encoder (BERT): its logits fill in masks, they do not predict a next token
+        raise PromptError(f"cannot generate: {blocked}")
     if isinstance(prompt, str):
         if not prompt:
             raise PromptError("the prompt is empty: type some text to continue")

@@ -8,6 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtWidgets import QMenu, QWidget
 
+from explorer.core.checkpoint.hub_cache import REPO_ID, cache_dir, repo_folder_name
+
 RECENT_KEY = "checkpoint/recent"
 LAST_KEY = "checkpoint/last"
 MAX_RECENT = 8
@@ -25,8 +27,8 @@ def _as_list(value: object) -> list[str]:
 class RecentCheckpoints:
     """The most recently loaded checkpoints, newest first, at most ``MAX_RECENT``.
 
-    Entries are directories/files or built-in names; paths that no longer exist are dropped
-    whenever the list is read.
+    Entries are directories/files, built-in names or Hugging Face repository ids (``org/name``);
+    paths that no longer exist (and ids no longer cached) are dropped whenever the list is read.
     """
 
     def __init__(self, settings: QSettings, builtin: Callable[[], list[str]] | None = None) -> None:
@@ -36,6 +38,8 @@ class RecentCheckpoints:
     def _exists(self, source: str) -> bool:
         if Path(source).expanduser().exists():
             return True
+        if REPO_ID.match(source):  # a Hugging Face repository id: kept while it is in the cache
+            return (cache_dir() / repo_folder_name(source)).is_dir()
         if self._builtin is None:  # cannot tell a built-in name from a missing path: keep it
             return "/" not in source and "\\" not in source
         return source in self._builtin()
