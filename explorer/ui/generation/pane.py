@@ -230,7 +230,7 @@ class GenerationPane(GenerationRun, Panel):
         self.chart.show_table(None, [])
         self.info.setText("")
         if loaded is not None:
-            self.max_new.setMaximum(max(1, loaded.config.n_ctx))
+            self.controls.set_max_new_cap(loaded.config.n_ctx)
         blocked = getattr(loaded, "generation_blocked", None)
         self.status.setText("No model loaded." if loaded is None else f"Generation is off: {blocked}." if blocked
                             else "")
