@@ -2,9 +2,11 @@
 pyproject.toml allows (its ``>=`` floor), for the CI step that tests the floors.
 
 pip has no "lowest" resolution mode, so the floors are given as ``==`` constraints; the packages
-they pull in resolve as usual. torch is the exception, given on the command line: these machines
-install exactly one CPU build offline (2.13.0), so the floor of torch (2.3) is declared but tested
-only where that wheel can be had.
+they pull in resolve as usual. Two exceptions: torch, given on the command line, because these
+machines install exactly one CPU build offline (2.13.0), so the floor of torch (2.3) is declared but
+tested only where that wheel can be had; and tokenizers, whose floor (0.20) cannot be installed beside
+a transformers 5 (the tests' reference needs tokenizers >= 0.22), so it resolves to what transformers
+asks for.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-SKIP = {"torch"}
+SKIP = {"torch", "tokenizers"}
 
 project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text("utf-8"))["project"]
 for requirement in project["dependencies"]:

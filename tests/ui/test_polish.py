@@ -100,14 +100,10 @@ def test_programmatic_prompt_changes_keep_the_undo_history(qtbot, window):
     assert "".join(window.trace.tokens) == before  # the undone text is analysed again
 
 
-def test_device_and_precision_are_remembered(qtbot, window, settings, monkeypatch):
-    from PySide6.QtWidgets import QMessageBox
-
-    # worked-example cannot read the tiny model's prompt: the window asks, and the user accepts its sample
-    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+def test_device_and_precision_are_remembered(qtbot, window, settings, other_checkpoint):
     app_module.remember_device(window)
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-        window.open_checkpoint("worked-example", device="cpu", dtype="float32")
+        window.open_checkpoint(str(other_checkpoint), device="cpu", dtype="float32")
     assert settings.value(app_module.DEVICE_KEY) == "cpu" and settings.value(app_module.DTYPE_KEY) == "float32"
     assert app_module.remembered_device(settings, None, None) == ("cpu", "float32")
     assert app_module.remembered_device(settings, "auto", None) == ("auto", "float32")  # the command line wins

@@ -44,7 +44,7 @@ def test_show_opens_an_in_memory_transformers_model_and_traces_it_exactly(qtbot,
     window.close()
 
 
-def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path):
+def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path, other_checkpoint):
     from explorer.ui import open_trace
 
     original = window.trace
@@ -66,7 +66,7 @@ def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path
     assert all(p.trace is shown for p in (residual, neurons))
     # opening a model again makes the prompt editable
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-        window.open_checkpoint("worked-example")
+        window.open_checkpoint(str(other_checkpoint))
     assert not window.prompt.edit.isReadOnly() and window.trace.has_model
 
 
