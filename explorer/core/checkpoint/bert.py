@@ -26,11 +26,10 @@ from typing import Any
 import torch
 
 from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int
-from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
+from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
 from explorer.core.loaded import LoadedModel
-from explorer.core.model import Transformer
 from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
 
 NO_HEAD_NOTE = ("This checkpoint is an encoder without its masked-LM head: the logits shown are the last hidden "
@@ -169,11 +168,10 @@ def load_encoder(directory: Path, hf: dict[str, Any], device: str, dtype: str, f
     marker = {"bert": "cls.predictions.", "roberta": "lm_head.", "distilbert": "vocab_transform."}[family]
     has_head = _has_head(weights, marker)
     cfg = bert_config(hf, family, has_head)
-    model = Transformer(cfg)
     offset = position_offset(hf, family)
     converted = (convert_distilbert(weights, cfg) if family == "distilbert"
                  else convert_bert(weights, cfg, family, offset))
-    assign_weights(model, converted, str(directory))
+    model = build_model(cfg, converted, str(directory))  # meta device + assign: the weights are held once
     try:
         tokenizer, notes = tokenizer_for_checkpoint(directory, cfg.vocab_size, hf.get("eos_token_id"))
     except TokenizerError as exc:

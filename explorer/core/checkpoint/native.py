@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
+from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.loaded import LoadedModel
@@ -46,8 +46,8 @@ def save_native(model: Transformer, tokenizer: Tokenizer, directory: Path, name:
 
 
 def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    if "model" not in config or "tokenizer" not in config:
-        raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section")
+    if not isinstance(config.get("model"), dict) or not isinstance(config.get("tokenizer"), dict):
+        raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section (each an object)")
     cfg = ModelConfig.from_dict(config["model"])
     desc = config["tokenizer"]
     if isinstance(desc, dict) and desc.get("type") == "hf-tokenizer-json":
@@ -56,10 +56,9 @@ def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str
         tokenizer = tokenizer_from_description(desc, directory)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only {cfg.vocab_size}")
-    model = Transformer(cfg)
     weights = read_weights(directory)
     if cfg.tie_embeddings and "unembed.weight" not in weights and "embed.weight" in weights:
         weights["unembed.weight"] = weights["embed.weight"]
-    assign_weights(model, weights, str(directory / "model.safetensors"))
+    model = build_model(cfg, weights, str(directory / "model.safetensors"))
     return LoadedModel(finish(model, device, dtype), tokenizer, config.get("name", directory.name),
                        str(directory), cfg.arch)

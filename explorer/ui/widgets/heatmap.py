@@ -161,6 +161,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
             return
         lo, hi = (float(levels[0]), float(levels[1])) if levels is not None else \
             finite_levels(matrix, self.symmetric, masked)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):  # given levels a NaN made unusable
+            lo, hi = finite_levels(matrix, self.symmetric, masked)
         self.levels = (lo, hi)
         shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix), dtype=np.float32)
         self.image.setImage(shown, levels=self.levels, autoLevels=False)

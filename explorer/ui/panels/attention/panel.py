@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.analysis import attention as analysis
-from explorer.core.display.levels import finite_levels, thinned_ticks
+from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
@@ -43,6 +43,7 @@ from explorer.ui.panels.attention.views import (
     KINDS,
     QUERY_OUTLINE,
     AttentionHeatmap,
+    all_heads_cheap,
     layer_patterns_fit,
     mosaic_of,
     quoted,
@@ -120,7 +121,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addWidget(self.stat_box)
         row.addStretch(1)
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
         row.addWidget(self.info)
         self.body.addLayout(row)
@@ -163,7 +164,7 @@ class AttentionPanel(AttentionOverview, Panel):
         """Every layer's [H, n, n] pattern when they fit ``LAYER_PATTERN_BUDGET`` (one batched
         computation per layer, done by the worker); otherwise nothing: long prompts are drawn head
         by head from the stored q and k, and each tile is downsampled at once."""
-        if not layer_patterns_fit(trace):
+        if not layer_patterns_fit(trace) or not all_heads_cheap(trace):
             return []
         return [f"blocks.{layer}.attn.pattern" for layer in range(trace.config.n_layers)]
 
@@ -171,6 +172,10 @@ class AttentionPanel(AttentionOverview, Panel):
         """On the worker thread: the patterns (when they fit), the mosaic and, if the snapshot shows
         them, the statistic."""
         super().prepare(trace, snapshot)
+        if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (show_trace)
+            cfg = trace.config
+            trace.head(min(snapshot.layer, cfg.n_layers - 1), min(snapshot.head, cfg.n_heads - 1))
+            return
         mosaic_of(trace)
         if snapshot.statistics_on:
             statistic_of(trace, snapshot.statistic)
@@ -298,7 +303,7 @@ class AttentionPanel(AttentionOverview, Panel):
                  else " (later keys masked)" if masked[i].any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
-        lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))
+        lo, hi = finite_extent(heights)
         self.row_plot.setXRange(0, max(n, 1), padding=0.01)
         self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 
