@@ -3,6 +3,8 @@ temporary QSettings, and a main window that has loaded one of them."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 from PySide6.QtCore import QSettings, QThreadPool
@@ -80,6 +82,7 @@ def _no_dangling_workers():
     """Workers left running when a test ends make later tests flaky: wait for them."""
     yield
     assert QThreadPool.globalInstance().waitForDone(60_000), "a background worker is still running"
+    gc.collect()  # widgets of this test freed on the GUI thread, never later in a worker (see make_window)
 
 
 @pytest.fixture
@@ -100,6 +103,11 @@ def make_window(qtbot, settings):
     yield make
     for window in windows:
         window.close()
+    windows.clear()
+    # Free the closed windows' widgets here, on the GUI thread: left to the cyclic garbage collector,
+    # they are freed in whichever thread next allocates, e.g. a later test's model-loading worker,
+    # and destroying widgets there deadlocks Qt (seen: ~QMenu in a worker against the GUI thread).
+    gc.collect()
 
 
 @pytest.fixture

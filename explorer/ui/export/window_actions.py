@@ -84,6 +84,7 @@ class AttentionMapsExport:
 
     def _on_finished(self) -> None:
         self.dialog.close()
+        self.dialog.deleteLater()  # destroyed on the GUI thread, not by a garbage collection elsewhere
         if self._error is not None:
             self.message = f"Attention maps failed after {self.done} of {self.total} heads ({self.folder}): {self._error}"
             QMessageBox.warning(self.window, "Export failed", self.message)
