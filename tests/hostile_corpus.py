@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import pickle
 import select
 import signal
@@ -524,10 +525,14 @@ def run(cases: list[Case]) -> list[Case]:
     return cases
 
 
+PROGRESS_LINE = re.compile(r"^\[\s*\d+\.\d s\] ")
+
+
 def check(case: Case) -> str | None:
     """Why ``case`` did not end in one clean line (None: it did)."""
     r = case.result
-    lines = [line for line in r["stderr"].splitlines() if line.strip()]
+    # progress lines ("[   0.0 s] traced 3 tokens ...", `export` on stderr) are not messages about the input
+    lines = [line for line in r["stderr"].splitlines() if line.strip() and not PROGRESS_LINE.match(line)]
     if r["hung"]:
         return f"hung for {HANG_LIMIT_S} s"
     if r["exit"] != 2:

@@ -215,7 +215,13 @@ def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as exc:  # name the file the user asked for, not its temporary twin
+            name = str(exc.filename or "")
+            if exc.errno is not None and name.startswith(str(tmp)):
+                raise type(exc)(exc.errno, exc.strerror, str(target) + name[len(str(tmp)):]) from None
+            raise
         tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700; an export gets ordinary permissions
         old = None
         if target.exists():
