@@ -7,6 +7,7 @@ describes itself for ``transformer-explorer info`` and the window's title.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,13 +58,16 @@ class LoadedModel:
             return ids[: self.config.n_ctx], len(ids)
         return ids, None
 
-    def trace(self, text: str, spec: CaptureSpec | None = None) -> Trace:
-        """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``)."""
+    def trace(self, text: str, spec: CaptureSpec | None = None, interventions: Sequence[Any] = ()) -> Trace:
+        """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``),
+        with ``interventions`` (explorer/core/interventions/) applied if any."""
         ids, truncated_from = self.encode(text)
-        return self.trace_ids(ids, spec, truncated_from)
+        return self.trace_ids(ids, spec, truncated_from, interventions)
 
-    def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None) -> Trace:
-        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from)
+    def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None,
+                  interventions: Sequence[Any] = ()) -> Trace:
+        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from,
+                           interventions)
         return trace
 
     def info(self) -> dict[str, Any]:

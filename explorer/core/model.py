@@ -5,6 +5,9 @@ H query heads, Hkv key/value heads, dh = d_head, f = d_ff, V = vocabulary.
 
 Capture: every interesting tensor passes through ``rec(site, layer, tensor)``. With no capture,
 ``rec`` is a function that does nothing, so the plain forward pays one no-op call per site.
+Interventions: at the sites a user can change (the residual stream, each head's output z, the
+attention and FFN outputs, the neurons) the forward pass goes on with what ``rec`` returns
+(``x = rec(...)``); the no-op returns its input unchanged (explorer/core/interventions/).
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from torch import Tensor, nn
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
 
-Rec = Callable[[str, "int | None", Tensor], None]
+Rec = Callable[[str, "int | None", Tensor], "Tensor | None"]
 
 
-def _no_capture(site: str, layer: int | None, tensor: Tensor) -> None:
-    return None
+def _no_capture(site: str, layer: int | None, tensor: Tensor) -> Tensor:
+    return tensor
 
 
 # --- the small pieces of math, shared by the forward pass and by the Trace's on-demand views ----
@@ -213,7 +216,7 @@ class Transformer(nn.Module):
         for layer in range(cfg.n_layers):
             x = self.block_forward(layer, x, mask, rotary, rec, cache)
 
-        rec("resid_final", None, x)
+        x = rec("resid_final", None, x)
         if last_only:
             x = x[:, -1:]
         if self.ln_final is not None:
@@ -229,7 +232,7 @@ class Transformer(nn.Module):
         B, n, _ = x.shape
         H, Hkv, dh = cfg.n_heads, cfg.kv_heads, cfg.d_head
         pre_norm = cfg.norm_placement == "pre" and blk.ln1 is not None
-        rec("resid_pre", layer, x)
+        x = rec("resid_pre", layer, x)
 
         # attention: project to per-head queries, keys, values
         h = blk.ln1(x, rec, "ln1", layer) if pre_norm else x
@@ -248,9 +251,9 @@ class Transformer(nn.Module):
         pattern = attention_pattern(scores)                                # softmax per query row
         rec("attn.pattern", layer, pattern)
         z = weighted_values(pattern, v)                                    # [B, H, n, dh]
-        rec("attn.z", layer, z)
+        z = rec("attn.z", layer, z)
         attn_out = blk.attn.W_O(z.transpose(1, 2).reshape(B, n, H * dh))   # concat heads, W_O: [B, n, d]
-        rec("attn.out", layer, attn_out)
+        attn_out = rec("attn.out", layer, attn_out)
 
         mid = x + attn_out
         if not pre_norm and blk.ln1 is not None:                           # post-norm: normalise the sum
@@ -271,9 +274,9 @@ class Transformer(nn.Module):
             pre = blk.mlp.W_in(ffn_in)                                     # [B, n, f]
             rec("mlp.pre", layer, pre)
             post = activation(cfg.activation)(pre)
-        rec("mlp.post", layer, post)
+        post = rec("mlp.post", layer, post)
         mlp_out = blk.mlp.W_out(post)                                      # [B, n, d]
-        rec("mlp.out", layer, mlp_out)
+        mlp_out = rec("mlp.out", layer, mlp_out)
 
         out = (x + attn_out + mlp_out) if cfg.parallel_residual else (mid + mlp_out)
         if not pre_norm and blk.ln2 is not None:

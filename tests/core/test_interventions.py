@@ -1,0 +1,225 @@
+"""Interventions against hand-made references: transformers with weights edited, or hooks on its modules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from explorer.core.checkpoint import load_checkpoint
+from explorer.core.generation.generate import generate
+from explorer.core.generation.sampling import SamplingParams
+from explorer.core.interventions.apply import Intervener, resolve, run
+from explorer.core.interventions.spec import Intervention, InterventionError, parse_spec
+from explorer.core.trace import CaptureSpec
+
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+IDS = [5, 17, 99, 3, 250, 42, 42, 7, 131, 64, 200, 11, 9, 77]
+TOL = 1e-4
+
+
+def hf_logits(model, ids) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    import transformers as T
+
+    torch.manual_seed(0)
+    config = T.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                           attn_implementation="eager")
+    model = T.LlamaForCausalLM(config).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # unit-scale weights so that ablations move the logits visibly
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+    path = tmp_path_factory.mktemp("llama-iv")
+    model.save_pretrained(path)
+    return load_checkpoint(path, device="cpu"), path
+
+
+def test_parse_spec() -> None:
+    assert parse_spec("1.2").key == ("head", 1, 2, "zero", None)
+    assert parse_spec("mlp0:37", "mean").key == ("neuron", 0, 37, "mean", None)
+    assert parse_spec("attn3").key == ("attn", 3, None, "zero", None)
+    assert parse_spec("mlp2").key == ("mlp", 2, None, "zero", None)
+    for bad in ("1", "head1.2", "mlp:3", "attn", "1.2.3"):
+        with pytest.raises(InterventionError):
+            parse_spec(bad)
+
+
+@pytest.mark.parametrize("layer,head", [(0, 1), (2, 3)])
+def test_zero_head_equals_gpt2_with_its_output_columns_zeroed(tiny_gpt2, layer, head) -> None:
+    loaded, reference = tiny_gpt2
+    ids = loaded.tokenizer.encode(PROMPT)
+    dh = loaded.config.d_head
+    ours = run(loaded.model, ids, [Intervention("head", layer, head)]).numpy()
+    edited = type(reference)(reference.config).eval()
+    edited.load_state_dict(reference.state_dict())
+    with torch.no_grad():  # GPT-2's Conv1D holds W_O as [H*dh, d]: the head's rows are its columns of W_O
+        edited.transformer.h[layer].attn.c_proj.weight[head * dh:(head + 1) * dh] = 0
+    expected = hf_logits(edited, ids)
+    assert np.abs(ours - expected).max() < TOL
+    assert np.abs(expected - hf_logits(reference, ids)).max() > 1e-3  # the ablation changed something
+
+
+def test_zero_head_equals_llama_with_its_output_columns_zeroed(llama) -> None:
+    import transformers as T
+
+    loaded, path = llama
+    layer, head, dh = 1, 2, loaded.config.d_head
+    reference = T.LlamaForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+    clean = hf_logits(reference, IDS)
+    with torch.no_grad():
+        reference.model.layers[layer].self_attn.o_proj.weight[:, head * dh:(head + 1) * dh] = 0
+    expected = hf_logits(reference, IDS)
+    ours = run(loaded.model, IDS, [Intervention("head", layer, head)]).numpy()
+    assert np.abs(ours - expected).max() < TOL
+    assert np.abs(expected - clean).max() > 1e-2
+
+
+def test_mean_ablation_equals_a_constant_head_output(tiny_gpt2) -> None:
+    """Replacing z_h by its mean over the prompt = W_O,h's rows zeroed and W_O,h @ mean added to the bias."""
+    loaded, reference = tiny_gpt2
+    ids = loaded.tokenizer.encode(PROMPT)
+    layer, head, dh = 1, 2, loaded.config.d_head
+    z = loaded.trace_ids(ids)[f"blocks.{layer}.attn.z"][head]          # [n, dh], the clean run
+    mean = torch.from_numpy(z.mean(0).copy())
+    edited = type(reference)(reference.config).eval()
+    edited.load_state_dict(reference.state_dict())
+    proj = edited.transformer.h[layer].attn.c_proj
+    with torch.no_grad():
+        proj.bias += mean @ proj.weight[head * dh:(head + 1) * dh]
+        proj.weight[head * dh:(head + 1) * dh] = 0
+    ours = run(loaded.model, ids, [Intervention("head", layer, head, "mean")]).numpy()
+    assert np.abs(ours - hf_logits(edited, ids)).max() < TOL
+    resolved = resolve(loaded.model, ids, [Intervention("head", layer, head, "mean")])[0]
+    np.testing.assert_allclose(resolved.value, z.mean(0), atol=1e-6)
+
+
+def test_neuron_and_sublayer_ablation_by_hooks(tiny_gpt2) -> None:
+    """A neuron zeroed / mean-ablated and a whole FFN zeroed, checked with hooks on transformers' modules."""
+    loaded, reference = tiny_gpt2
+    ids = loaded.tokenizer.encode(PROMPT)
+    post = loaded.trace_ids(ids)["blocks.0.mlp.post"][:, 7]
+    mlp = reference.transformer.h[0].mlp
+
+    def with_hook(module, hook) -> np.ndarray:
+        handle = module.register_forward_pre_hook(hook)
+        try:
+            return hf_logits(reference, ids)
+        finally:
+            handle.remove()
+
+    def set_neuron(value):
+        def hook(_, args):
+            x = args[0].clone()
+            x[..., 7] = value
+            return (x,)
+        return hook
+
+    for mode, value in (("zero", 0.0), ("mean", float(post.mean()))):
+        ours = run(loaded.model, ids, [Intervention("neuron", 0, 7, mode)]).numpy()
+        assert np.abs(ours - with_hook(mlp.c_proj, set_neuron(value))).max() < TOL
+    handle = mlp.register_forward_hook(lambda m, a, out: torch.zeros_like(out))
+    try:
+        expected = hf_logits(reference, ids)
+    finally:
+        handle.remove()
+    assert np.abs(run(loaded.model, ids, [Intervention("mlp", 0)]).numpy() - expected).max() < TOL
+
+
+def test_patching_a_head_equals_a_hook_that_copies_it(tiny_gpt2) -> None:
+    loaded, reference = tiny_gpt2
+    clean = loaded.tokenizer.encode(PROMPT)
+    corrupt = list(clean)
+    corrupt[3] = clean[5]
+    layer, head, dh = 1, 0, loaded.config.d_head
+    clean_z = loaded.trace_ids(clean)[f"blocks.{layer}.attn.z"]       # [H, n, dh]
+    source = clean_z[head]
+
+    def hook(_, args):
+        x = args[0].clone()
+        x[0, :, head * dh:(head + 1) * dh] = torch.from_numpy(source.copy())
+        return (x,)
+
+    handle = reference.transformer.h[layer].attn.c_proj.register_forward_pre_hook(hook)
+    try:
+        expected = hf_logits(reference, corrupt)
+    finally:
+        handle.remove()
+    ours = run(loaded.model, corrupt, [Intervention("head", layer, head, "patch", value=source)]).numpy()
+    assert np.abs(ours - expected).max() < TOL
+    # only positions 4 and 6: the others keep the corrupted run's values
+    part = Intervention("head", layer, head, "patch", positions=(4, 6), value=source)
+    trace = loaded.trace_ids(corrupt, interventions=[part])
+    z = trace[f"blocks.{layer}.attn.z"][head]
+    corrupt_z = loaded.trace_ids(corrupt)[f"blocks.{layer}.attn.z"][head]
+    np.testing.assert_array_equal(z[[4, 6]], source[[4, 6]])
+    np.testing.assert_array_equal(z[:4], corrupt_z[:4])
+
+
+def test_patching_everything_restores_clean_and_nothing_leaves_corrupt(tiny_gpt2) -> None:
+    loaded, _ = tiny_gpt2
+    model = loaded.model
+    clean = loaded.tokenizer.encode(PROMPT)
+    corrupt = list(clean)
+    corrupt[2], corrupt[8] = clean[9], clean[1]
+    clean_trace, corrupt_trace = loaded.trace_ids(clean), loaded.trace_ids(corrupt)
+    L = loaded.config.n_layers
+    every_layer = [Intervention("resid", layer, None, "patch", value=clean_trace[f"blocks.{layer}.resid_pre"])
+                   for layer in range(L)]
+    patched = run(model, corrupt, every_layer).numpy()
+    assert np.array_equal(patched, clean_trace["logits"])
+    # in one batch: element 0 patches everything, element 1 nothing
+    ids = torch.tensor([corrupt, corrupt])
+    with torch.inference_mode():
+        both = model(ids, Intervener([every_layer, []], L)).numpy()
+    np.testing.assert_allclose(both[0], clean_trace["logits"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(both[1], corrupt_trace["logits"], atol=1e-5, rtol=0)
+    assert np.abs(clean_trace["logits"] - corrupt_trace["logits"]).max() > 1e-2
+
+
+def test_intervened_trace_derives_what_it_stores(tiny_gpt2) -> None:
+    """A compact trace re-runs blocks with the interventions: derived values equal the stored ones."""
+    loaded, _ = tiny_gpt2
+    ids = loaded.tokenizer.encode(PROMPT)
+    ivs = [Intervention("head", 0, 1, "mean"), Intervention("neuron", 1, 3), Intervention("attn", 2)]
+    full = loaded.trace_ids(ids, CaptureSpec.full(), interventions=ivs)
+    compact = loaded.trace_ids(ids, CaptureSpec.compact(), interventions=ivs)
+    for key in ("blocks.0.attn.z", "blocks.1.mlp.post", "blocks.2.attn.out", "logits", "blocks.2.attn.pattern"):
+        np.testing.assert_allclose(compact[key], full[key], atol=1e-5, rtol=0, err_msg=key)
+    assert not full["blocks.2.attn.out"].any()
+    assert not full["blocks.1.mlp.post"][:, 3].any()
+    assert full.meta.extra["interventions"][0] == {"target": "head", "layer": 0, "mode": "mean", "index": 1}
+
+
+def test_generation_with_interventions_follows_the_intervened_forward_pass(tiny_gpt2) -> None:
+    loaded, _ = tiny_gpt2
+    prompt = loaded.tokenizer.encode(PROMPT)
+    ivs = [Intervention("attn", 0), Intervention("head", 1, 2, "mean"), Intervention("mlp", 1)]
+    params = SamplingParams(temperature=0.0, max_new_tokens=8, stop_at_eos=False)
+    plain = generate(loaded, prompt, params).token_ids
+    for use_cache in (True, False):
+        steered = generate(loaded, prompt, params, use_cache=use_cache, interventions=ivs).token_ids
+        assert steered != plain
+        # the same interventions (means from the prompt) on the whole sequence give the same choices
+        resolved = resolve(loaded.model, prompt, ivs)
+        logits = run(loaded.model, prompt + steered, resolved).numpy()
+        assert logits[len(prompt) - 1:-1].argmax(-1).tolist() == steered
+
+
+def test_bad_interventions_are_refused(tiny_gpt2) -> None:
+    loaded, _ = tiny_gpt2
+    ids = loaded.tokenizer.encode(PROMPT)
+    for iv in (Intervention("head", 3, 0), Intervention("head", 0, 4), Intervention("neuron", 0, 256),
+               Intervention("resid", 4)):
+        with pytest.raises(InterventionError):
+            run(loaded.model, ids, [iv])
+    run(loaded.model, ids, [Intervention("resid", 3)])  # L: the stream after the last block
