@@ -223,3 +223,103 @@ def test_bad_interventions_are_refused(tiny_gpt2) -> None:
         with pytest.raises(InterventionError):
             run(loaded.model, ids, [iv])
     run(loaded.model, ids, [Intervention("resid", 3)])  # L: the stream after the last block
+
+
+# --- activation patching and direct logit attribution -----------------------------------------
+
+def corrupted(clean: list[int]) -> list[int]:
+    out = list(clean)
+    out[2], out[5] = clean[9], clean[1]
+    return out
+
+
+def test_patching_grids_equal_single_patched_runs(tiny_gpt2) -> None:
+    from explorer.core.interventions.patching import activation_patching
+
+    loaded, _ = tiny_gpt2
+    model = loaded.model
+    clean = loaded.tokenizer.encode(PROMPT)
+    corrupt = corrupted(clean)
+    pos, L = 10, loaded.config.n_layers
+    target, distractor = clean[pos + 1], corrupt[pos + 1] if corrupt[pos + 1] != clean[pos + 1] else 0
+    updates = []
+    res = activation_patching(model, clean, corrupt, target, distractor, position=pos, batch_size=7,
+                              progress=updates.append)
+    clean_logits, corrupt_logits = run(model, clean), run(model, corrupt)
+
+    def metric(logits):
+        return float(logits[pos, target] - logits[pos, distractor])
+
+    assert res.clean_metric == pytest.approx(metric(clean_logits), abs=1e-4)
+    assert res.corrupt_metric == pytest.approx(metric(corrupt_logits), abs=1e-4)
+    share = lambda logits: (metric(logits) - res.corrupt_metric) / (res.clean_metric - res.corrupt_metric)  # noqa: E731
+    trace = loaded.trace_ids(clean)
+    for layer, p in ((0, 2), (1, 5), (2, 10), (1, 3)):
+        iv = Intervention("resid", layer, None, "patch", (p,), trace[f"blocks.{layer}.resid_pre"])
+        assert res.resid[layer, p] == pytest.approx(share(run(model, corrupt, [iv])), abs=1e-4)
+    for layer, head in ((0, 0), (1, 3), (2, 1)):
+        iv = Intervention("head", layer, head, "patch", value=trace[f"blocks.{layer}.attn.z"][head])
+        assert res.heads[layer, head] == pytest.approx(share(run(model, corrupt, [iv])), abs=1e-4)
+    assert res.resid[L, pos] == pytest.approx(1.0, abs=1e-5)   # the final stream at the target position: all
+    assert res.resid[0, pos] == pytest.approx(0.0, abs=1e-4)   # the same token at the start: nothing
+    assert not res.resid[:, pos + 1:].any()                    # later positions cannot matter
+    assert np.abs(res.resid[0, [2, 5]]).max() > 0.05           # the changed tokens do
+    assert res.runs == (L + 1) * (pos + 1) + L * 4 and res.batches == math.ceil(res.runs / 7)
+    assert updates[-1].done == updates[-1].total == res.runs and len(updates) == res.batches
+
+
+def test_patching_cancels_and_refuses_bad_prompts(tiny_gpt2) -> None:
+    import threading
+
+    from explorer.core.interventions.patching import patching_steps
+
+    loaded, _ = tiny_gpt2
+    clean = loaded.tokenizer.encode(PROMPT)
+    stop = threading.Event()
+    steps = patching_steps(loaded.model, clean, corrupted(clean), clean[-1], batch_size=4, cancel=stop)
+    next(steps)
+    stop.set()
+    with pytest.raises(StopIteration) as finished:
+        next(steps)
+    assert finished.value.value.cancelled and finished.value.value.runs == 4
+    with pytest.raises(InterventionError, match="same length"):
+        next(patching_steps(loaded.model, clean, clean[:-1], 0))
+    with pytest.raises(InterventionError, match="nothing for patching"):
+        next(patching_steps(loaded.model, clean, clean, 0))
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_direct_logit_attribution_sums_to_the_logit(tiny_gpt2, llama, which) -> None:
+    from explorer.core.analysis.dla import direct_logit_attribution
+
+    loaded = tiny_gpt2[0] if which == "gpt2" else llama[0]
+    ids = loaded.tokenizer.encode(PROMPT)[:14] if which == "gpt2" else IDS
+    trace = loaded.trace_ids(ids)
+    L, H = loaded.config.n_layers, loaded.config.n_heads
+    for pos, target, distractor in ((-1, 11, None), (4, 200, 7)):
+        dla = direct_logit_attribution(trace, target, pos, distractor)
+        assert dla.heads.shape == (L, H) and dla.mlp.shape == (L,)
+        logits = trace["logits"][pos]
+        expected = logits[target] - (logits[distractor] if distractor is not None else 0.0)
+        assert abs(dla.total - expected) <= 1e-4
+        assert abs(dla.logit - expected) <= 1e-6
+        assert np.abs(dla.heads).max() > 1e-3 and np.abs(dla.mlp).max() > 1e-3
+    # a switched-off head writes nothing; a switched-off FFN neither
+    ablated = loaded.trace_ids(ids, interventions=[Intervention("head", 1, 2), Intervention("mlp", 0)])
+    dla = direct_logit_attribution(ablated, 11)
+    assert dla.heads[1, 2] == 0.0 and abs(dla.mlp[0]) < 1e-12
+    assert abs(dla.total - ablated["logits"][-1, 11]) <= 1e-4
+
+
+def test_direct_logit_attribution_refuses_post_norm() -> None:
+    from explorer.core.analysis.dla import DLAError, direct_logit_attribution
+    from explorer.core.config import ModelConfig
+    from explorer.core.model import Transformer
+    from explorer.core.trace import capture
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, n_ctx=16, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=32,
+                      norm_placement="post")
+    trace, _ = capture(Transformer(cfg).eval(), [1, 2, 3, 4], ["a"] * 4)
+    with pytest.raises(DLAError, match="pre-norm"):
+        direct_logit_attribution(trace, 3)
