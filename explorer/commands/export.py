@@ -4,11 +4,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from explorer.commands import add_model_arguments, load_model
+from explorer.commands import add_intervention_arguments, add_model_arguments, interventions_from, load_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_intervention_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path, help="the directory to write into")
     parser.add_argument("--plots", action="store_true",
@@ -18,8 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from explorer.core.export import write_attention_files, write_trace_npz
 
+    interventions = interventions_from(args)  # a bad spec fails before the model loads
     loaded = load_model(args)
-    trace = loaded.trace(args.prompt)
+    trace = loaded.trace(args.prompt, interventions=interventions)
     if trace.meta.truncated_from:
         print(f"note: the prompt has {trace.meta.truncated_from} tokens; only the first "
               f"{trace.n_tokens} fit the context", file=sys.stderr)

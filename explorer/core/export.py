@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -103,6 +104,10 @@ def trace_arrays(trace: Trace) -> dict[str, np.ndarray]:
         "residual_norms": np.linalg.norm(residual.astype(np.float64), axis=-1).astype(np.float32),
         "logits": trace["logits"],
     }
+    if trace.interventions:  # the run was changed: say how (JSON text), so the file cannot pass for a clean run
+        from explorer.core.interventions.spec import describe_all
+
+        arrays["interventions"] = np.array(json.dumps(describe_all(trace.interventions)))
     if cfg.has_ffn:
         arrays["mlp_activations"] = np.stack([trace[f"blocks.{layer}.mlp.post"] for layer in range(L)])
     else:  # attention-only models have no neurons: an empty axis keeps the documented rank

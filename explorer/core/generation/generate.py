@@ -173,6 +173,7 @@ class GenerationResult:
     steps: tuple[Step, ...]
     stop_reason: StopReason
     elapsed: float = 0.0  # seconds spent in the steps (time the consumer took between steps excluded)
+    interventions: tuple = ()  # the (resolved) interventions active during the generation
 
     @property
     def token_ids(self) -> list[int]:
@@ -401,7 +402,7 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
     if reason == "eos":
         new_ids = new_ids[:-1]
     text = continuation_text(tokenizer, prompt, new_ids)
-    return GenerationResult(text, tuple(prompt), tuple(steps), reason, sum(s.elapsed for s in steps))
+    return GenerationResult(text, tuple(prompt), tuple(steps), reason, sum(s.elapsed for s in steps), ivs)
 
 
 def _contains_any(text: str, needles: Sequence[str]) -> bool:
