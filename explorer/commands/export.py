@@ -4,7 +4,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from explorer.commands import add_intervention_arguments, add_model_arguments, interventions_from, load_model
+from explorer.commands import (
+    add_intervention_arguments,
+    add_model_arguments,
+    interventions_from,
+    load_model,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from explorer.commands import add_intervention_arguments, add_model_arguments, interventions_from, load_model
+from explorer.commands import (
+    add_intervention_arguments,
+    add_model_arguments,
+    interventions_from,
+    load_model,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

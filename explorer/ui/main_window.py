@@ -40,11 +40,13 @@ from explorer.ui.docks import (
 )
 from explorer.ui.export import window_actions
 from explorer.ui.generation import GenerationPane
+from explorer.ui.interventions.state import InterventionState
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.widgets.prompt_editor import PromptEditor
 from explorer.ui.widgets.run_controls import DeviceControls, LayerHeadControls
+from explorer.ui.widgets.intervention_strip import InterventionStrip
 from explorer.ui.widgets.status_bar import StatusBar
 from explorer.ui.workers import (
     LoadRequest,
@@ -115,6 +117,7 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status)
         self.menus = ModelMenus(self.recent, _builtin_names, self)
         self._build_toolbar()
+        self._build_interventions()
         self._build_menus()
         self._connect()
         self.setAcceptDrops(True)
@@ -152,6 +155,25 @@ class MainWindow(QMainWindow):
         bar.addWidget(self.layer_head)
         self.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
         self.toolbar = bar
+
+    def _build_interventions(self) -> None:
+        """The session's interventions: every panel edits and marks them, every trace runs with them."""
+        self.interventions = InterventionState(self)
+        for panel in self.panels:
+            panel.set_interventions(self.interventions)
+        self.intervention_strip = InterventionStrip(self.interventions, self)
+        bar = QToolBar("Interventions", self)
+        bar.setObjectName("toolbar-interventions")
+        bar.addWidget(self.intervention_strip)
+        self.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)
+        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
+        self.interventions.changed.connect(self._on_interventions_changed)
+
+    def _on_interventions_changed(self) -> None:
+        active = self.interventions.active()
+        self.controller.interventions = active
+        self.generation.interventions = active
+        self.controller.request()
 
     def _action(self, menu, text: str, slot, shortcut: Any = None, tip: str = "") -> QAction:
         action = menu.addAction(text)
@@ -273,6 +295,7 @@ class MainWindow(QMainWindow):
         for panel in self.panels:
             panel.set_tokenizer(loaded.tokenizer)
         self.controller.set_model(loaded)
+        self.interventions.clear()  # they name this model's heads and neurons: a new model starts clean
         text = self._prompt_for(loaded)
         self.prompt.set_text(text)
         self.controller.request(text)

@@ -26,6 +26,7 @@ from explorer.core.trace import CaptureSpec, Trace
 log = logging.getLogger(__name__)
 
 # a panel's prepare, bound to a snapshot taken on the GUI thread (Panel.preparer): runs on the worker
+BASELINE = "baseline"  # trace.memo key of the same prompt's trace without interventions (when there are any)
 Preparer = Callable[[Trace], None]
 
 
@@ -166,6 +167,7 @@ class TraceRequest:
     spec: CaptureSpec | None = None
     requested_at: float = field(default_factory=time.perf_counter)
     ids: tuple[int, ...] | None = None  # exact token ids for ``text`` (generated text), else encode it
+    interventions: tuple = ()  # explorer.core.interventions.spec.Intervention, applied to the run
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,10 @@ def run_trace(request: TraceRequest) -> TraceResult:
         ids, truncated_from = list(request.ids), None
     else:
         ids, truncated_from = request.model.encode(request.text)
-    trace = request.model.trace_ids(ids, request.spec, truncated_from)
+    trace = request.model.trace_ids(ids, request.spec, truncated_from, request.interventions)
+    if request.interventions:  # the run without them, for "what changed" (BASELINE in the trace's memo)
+        baseline = request.model.trace_ids(ids, CaptureSpec.compact(), truncated_from)
+        trace.memo(BASELINE, lambda: baseline)
     for prepare in request.preparers:
         prepare(trace)
     return TraceResult(request, trace, time.perf_counter() - t0)
@@ -217,6 +222,7 @@ class TraceController(QObject):
         super().__init__(parent)
         self._preparers = preparers
         self.spec: CaptureSpec | None = None
+        self.interventions: tuple = ()  # applied to every trace from the next request on
         self.model: Any = None
         self.text = ""
         self._pinned: tuple[str, tuple[int, ...]] | None = None
@@ -264,7 +270,8 @@ class TraceController(QObject):
             return 0
         self._latest += 1
         ids = self._pinned[1] if self._pinned is not None and self._pinned[0] == self.text else None
-        request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec, ids=ids)
+        request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec, ids=ids,
+                               interventions=tuple(self.interventions))
         if self._running is None:
             self._start(request)
         else:

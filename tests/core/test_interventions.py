@@ -323,3 +323,17 @@ def test_direct_logit_attribution_refuses_post_norm() -> None:
     trace, _ = capture(Transformer(cfg).eval(), [1, 2, 3, 4], ["a"] * 4)
     with pytest.raises(DLAError, match="pre-norm"):
         direct_logit_attribution(trace, 3)
+
+
+def test_compare_runs_by_hand() -> None:
+    from explorer.core.analysis.changes import compare_runs
+
+    before = np.log(np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]))
+    after = np.log(np.array([[0.5, 0.3, 0.2], [0.7, 0.2, 0.1], [0.2, 0.2, 0.6]]))
+    c = compare_runs(before, after, np.array([0, 2, 1]), position=1, top=2)
+    assert c.position == 1 and c.ids.tolist() == [0, 1]     # 0.7 (after) and 0.6 (before) lead
+    np.testing.assert_allclose(c.p_before, [0.1, 0.6])
+    np.testing.assert_allclose(c.p_after, [0.7, 0.2])
+    assert c.kl == pytest.approx(0.1 * np.log(0.1 / 0.7) + 0.6 * np.log(0.6 / 0.2) + 0.3 * np.log(0.3 / 0.1))
+    np.testing.assert_allclose(c.next_before, np.log([0.2, 0.6]))   # token 2 after position 0, token 1 after 1
+    np.testing.assert_allclose(c.next_delta, [0.0, np.log(0.2 / 0.6)])
