@@ -24,13 +24,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--naive-sample", type=int, default=24)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     loaded = gpt2_small_loaded()
+    loaded.model.to(args.device)
     model, cfg, n = loaded.model, loaded.config, args.tokens
     gen = torch.Generator().manual_seed(0)
     clean = torch.randint(0, cfg.vocab_size, (n,), generator=gen).tolist()
     corrupt = list(clean)
-    corrupt[n // 3] = (clean[n // 3] + 1) % cfg.vocab_size
+    corrupt[n // 3] = (clean[n // 3] + 1) % cfg.vocab_size  # one token differs, a third of the way in
     target, distractor = clean[-1], corrupt[-1] ^ 1
     print(f"model: {loaded.name}, {loaded.n_params / 1e6:.0f}M parameters, {n} tokens, "
           f"{torch.get_num_threads()} threads, device {loaded.device}")
@@ -39,14 +41,16 @@ def main() -> None:
     t0 = time.perf_counter()
     res = activation_patching(model, clean, corrupt, target, distractor, kinds=("resid",), batch_size=args.batch)
     batched = time.perf_counter() - t0
-    print(f"batched: {cells} cells, {res.batches} forward passes of {args.batch} (+2 baselines), "
-          f"{batched:.1f} s ({batched / cells * 1000:.0f} ms per cell)")
+    equivalent = res.positions_run / n  # token positions run, in whole-prompt forward passes
+    print(f"batched: {cells} cells: {res.skipped} not run (the patch changes no number), {res.runs} patched runs "
+          f"in {res.batches} batched forward passes (+2 baselines) covering {res.positions_run} token positions "
+          f"= {equivalent:.0f} whole-prompt forwards; {batched:.1f} s")
 
     # the naive loop: one full forward per cell (whole prompt, every position un-embedded)
     sites = {("resid_pre", layer) for layer in range(cfg.n_layers)} | {("resid_final", None)}
     kept, _ = record_sites(model, clean, sites)
     sample = [("resid", layer, p) for layer in range(cfg.n_layers + 1) for p in range(n)][::cells // args.naive_sample]
-    ids = torch.tensor([corrupt])
+    ids = torch.tensor([corrupt], device=args.device)
     t0 = time.perf_counter()
     with torch.inference_mode():
         for cell in sample:
@@ -55,7 +59,8 @@ def main() -> None:
     naive = per_cell * cells
     print(f"naive: {cells} forward passes of 1, {per_cell * 1000:.0f} ms each (timed on {len(sample)} cells) "
           f"-> {naive:.1f} s for the grid")
-    print(f"forward passes: {res.batches + 2} vs {cells} ({cells / (res.batches + 2):.0f}x fewer); "
+    print(f"forward passes: {res.batches + 2} batched calls vs {cells} ({cells / (res.batches + 2):.0f}x fewer calls); "
+          f"compute {equivalent + 2:.0f} vs {cells} whole-prompt forwards ({cells / (equivalent + 2):.1f}x less); "
           f"time: {naive / batched:.2f}x faster")
 
 

@@ -254,8 +254,9 @@ def test_patching_grids_equal_single_patched_runs(tiny_gpt2) -> None:
     assert res.corrupt_metric == pytest.approx(metric(corrupt_logits), abs=1e-4)
     share = lambda logits: (metric(logits) - res.corrupt_metric) / (res.clean_metric - res.corrupt_metric)  # noqa: E731
     trace = loaded.trace_ids(clean)
-    for layer, p in ((0, 2), (1, 5), (2, 10), (1, 3)):
-        iv = Intervention("resid", layer, None, "patch", (p,), trace[f"blocks.{layer}.resid_pre"])
+    for layer, p in ((0, 2), (1, 5), (2, 10), (1, 3), (3, 10), (2, 1)):
+        stream = trace["resid_final"] if layer == L else trace[f"blocks.{layer}.resid_pre"]
+        iv = Intervention("resid", layer, None, "patch", (p,), stream)
         assert res.resid[layer, p] == pytest.approx(share(run(model, corrupt, [iv])), abs=1e-4)
     for layer, head in ((0, 0), (1, 3), (2, 1)):
         iv = Intervention("head", layer, head, "patch", value=trace[f"blocks.{layer}.attn.z"][head])
@@ -264,8 +265,12 @@ def test_patching_grids_equal_single_patched_runs(tiny_gpt2) -> None:
     assert res.resid[0, pos] == pytest.approx(0.0, abs=1e-4)   # the same token at the start: nothing
     assert not res.resid[:, pos + 1:].any()                    # later positions cannot matter
     assert np.abs(res.resid[0, [2, 5]]).max() > 0.05           # the changed tokens do
-    assert res.runs == (L + 1) * (pos + 1) + L * 4 and res.batches == math.ceil(res.runs / 7)
-    assert updates[-1].done == updates[-1].total == res.runs and len(updates) == res.batches
+    # not run: positions 0-1 (before the first changed token) in every stream, the final stream at 2..pos-1,
+    # the embeddings of the 7 unchanged tokens among 2..10
+    assert res.skipped == 2 * (L + 1) + (pos - 2) + 7 and res.runs + res.skipped == (L + 1) * (pos + 1) + L * 4
+    assert not res.resid[:, :2].any() and not res.resid[L, :pos].any()
+    assert updates[-1].done == updates[-1].total == res.runs + res.skipped and len(updates) == res.batches + 1
+    assert res.positions_run < res.runs * (pos + 1)  # residual patches at p start at p
 
 
 def test_patching_cancels_and_refuses_bad_prompts(tiny_gpt2) -> None:
@@ -281,7 +286,7 @@ def test_patching_cancels_and_refuses_bad_prompts(tiny_gpt2) -> None:
     stop.set()
     with pytest.raises(StopIteration) as finished:
         next(steps)
-    assert finished.value.value.cancelled and finished.value.value.runs == 4
+    assert finished.value.value.cancelled and finished.value.value.runs <= 4
     with pytest.raises(InterventionError, match="same length"):
         next(patching_steps(loaded.model, clean, clean[:-1], 0))
     with pytest.raises(InterventionError, match="nothing for patching"):

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from explorer.core.interventions.spec import Intervention, InterventionError, check
-from explorer.core.model import Rec, Transformer, _no_capture
+from explorer.core.model import KVCache, Rec, Transformer, _no_capture
 
 Interventions = Sequence[Intervention]
 
@@ -101,8 +101,10 @@ class Intervener:
 
 
 def record_sites(model: Transformer, ids: Sequence[int], sites: set[tuple[str, int | None]],
-                 interventions: Interventions = ()) -> tuple[dict[tuple[str, int | None], Tensor], Tensor]:
-    """One forward pass keeping the tensors (batch element 0) at ``sites``; returns them and the logits [n, V]."""
+                 interventions: Interventions = (), cache: KVCache | None = None,
+                 ) -> tuple[dict[tuple[str, int | None], Tensor], Tensor]:
+    """One forward pass keeping the tensors (batch element 0) at ``sites``; returns them and the logits [n, V].
+    With ``cache`` (empty) the run's keys and values are left in it."""
     kept: dict[tuple[str, int | None], Tensor] = {}
 
     def keep(site: str, layer: int | None, tensor: Tensor) -> Tensor:
@@ -113,7 +115,7 @@ def record_sites(model: Transformer, ids: Sequence[int], sites: set[tuple[str, i
     device = next(model.parameters()).device
     rec: Rec = Intervener([list(interventions)], model.cfg.n_layers, keep) if interventions else keep
     with torch.inference_mode():
-        logits = model(torch.as_tensor([list(ids)], dtype=torch.long, device=device), rec)
+        logits = model(torch.as_tensor([list(ids)], dtype=torch.long, device=device), rec, cache=cache)
     return kept, logits[0]
 
 

@@ -14,10 +14,13 @@ clean-vs-corrupted difference that comes back is
 * ``heads`` [L, H]: one head's output z at every position.
 
 How it is computed. The model is causal, so the metric at ``position`` depends only on the tokens
-up to it: both prompts are cut there and only the last position is un-embedded. Patches at later
-positions change nothing (their cells are 0 without running anything). The remaining patched runs
-go through the model ``batch_size`` at a time, each batch element with its own patch
-(:class:`~explorer.core.interventions.apply.Intervener` groups). :func:`patching_steps` yields a
+up to it: both prompts are cut there and only the last position is un-embedded. Cells that cannot
+change a number are 0 without running anything: later positions, the final stream at an earlier
+position, and any activation that is equal in both runs (every position before the first
+differing token). A residual patch at position p leaves positions before p as in the corrupted
+run, so its run starts at p with the corrupted run's keys and values before p in a KV cache (the
+forward pass's own cache path). The patched runs go through the model ``batch_size`` at a time,
+each batch element with its own patch (:class:`~explorer.core.interventions.apply.Intervener` groups). :func:`patching_steps` yields a
 :class:`PatchingUpdate` after each batch (for a progress bar and a grid that fills in) and checks
 ``cancel`` before each batch.
 """
@@ -34,7 +37,7 @@ import torch
 
 from explorer.core.interventions.apply import Intervener, record_sites
 from explorer.core.interventions.spec import Intervention, InterventionError
-from explorer.core.model import Transformer
+from explorer.core.model import KVCache, Transformer
 
 Cell = tuple[str, int, int]  # ("resid", layer, position) or ("head", layer, head)
 
@@ -59,6 +62,16 @@ class PatchingResult:
     naive_runs: int = 0          # one forward per cell, as a plain loop would do
     seconds: float = 0.0
     cancelled: bool = False
+    skipped: int = 0             # cells not run: the clean value equals the corrupted one (exactly 0)
+    positions_run: int = 0       # token positions run through the model in the patched runs
+
+
+def _prefix(full: KVCache, length: int, batch: int) -> KVCache:
+    """The first ``length`` positions of a one-sequence cache, shared by ``batch`` runs (no copy)."""
+    cache = KVCache(len(full.keys))
+    cache.keys = [k[..., :length, :].expand(batch, -1, -1, -1) for k in full.keys]
+    cache.values = [v[..., :length, :].expand(batch, -1, -1, -1) for v in full.values]
+    return cache
 
 
 def patch_for(cell: Cell, clean: dict, n_layers: int) -> Intervention:
@@ -98,7 +111,8 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
     sites = {("resid_pre", layer) for layer in range(L)} | {("resid_final", None)} | \
             {("attn.z", layer) for layer in range(L)}
     clean, clean_logits = record_sites(model, clean_cut, sites)
-    _, corrupt_logits = record_sites(model, corrupt_cut, set())
+    full_cache = KVCache(L)  # the corrupted run's keys and values: later runs start from a prefix of them
+    corrupt, corrupt_logits = record_sites(model, corrupt_cut, sites, cache=full_cache)
     m_clean = float(_metric(clean_logits[-1:], target, distractor)[0])
     m_corrupt = float(_metric(corrupt_logits[-1:], target, distractor)[0])
     if abs(m_clean - m_corrupt) < 1e-6:
@@ -106,27 +120,49 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
                                 "there is nothing for patching to restore")
     result = PatchingResult(np.zeros((L + 1, n)), np.zeros((L, H)), m_clean, m_corrupt, position)
     result.naive_runs = (L + 1) * n * ("resid" in kinds) + L * H * ("head" in kinds)
-    cells: list[Cell] = []
+
+    def changes_something(cell: Cell) -> bool:
+        kind, layer, index = cell
+        if kind == "head":
+            site, part = ("attn.z", layer), index
+        else:
+            site, part = (("resid_final", None) if layer == L else ("resid_pre", layer)), index
+            if layer == L and index != position:  # the final stream at p feeds only position p's logits
+                return False
+        return not torch.equal(clean[site][part], corrupt[site][part])
+
+    # (first position run, cells): a resid patch at p leaves positions before p as in the corrupted run,
+    # so those cells start at p with the corrupted run's keys and values before it in a KV cache
+    groups: list[tuple[int, list[Cell]]] = []
     if "resid" in kinds:
-        cells += [("resid", layer, p) for layer in range(L + 1) for p in range(position + 1)]
+        groups += [(p, [("resid", layer, p) for layer in range(L + 1)]) for p in range(position + 1)]
     if "head" in kinds:
-        cells += [("head", layer, h) for layer in range(L) for h in range(H)]
+        groups.append((0, [("head", layer, h) for layer in range(L) for h in range(H)]))
+    total = sum(len(cells) for _, cells in groups)
+    skipped = [c for _, cells in groups for c in cells if not changes_something(c)]
+    done = len(skipped)  # their value is exactly 0: the patch would not change a number
+    result.skipped = done
+    if skipped:
+        yield PatchingUpdate(tuple(skipped), (0.0,) * len(skipped), done, total)
+    left_out = set(skipped)
+    chunks = [(first, run[i:i + batch_size]) for first, cells in groups
+              for run in [[c for c in cells if c not in left_out]] for i in range(0, len(run), batch_size)]
     device = next(model.parameters()).device
     base = torch.as_tensor([corrupt_cut], dtype=torch.long, device=device)
-    total, done = len(cells), 0
-    for start in range(0, total, batch_size):
+    for first, batch in chunks:
         if is_cancelled():
             result.cancelled = True
             break
-        batch = cells[start:start + batch_size]
-        rec = Intervener([[patch_for(c, clean, L)] for c in batch], L)
+        rec = Intervener([[patch_for(c, clean, L)] for c in batch], L, start=first)
+        cache = _prefix(full_cache, first, len(batch)) if first else None
         with torch.inference_mode():
-            logits = model(base.expand(len(batch), -1), rec, last_only=True)[:, -1]
+            logits = model(base[:, first:].expand(len(batch), -1), rec, cache=cache, last_only=True)[:, -1]
         restored = ((_metric(logits, target, distractor) - m_corrupt) / (m_clean - m_corrupt)).cpu().numpy()
         for (kind, layer, index), value in zip(batch, restored):
             (result.resid if kind == "resid" else result.heads)[layer, index] = value
         result.batches += 1
         result.runs += len(batch)
+        result.positions_run += len(batch) * (len(corrupt_cut) - first)
         done += len(batch)
         yield PatchingUpdate(tuple(batch), tuple(float(v) for v in restored), done, total)
     result.seconds = time.perf_counter() - t0
