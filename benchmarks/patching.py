@@ -13,7 +13,7 @@ import argparse
 import time
 
 import torch
-from _models import gpt2_small_loaded
+from _models import gpt2_small_pair
 
 from explorer.core.interventions.apply import Intervener, record_sites
 from explorer.core.interventions.patching import activation_patching, patch_for
@@ -26,16 +26,15 @@ def main() -> None:
     parser.add_argument("--naive-sample", type=int, default=24)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    loaded = gpt2_small_loaded()
-    loaded.model.to(args.device)
-    model, cfg, n = loaded.model, loaded.config, args.tokens
+    model = gpt2_small_pair()[1].to(args.device)  # random weights: the timing does not depend on them
+    cfg, n = model.cfg, args.tokens
     gen = torch.Generator().manual_seed(0)
     clean = torch.randint(0, cfg.vocab_size, (n,), generator=gen).tolist()
     corrupt = list(clean)
     corrupt[n // 3] = (clean[n // 3] + 1) % cfg.vocab_size  # one token differs, a third of the way in
     target, distractor = clean[-1], corrupt[-1] ^ 1
-    print(f"model: {loaded.name}, {loaded.n_params / 1e6:.0f}M parameters, {n} tokens, "
-          f"{torch.get_num_threads()} threads, device {loaded.device}")
+    print(f"model: GPT-2-small-shaped (random), {model.num_parameters() / 1e6:.0f}M parameters, {n} tokens, "
+          f"{torch.get_num_threads()} threads, device {args.device}")
 
     cells = (cfg.n_layers + 1) * n
     t0 = time.perf_counter()
