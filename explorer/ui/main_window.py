@@ -161,6 +161,8 @@ class MainWindow(QMainWindow):
         self.interventions = InterventionState(self)
         for panel in self.panels:
             panel.set_interventions(self.interventions)
+            if hasattr(panel, "run_prompt"):  # the patching view runs the corrupted prompt with one patch
+                panel.run_prompt.connect(self.set_prompt)
         self.intervention_strip = InterventionStrip(self.interventions, self)
         bar = QToolBar("Interventions", self)
         bar.setObjectName("toolbar-interventions")

@@ -131,3 +131,38 @@ def test_neuron_and_residual_menus(qtbot, window, where) -> None:
         np.testing.assert_allclose(post, np.full_like(post, float(iv.value)), atol=1e-6)
     else:
         np.testing.assert_allclose(window.trace["blocks.1.resid_pre"][2], iv.value, atol=1e-6)
+
+
+def test_patching_view_fills_its_grids_and_inspects_a_patch(qtbot, window) -> None:
+    from explorer.core.interventions.patching import activation_patching
+    from explorer.ui.panels.interventions import PatchingPanel
+
+    panel = next(p for p in window.panels if isinstance(p, PatchingPanel))
+    clean = window.loaded.encode(window.prompt.text())[0]
+    corrupt_ids = list(clean)
+    corrupt_ids[1] = clean[0]
+    corrupt = window.loaded.tokenizer.decode(corrupt_ids)
+    assert window.loaded.tokenizer.encode(corrupt) == corrupt_ids
+    panel.corrupt_edit.setText(corrupt)
+    assert panel.run_button.isEnabled()
+    updates = []
+    panel.start()
+    panel._worker.yielded.connect(updates.append)
+    qtbot.waitUntil(lambda: panel._worker is None and panel.result is not None, timeout=60_000)
+    target = int(np.argmax(window.trace["logits"][-1]))
+    expected = activation_patching(window.loaded.model, clean, corrupt_ids, target, batch_size=16)
+    np.testing.assert_allclose(panel.resid_map.matrix, expected.resid, atol=1e-4)
+    np.testing.assert_allclose(panel.head_map.matrix, expected.heads, atol=1e-4)
+    assert updates and panel.progress.value() == panel.progress.maximum()
+    assert "Done:" in panel.status.text()
+    L = window.loaded.config.n_layers
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        panel.resid_map.cell_clicked.emit(1, 1)  # patch the stream entering block 1 at position 1
+    assert window.prompt.text() == corrupt
+    qtbot.waitUntil(lambda: window.controller.is_idle() and window.trace.interventions != (), timeout=30_000)
+    iv = window.trace.interventions[0]
+    assert iv.key == ("resid", 1, None, "patch", (1,)) and L == 2
+    np.testing.assert_allclose(window.trace["blocks.1.resid_pre"][1],
+                               np.asarray(expected.clean[("resid_pre", 1)][1]), atol=1e-6)
+    data, rows, cols = panel._grid_data("resid")
+    assert data.shape == (L + 1, len(clean)) and rows[-1] == "final"

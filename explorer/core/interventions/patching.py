@@ -64,6 +64,7 @@ class PatchingResult:
     cancelled: bool = False
     skipped: int = 0             # cells not run: the clean value equals the corrupted one (exactly 0)
     positions_run: int = 0       # token positions run through the model in the patched runs
+    clean: dict | None = None    # the clean run's activations by (site, layer): patch_for(cell, clean, L)
 
 
 def _prefix(full: KVCache, length: int, batch: int) -> KVCache:
@@ -118,7 +119,7 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
     if abs(m_clean - m_corrupt) < 1e-6:
         raise InterventionError("the clean and the corrupted prompt give the same logit difference: "
                                 "there is nothing for patching to restore")
-    result = PatchingResult(np.zeros((L + 1, n)), np.zeros((L, H)), m_clean, m_corrupt, position)
+    result = PatchingResult(np.zeros((L + 1, n)), np.zeros((L, H)), m_clean, m_corrupt, position, clean=clean)
     result.naive_runs = (L + 1) * n * ("resid" in kinds) + L * H * ("head" in kinds)
 
     def changes_something(cell: Cell) -> bool:

@@ -13,6 +13,7 @@ _REGISTRY = [
     ("explorer.ui.panels.residual", "ResidualPanel"),
     ("explorer.ui.panels.interventions", "WhatChangedPanel"),
     ("explorer.ui.panels.interventions", "DLAPanel"),
+    ("explorer.ui.panels.interventions", "PatchingPanel"),
 ]
 
 
