@@ -32,6 +32,7 @@ class InterventionStrip(QWidget):
     def rebuild(self) -> None:
         for w in [*self.toggles, *self._removers]:
             self.layout_.removeWidget(w)
+            w.hide()  # at once: deleteLater waits for the event loop
             w.deleteLater()
         self.toggles, self._removers = [], []
         while self.layout_.count():

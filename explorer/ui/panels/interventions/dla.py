@@ -75,10 +75,12 @@ class DLAPanel(Panel):
         matrix, rows, cols = self._data()
         self.heatmap.set_data(matrix, rows, cols, value_name="logit contribution")
         target = self.tokenizer.display(d.target) if self.tokenizer is not None else str(d.target)
+        ffn = f" + FFNs {d.mlp.sum():.3f}" if trace.config.has_ffn else ""
         self.info.setText(
             f"Logit of {target!r} after {d.position}:{trace.tokens[d.position]!r} = {d.logit:.3f} = "
-            f"heads {d.heads.sum():.3f} + FFNs {d.mlp.sum():.3f} + embedding {d.embed:.3f} + biases "
-            f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f}. Click a cell to select its head.")
+            f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
+            f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "
+            "Click a cell to select its head.")
 
     def _on_cell_clicked(self, row: int, col: int) -> None:
         if self.result is not None and col < self.result.heads.shape[1]:

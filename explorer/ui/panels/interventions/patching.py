@@ -161,7 +161,7 @@ class PatchingPanel(Panel):
         against = f" minus {self.tokenizer.display(self._distractor)!r}" if self._distractor is not None else ""
         self.status.setText(
             f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
-            f"patch changes no number: exactly 0), {result.seconds:.1f} s. Logit of {target!r}{against}: clean "
+            f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target!r}{against}: clean "
             f"{result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f}. Click a cell to run that patch.")
 
     def _on_finished(self) -> None:

@@ -63,11 +63,12 @@ class WhatChangedPanel(Panel):
         self.after_bars = pg.BarGraphItem(x0=[], y=[], height=0.4, width=[], brush=AFTER_BRUSH, pen=None)
         self.candidates.addItem(self.before_bars)
         self.candidates.addItem(self.after_bars)
-        legend = self.candidates.addLegend(offset=(-10, 10))
+        legend = self.candidates.addLegend(offset=(-10, -10))  # bottom right: the bars start at the top
         legend.addItem(self.before_bars, "without")
         legend.addItem(self.after_bars, "with the interventions")
         self.deltas = fixed_plot()
         self.deltas.setLabel("left", "\u0394 log p(next token)")
+        self.deltas.setLabel("bottom", "the token that comes next (position: token)")
         self.delta_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=AFTER_BRUSH, pen=None)
         self.deltas.addItem(self.delta_bars)
         self.deltas.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("k", width=1)))
@@ -120,8 +121,8 @@ class WhatChangedPanel(Panel):
         delta = r.next_delta
         self.delta_bars.setOpts(x=np.arange(delta.size), height=delta,
                                 brushes=[AFTER_BRUSH if d < 0 else pg.mkBrush(40, 120, 220) for d in delta])
-        ticks = token_labels(trace.tokens[1:])
-        step = max(1, len(ticks) // 12)
+        ticks = token_labels(trace.tokens)[1:]  # bar i: the token at i + 1, predicted at i
+        step = max(1, round(len(ticks) / 6))
         self.deltas.getAxis("bottom").setTicks([[(i, ticks[i]) for i in range(0, len(ticks), step)]])
         self.deltas.setXRange(-0.6, max(delta.size, 1) - 0.4, padding=0)
 
