@@ -10,12 +10,17 @@ key                             shape               what
 ``blocks.{l}.resid_pre``        [n, d]              residual stream entering block l
 ``blocks.{l}.ln1.mean/var``     [n]                 LayerNorm statistics (``mean_square`` for RMSNorm)
 ``blocks.{l}.attn.q/k/v``       [H or Hkv, n, dh]   per-head queries, keys, values (q, k after rotary)
-``blocks.{l}.attn.scores``      [H, n, n]           q.k / sqrt(dh), masked entries -inf
+``blocks.{l}.attn.q_norm.*``    [H, n] or [n]       statistics of the q (k: ``k_norm``) norm, where there is one
+``blocks.{l}.attn.scores``      [H, n, n]           what enters the softmax: q.k * scale (1/sqrt(dh) unless the
+                                                    config says), soft-capped if capped; masked (causal,
+                                                    sliding window) entries -inf
+``blocks.{l}.attn.scores_precap`` [H, n, n]         the scores before the soft cap (soft-capped models only)
 ``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1
 ``blocks.{l}.attn.z``           [H, n, dh]          each head's output (pattern @ v)
-``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O
+``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O (then output norm, residual
+                                                    scale where the family has them): what is added
 ``blocks.{l}.resid_mid``        [n, d]              residual stream between attention and FFN
-``blocks.{l}.ln2.mean/var``     [n]
+``blocks.{l}.ln2.mean/var``     [n]                 (``ln1_out``, ``ln2_out``: the sublayer output norms)
 ``blocks.{l}.mlp.pre/post``     [n, d_ff]           FFN neurons before / after the non-linearity
 ``blocks.{l}.mlp.out``          [n, d]              FFN output added to the residual stream
 ``resid_final``                 [n, d]              after the last block, before the final norm
@@ -62,11 +67,11 @@ def kind_of(site: str) -> str:
         return "embed"
     if site.startswith("resid"):
         return "resid"
-    if site.startswith(("ln1", "ln2", "ln_final")):
+    if site.startswith(("ln1", "ln2", "ln_final", "attn.q_norm.", "attn.k_norm.")):
         return "norm"
     if site in ("attn.q", "attn.k", "attn.v"):
         return "qkv"
-    if site == "attn.scores":
+    if site in ("attn.scores", "attn.scores_precap"):
         return "scores"
     if site == "attn.pattern":
         return "pattern"
@@ -265,7 +270,7 @@ class Trace:
         q = self[f"blocks.{layer}.attn.q"]
         k = self[f"blocks.{layer}.attn.k"]
         group = q.shape[0] // k.shape[0]
-        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1])
+        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1], layer)
         with self._lock:  # one computation serves both views: a user flips between them
             self._remember(f"blocks.{layer}.attn.head{head}.scores", scores[0])
             self._remember(f"blocks.{layer}.attn.head{head}.pattern", pattern[0])
@@ -278,10 +283,11 @@ class Trace:
     def _block_sites(self) -> list[str]:
         cfg = self.config
         sites = ["attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z", "attn.out", "resid_mid"]
+        if cfg.attn_softcap is not None:
+            sites.append("attn.scores_precap")
         if cfg.norm != "none":
             stats = ("mean", "var") if cfg.norm == "layernorm" else ("mean_square",)
-            norms = ["ln1"] + (["ln2"] if cfg.has_ffn else [])
-            sites += [f"{ln}.{s}" for ln in norms for s in stats]
+            sites += [f"{ln}.{s}" for ln in _norm_sites(cfg) for s in stats]
         if cfg.has_ffn:
             sites += ["mlp.pre", "mlp.post", "mlp.out"]
         return sites
@@ -294,25 +300,37 @@ class Trace:
             if layer in rerun:
                 keys += [f"blocks.{layer}.{site}" for site in self._block_sites()]
             elif layer in with_qk:
-                keys += [f"blocks.{layer}.attn.scores", f"blocks.{layer}.attn.pattern"]
+                keys += [f"blocks.{layer}.attn.{kind}" for kind in _SCORE_KINDS if kind != "scores_precap"
+                         or self.config.attn_softcap is not None]
         if self._model is not None and "resid_final" in self._arrays:
             keys.append("logits")
         return keys
 
-    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _score_views(self, layer: int, q: np.ndarray, k: np.ndarray) -> dict[str, np.ndarray]:
+        """scores, pattern (and scores_precap when soft-capped) from q and k, the forward pass's way:
+        the same functions, the layer's own mask (sliding window), scale and cap."""
         import torch
 
-        from explorer.core.model import attention_pattern, attention_scores
+        from explorer.core.model import attention_pattern, attention_scores, layer_window, soft_cap
 
-        n = q.shape[-2]
-        mask = _cpu_causal_mask(n, k.shape[-2]) if self.config.causal else None
+        cfg = self.config
+        mask = _cpu_causal_mask(q.shape[-2], k.shape[-2], layer_window(cfg, layer)) if cfg.causal else None
+        views = {}
         with torch.inference_mode():
-            scores = attention_scores(as_tensor(q), as_tensor(k), mask)
-            pattern = attention_pattern(scores)
-        return _readonly(scores.numpy()), _readonly(pattern.numpy())
+            scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale)
+            if cfg.attn_softcap is not None:
+                views["scores_precap"] = _readonly(scores.numpy())
+                scores = soft_cap(scores, cfg.attn_softcap, mask)
+            views["pattern"] = _readonly(attention_pattern(scores).numpy())
+        views["scores"] = _readonly(scores.numpy())
+        return views
 
-    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str) -> np.ndarray:
-        return self._scores_and_pattern(q, k)[0 if kind == "scores" else 1]
+    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray, layer: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        views = self._score_views(layer, q, k)
+        return views["scores"], views["pattern"]
+
+    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str, layer: int = 0) -> np.ndarray:
+        return self._score_views(layer, q, k)[kind]
 
     def _remember(self, key: str, value: np.ndarray) -> None:
         self._derived[key] = _readonly(value)
@@ -321,11 +339,11 @@ class Trace:
 
     def _derive(self, key: str) -> None:
         match = _BLOCK_KEY.match(key)
-        if match and match.group(2) in ("attn.scores", "attn.pattern") and \
+        if match and match.group(2) in tuple(f"attn.{kind}" for kind in _SCORE_KINDS) and \
                 f"blocks.{match.group(1)}.attn.q" in self._arrays and f"blocks.{match.group(1)}.attn.k" in self._arrays:
             layer = match.group(1)
             q, k = self._arrays[f"blocks.{layer}.attn.q"], self._arrays[f"blocks.{layer}.attn.k"]
-            self._remember(key, self._scores_or_pattern(q, k, match.group(2).split(".")[1]))
+            self._remember(key, self._scores_or_pattern(q, k, match.group(2).split(".")[1], int(layer)))
         elif match:
             self._rerun_block(int(match.group(1)), wanted=key)
         elif key == "logits":
@@ -338,12 +356,12 @@ class Trace:
     def _rerun_block(self, layer: int, wanted: str) -> None:
         import torch
 
-        from explorer.core.model import causal_mask
+        from explorer.core.model import causal_mask, layer_window
 
         model = self._model
         x = self._model_input(self._arrays[f"blocks.{layer}.resid_pre"])
         n = x.shape[1]
-        mask = causal_mask(n, n, x.device) if self.config.causal else None
+        mask = causal_mask(n, n, x.device, layer_window(self.config, layer)) if self.config.causal else None
         recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
                                         layers=frozenset({layer}), dtype="float32"))
         rec = recorder
@@ -352,14 +370,14 @@ class Trace:
 
             rec = Intervener([self.interventions], self.config.n_layers, recorder)
         with torch.inference_mode():
-            model.block_forward(layer, x, mask, model.rotary_for(n, x.device), rec)
+            model.block_forward(layer, x, mask, model.rotary_for(n, x.device, layer), rec)
         for key, value in recorder.arrays.items():
             if key not in self._arrays and key != f"blocks.{layer}.resid_pre":
                 self._remember(key, value)
         if wanted not in self._derived:  # scores or pattern: from the q and k just recomputed
             site = wanted.split(".")[-1]
             q, k = recorder.arrays[f"blocks.{layer}.attn.q"], recorder.arrays[f"blocks.{layer}.attn.k"]
-            self._remember(wanted, self._scores_or_pattern(q, k, site))
+            self._remember(wanted, self._scores_or_pattern(q, k, site, layer))
 
     def _final_logits(self) -> np.ndarray:
         import torch
@@ -370,28 +388,47 @@ class Trace:
 
 
 @lru_cache(maxsize=4)
-def _cpu_causal_mask(n: int, m: int) -> torch.Tensor:
+def _cpu_causal_mask(n: int, m: int, window: int | None = None) -> torch.Tensor:
     """The same mask as the forward pass's, kept for the per-head views (a trace asks for it often)."""
     from explorer.core.model import causal_mask
 
-    return causal_mask(n, m)
+    return causal_mask(n, m, window=window)
+
+
+_SCORE_KINDS = ("scores", "pattern", "scores_precap")
+
+
+def _norm_sites(cfg: ModelConfig) -> list[str]:
+    """The norms inside a block whose statistics a trace records (explorer/core/model.py's Block)."""
+    if cfg.norm == "none":
+        return []
+    sites = []
+    if cfg.norm_placement != "output":
+        sites += ["ln1"] + (["ln2"] if cfg.has_ffn else [])
+    if cfg.norm_placement in ("sandwich", "output"):
+        sites += ["ln1_out"] + (["ln2_out"] if cfg.has_ffn else [])
+    if cfg.qk_norm != "none":
+        sites += ["attn.q_norm", "attn.k_norm"]
+    return sites
 
 
 def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
     """How many bytes a trace of n tokens will store under ``spec`` (before running anything)."""
     c = config
     stats = {"layernorm": 2, "rmsnorm": 1, "none": 0}[c.norm]  # statistics recorded per norm
+    block_norms = [s for s in _norm_sites(c) if not s.startswith("attn.")]
+    qk_rows = {"none": 0, "full": 2, "head": c.n_heads + c.kv_heads, "per_head": c.n_heads + c.kv_heads}[c.qk_norm]
     per_layer = {
-        "resid": 2 * n * c.d_model, "norm": stats * n * (2 if c.has_ffn else 1),
+        "resid": 2 * n * c.d_model, "norm": stats * n * (len(block_norms) + qk_rows),
         "qkv": (c.n_heads + 2 * c.kv_heads) * n * c.d_head,
-        "scores": c.n_heads * n * n, "pattern": c.n_heads * n * n,
+        "scores": c.n_heads * n * n * (1 if c.attn_softcap is None else 2), "pattern": c.n_heads * n * n,
         "attn": c.n_heads * n * c.d_head + n * c.d_model,
         "mlp": (2 * n * c.d_ff + n * c.d_model) if c.has_ffn else 0,
     }
     layers = c.n_layers if spec.layers is None else len(spec.layers)
     total = sum(per_layer[k] for k in spec.kinds if k in per_layer) * layers
-    if "embed" in spec.kinds:
-        total += 2 * n * c.d_model
+    if "embed" in spec.kinds:  # the token rows, and the position rows where positions are added
+        total += n * c.d_model * (2 if c.positions in ("learned", "sinusoidal") else 1)
     if "resid" in spec.kinds:
         total += n * c.d_model
     if "norm" in spec.kinds and c.final_norm:

@@ -67,11 +67,15 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     cfg = trace.config
     if cfg.norm != "none" and cfg.norm_placement != "pre":
         raise DLAError("direct logit attribution needs a pre-norm model: here each block normalises its output")
+    if getattr(cfg, "final_softcap", None):
+        raise DLAError("direct logit attribution does not apply to soft-capped logits (not a sum of pieces)")
+    logit_scale = float(getattr(cfg, "logit_scale", 1.0))       # Granite: logits times a constant
+    residual_scale = float(getattr(cfg, "residual_scale", 1.0))  # Granite: sublayer outputs times a constant
     n = trace.n_tokens
     p = position % n
     L, H, dh = cfg.n_layers, cfg.n_heads, cfg.d_head
     W_U = _param(model.unembed.weight)
-    u = W_U[target] - (W_U[distractor] if distractor is not None else 0.0)   # [d]
+    u = logit_scale * (W_U[target] - (W_U[distractor] if distractor is not None else 0.0))   # [d]
 
     resid_final = trace["resid_final"][p].astype(np.float64)
     if model.ln_final is None:
@@ -81,6 +85,7 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     else:
         ln = model.ln_final
         w = _param(ln.weight) if ln.weight is not None else np.ones(cfg.d_model)
+        w = w + float(getattr(ln, "offset", 0.0) or 0.0) if ln.weight is not None else w  # Gemma: (1 + w)
         if ln.kind == "layernorm":
             scale = np.sqrt(resid_final.var() + ln.eps)
 
@@ -102,9 +107,9 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
         blk = model.blocks[layer]
         W_O = _param(blk.attn.W_O.weight)                                      # [d, H*dh]
         z = trace[f"blocks.{layer}.attn.z"][:, p].astype(np.float64)           # [H, dh]
-        per_head = np.einsum("dhk,hk->hd", W_O.reshape(-1, H, dh), z)          # [H, d]
+        per_head = residual_scale * np.einsum("dhk,hk->hd", W_O.reshape(-1, H, dh), z)   # [H, d]
         heads[layer] = frozen(per_head) @ u
-        b_O = _param(blk.attn.W_O.bias) if blk.attn.W_O.bias is not None else np.zeros(cfg.d_model)
+        b_O = residual_scale * (_param(blk.attn.W_O.bias) if blk.attn.W_O.bias is not None else np.zeros(cfg.d_model))
         attn_bias[layer] = float(frozen(b_O) @ u)
         attn_out = per_head.sum(0) + b_O
         _check(attn_out, trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
@@ -118,7 +123,7 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     bias = getattr(model.unembed, "bias", None)
     if bias is not None:
         b = _param(bias)
-        unembed_bias = float(b[target] - (b[distractor] if distractor is not None else 0.0))
+        unembed_bias = logit_scale * float(b[target] - (b[distractor] if distractor is not None else 0.0))
     logits = trace["logits"][p].astype(np.float64)
     logit = float(logits[target] - (logits[distractor] if distractor is not None else 0.0))
     result = DLA(heads, attn_bias, mlp, embed, norm_bias, unembed_bias, logit, p, target, distractor)

@@ -5,7 +5,7 @@ package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
 * Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``);
+  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ...);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
 * built-in names: ``worked-example`` and each directory under ``models/``.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core import worked_example
-from explorer.core.checkpoint import gpt2, llama, nanogpt, neox
+from explorer.core.checkpoint import gemma, gpt2, granite, llama, nanogpt, neox, olmo, qwen, stablelm
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.errors import CheckpointError
@@ -37,6 +37,11 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **gpt2.LOADERS,
     **llama.LOADERS,
     **neox.LOADERS,
+    **qwen.LOADERS,
+    **gemma.LOADERS,
+    **olmo.LOADERS,
+    **stablelm.LOADERS,
+    **granite.LOADERS,
 }
 
 

@@ -266,8 +266,13 @@ class AttentionPanel(AttentionOverview, Panel):
         tokens = list(self.trace.tokens)
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
         layer, head = self.layer_head()
-        what = "attention pattern" if self.kind == "pattern" else "scaled scores q\u00b7k/\u221ad_head"
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}  (rows: queries, columns: keys)")
+        cfg = self.trace.config  # the family's own scale, cap and window, as the forward pass applies them
+        scaled = "q\u00b7k/\u221ad_head" if cfg.attn_scale is None else f"q\u00b7k\u00d7{cfg.attn_scale:.3g}"
+        capped = f", capped at \u00b1{cfg.attn_softcap:g}" if cfg.attn_softcap else ""
+        what = "attention pattern" if self.kind == "pattern" else f"scores {scaled}{capped}"
+        window = f", sliding window {cfg.sliding_window}" if layer in cfg.sliding_layers else ""
+        axes = "" if capped or window else "  (rows: queries, columns: keys)"  # the axes say it too
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}{axes}")
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
@@ -287,7 +292,9 @@ class AttentionPanel(AttentionOverview, Panel):
         self.query_outline.setRect(QRectF(0, i, n, 1))
         tokens = self.trace.tokens
         name = KINDS[self.kind][0]
-        later = " (later keys masked)" if masked[i].any() else ""
+        earlier = masked[i, :i].any()  # a sliding window hides keys before the query too
+        later = (" (keys outside its window masked)" if earlier
+                 else " (later keys masked)" if masked[i].any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
         lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))
