@@ -316,6 +316,30 @@ def test_direct_logit_attribution_sums_to_the_logit(tiny_gpt2, llama, which) -> 
     assert abs(dla.total - ablated["logits"][-1, 11]) <= 1e-4
 
 
+@pytest.mark.parametrize("switches", [
+    dict(norm="rmsnorm", norm_offset=1.0, gated_ffn=True, activation="silu", attn_bias=False, mlp_bias=False),
+    dict(residual_scale=0.4, logit_scale=0.25, embed_scale=2.0),
+    dict(parallel_residual=True, n_kv_heads=1, positions="rotary"),
+])
+def test_direct_logit_attribution_on_other_switches(switches) -> None:
+    """Gemma-style offset RMSNorm, Granite-style scales, a parallel block with GQA: the terms still add up."""
+    from explorer.core.analysis.dla import direct_logit_attribution
+    from explorer.core.config import ModelConfig
+    from explorer.core.model import Transformer
+    from explorer.core.trace import capture
+
+    torch.manual_seed(3)
+    cfg = ModelConfig(vocab_size=60, n_ctx=16, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=32, **switches)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    trace, logits = capture(model, [1, 5, 9, 3, 7], ["t"] * 5)
+    dla = direct_logit_attribution(trace, 11, 3, 4)
+    assert abs(dla.total - (logits[3, 11] - logits[3, 4])) <= 1e-4
+    assert np.abs(dla.heads).max() > 1e-3
+
+
 def test_direct_logit_attribution_refuses_post_norm() -> None:
     from explorer.core.analysis.dla import DLAError, direct_logit_attribution
     from explorer.core.config import ModelConfig
