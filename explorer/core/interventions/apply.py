@@ -57,6 +57,15 @@ class Intervener:
     def __bool__(self) -> bool:
         return bool(self._by_site)
 
+    def records(self, site: str, layer: int | None) -> bool:
+        """Whether the run must compute ``site`` explicitly for someone to look at it: only if the inner
+        recorder wants it. Interventions act on z and later, which exist on every attention path, so a
+        fused attention kernel (one that never forms the scores) may run under them."""
+        if self.inner is None:
+            return False
+        records = getattr(self.inner, "records", None)
+        return True if records is None else bool(records(site, layer))
+
     def __call__(self, site: str, layer: int | None, tensor: Tensor) -> Tensor:
         todo = self._by_site.get((site, layer))
         if todo:
