@@ -166,3 +166,17 @@ def test_patching_view_fills_its_grids_and_inspects_a_patch(qtbot, window) -> No
                                np.asarray(expected.clean[("resid_pre", 1)][1]), atol=1e-6)
     data, rows, cols = panel._grid_data("resid")
     assert data.shape == (L + 1, len(clean)) and rows[-1] == "final"
+
+
+def test_what_changed_shows_where_the_stream_moved(qtbot, tiny_loaded) -> None:
+    from explorer.core.analysis.changes import stream_difference
+
+    ids = tiny_loaded.encode(PROMPT)[0]
+    trace = tiny_loaded.trace_ids(ids, interventions=[Intervention("resid", 1, None, "zero", (4,))])
+    baseline = tiny_loaded.trace_ids(ids, CaptureSpec.compact())
+    trace.memo(BASELINE, lambda: baseline)
+    panel = fed(qtbot, WhatChangedPanel, tiny_loaded, trace)
+    diff = stream_difference(trace, baseline)
+    np.testing.assert_allclose(panel.stream_map.matrix, diff)
+    assert not diff[:1].any() and not diff[1:, :4].any()  # before the layer and before the position: nothing
+    assert diff[1, 4] == pytest.approx(1.0) and diff[2:, 5:].max() > 0  # zeroed there; later ones follow

@@ -7,15 +7,22 @@
   KL(before || after) of the whole next-token distribution;
 * at every position i < n - 1: the log-probability of the token that actually comes next
   (``token_ids[i + 1]``) before and after, and their difference.
+
+:func:`stream_difference` shows where in the model the change happened: the relative size of the
+difference of the residual stream at every layer boundary and position.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from explorer.core.analysis.ranking import top_k_ids
+
+if TYPE_CHECKING:
+    from explorer.core.trace import Trace
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -55,3 +62,15 @@ def compare_runs(before: np.ndarray, after: np.ndarray, token_ids: np.ndarray, p
     next_before = log_softmax(before[:-1])[rows, nxt] if n > 1 else np.zeros(0)
     next_after = log_softmax(after[:-1])[rows, nxt] if n > 1 else np.zeros(0)
     return RunComparison(p, ids[order], pb[order], pa[order], kl, next_before, next_after)
+
+
+def stream_difference(changed: Trace, baseline: Trace) -> np.ndarray:
+    """How far the interventions moved the residual stream: ‖x_changed - x_baseline‖ / ‖x_baseline‖ at
+    every boundary (rows: entering each block, then after the last) and position.  [L + 1, n]"""
+    from explorer.core.analysis.residual import residual_stack
+
+    a = residual_stack(changed).astype(np.float64)
+    b = residual_stack(baseline).astype(np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"the runs differ in shape: {a.shape} vs {b.shape}")
+    return np.linalg.norm(a - b, axis=-1) / np.maximum(np.linalg.norm(b, axis=-1), 1e-12)

@@ -1,5 +1,8 @@
 """What changed: the run with the session's interventions against the run without them.
 
+* below: the residual stream's relative change at every layer boundary and position
+  (``stream_difference``), i.e. where in the model the interventions took effect;
+
 * left: the next-token candidates at the selected token (the last if none), both probabilities
   side by side (grey: without the interventions, red: with them);
 * right: at every position, how the log-probability of the token that actually comes next moved
@@ -15,13 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QWidget
 
-from explorer.core.analysis.changes import RunComparison, compare_runs
+from explorer.core.analysis.changes import RunComparison, compare_runs, stream_difference
+from explorer.core.analysis.residual import boundary_labels
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.selection import Selection
+from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.plots import fixed_plot
 from explorer.ui.workers import BASELINE
 
@@ -44,6 +50,14 @@ def comparison(trace: Trace, position: int | None) -> RunComparison | None:
     p = trace.n_tokens - 1 if position is None else position
     return trace.memo(("what_changed", p), lambda: compare_runs(baseline["logits"], trace["logits"],
                                                                 trace.token_ids, p, TOP))
+
+
+def difference(trace: Trace) -> np.ndarray | None:
+    """The residual stream's relative change at every boundary and position (None without interventions)."""
+    baseline = trace.memo(BASELINE, lambda: None)
+    if baseline is None or not trace.interventions:
+        return None
+    return trace.memo(("what_changed", "stream"), lambda: stream_difference(trace, baseline))
 
 
 class WhatChangedPanel(Panel):
@@ -72,12 +86,20 @@ class WhatChangedPanel(Panel):
         self.delta_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=AFTER_BRUSH, pen=None)
         self.deltas.addItem(self.delta_bars)
         self.deltas.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("k", width=1)))
+        self.stream_map = Heatmap(colormap="viridis", title="\u2016x with \u2212 x without\u2016 / \u2016x without\u2016: "
+                                                              "where the residual stream changed")
         splitter = QSplitter()
         splitter.addWidget(self.candidates)
         splitter.addWidget(self.deltas)
-        self.body.addWidget(splitter, 1)
+        column = QSplitter(Qt.Orientation.Vertical)
+        column.addWidget(splitter)
+        column.addWidget(self.stream_map)
+        column.setStretchFactor(0, 3)
+        column.setStretchFactor(1, 2)
+        self.body.addWidget(column, 1)
         self.add_exportable("what changed: next-token candidates", self.candidates, self._candidate_data)
         self.add_exportable("what changed: log p of the next token", self.deltas, self._delta_data)
+        self.add_exportable("what changed: residual stream difference", self.stream_map, self._stream_data)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> WhatChangedSnapshot:
@@ -85,9 +107,12 @@ class WhatChangedPanel(Panel):
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
         comparison(trace, snapshot.token)
+        difference(trace)
 
     def show_trace(self, trace: Trace) -> None:
         self._draw()
+        matrix, rows, cols = self._stream_data()
+        self.stream_map.set_data(matrix, rows, cols, value_name="relative change")
 
     def selection_changed(self, what: str) -> None:
         if what == "token":
@@ -125,6 +150,12 @@ class WhatChangedPanel(Panel):
         step = max(1, round(len(ticks) / 6))
         self.deltas.getAxis("bottom").setTicks([[(i, ticks[i]) for i in range(0, len(ticks), step)]])
         self.deltas.setXRange(-0.6, max(delta.size, 1) - 0.4, padding=0)
+
+    def _stream_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        diff = difference(self.trace) if self.trace is not None else None
+        if diff is None:
+            return np.zeros((0, 0)), [], []
+        return diff, boundary_labels(self.trace.config.n_layers), token_labels(self.trace.tokens)
 
     def _display(self, token_id: int) -> str:
         return repr(self.tokenizer.display(token_id)) if self.tokenizer is not None else str(token_id)
