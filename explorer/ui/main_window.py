@@ -174,7 +174,7 @@ class MainWindow(QMainWindow):
     def _on_interventions_changed(self) -> None:
         active = self.interventions.active()
         self.controller.interventions = active
-        self.generation.interventions = active
+        self.generation.active_interventions = active  # generate with them too
         self.controller.request()
 
     def _action(self, menu, text: str, slot, shortcut: Any = None, tip: str = "") -> QAction:

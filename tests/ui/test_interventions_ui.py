@@ -180,3 +180,27 @@ def test_what_changed_shows_where_the_stream_moved(qtbot, tiny_loaded) -> None:
     np.testing.assert_allclose(panel.stream_map.matrix, diff)
     assert not diff[:1].any() and not diff[1:, :4].any()  # before the layer and before the position: nothing
     assert diff[1, 4] == pytest.approx(1.0) and diff[2:, 5:].max() > 0  # zeroed there; later ones follow
+
+
+def test_the_generation_pane_generates_with_the_interventions(qtbot, window, tmp_path) -> None:
+    import json
+
+    from explorer.core.generation.generate import generate
+    from explorer.core.generation.sampling import SamplingParams
+
+    pane = window.generation
+    pane.set_prompt(PROMPT)
+    pane.max_new.setValue(6)
+    pane.greedy.setChecked(True)
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.interventions.set(Intervention("attn", 0))
+    with qtbot.waitSignal(pane.generation_finished, timeout=60_000):
+        assert pane.generate()
+    ids = window.loaded.encode(PROMPT)[0]
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    steered = generate(window.loaded, ids, params, interventions=[Intervention("attn", 0)]).token_ids
+    assert pane.result.token_ids == steered
+    assert [iv.key for iv in pane.result.interventions] == [("attn", 0, None, "zero", None)]
+    pane.export_transcript(tmp_path / "t.json")
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["interventions"] == [{"target": "attn", "layer": 0, "mode": "zero"}]

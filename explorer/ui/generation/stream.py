@@ -124,7 +124,7 @@ class GenerationRun:
         self.step_spin.blockSignals(False)
         self._cancel = threading.Event()
         worker = create_worker(stream_steps, self.loaded, list(ids), params, self._cancel,
-                               interventions=tuple(getattr(self, "interventions", ())),  # the window's, if any
+                               interventions=tuple(getattr(self, "active_interventions", ()) or ()),  # the window's, if any
                                _start_thread=False, _ignore_errors=True)
         worker.yielded.connect(lambda steps, g=gen_id: self._on_steps(g, steps))
         worker.returned.connect(lambda result, g=gen_id: self._on_returned(g, result))
