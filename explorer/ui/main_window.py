@@ -40,13 +40,12 @@ from explorer.ui.docks import (
 )
 from explorer.ui.export import window_actions
 from explorer.ui.generation import GenerationPane
-from explorer.ui.interventions.state import InterventionState
+from explorer.ui.interventions.window import wire_interventions
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.widgets.prompt_editor import PromptEditor
 from explorer.ui.widgets.run_controls import DeviceControls, LayerHeadControls
-from explorer.ui.widgets.intervention_strip import InterventionStrip
 from explorer.ui.widgets.status_bar import StatusBar
 from explorer.ui.workers import (
     LoadRequest,
@@ -117,7 +116,7 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status)
         self.menus = ModelMenus(self.recent, _builtin_names, self)
         self._build_toolbar()
-        self._build_interventions()
+        self.interventions, self.intervention_strip = wire_interventions(self)  # explorer/ui/interventions/
         self._build_menus()
         self._connect()
         self.setAcceptDrops(True)
@@ -155,27 +154,6 @@ class MainWindow(QMainWindow):
         bar.addWidget(self.layer_head)
         self.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
         self.toolbar = bar
-
-    def _build_interventions(self) -> None:
-        """The session's interventions: every panel edits and marks them, every trace runs with them."""
-        self.interventions = InterventionState(self)
-        for panel in self.panels:
-            panel.set_interventions(self.interventions)
-            if hasattr(panel, "run_prompt"):  # the patching view runs the corrupted prompt with one patch
-                panel.run_prompt.connect(self.set_prompt)
-        self.intervention_strip = InterventionStrip(self.interventions, self)
-        bar = QToolBar("Interventions", self)
-        bar.setObjectName("toolbar-interventions")
-        bar.addWidget(self.intervention_strip)
-        self.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)
-        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
-        self.interventions.changed.connect(self._on_interventions_changed)
-
-    def _on_interventions_changed(self) -> None:
-        active = self.interventions.active()
-        self.controller.interventions = active
-        self.generation.active_interventions = active  # generate with them too
-        self.controller.request()
 
     def _action(self, menu, text: str, slot, shortcut: Any = None, tip: str = "") -> QAction:
         action = menu.addAction(text)

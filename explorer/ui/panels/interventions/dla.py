@@ -40,7 +40,7 @@ def attribution(trace: Trace, position: int | None) -> DLA | str:
 
 class DLAPanel(Panel):
     title = "Direct logit attribution"
-    explanation = ""
+    explanation = "dla"
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)

@@ -39,7 +39,7 @@ def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, 
 
 class PatchingPanel(Panel):
     title = "Activation patching"
-    explanation = ""
+    explanation = "patching"
     run_prompt = Signal(str)  # the window runs this prompt (the corrupted one, to inspect a patch)
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:

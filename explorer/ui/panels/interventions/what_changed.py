@@ -62,7 +62,7 @@ def difference(trace: Trace) -> np.ndarray | None:
 
 class WhatChangedPanel(Panel):
     title = "What changed"
-    explanation = ""
+    explanation = "what_changed"
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
