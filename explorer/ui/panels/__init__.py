@@ -14,6 +14,7 @@ _REGISTRY = [
     ("explorer.ui.panels.interventions", "WhatChangedPanel"),
     ("explorer.ui.panels.interventions", "DLAPanel"),
     ("explorer.ui.panels.interventions", "PatchingPanel"),
+    ("explorer.ui.panels.masked", "MaskedTokensPanel"),
 ]
 
 

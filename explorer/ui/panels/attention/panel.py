@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from explorer.core.analysis import attention as analysis
 from explorer.core.display.labels import token_labels
-from explorer.core.display.levels import finite_levels, thinned_ticks
+from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.trace import Trace
 from explorer.ui.interventions.panels import install_attention
@@ -122,6 +122,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addStretch(1)
         self.info = QLabel()
         self.info.setStyleSheet("color: #555")
+        self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
         row.addWidget(self.info)
         self.body.addLayout(row)
 
@@ -152,6 +153,7 @@ class AttentionPanel(AttentionOverview, Panel):
         self.add_exportable("attention, selected query row", self.row_plot, self._row_data)
         self.add_exportable("head statistics", self.statistics, self._statistics_data)
         install_attention(self)  # right-click: switch a head off (explorer/ui/interventions/)
+        self.add_exportable("head statistics table", self.statistics_table, self._statistics_table_data)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> AttentionSnapshot:
@@ -212,7 +214,9 @@ class AttentionPanel(AttentionOverview, Panel):
             self.stats_toggle.setChecked(on)  # re-enters through the toggled signal
             return
         self.stat_box.setEnabled(on)
-        self.statistics.setVisible(on)
+        self.statistics_area.setVisible(on)
+        if on:
+            self._give_statistics_room()
         self._draw_statistics()
 
     def set_statistic(self, name: str) -> None:
@@ -271,8 +275,7 @@ class AttentionPanel(AttentionOverview, Panel):
         capped = f", capped at \u00b1{cfg.attn_softcap:g}" if cfg.attn_softcap else ""
         what = "attention pattern" if self.kind == "pattern" else f"scores {scaled}{capped}"
         window = f", sliding window {cfg.sliding_window}" if layer in cfg.sliding_layers else ""
-        axes = "" if capped or window else "  (rows: queries, columns: keys)"  # the axes say it too
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}{axes}")
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}")  # the axes say query and key
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
@@ -297,7 +300,7 @@ class AttentionPanel(AttentionOverview, Panel):
                  else " (later keys masked)" if masked[i].any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
-        lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))
+        lo, hi = finite_extent(heights)
         self.row_plot.setXRange(0, max(n, 1), padding=0.01)
         self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 
