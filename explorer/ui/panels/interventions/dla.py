@@ -9,7 +9,7 @@ token up, blue down. Heads switched off (the session's interventions) write noth
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
 from explorer.core.trace import Trace
@@ -46,7 +46,9 @@ class DLAPanel(Panel):
         super().__init__(selection, parent)
         self.result: DLA | None = None
         self.info = QLabel("")
-        self.info.setWordWrap(True)
+        # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
+        # preferred height); the tooltip has the whole text
+        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.body.addWidget(self.info)
         self.heatmap = Heatmap(colormap="CET-D1", symmetric=True, title="direct contribution to the logit")
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
@@ -68,7 +70,7 @@ class DLAPanel(Panel):
         got = attribution(trace, self.selection.token)
         if isinstance(got, str):
             self.result = None
-            self.info.setText(got)
+            self._say(got)
             self.heatmap.set_data(np.zeros((0, 0)))
             return
         self.result = d = got
@@ -76,11 +78,15 @@ class DLAPanel(Panel):
         self.heatmap.set_data(matrix, rows, cols, value_name="logit contribution")
         target = self.tokenizer.display(d.target) if self.tokenizer is not None else str(d.target)
         ffn = f" + FFNs {d.mlp.sum():.3f}" if trace.config.has_ffn else ""
-        self.info.setText(
+        self._say(
             f"Logit of {target!r} after {d.position}:{trace.tokens[d.position]!r} = {d.logit:.3f} = "
             f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
             f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "
             "Click a cell to select its head.")
+
+    def _say(self, text: str) -> None:
+        self.info.setText(text)
+        self.info.setToolTip(text)
 
     def _on_cell_clicked(self, row: int, col: int) -> None:
         if self.result is not None and col < self.result.heads.shape[1]:

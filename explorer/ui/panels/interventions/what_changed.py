@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSplitter, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 
 from explorer.core.analysis.changes import RunComparison, compare_runs, stream_difference
 from explorer.core.analysis.residual import boundary_labels
@@ -68,7 +68,9 @@ class WhatChangedPanel(Panel):
         super().__init__(selection, parent)
         self.result: RunComparison | None = None
         self.info = QLabel("No interventions: right-click a head, a neuron or a residual cell to switch it off.")
-        self.info.setWordWrap(True)
+        # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
+        # preferred height); the tooltip has the whole text
+        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.body.addWidget(self.info)
         self.candidates = fixed_plot(grid="x")
         self.candidates.setLabel("bottom", "probability")
@@ -123,7 +125,7 @@ class WhatChangedPanel(Panel):
         trace = self.trace
         self.result = comparison(trace, self.selection.token) if trace is not None else None
         if self.result is None:
-            self.info.setText("No interventions: right-click a head, a neuron or a residual cell to switch it off. "
+            self._say("No interventions: right-click a head, a neuron or a residual cell to switch it off. "
                               "This panel then compares the run with them to the run without.")
             for bars in (self.before_bars, self.after_bars):
                 bars.setOpts(x0=[], y=[], width=[])
@@ -132,7 +134,7 @@ class WhatChangedPanel(Panel):
         r = self.result
         labels = ", ".join(iv.label for iv in trace.interventions)
         token = trace.tokens[r.position]
-        self.info.setText(f"With {labels}: next-token distribution after {r.position}:{token!r} "
+        self._say(f"With {labels}: next-token distribution after {r.position}:{token!r} "
                           f"(KL {r.kl:.3f} nats); right: how the log-probability of each actual next token moved.")
         k = len(r.ids)
         y = np.arange(k, dtype=float)
@@ -156,6 +158,10 @@ class WhatChangedPanel(Panel):
         if diff is None:
             return np.zeros((0, 0)), [], []
         return diff, boundary_labels(self.trace.config.n_layers), token_labels(self.trace.tokens)
+
+    def _say(self, text: str) -> None:
+        self.info.setText(text)
+        self.info.setToolTip(text)
 
     def _display(self, token_id: int) -> str:
         return repr(self.tokenizer.display(token_id)) if self.tokenizer is not None else str(token_id)
