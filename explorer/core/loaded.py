@@ -72,11 +72,13 @@ class LoadedModel:
         """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``),
         with ``interventions`` (explorer/core/interventions/) applied if any."""
         ids, truncated_from = self.encode(text)
-        return self.trace_ids(ids, spec, truncated_from, interventions)
+        return self.trace_ids(ids, spec, truncated_from, interventions=interventions)
 
     def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None,
-                  interventions: Sequence[Any] = ()) -> Trace:
-        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from,
+                  cancel: Any = None, interventions: Sequence[Any] = ()) -> Trace:
+        """``cancel``: a callable asked at every layer boundary (see ``capture``); ``interventions``
+        (explorer/core/interventions/) are applied to the run."""
+        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
                            interventions)
         return trace
 
