@@ -20,6 +20,13 @@ from explorer.ui.workers import BASELINE
 PROMPT = "The cat sat on the mat, and the dog sat on the log."
 
 
+def shown(qtbot, window, panel) -> None:
+    """Bring ``panel``'s dock to the front and wait until it shows the window's trace (hidden panels
+    are drawn when shown)."""
+    next(d for d in window.docks if d.panel is panel).raise_()
+    qtbot.waitUntil(lambda: panel.trace is window.trace, timeout=30_000)
+
+
 def fed(qtbot, cls, loaded, trace):
     selection = Selection()
     panel = cls(selection)
@@ -72,6 +79,8 @@ def test_right_click_switches_a_head_off_and_every_run_follows(qtbot, window, mo
     attention = next(p for p in window.panels if p.title.startswith("Attention"))
     state = window.interventions
     assert window.intervention_strip.hint.isVisible() or not window.isVisible()
+    next(d for d in window.docks if d.panel is attention).raise_()  # drawn once on screen (progressive views)
+    qtbot.waitUntil(lambda: attention.geometry is not None, timeout=30_000)
     x, y = attention.geometry.tile_center(1, 0)
     scene = attention.overview_image.mapToScene(QPointF(x, y))
     shown: list[QMenu] = []
@@ -99,7 +108,10 @@ def test_right_click_switches_a_head_off_and_every_run_follows(qtbot, window, mo
     assert attention._intervention_marks[0].count == 1      # a cross over the tile
     assert [b.text() for b in window.intervention_strip.toggles] == ["head 1.0 zero"]
     what = next(p for p in window.panels if isinstance(p, WhatChangedPanel))
-    assert what.result is not None and "head 1.0 zero" in what.info.text()
+    next(d for d in window.docks if d.panel is what).raise_()  # a hidden panel is drawn when shown
+    qtbot.waitUntil(lambda: what.result is not None, timeout=30_000)
+    assert "head 1.0 zero" in what.info.text()
+    next(d for d in window.docks if d.panel is attention).raise_()
     # the menu now offers Clear; the strip's toggle turns it off and the next trace is clean again
     attention.overview_plot.getViewBox().raiseContextMenu(Click())
     assert "Clear head 1.0" in [a.text() for a in shown[-1].actions()]
@@ -117,6 +129,9 @@ def test_neuron_and_residual_menus(qtbot, window, where) -> None:
     from explorer.ui.interventions.menu import component_actions
 
     panel = next(p for p in window.panels if where in p.title.lower())
+    shown(qtbot, window, panel)
+    if where == "neuron":
+        qtbot.waitUntil(lambda: panel.columns().size > 0, timeout=30_000)
     if where == "neuron":
         found = ("neuron", panel.layer(), int(panel.columns()[0]), None, "neuron")
     else:
@@ -138,6 +153,7 @@ def test_patching_view_fills_its_grids_and_inspects_a_patch(qtbot, window) -> No
     from explorer.ui.panels.interventions import PatchingPanel
 
     panel = next(p for p in window.panels if isinstance(p, PatchingPanel))
+    shown(qtbot, window, panel)
     clean = window.loaded.encode(window.prompt.text())[0]
     corrupt_ids = list(clean)
     corrupt_ids[1] = clean[0]
