@@ -5,11 +5,17 @@ import sys
 import time
 from pathlib import Path
 
-from explorer.commands import add_model_arguments, load_model
+from explorer.commands import (
+    add_intervention_arguments,
+    add_model_arguments,
+    interventions_from,
+    load_model,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_intervention_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path,
                         help="the directory to write into (replaced whole when the export is complete)")
@@ -29,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
     def say(text: str) -> None:  # progress on stderr, so stdout stays the one-line summary
         print(f"[{time.perf_counter() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
+    interventions = interventions_from(args)  # a bad spec fails before the model loads
     loaded = load_model(args)
-    trace = loaded.trace(args.prompt)
+    trace = loaded.trace(args.prompt, interventions=interventions)
     say(f"traced {trace.n_tokens} tokens (forward pass {trace.meta.forward_seconds:.2f} s)")
     if trace.meta.truncated_from:
         print(f"note: the prompt has {trace.meta.truncated_from} tokens; only the first "

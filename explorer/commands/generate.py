@@ -10,11 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from explorer.commands import add_model_arguments, load_model
+from explorer.commands import (
+    add_intervention_arguments,
+    add_model_arguments,
+    interventions_from,
+    load_model,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_intervention_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to continue")
     parser.add_argument("--max-new-tokens", "-n", type=int, default=64, help="at most this many new tokens (64)")
     parser.add_argument("--temperature", "-t", type=float, default=1.0, help="0 is greedy (default 1)")
@@ -68,7 +74,8 @@ def format_step(step, tokenizer) -> str:
 def run(args: argparse.Namespace) -> int:
     from explorer.core.generation.generate import IncrementalText, generate
 
-    params = sampling_params(args)  # bad controls fail before the model loads
+    params = sampling_params(args)  # bad controls and specs fail before the model loads
+    interventions = interventions_from(args)
     loaded = load_model(args)
     if loaded.generation_blocked:
         from explorer.core.errors import ExplorerError
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             out.flush()
 
     result = generate(loaded, prompt_ids if prompt_ids else args.prompt, params,
-                      use_cache=not args.no_cache, on_step=on_step)
+                      use_cache=not args.no_cache, on_step=on_step, interventions=interventions)
     if args.show_steps:
         out.write("\n" + result.text)
     else:

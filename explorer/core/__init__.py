@@ -32,6 +32,9 @@ _EXPORTS = {
     "generate_steps": "explorer.core.generation.generate",
     "Step": "explorer.core.generation.generate",
     "GenerationResult": "explorer.core.generation.generate",
+    "Intervention": "explorer.core.interventions.spec",
+    "activation_patching": "explorer.core.interventions.patching",
+    "direct_logit_attribution": "explorer.core.analysis.dla",
     "ExplorerError": "explorer.core.errors",
     "CheckpointError": "explorer.core.errors",
     "TokenizerError": "explorer.core.errors",
@@ -63,6 +66,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.errors import CheckpointError, ExplorerError, PromptError, TokenizerError
     from explorer.core.generation.generate import GenerationResult, Step, generate, generate_steps
     from explorer.core.generation.sampling import SamplingParams
+    from explorer.core.analysis.dla import direct_logit_attribution
+    from explorer.core.interventions.patching import activation_patching
+    from explorer.core.interventions.spec import Intervention
     from explorer.core.loaded import LoadedModel
     from explorer.core.model import Transformer
     from explorer.core.trace import CaptureSpec, Trace

@@ -7,6 +7,7 @@ describes itself for ``transformer-explorer info`` and the window's title.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,15 +68,18 @@ class LoadedModel:
             return ids[: self.config.n_ctx], len(ids)
         return ids, None
 
-    def trace(self, text: str, spec: CaptureSpec | None = None) -> Trace:
-        """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``)."""
+    def trace(self, text: str, spec: CaptureSpec | None = None, interventions: Sequence[Any] = ()) -> Trace:
+        """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``),
+        with ``interventions`` (explorer/core/interventions/) applied if any."""
         ids, truncated_from = self.encode(text)
-        return self.trace_ids(ids, spec, truncated_from)
+        return self.trace_ids(ids, spec, truncated_from, interventions=interventions)
 
     def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None,
-                  cancel: Any = None) -> Trace:
-        """``cancel``: a callable asked at every layer boundary (see ``capture``)."""
-        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel)
+                  cancel: Any = None, interventions: Sequence[Any] = ()) -> Trace:
+        """``cancel``: a callable asked at every layer boundary (see ``capture``); ``interventions``
+        (explorer/core/interventions/) are applied to the run."""
+        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
+                           interventions)
         return trace
 
     def info(self) -> dict[str, Any]:

@@ -5,6 +5,9 @@ H query heads, Hkv key/value heads, dh = d_head, f = d_ff, V = vocabulary.
 
 Capture: every interesting tensor passes through ``rec(site, layer, tensor)``. With no capture,
 ``rec`` is a function that does nothing, so the plain forward pays one no-op call per site.
+Interventions: at the sites a user can change (the residual stream, each head's output z, the
+attention and FFN outputs, the neurons) the forward pass goes on with what ``rec`` returns
+(``x = rec(...)``); the no-op returns its input unchanged (explorer/core/interventions/).
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
 from explorer.core.rope import inverse_frequencies
 
-Rec = Callable[[str, "int | None", Tensor], None]
+Rec = Callable[[str, "int | None", Tensor], "Tensor | None"]
 
 
-def _no_capture(site: str, layer: int | None, tensor: Tensor) -> None:
-    return None
+def _no_capture(site: str, layer: int | None, tensor: Tensor) -> Tensor:
+    return tensor
 
 
 # --- the small pieces of math, shared by the forward pass and by the Trace's on-demand views ----
@@ -359,7 +362,7 @@ class Transformer(nn.Module):
             window = layer_window(cfg, layer)
             x = self.block_forward(layer, x, masks[window], rotary[window is not None], rec, cache)
 
-        rec("resid_final", None, x)
+        x = rec("resid_final", None, x)
         if last_only:
             x = x[:, -1:]
         if self.ln_final is not None:
@@ -383,7 +386,7 @@ class Transformer(nn.Module):
         B, n, _ = x.shape
         H, Hkv, dh = cfg.n_heads, cfg.kv_heads, cfg.d_head
         pre_norm = cfg.norm_placement in ("pre", "sandwich") and blk.ln1 is not None
-        rec("resid_pre", layer, x)
+        x = rec("resid_pre", layer, x)
 
         # attention: project to per-head queries, keys, values
         h = blk.ln1(x, rec, "ln1", layer) if pre_norm else x
@@ -415,13 +418,13 @@ class Transformer(nn.Module):
             z = weighted_values(pattern, v)                                # [B, H, n, dh]
         else:  # nobody looks at the n x m scores: the same math in one fused kernel
             z = fused_attention(q, k, v, mask, cfg.attn_scale)             # [B, H, n, dh]
-        rec("attn.z", layer, z)
+        z = rec("attn.z", layer, z)
         attn_out = blk.attn.W_O(z.transpose(1, 2).reshape(B, n, H * dh))   # concat heads, W_O: [B, n, d]
         if blk.ln1_out is not None:                                        # Gemma 2/3, OLMo 2: norm the output
             attn_out = blk.ln1_out(attn_out, rec, "ln1_out", layer)
         if cfg.residual_scale != 1.0:                                      # Granite: scaled before it is added
             attn_out = attn_out * cfg.residual_scale
-        rec("attn.out", layer, attn_out)                                   # what is added to the stream
+        attn_out = rec("attn.out", layer, attn_out)                        # what is added to the stream
 
         mid = x + attn_out
         if not pre_norm and blk.ln1 is not None:                           # post-norm: normalise the sum
@@ -442,13 +445,13 @@ class Transformer(nn.Module):
             pre = blk.mlp.W_in(ffn_in)                                     # [B, n, f]
             rec("mlp.pre", layer, pre)
             post = activation(cfg.activation)(pre)
-        rec("mlp.post", layer, post)
+        post = rec("mlp.post", layer, post)
         mlp_out = blk.mlp.W_out(post)                                      # [B, n, d]
         if blk.ln2_out is not None:
             mlp_out = blk.ln2_out(mlp_out, rec, "ln2_out", layer)
         if cfg.residual_scale != 1.0:
             mlp_out = mlp_out * cfg.residual_scale
-        rec("mlp.out", layer, mlp_out)
+        mlp_out = rec("mlp.out", layer, mlp_out)
 
         out = (x + attn_out + mlp_out) if cfg.parallel_residual else (mid + mlp_out)
         if not pre_norm and blk.ln2 is not None:

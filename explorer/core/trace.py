@@ -164,13 +164,14 @@ class Recorder:
         """Whether ``site`` of ``layer`` is stored (the forward pass skips computing what nobody records)."""
         return self.spec.wants(kind_of(site), layer)
 
-    def __call__(self, site: str, layer: int | None, tensor: torch.Tensor) -> None:
+    def __call__(self, site: str, layer: int | None, tensor: torch.Tensor) -> torch.Tensor:
         if site == "resid_pre" and self._cancelled is not None and self._cancelled():
             from explorer.core.cancel import Cancelled
 
             raise Cancelled()
         if self.spec.wants(kind_of(site), layer):
             self.arrays[_key(site, layer)] = _readonly(to_numpy(tensor[0], self.spec.dtype))
+        return tensor
 
 
 @dataclass(frozen=True)
@@ -192,13 +193,14 @@ class Trace:
 
     def __init__(self, token_ids: Sequence[int], tokens: Sequence[str], config: ModelConfig,
                  arrays: dict[str, np.ndarray], meta: TraceMeta | None = None,
-                 model: Transformer | None = None) -> None:
+                 model: Transformer | None = None, interventions: tuple = ()) -> None:
         self.token_ids = _readonly(np.asarray(token_ids, dtype=np.int64).copy())
         self.tokens: tuple[str, ...] = tuple(tokens)
         self.config = config
         self.meta = meta or TraceMeta()
         self._arrays = dict(arrays)
         self._model = model
+        self.interventions = tuple(interventions)  # resolved Intervention objects this run was made with
         self._derived: OrderedDict[str, np.ndarray] = OrderedDict()
         self._memo: dict[Any, Any] = {}
         self._lock = threading.RLock()
@@ -391,8 +393,13 @@ class Trace:
         mask = causal_mask(n, n, x.device, layer_window(self.config, layer)) if self.config.causal else None
         recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
                                         layers=frozenset({layer}), dtype="float32"))
+        rec = recorder
+        if self.interventions:  # the block ran with them: re-run it with them (resolved, so idempotent)
+            from explorer.core.interventions.apply import Intervener
+
+            rec = Intervener([self.interventions], self.config.n_layers, recorder)
         with torch.inference_mode():
-            model.block_forward(layer, x, mask, model.rotary_for(n, x.device, layer), recorder)
+            model.block_forward(layer, x, mask, model.rotary_for(n, x.device, layer), rec)
         for key, value in recorder.arrays.items():
             if key not in self._arrays and key != f"blocks.{layer}.resid_pre":
                 self._remember(key, value)
@@ -462,9 +469,10 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
 
 def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
             spec: CaptureSpec | None = None, model_name: str = "",
-            truncated_from: int | None = None,
-            cancel: Callable[[], bool] | None = None) -> tuple[Trace, np.ndarray]:
-    """Run one forward pass over ``token_ids`` recording what ``spec`` asks for.
+            truncated_from: int | None = None, cancel: Callable[[], bool] | None = None,
+            interventions: Sequence[Any] = ()) -> tuple[Trace, np.ndarray]:
+    """Run one forward pass over ``token_ids`` recording what ``spec`` asks for, with
+    ``interventions`` (explorer/core/interventions/) applied if any.
 
     Returns the Trace and the logits [n, V] (float32) that the forward pass computed. ``cancel``
     is asked before every block; when it says so the pass stops there with
@@ -476,11 +484,20 @@ def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
     param = next(model.parameters())
     ids = torch.as_tensor(list(token_ids), dtype=torch.long, device=param.device)[None]
     recorder = Recorder(spec, cancel)
+    rec: Any = recorder
+    extra: dict[str, Any] = {}
+    if interventions:
+        from explorer.core.interventions.apply import Intervener, resolve
+        from explorer.core.interventions.spec import describe_all
+
+        interventions = resolve(model, list(token_ids), interventions)
+        rec = Intervener([interventions], model.cfg.n_layers, recorder)
+        extra["interventions"] = describe_all(interventions)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        logits = model(ids, recorder)
+        logits = model(ids, rec)
     seconds = time.perf_counter() - t0
     meta = TraceMeta(model_name=model_name, device=str(param.device), dtype=str(param.dtype).replace("torch.", ""),
-                     forward_seconds=seconds, truncated_from=truncated_from)
-    trace = Trace(token_ids, tokens, model.cfg, recorder.arrays, meta, model)
+                     forward_seconds=seconds, truncated_from=truncated_from, extra=extra)
+    trace = Trace(token_ids, tokens, model.cfg, recorder.arrays, meta, model, tuple(interventions))
     return trace, to_numpy(logits[0])

@@ -42,6 +42,7 @@ from explorer.ui.docks import (
 )
 from explorer.ui.export import window_actions
 from explorer.ui.generation import GenerationPane
+from explorer.ui.interventions.window import wire_interventions
 from explorer.ui.open_trace import add_open_trace_action
 from explorer.ui.panels.base import Panel
 from explorer.ui.progressive import ProgressiveWork
@@ -126,6 +127,7 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status)
         self.menus = ModelMenus(self.recent, _builtin_names, self)
         self._build_toolbar()
+        self.interventions, self.intervention_strip = wire_interventions(self)  # explorer/ui/interventions/
         self._build_menus()
         self._connect()
         self.window_state = WindowState(self, APP_NAME)  # what the panels show, computing…, placeholders
@@ -302,6 +304,7 @@ class MainWindow(QMainWindow):
         for panel in self.panels:
             panel.set_tokenizer(loaded.tokenizer)
         self.controller.set_model(loaded)
+        self.interventions.clear()  # they name this model's heads and neurons: a new model starts clean
         text = self._prompt_for(loaded)
         self.prompt.set_text(text)
         self.controller.request(text)

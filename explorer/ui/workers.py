@@ -29,6 +29,7 @@ from explorer.core.trace import CaptureSpec, Trace
 log = logging.getLogger(__name__)
 
 # a panel's prepare, bound to a snapshot taken on the GUI thread (Panel.preparer): runs on the worker
+BASELINE = "baseline"  # trace.memo key of the same prompt's trace without interventions (when there are any)
 Preparer = Callable[[Trace], None]
 
 
@@ -225,6 +226,7 @@ class TraceRequest:
     requested_at: float = field(default_factory=time.perf_counter)
     ids: tuple[int, ...] | None = None  # exact token ids for ``text`` (generated text), else encode it
     cancel: Cancel = field(default_factory=Cancel, compare=False)  # set: stale, stop at the next layer
+    interventions: tuple = ()  # explorer.core.interventions.spec.Intervention, applied to the run
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,11 @@ def run_trace(request: TraceRequest) -> TraceResult:
     else:
         ids, truncated_from = request.model.encode(request.text)
     request.cancel.check()
-    trace = request.model.trace_ids(ids, request.spec, truncated_from, cancel=request.cancel)
+    trace = request.model.trace_ids(ids, request.spec, truncated_from, cancel=request.cancel,
+                                    interventions=request.interventions)
+    if request.interventions:  # the run without them, for "what changed" (BASELINE in the trace's memo)
+        baseline = request.model.trace_ids(ids, CaptureSpec.compact(), truncated_from, cancel=request.cancel)
+        trace.memo(BASELINE, lambda: baseline)
     nonfinite(trace)  # computed here, read on the GUI thread
     for prepare in request.preparers:
         request.cancel.check()
@@ -295,6 +301,7 @@ class TraceController(QObject):
         super().__init__(parent)
         self._preparers = preparers
         self.spec: CaptureSpec | None = None
+        self.interventions: tuple = ()  # applied to every trace from the next request on
         self.model: Any = None
         self.text = ""
         self._pinned: tuple[str, tuple[int, ...]] | None = None
@@ -342,7 +349,8 @@ class TraceController(QObject):
             return 0
         self._latest += 1
         ids = self._pinned[1] if self._pinned is not None and self._pinned[0] == self.text else None
-        request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec, ids=ids)
+        request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec, ids=ids,
+                               interventions=tuple(self.interventions))
         self.requested.emit(request.id)
         if self._running is None:
             self._start(request)

@@ -33,7 +33,7 @@ def build(shape: str) -> Transformer:
 def explicit(model: Transformer, *args, **kwargs) -> torch.Tensor:
     """The forward pass forced through the explicit scores -> pattern -> values path."""
     with torch.inference_mode():
-        return model(*args, rec=lambda site, layer, t: None, **kwargs)  # a plain callable: "records everything"
+        return model(*args, rec=lambda site, layer, t: t, **kwargs)  # a plain callable: "records everything"
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))

@@ -58,7 +58,9 @@ import torch
 
 from explorer.core.analysis.ranking import rank_of
 from explorer.core.errors import PromptError
-from explorer.core.model import KVCache
+from explorer.core.interventions.apply import Intervener, resolve
+from explorer.core.interventions.spec import Intervention
+from explorer.core.model import KVCache, _no_capture
 from explorer.core.generation.sampling import (
     Distribution,
     SamplingParams,
@@ -173,6 +175,7 @@ class GenerationResult:
     stop_reason: StopReason
     elapsed: float = 0.0  # seconds spent in the steps (time the consumer took between steps excluded)
     detail: str = ""  # the stop reason in words when it says more than STOP_DESCRIPTIONS (e.g. which step)
+    interventions: tuple = ()  # the (resolved) interventions active during the generation
 
     @property
     def token_ids(self) -> list[int]:
@@ -324,9 +327,13 @@ def generate_steps(
     cancel: Cancel = None,
     use_cache: bool = True,
     on_overflow: str = "stop",
+    interventions: Sequence[Intervention] = (),
 ) -> Generator[Step, None, GenerationResult]:
     """Continue ``prompt_ids``, yielding one :class:`Step` per new token; returns the
     :class:`GenerationResult` (see the module docstring for the stop rules).
+
+    ``interventions`` (explorer/core/interventions/) are active in every forward pass; a mean
+    ablation uses the mean over the prompt's positions, fixed for the whole generation.
 
     ``on_overflow`` says what happens when the sequence reaches the context length; only
     ``"stop"`` (stop with reason ``"context_full"``) exists.
@@ -337,11 +344,12 @@ def generate_steps(
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
     prompt = _check_prompt(loaded, prompt_ids)
-    return (yield from _loop(loaded, prompt, params, _cancel_check(cancel), use_cache))
+    ivs = resolve(loaded.model, prompt, interventions) if interventions else ()
+    return (yield from _loop(loaded, prompt, params, _cancel_check(cancel), use_cache, ivs))
 
 
 def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancelled: Callable[[], bool],
-          use_cache: bool) -> Generator[Step, None, GenerationResult]:
+          use_cache: bool, ivs: tuple[Intervention, ...] = ()) -> Generator[Step, None, GenerationResult]:
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     device = loaded.device
     n_ctx = cfg.n_ctx
@@ -367,7 +375,9 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
         fresh = ids if cache is None or cache.length == 0 else ids[cache.length:]
         with torch.inference_mode():
             tokens = torch.tensor([fresh], dtype=torch.long, device=device)
-            last = model(tokens, cache=cache, last_only=True)[0, -1]
+            start = len(ids) - len(fresh)  # absolute position of the first token run now
+            rec = Intervener([ivs], cfg.n_layers, start=start) if ivs else _no_capture
+            last = model(tokens, rec, cache=cache, last_only=True)[0, -1]
             if vocab_limit is not None:
                 last[vocab_limit:] = float("-inf")
             logits = last.float().cpu().numpy()
@@ -400,7 +410,8 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
     if reason == "eos":
         new_ids = new_ids[:-1]
     text = continuation_text(tokenizer, prompt, new_ids)
-    return GenerationResult(text, tuple(prompt), tuple(steps), reason, sum(s.elapsed for s in steps), detail)
+    return GenerationResult(text, tuple(prompt), tuple(steps), reason, sum(s.elapsed for s in steps),
+                            detail=detail, interventions=ivs)
 
 
 def _contains_any(text: str, needles: Sequence[str]) -> bool:
@@ -415,6 +426,7 @@ def generate(
     use_cache: bool = True,
     on_overflow: str = "stop",
     on_step: Callable[[Step], None] | None = None,
+    interventions: Sequence[Intervention] = (),
 ) -> GenerationResult:
     """Run a whole generation; ``prompt`` is text (encoded with the model's tokenizer) or token ids.
     ``on_step`` is called with each :class:`Step` as it is produced (for streaming)."""
@@ -429,7 +441,7 @@ def generate(
             raise PromptError("the prompt has no tokens in this model's vocabulary")
     else:
         prompt_ids = list(prompt)
-    steps = generate_steps(loaded, prompt_ids, params, cancel, use_cache, on_overflow)
+    steps = generate_steps(loaded, prompt_ids, params, cancel, use_cache, on_overflow, interventions)
     while True:
         try:
             step = next(steps)

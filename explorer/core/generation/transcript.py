@@ -65,7 +65,7 @@ def _controls(params: SamplingParams | None) -> dict[str, Any] | None:
 def transcript_dict(prompt: str, steps: Sequence[Step], params: SamplingParams | None = None, *,
                     text: str | None = None, display: Callable[[int], str] | None = None,
                     stop_reason: str | None = None, model: str | None = None,
-                    top: int = TOP_CANDIDATES) -> dict[str, Any]:
+                    top: int = TOP_CANDIDATES, interventions: Sequence[dict] = ()) -> dict[str, Any]:
     """A generation as a JSON-able dict (layout in the module docstring).
 
     ``params``: the controls the steps were generated with (default: those recorded in the first
@@ -74,6 +74,7 @@ def transcript_dict(prompt: str, steps: Sequence[Step], params: SamplingParams |
     default the steps' display strings joined. ``display``: token id -> display string (e.g.
     ``tokenizer.display``) for the candidates' texts; without it a candidate's text is known only
     when it is one of the chosen tokens, and is null otherwise. ``top``: candidates per list.
+    ``interventions``: descriptions (``Intervention.describe()``) of those active while generating.
     """
     steps = list(steps)
     if params is None and steps:
@@ -111,6 +112,7 @@ def transcript_dict(prompt: str, steps: Sequence[Step], params: SamplingParams |
         "stop_reason": stop_reason,
         "n_steps": len(records),
         "controls": _controls(params),
+        **({"interventions": list(interventions)} if interventions else {}),
         "steps": records,
     }
 

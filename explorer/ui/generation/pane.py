@@ -357,7 +357,8 @@ class GenerationPane(GenerationRun, Panel):
             raise ExplorerError("there is no finished generation to export")
         return transcript_dict(self.prompt_text, self.result.steps, self.params_used, text=self.result.text,
                                display=self.loaded.tokenizer.display, stop_reason=self.result.stop_reason,
-                               model=getattr(self.loaded, "name", None))
+                               model=getattr(self.loaded, "name", None),
+                               interventions=[iv.describe() for iv in self.result.interventions])
 
     def export_transcript(self, path: Any) -> None:
         """Write the last generation's transcript as JSON (atomically)."""

@@ -42,7 +42,7 @@ BAR_BUDGET = 0.03  # and less often if drawing it would take more than this shar
 
 
 def stream_steps(loaded: Any, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event,
-                 frame_seconds: float | None = None) -> Generator[list[Step], None, GenerationResult]:
+                 frame_seconds: float | None = None, interventions: Sequence[Any] = ()) -> Generator[list[Step], None, GenerationResult]:
     """``generate_steps``, its steps handed on in groups (run in the worker; returns the result).
 
     A step is handed on at once when it is the first, when it took half a frame or more (a slow
@@ -54,7 +54,7 @@ def stream_steps(loaded: Any, prompt_ids: Sequence[int], params: SamplingParams,
     from explorer.core.generation.generate import generate_steps
 
     frame = FRAME_MS / 1e3 if frame_seconds is None else frame_seconds
-    steps = generate_steps(loaded, prompt_ids, params, cancel)
+    steps = generate_steps(loaded, prompt_ids, params, cancel, interventions=interventions)
     group: list[Step] = []
     last = -math.inf
     while True:
@@ -124,6 +124,7 @@ class GenerationRun:
         self.step_spin.blockSignals(False)
         self._cancel = threading.Event()
         worker = create_worker(stream_steps, self.loaded, list(ids), params, self._cancel,
+                               interventions=tuple(getattr(self, "active_interventions", ()) or ()),  # the window's, if any
                                _start_thread=False, _ignore_errors=True)
         worker.yielded.connect(lambda steps, g=gen_id: self._on_steps(g, steps))
         worker.returned.connect(lambda result, g=gen_id: self._on_returned(g, result))

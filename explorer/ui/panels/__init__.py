@@ -11,6 +11,9 @@ _REGISTRY = [
     ("explorer.ui.panels.attention", "AttentionPanel"),
     ("explorer.ui.panels.neurons", "NeuronsPanel"),
     ("explorer.ui.panels.residual", "ResidualPanel"),
+    ("explorer.ui.panels.interventions", "WhatChangedPanel"),
+    ("explorer.ui.panels.interventions", "DLAPanel"),
+    ("explorer.ui.panels.interventions", "PatchingPanel"),
     ("explorer.ui.panels.masked", "MaskedTokensPanel"),
 ]
 

@@ -57,6 +57,7 @@ class Panel(QWidget):
         self.trace: Trace | None = None
         self._exportables: list[Exportable] = []
         self.tokenizer: Any = None  # the model's Tokenizer, set by the window (see set_tokenizer)
+        self.interventions: Any = None  # the window's InterventionState (explorer/ui/interventions/)
         self.progressive: ProgressiveWork | None = None  # the window's lane (else the application's)
         self._deferred: dict[Any, Job] = {}  # expensive views asked for while hidden: run when shown
         self.on_screen = True  # set by the window (set_on_screen): False while behind another tab
@@ -171,6 +172,18 @@ class Panel(QWidget):
             self._deferred.clear()
         self.trace = trace
         self.show_trace(trace)
+        self.refresh_marks()
+
+    def set_interventions(self, state: Any) -> None:
+        """The session's interventions: right-click menus edit them, marks show the active ones."""
+        self.interventions = state
+        state.changed.connect(self.refresh_marks)
+
+    def refresh_marks(self) -> None:
+        """Redraw the crosses over switched-off components (``explorer.ui.interventions.menu``)."""
+        active = self.interventions.active() if self.interventions is not None else ()
+        for marks in getattr(self, "_intervention_marks", []):
+            marks.refresh(active)
 
     def set_tokenizer(self, tokenizer: Any) -> None:
         """The model's tokenizer (an ``explorer.core.tokenize.base.Tokenizer``; Qt- and torch-free)."""
@@ -212,6 +225,7 @@ class Panel(QWidget):
     def _on_selection_changed(self, what: str) -> None:
         if self.trace is not None:
             self.selection_changed(what)
+            self.refresh_marks()
 
     def add_exportable(self, name: str, item: Any,
                        data: Callable[[], tuple[np.ndarray, list[str] | None, list[str] | None]]) -> Exportable:

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.trace import Trace
+from explorer.ui.interventions.panels import install_neurons
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.neurons.detail import NeuronDetail
 from explorer.ui.panels.neurons.views import (
@@ -173,6 +174,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         self.add_exportable("selected neuron across tokens", self.bars_plot, self._bars_data)
         self.add_exportable("selected neuron histogram", self.hist_plot, self._hist_data)
         self.add_exportable("selected neuron vocabulary effect", self.vocab, self._vocab_data)
+        install_neurons(self)  # right-click: switch a neuron off (explorer/ui/interventions/)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> NeuronsSnapshot:

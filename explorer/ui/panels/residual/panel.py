@@ -43,6 +43,7 @@ from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 from explorer.ui.export.menu import export_actions
+from explorer.ui.interventions.panels import install_residual
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, quoted
 from explorer.ui.panels.residual.lens import (
@@ -146,6 +147,7 @@ class ResidualPanel(LogitLensView, Panel):
 
     def _register_exports(self) -> None:
         self.add_exportable("residual norms", self.norm_map, self._norms_data)
+        install_residual(self)  # right-click: switch a cell of the stream off (explorer/ui/interventions/)
         self.add_exportable("residual norm of the selected token", self.norm_plot, self._norm_line_data)
         self.add_exportable("sublayer contributions", self.bars_plot, self._contributions_data)
         self.add_exportable("consecutive cosine", self.cosine_map, self._cosine_data)

@@ -1,0 +1,138 @@
+"""Direct logit attribution: how much each head and each FFN writes directly into one token's logit.
+
+In a pre-norm transformer the stream after the last block is a sum,
+
+    resid_final = resid_pre[0] + sum_l (sum_h W_O,h z_h + b_O) + sum_l mlp_out_l
+
+and the final norm is linear in it once its scale is frozen at the value it had
+(LayerNorm: (x - mean x) / sigma * w + b with sigma = sqrt(var(resid_final) + eps); RMSNorm: x / rms * w).
+So the logit of token t at position p splits exactly into one term per piece:
+
+    logit = embed + sum(heads) + sum(attn_bias) + sum(mlp) + norm_bias (+ unembed_bias)
+
+each term being norm_frozen(piece) . W_U[t]. With a ``distractor`` the direction is
+W_U[t] - W_U[distractor] and the terms add up to the logit difference.
+
+Architectures where the pieces are not a plain sum (post-norm blocks, norms on sublayer outputs,
+soft-capped logits) are refused: :func:`direct_logit_attribution` checks that its terms add up to the
+logit the model computed and raises :class:`DLAError` otherwise, rather than show a wrong number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from explorer.core.errors import ExplorerError
+
+if TYPE_CHECKING:
+    from explorer.core.model import Transformer
+    from explorer.core.trace import Trace
+
+
+class DLAError(ExplorerError):
+    """Direct logit attribution does not apply (the model's pieces do not add up to its logits)."""
+
+
+@dataclass(frozen=True)
+class DLA:
+    heads: np.ndarray        # [L, H] each head's term
+    attn_bias: np.ndarray    # [L] each attention sublayer's output bias
+    mlp: np.ndarray          # [L] each FFN's term (its bias included); zeros without FFNs
+    embed: float             # the stream entering block 0 (token and position embeddings)
+    norm_bias: float         # the final LayerNorm's bias (0 for RMSNorm)
+    unembed_bias: float
+    logit: float             # what the model computed: the target's logit (minus the distractor's)
+    position: int
+    target: int
+    distractor: int | None
+
+    @property
+    def total(self) -> float:
+        return float(self.embed + self.heads.sum() + self.attn_bias.sum() + self.mlp.sum()
+                     + self.norm_bias + self.unembed_bias)
+
+
+def _param(t: object) -> np.ndarray:
+    return t.detach().to("cpu").double().numpy()  # type: ignore[attr-defined]
+
+
+def direct_logit_attribution(trace: Trace, target: int, position: int = -1, distractor: int | None = None,
+                             model: Transformer | None = None) -> DLA:
+    model = model if model is not None else trace._model
+    if model is None:
+        raise DLAError("direct logit attribution needs the model: this trace was loaded without it")
+    cfg = trace.config
+    if cfg.norm != "none" and cfg.norm_placement != "pre":
+        raise DLAError("direct logit attribution needs a pre-norm model: here each block normalises its output")
+    if getattr(cfg, "final_softcap", None):
+        raise DLAError("direct logit attribution does not apply to soft-capped logits (not a sum of pieces)")
+    logit_scale = float(getattr(cfg, "logit_scale", 1.0))       # Granite: logits times a constant
+    residual_scale = float(getattr(cfg, "residual_scale", 1.0))  # Granite: sublayer outputs times a constant
+    n = trace.n_tokens
+    p = position % n
+    L, H, dh = cfg.n_layers, cfg.n_heads, cfg.d_head
+    W_U = _param(model.unembed.weight)
+    u = logit_scale * (W_U[target] - (W_U[distractor] if distractor is not None else 0.0))   # [d]
+
+    resid_final = trace["resid_final"][p].astype(np.float64)
+    if model.ln_final is None:
+        def frozen(x: np.ndarray) -> np.ndarray:
+            return x
+        norm_bias = 0.0
+    else:
+        ln = model.ln_final
+        w = _param(ln.weight) if ln.weight is not None else np.ones(cfg.d_model)
+        w = w + float(getattr(ln, "offset", 0.0) or 0.0) if ln.weight is not None else w  # Gemma: (1 + w)
+        if ln.kind == "layernorm":
+            scale = np.sqrt(resid_final.var() + ln.eps)
+
+            def frozen(x: np.ndarray) -> np.ndarray:
+                return (x - x.mean(-1, keepdims=True)) / scale * w
+        else:
+            scale = np.sqrt((resid_final ** 2).mean() + ln.eps)
+
+            def frozen(x: np.ndarray) -> np.ndarray:
+                return x / scale * w
+        norm_bias = float(_param(ln.bias) @ u) if getattr(ln, "bias", None) is not None else 0.0
+
+    heads = np.zeros((L, H))
+    attn_bias = np.zeros(L)
+    mlp = np.zeros(L)
+    pieces = trace["blocks.0.resid_pre"][p].astype(np.float64)
+    embed = float(frozen(pieces) @ u)
+    for layer in range(L):
+        blk = model.blocks[layer]
+        W_O = _param(blk.attn.W_O.weight)                                      # [d, H*dh]
+        z = trace[f"blocks.{layer}.attn.z"][:, p].astype(np.float64)           # [H, dh]
+        per_head = residual_scale * np.einsum("dhk,hk->hd", W_O.reshape(-1, H, dh), z)   # [H, d]
+        heads[layer] = frozen(per_head) @ u
+        b_O = residual_scale * (_param(blk.attn.W_O.bias) if blk.attn.W_O.bias is not None else np.zeros(cfg.d_model))
+        attn_bias[layer] = float(frozen(b_O) @ u)
+        attn_out = per_head.sum(0) + b_O
+        _check(attn_out, trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
+        pieces = pieces + attn_out
+        if blk.mlp is not None:
+            mlp_out = trace[f"blocks.{layer}.mlp.out"][p].astype(np.float64)
+            mlp[layer] = float(frozen(mlp_out) @ u)
+            pieces = pieces + mlp_out
+    _check(pieces, resid_final, "the residual stream")
+    unembed_bias = 0.0
+    bias = getattr(model.unembed, "bias", None)
+    if bias is not None:
+        b = _param(bias)
+        unembed_bias = logit_scale * float(b[target] - (b[distractor] if distractor is not None else 0.0))
+    logits = trace["logits"][p].astype(np.float64)
+    logit = float(logits[target] - (logits[distractor] if distractor is not None else 0.0))
+    result = DLA(heads, attn_bias, mlp, embed, norm_bias, unembed_bias, logit, p, target, distractor)
+    _check(np.array([result.total]), np.array([logit]), "the logit")
+    return result
+
+
+def _check(ours: np.ndarray, model: np.ndarray, what: str) -> None:
+    scale = max(1.0, float(np.abs(model).max()))
+    if float(np.abs(ours - model).max()) > 2e-3 * scale:
+        raise DLAError(f"direct logit attribution does not apply to this model: its pieces do not add up "
+                       f"to {what} (the sublayers' outputs are not a plain sum into the stream)")

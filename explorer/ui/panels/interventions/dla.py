@@ -1,0 +1,102 @@
+"""Direct logit attribution: each head's (and each FFN's) direct share of one token's logit.
+
+The token is the one that actually follows the selected position (the model's own top choice at
+the last position), read through the final norm with its scale frozen
+(``core/analysis/dla.py``). A layers x heads heatmap, one more column for the FFNs; red pushes the
+token up, blue down. Heads switched off (the session's interventions) write nothing: their cell is 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+
+from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
+from explorer.core.trace import Trace
+from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.selection import Selection
+from explorer.ui.widgets.heatmap import Heatmap
+
+
+def dla_target(trace: Trace, position: int) -> int:
+    """The token that follows ``position`` in the prompt, or the model's top choice after the last."""
+    if position < trace.n_tokens - 1:
+        return int(trace.token_ids[position + 1])
+    return int(np.argmax(trace["logits"][position]))
+
+
+def attribution(trace: Trace, position: int | None) -> DLA | str:
+    """The attribution at ``position`` (None: the last), or the reason there is none (kept in the memo)."""
+    p = trace.n_tokens - 1 if position is None else position
+
+    def compute() -> DLA | str:
+        try:
+            return direct_logit_attribution(trace, dla_target(trace, p), p)
+        except DLAError as exc:
+            return str(exc)
+
+    return trace.memo(("dla", p), compute)
+
+
+class DLAPanel(Panel):
+    title = "Direct logit attribution"
+    explanation = "dla"
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(selection, parent)
+        self.result: DLA | None = None
+        self.info = QLabel("")
+        # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
+        # preferred height); the tooltip has the whole text
+        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.body.addWidget(self.info)
+        self.heatmap = Heatmap(colormap="CET-D1", symmetric=True, title="direct contribution to the logit")
+        self.heatmap.cell_clicked.connect(self._on_cell_clicked)
+        self.body.addWidget(self.heatmap, 1)
+        self.add_exportable("direct logit attribution", self.heatmap, self._data)
+
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
+        attribution(trace, snapshot.token)
+
+    def show_trace(self, trace: Trace) -> None:
+        self._draw()
+
+    def selection_changed(self, what: str) -> None:
+        if what == "token":
+            self._draw()
+
+    def _draw(self) -> None:
+        trace = self.trace
+        got = attribution(trace, self.selection.token)
+        if isinstance(got, str):
+            self.result = None
+            self._say(got)
+            self.heatmap.set_data(np.zeros((0, 0)))
+            return
+        self.result = d = got
+        matrix, rows, cols = self._data()
+        self.heatmap.set_data(matrix, rows, cols, value_name="logit contribution")
+        target = self.tokenizer.display(d.target) if self.tokenizer is not None else str(d.target)
+        ffn = f" + FFNs {d.mlp.sum():.3f}" if trace.config.has_ffn else ""
+        self._say(
+            f"Logit of {target!r} after {d.position}:{trace.tokens[d.position]!r} = {d.logit:.3f} = "
+            f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
+            f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "
+            "Click a cell to select its head.")
+
+    def _say(self, text: str) -> None:
+        self.info.setText(text)
+        self.info.setToolTip(text)
+
+    def _on_cell_clicked(self, row: int, col: int) -> None:
+        if self.result is not None and col < self.result.heads.shape[1]:
+            self.selection.set_layer_head(row, col)
+
+    def _data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        d = self.result
+        if d is None:
+            return np.zeros((0, 0)), [], []
+        L, H = d.heads.shape
+        has_ffn = self.trace is not None and self.trace.config.has_ffn
+        matrix = np.concatenate([d.heads, d.mlp[:, None]], axis=1) if has_ffn else d.heads
+        return matrix, [f"L{layer}" for layer in range(L)], [f"H{h}" for h in range(H)] + (["FFN"] if has_ffn else [])

@@ -1,0 +1,199 @@
+"""Activation patching: a corrupted prompt beside the clean one, and where the difference lives.
+
+The clean prompt is the window's (this panel's trace); type a corrupted prompt with the same
+number of tokens, the target token (empty: the clean run's top prediction at the last position)
+and optionally a distractor. Run fills two grids as the worker computes them
+(``core/interventions/patching.py``): the residual stream at every layer boundary and position,
+and every head. 1 = patching that activation from the clean run into the corrupted one restores
+the whole difference of the target's logit (minus the distractor's), 0 = nothing.
+
+Click a cell: the window runs the corrupted prompt with that one patch (an intervention in the
+strip), so every panel shows the patched run and "What changed" compares it with the corrupted one.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSplitter, QWidget
+from superqt.utils import create_worker
+
+from explorer.core.display.labels import token_labels
+from explorer.core.trace import Trace
+from explorer.ui.panels.base import Panel
+from explorer.ui.selection import Selection
+from explorer.ui.widgets.heatmap import Heatmap
+from explorer.ui.workers import error_message
+
+
+def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, distractor: int | None,
+                 cancel: threading.Event):
+    """The worker's generator: ``patching_steps``'s updates, then its result."""
+    from explorer.core.interventions.patching import patching_steps
+
+    return (yield from patching_steps(model, clean, corrupt, target, distractor, batch_size=16, cancel=cancel))
+
+
+class PatchingPanel(Panel):
+    title = "Activation patching"
+    explanation = "patching"
+    run_prompt = Signal(str)  # the window runs this prompt (the corrupted one, to inspect a patch)
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(selection, parent)
+        self.result: Any = None
+        self._worker: Any = None
+        self._cancel = threading.Event()
+        self._clean_ids: list[int] = []
+        self._corrupt_text = ""
+        row = QHBoxLayout()
+        self.corrupt_edit = QLineEdit()
+        self.corrupt_edit.setPlaceholderText("corrupted prompt (same number of tokens as the clean one)")
+        self.corrupt_edit.textChanged.connect(self._check_lengths)
+        self.target_edit = QLineEdit()
+        self.target_edit.setPlaceholderText("target (empty: top prediction)")
+        self.distractor_edit = QLineEdit()
+        self.distractor_edit.setPlaceholderText("distractor (optional)")
+        self.run_button = QPushButton("Run patching")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(lambda: self._cancel.set())  # the current run's event
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        for widget, stretch in ((self.corrupt_edit, 4), (self.target_edit, 1), (self.distractor_edit, 1),
+                                (self.run_button, 0), (self.cancel_button, 0), (self.progress, 0)):
+            row.addWidget(widget, stretch)
+        self.body.addLayout(row)
+        self.status = QLabel("Type a corrupted prompt, then Run patching.")
+        self.status.setWordWrap(True)
+        self.body.addWidget(self.status)
+        self.resid_map = Heatmap(colormap="CET-D1", symmetric=True, title="residual stream: share restored")
+        self.head_map = Heatmap(colormap="CET-D1", symmetric=True, title="heads: share restored")
+        self.resid_map.cell_clicked.connect(lambda r, c: self.inspect(("resid", r, c)))
+        self.head_map.cell_clicked.connect(lambda r, c: self.inspect(("head", r, c)))
+        splitter = QSplitter()
+        splitter.addWidget(self.resid_map)
+        splitter.addWidget(self.head_map)
+        splitter.setStretchFactor(0, 3)
+        self.body.addWidget(splitter, 1)
+        self.add_exportable("activation patching, residual stream", self.resid_map, lambda: self._grid_data("resid"))
+        self.add_exportable("activation patching, heads", self.head_map, lambda: self._grid_data("head"))
+
+    # --- the panel contract ----------------------------------------------------------------------
+    def show_trace(self, trace: Trace) -> None:
+        if not trace.interventions:  # the clean prompt: the window's own run (an inspected patch keeps it)
+            self._clean_ids = [int(i) for i in trace.token_ids]
+        self._check_lengths()
+
+    # --- running ---------------------------------------------------------------------------------
+    def _token(self, text: str, what: str) -> int:
+        ids = self.tokenizer.encode(text)
+        if len(ids) != 1:
+            raise ValueError(f"the {what} {text!r} is {len(ids)} tokens, not one")
+        return ids[0]
+
+    def _check_lengths(self) -> None:
+        text = self.corrupt_edit.text()
+        if not text or self.tokenizer is None or not self._clean_ids:
+            return
+        n = len(self.tokenizer.encode(text))
+        same = n == len(self._clean_ids)
+        self.run_button.setEnabled(same and self._worker is None)
+        if not same:
+            self.status.setText(f"The corrupted prompt has {n} tokens, the clean one {len(self._clean_ids)}: "
+                                "patching needs the same number.")
+        elif self._worker is None and self.result is None:
+            self.status.setText(f"{n} tokens each. Run patching.")
+
+    def start(self) -> None:
+        if self.trace is None or self._worker is not None or self.trace._model is None:
+            return
+        if self.trace.interventions:
+            self.status.setText("Patching starts from the clean run: switch the interventions off first.")
+            return
+        try:
+            corrupt = self.tokenizer.encode(self.corrupt_edit.text())
+            last = len(self._clean_ids) - 1
+            target = self._token(self.target_edit.text(), "target") if self.target_edit.text() else None
+            distractor = self._token(self.distractor_edit.text(), "distractor") if self.distractor_edit.text() else None
+        except ValueError as exc:
+            self.status.setText(str(exc))
+            return
+        if target is None:  # the clean run's own top prediction (this trace is the clean run)
+            target = int(np.argmax(self.trace["logits"][last]))
+        self._corrupt_text = self.corrupt_edit.text()
+        self._target, self._distractor = target, distractor
+        L, H, n = self.trace.config.n_layers, self.trace.config.n_heads, len(self._clean_ids)
+        self._resid = np.full((L + 1, n), np.nan)
+        self._heads = np.full((L, H), np.nan)
+        self.result = None
+        self._labels = token_labels(self.trace.tokens)
+        self._draw()
+        self._cancel = threading.Event()
+        worker = create_worker(run_patching, self.trace._model, list(self._clean_ids), corrupt, target, distractor,
+                               self._cancel, _start_thread=False, _ignore_errors=True)
+        worker.yielded.connect(self._on_update)
+        worker.returned.connect(self._on_result)
+        worker.errored.connect(lambda exc: self.status.setText(error_message(exc)))
+        worker.finished.connect(self._on_finished)
+        self._worker = worker
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress.setValue(0)
+        self.status.setText("Patching…")
+        worker.start()
+
+    def _on_update(self, update: Any) -> None:
+        for (kind, layer, index), value in zip(update.cells, update.values):
+            (self._resid if kind == "resid" else self._heads)[layer, index] = value
+        self.progress.setMaximum(update.total)
+        self.progress.setValue(update.done)
+        self._draw()
+
+    def _on_result(self, result: Any) -> None:
+        self.result = result
+        word = "Cancelled after" if result.cancelled else "Done:"
+        target = self.tokenizer.display(self._target)
+        against = f" minus {self.tokenizer.display(self._distractor)!r}" if self._distractor is not None else ""
+        self.status.setText(
+            f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
+            f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target!r}{against}: clean "
+            f"{result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f}. Click a cell to run that patch.")
+
+    def _on_finished(self) -> None:
+        self._worker = None
+        self.cancel_button.setEnabled(False)
+        self._check_lengths()
+
+    def _draw(self) -> None:
+        L = self._heads.shape[0]
+        self.resid_map.set_data(self._resid, [f"L{layer}" for layer in range(L)] + ["final"], self._labels,
+                                levels=(-1.0, 1.0), value_name="share restored")
+        self.head_map.set_data(self._heads, [f"L{layer}" for layer in range(L)],
+                               [f"H{h}" for h in range(self._heads.shape[1])], levels=(-1.0, 1.0),
+                               value_name="share restored")
+
+    # --- inspecting one patch --------------------------------------------------------------------
+    def inspect(self, cell: tuple[str, int, int]) -> None:
+        """Run the corrupted prompt with this one cell patched from the clean run (the window's trace)."""
+        if self.result is None or self.result.clean is None or self.interventions is None:
+            return
+        from explorer.core.interventions.patching import patch_for
+
+        kind, layer, index = cell
+        if kind == "resid" and index > self.result.position:
+            return
+        self.run_prompt.emit(self._corrupt_text)
+        self.interventions.set(patch_for(cell, self.result.clean, self.trace.config.n_layers))
+
+    def _grid_data(self, kind: str) -> tuple[np.ndarray, list[str], list[str]]:
+        if not hasattr(self, "_heads"):
+            return np.zeros((0, 0)), [], []
+        L = self._heads.shape[0]
+        if kind == "resid":
+            return self._resid, [f"L{layer}" for layer in range(L)] + ["final"], list(self._labels)
+        return self._heads, [f"L{layer}" for layer in range(L)], [f"H{h}" for h in range(self._heads.shape[1])]
