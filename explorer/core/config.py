@@ -52,6 +52,16 @@ class ModelConfig:
     attn_bias: bool = True
     mlp_bias: bool = True
     tie_embeddings: bool = True
+    # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c)
+    attn_scale: float | None = None  # what q.k is multiplied by (None = 1/sqrt(d_head); GPT-Neo: 1.0, unscaled)
+    alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
+    sliding_window: int | None = None  # local attention: a query sees only the last W keys (itself included)
+    window_layers: tuple[int, ...] | None = None  # the layers with the window (None = all; GPT-Neo: "local")
+    rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
+    shared_norm: bool = False  # parallel block whose attention and FFN read one norm (Phi, GPT-J, Falcon)
+    embed_norm: bool = False  # BLOOM: a LayerNorm right after the token embedding
+    unembed_bias: bool = False  # Phi, GPT-J: the un-embedding adds a bias per vocabulary entry
+    d_embed: int | None = None  # OPT-350m: embeddings narrower than d_model, projected in and out
 
     def __post_init__(self) -> None:
         problems = []
@@ -74,6 +84,14 @@ class ModelConfig:
             problems.append("sinusoidal positions need an even d_model")
         if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
             problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
+        if self.window_layers is not None:  # JSON gives a list; keep the frozen config hashable
+            object.__setattr__(self, "window_layers", tuple(int(i) for i in self.window_layers))
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            problems.append(f"sliding_window must be positive (got {self.sliding_window})")
+        if self.shared_norm and not self.parallel_residual:
+            problems.append("shared_norm needs parallel_residual (one norm feeds attention and FFN side by side)")
+        if self.d_embed is not None and self.d_embed <= 0:
+            problems.append(f"d_embed must be positive (got {self.d_embed})")
         if problems:
             raise CheckpointError("Invalid model configuration: " + "; ".join(problems))
 
@@ -84,6 +102,10 @@ class ModelConfig:
     @property
     def has_ffn(self) -> bool:
         return not self.attn_only and self.d_ff > 0
+
+    def windowed(self, layer: int) -> bool:
+        """Whether ``layer``'s attention is limited to the last ``sliding_window`` keys."""
+        return self.sliding_window is not None and (self.window_layers is None or layer in self.window_layers)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

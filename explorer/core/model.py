@@ -57,23 +57,78 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
 
 
+def apply_rotary_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """GPT-J's rotary: rotate adjacent pairs (x_2i, x_2i+1) of the first r dimensions.  x: [B, h, n, dh]
+
+    The same angles as ``apply_rotary`` (cos, sin: [n, r], each frequency twice), laid out pairwise."""
+    r = cos.shape[-1]
+    cos = cos[..., : r // 2].repeat_interleave(2, dim=-1).to(x.dtype)   # [n, r]: c0 c0 c1 c1 ...
+    sin = sin[..., : r // 2].repeat_interleave(2, dim=-1).to(x.dtype)
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    even, odd = x_rot[..., 0::2], x_rot[..., 1::2]
+    turned = torch.stack([-odd, even], dim=-1).flatten(-2)              # (x0, x1) -> (-x1, x0) per pair
+    x_rot = x_rot * cos + turned * sin
+    return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
+
+
 def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> Tensor:
     """True where a query may NOT look: keys after the query's own position.  [n, m]"""
     offset = n_keys - n_queries  # the queries are the last n of the m positions
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).triu(offset + 1)
 
 
-def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-    """Scaled dot products of every query with every key, masked entries -inf.
+def window_mask(n_queries: int, n_keys: int, window: int, device: torch.device | str = "cpu") -> Tensor:
+    """Local attention: True where a key lies ``window`` or more positions before the query.  [n, m]"""
+    offset = n_keys - n_queries
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(offset - window)
 
-    q: [..., H, n, dh], k: [..., Hkv, m, dh] (K/V heads are shared by H/Hkv query heads).
-    Returns [..., H, n, m].
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's per-head slopes m_h: a geometric sequence 2^(-8/H'), 2^(-16/H'), ... (H' = the power of two
+    at or below H; the remaining heads take every other slope of the sequence for 2H').  [H]"""
+    def geometric(count: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(count) - 3)))
+        return [start ** (i + 1) for i in range(count)]
+
+    p = 2 ** math.floor(math.log2(n_heads))
+    slopes = geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(n_heads: int, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> Tensor:
+    """ALiBi: -m_h * (i - j), the penalty head h adds to a query at i looking back at key j.  [H, n, m]"""
+    offset = n_keys - n_queries
+    distance = (torch.arange(n_queries, device=device)[:, None] + offset
+                - torch.arange(n_keys, device=device)[None, :])            # i - j: [n, m]
+    return -alibi_slopes(n_heads).to(device)[:, None, None] * distance.float()
+
+
+def score_terms(cfg: ModelConfig, layer: int, mask: Tensor | None, n_queries: int, n_keys: int,
+                device: torch.device | str = "cpu") -> tuple[Tensor | None, Tensor | None]:
+    """What a layer adds to q.k besides the scale: its mask (the causal mask given, plus the local window
+    on windowed layers) and its additive bias (ALiBi), for n queries that are the last of m keys."""
+    if cfg.windowed(layer):
+        window = window_mask(n_queries, n_keys, cfg.sliding_window, device)
+        mask = window if mask is None else mask | window
+    bias = alibi_bias(cfg.n_heads, n_queries, n_keys, device) if cfg.alibi else None
+    return mask, bias
+
+
+def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | None = None,
+                     bias: Tensor | None = None) -> Tensor:
+    """Scaled dot products of every query with every key (q.k * scale + bias), masked entries -inf.
+
+    q: [..., H, n, dh], k: [..., Hkv, m, dh] (K/V heads are shared by H/Hkv query heads);
+    scale: None = 1/sqrt(dh); bias: [H, n, m] (ALiBi) or None. Returns [..., H, n, m].
     """
     if k.shape[-3] != q.shape[-3]:
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
     # scaling q (n x dh numbers) instead of the scores (n x m) is the same math and cheaper; the
     # fresh product can be masked in place
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q * scale) @ k.transpose(-1, -2)
+    if bias is not None:
+        scores.add_(bias.to(scores.dtype))
     if mask is not None:
         scores.masked_fill_(mask, float("-inf"))
     return scores
@@ -147,7 +202,7 @@ class Block(nn.Module):
         has_norm = cfg.norm != "none"
         self.ln1 = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if has_norm else None
         self.attn = Attention(cfg)
-        self.ln2 = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if has_norm and cfg.has_ffn else None
+        self.ln2 = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if has_norm and cfg.has_ffn and not cfg.shared_norm else None
         self.mlp = FFN(cfg) if cfg.has_ffn else None
 
 
@@ -174,13 +229,18 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        d_embed = cfg.d_embed or cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d_embed)
+        # OPT-350m: token embeddings narrower than the residual stream, projected in and back out
+        self.project_in = nn.Linear(d_embed, cfg.d_model, bias=False) if d_embed != cfg.d_model else None
+        self.project_out = nn.Linear(cfg.d_model, d_embed, bias=False) if d_embed != cfg.d_model else None
+        self.ln_embed = Norm("layernorm", cfg.d_model, cfg.norm_eps) if cfg.embed_norm else None
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.positions == "learned" else None
         if cfg.positions == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.n_ctx, cfg.d_model), persistent=False)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_final = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm and cfg.norm != "none" else None
-        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.unembed = nn.Linear(d_embed, cfg.vocab_size, bias=cfg.unembed_bias)
         if cfg.tie_embeddings:
             self.unembed.weight = self.embed.weight
 
@@ -199,11 +259,15 @@ class Transformer(nn.Module):
         positions = torch.arange(start, start + n, device=token_ids.device)
 
         x = self.embed(token_ids)                                          # [B, n, d]
+        if self.project_in is not None:
+            x = self.project_in(x)                                         # [B, n, d_embed] -> [B, n, d]
         rec("embed", None, x)
         if cfg.positions in ("learned", "sinusoidal"):
             pos = self.pos_embed(positions) if self.pos_embed is not None else self.sinusoid[positions]
             rec("pos_embed", None, pos.unsqueeze(0))                       # [1, n, d]
             x = x + pos
+        if self.ln_embed is not None:                                      # BLOOM: normalise the embedding
+            x = self.ln_embed(x)
 
         mask = causal_mask(n, start + n, x.device) if cfg.causal else None
         rotary = None
@@ -218,6 +282,8 @@ class Transformer(nn.Module):
             x = x[:, -1:]
         if self.ln_final is not None:
             x = self.ln_final(x, rec, "ln_final")
+        if self.project_out is not None:
+            x = self.project_out(x)                                        # [B, n, d_embed]
         logits = self.unembed(x)                                           # [B, n, V]
         rec("logits", None, logits)
         return logits
@@ -237,13 +303,15 @@ class Transformer(nn.Module):
         k = blk.attn.W_K(h).view(B, n, Hkv, dh).transpose(1, 2)           # [B, Hkv, n, dh]
         v = blk.attn.W_V(h).view(B, n, Hkv, dh).transpose(1, 2)           # [B, Hkv, n, dh]
         if rotary is not None:  # rotary positions turn q and k by an angle that grows with position
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+            turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
+            q, k = turn(q, *rotary), turn(k, *rotary)
         if cache is not None:
             k, v = cache.extend(layer, k, v)                               # [B, Hkv, m, dh]
         rec("attn.q", layer, q)
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
-        scores = attention_scores(q, k, mask)                              # q.k / sqrt(dh): [B, H, n, m]
+        mask, bias = score_terms(cfg, layer, mask, n, k.shape[-2], x.device)  # + local window; ALiBi [H, n, m]
+        scores = attention_scores(q, k, mask, cfg.attn_scale, bias)        # q.k / sqrt(dh) (+ bias): [B, H, n, m]
         rec("attn.scores", layer, scores)
         pattern = attention_pattern(scores)                                # softmax per query row
         rec("attn.pattern", layer, pattern)
@@ -261,7 +329,9 @@ class Transformer(nn.Module):
 
         # FFN: expand to d_ff, non-linearity, contract back to d
         ffn_in = x if cfg.parallel_residual else mid
-        if pre_norm or cfg.parallel_residual:
+        if cfg.shared_norm:                                                # one norm feeds both sublayers
+            ffn_in = h
+        elif pre_norm or cfg.parallel_residual:
             ffn_in = blk.ln2(ffn_in, rec, "ln2", layer)
         if blk.mlp.W_gate is not None:                                     # gated: act(x W_gate) * (x W_in)
             pre = blk.mlp.W_gate(ffn_in)
@@ -284,6 +354,8 @@ class Transformer(nn.Module):
     def final_logits(self, resid_final: Tensor) -> Tensor:
         """The last two steps of the forward pass: final norm, then un-embedding."""
         x = self.ln_final(resid_final) if self.ln_final is not None else resid_final
+        if self.project_out is not None:
+            x = self.project_out(x)
         return self.unembed(x)
 
     def rotary_for(self, n: int, device: torch.device | str) -> tuple[Tensor, Tensor] | None:

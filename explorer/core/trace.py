@@ -10,7 +10,7 @@ key                             shape               what
 ``blocks.{l}.resid_pre``        [n, d]              residual stream entering block l
 ``blocks.{l}.ln1.mean/var``     [n]                 LayerNorm statistics (``mean_square`` for RMSNorm)
 ``blocks.{l}.attn.q/k/v``       [H or Hkv, n, dh]   per-head queries, keys, values (q, k after rotary)
-``blocks.{l}.attn.scores``      [H, n, n]           q.k / sqrt(dh), masked entries -inf
+``blocks.{l}.attn.scores``      [H, n, n]           q.k / sqrt(dh) (+ ALiBi bias), masked entries -inf
 ``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1
 ``blocks.{l}.attn.z``           [H, n, dh]          each head's output (pattern @ v)
 ``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O
@@ -263,7 +263,8 @@ class Trace:
         q = self[f"blocks.{layer}.attn.q"]
         k = self[f"blocks.{layer}.attn.k"]
         group = q.shape[0] // k.shape[0]
-        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1])
+        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1],
+                                                   layer, slice(head, head + 1))
         with self._lock:  # one computation serves both views: a user flips between them
             self._remember(f"blocks.{layer}.attn.head{head}.scores", scores[0])
             self._remember(f"blocks.{layer}.attn.head{head}.pattern", pattern[0])
@@ -278,7 +279,7 @@ class Trace:
         sites = ["attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z", "attn.out", "resid_mid"]
         if cfg.norm != "none":
             stats = ("mean", "var") if cfg.norm == "layernorm" else ("mean_square",)
-            norms = ["ln1"] + (["ln2"] if cfg.has_ffn else [])
+            norms = ["ln1"] + (["ln2"] if cfg.has_ffn and not cfg.shared_norm else [])
             sites += [f"{ln}.{s}" for ln in norms for s in stats]
         if cfg.has_ffn:
             sites += ["mlp.pre", "mlp.post", "mlp.out"]
@@ -297,20 +298,25 @@ class Trace:
             keys.append("logits")
         return keys
 
-    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray, layer: int,
+                            heads: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and pattern of ``heads`` of ``layer`` from their q and k, with the forward pass's own
+        functions: the same mask (causal, plus a local window) and bias (ALiBi) and the same scale."""
         import torch
 
-        from explorer.core.model import attention_pattern, attention_scores
+        from explorer.core.model import attention_pattern, attention_scores, score_terms
 
-        n = q.shape[-2]
-        mask = _cpu_causal_mask(n, k.shape[-2]) if self.config.causal else None
+        n, m = q.shape[-2], k.shape[-2]
+        mask = _cpu_causal_mask(n, m) if self.config.causal else None
         with torch.inference_mode():
-            scores = attention_scores(as_tensor(q), as_tensor(k), mask)
+            mask, bias = score_terms(self.config, layer, mask, n, m)
+            scores = attention_scores(as_tensor(q), as_tensor(k), mask, self.config.attn_scale,
+                                      None if bias is None else bias[heads])
             pattern = attention_pattern(scores)
         return _readonly(scores.numpy()), _readonly(pattern.numpy())
 
-    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str) -> np.ndarray:
-        return self._scores_and_pattern(q, k)[0 if kind == "scores" else 1]
+    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str, layer: int) -> np.ndarray:
+        return self._scores_and_pattern(q, k, layer)[0 if kind == "scores" else 1]
 
     def _remember(self, key: str, value: np.ndarray) -> None:
         self._derived[key] = _readonly(value)
@@ -323,7 +329,7 @@ class Trace:
                 f"blocks.{match.group(1)}.attn.q" in self._arrays and f"blocks.{match.group(1)}.attn.k" in self._arrays:
             layer = match.group(1)
             q, k = self._arrays[f"blocks.{layer}.attn.q"], self._arrays[f"blocks.{layer}.attn.k"]
-            self._remember(key, self._scores_or_pattern(q, k, match.group(2).split(".")[1]))
+            self._remember(key, self._scores_or_pattern(q, k, match.group(2).split(".")[1], int(layer)))
         elif match:
             self._rerun_block(int(match.group(1)), wanted=key)
         elif key == "logits":
@@ -352,7 +358,7 @@ class Trace:
         if wanted not in self._derived:  # scores or pattern: from the q and k just recomputed
             site = wanted.split(".")[-1]
             q, k = recorder.arrays[f"blocks.{layer}.attn.q"], recorder.arrays[f"blocks.{layer}.attn.k"]
-            self._remember(wanted, self._scores_or_pattern(q, k, site))
+            self._remember(wanted, self._scores_or_pattern(q, k, site, layer))
 
     def _final_logits(self) -> np.ndarray:
         import torch
@@ -375,7 +381,7 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
     c = config
     stats = {"layernorm": 2, "rmsnorm": 1, "none": 0}[c.norm]  # statistics recorded per norm
     per_layer = {
-        "resid": 2 * n * c.d_model, "norm": stats * n * (2 if c.has_ffn else 1),
+        "resid": 2 * n * c.d_model, "norm": stats * n * (2 if c.has_ffn and not c.shared_norm else 1),
         "qkv": (c.n_heads + 2 * c.kv_heads) * n * c.d_head,
         "scores": c.n_heads * n * n, "pattern": c.n_heads * n * n,
         "attn": c.n_heads * n * c.d_head + n * c.d_model,

@@ -70,6 +70,28 @@ def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[
                               "are not numbers") from None
 
 
+# --- helpers of the families added for issue 16c (Phi, Phi-3, GPT-Neo, GPT-J, OPT, BLOOM, Falcon)
+
+def rotary_dim(d_head: int, partial: float | None, family: str) -> int | None:
+    """How many dimensions of each head rotate (None: all of them), as transformers rounds it."""
+    if partial is None or partial == 1.0:
+        return None
+    dim = int(d_head * partial)
+    if dim <= 0 or dim % 2 or dim > d_head:
+        raise CheckpointError(f"{family}: the rotary part of each head ({dim} of {d_head} dimensions) "
+                              "must be even, positive and fit the head")
+    return dim
+
+
+def positive_window(hf: dict[str, Any], family: str, key: str) -> int | None:
+    window = hf.get(key)
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise CheckpointError(f"{family} config.json: {key} should be a positive integer (got {window!r})")
+    return window
+
+
 # --- tensors --------------------------------------------------------------------------------
 
 class Tensors:

@@ -1,0 +1,211 @@
+"""Phi-3, Phi, GPT-Neo, OPT, BLOOM, Falcon and GPT-J checkpoints against ``transformers``.
+
+Each family is built with ``transformers`` (tiny, random, eager attention), saved with
+``save_pretrained`` (safetensors), opened through ``load_checkpoint`` and compared from token ids:
+logits, every layer's attention pattern (stored, and derived by the Trace from q and k), the
+residual stream entering each block and after the final norm, the logits derived from
+``resid_final``, and greedy generation (``explorer.core.generation.generate`` against
+``model.generate(do_sample=False)``). Prompts are longer than any local-attention window.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from explorer.core.checkpoint import load_checkpoint
+from explorer.core.errors import CheckpointError
+from explorer.core.generation.generate import generate
+from explorer.core.generation.sampling import SamplingParams
+from explorer.core.trace import CaptureSpec
+
+transformers = pytest.importorskip("transformers")
+
+TOL = 1e-4
+VOCAB = 100
+IDS = [5, 17, 99, 3, 50, 42, 42, 7, 31, 64, 20, 11, 9, 77, 1, 88]  # 16 tokens, longer than the windows used
+
+
+def spread_weights(model: torch.nn.Module, seed: int = 0) -> None:
+    """Re-draw the random weights at unit scale: transformers' 0.02 init gives near-tied logits."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                is_norm = any(s in name for s in ("norm", "ln_", "ln_f", "layernorm")) and name.endswith("weight")
+                p.copy_((1.0 if is_norm else 0.0) + 0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                std = 1.0 if "embed" in name or name.endswith(("wte.weight", "wpe.weight")) else 1.0 / math.sqrt(p.shape[-1])
+                p.copy_(std * torch.randn(p.shape, generator=gen))
+
+
+def build(config_cls: str, model_cls: str, tmp_path, **kwargs):
+    """A tiny random model of a transformers class, saved to tmp_path; returns (model, path)."""
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(attn_implementation="eager", **kwargs)
+    model = getattr(transformers, model_cls)(config).eval()
+    spread_weights(model)
+    model.save_pretrained(tmp_path)
+    return model, tmp_path
+
+
+def score_difference(derived: np.ndarray, stored: np.ndarray) -> float:
+    """Max abs difference of two score matrices whose masked (-inf) entries must coincide."""
+    assert np.array_equal(np.isinf(derived), np.isinf(stored))
+    finite = np.isfinite(stored)
+    return float(np.abs(derived[finite] - stored[finite]).max())
+
+
+def compare(loaded, model, ids=IDS, steps=6) -> dict[str, float]:
+    """Max abs differences from the reference; each must be under TOL, and greedy tokens must agree."""
+    with torch.no_grad():
+        ref = model(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
+    L, H = loaded.config.n_layers, loaded.config.n_heads
+    full = loaded.trace_ids(ids, CaptureSpec.everything())
+    compact = loaded.trace_ids(ids, CaptureSpec.compact())  # patterns derived from q and k
+    diffs = {"logits": float(np.abs(full["logits"] - ref.logits[0].numpy()).max())}
+    diffs["pattern"] = max(float(np.abs(full[f"blocks.{i}.attn.pattern"] - ref.attentions[i][0].numpy()).max())
+                           for i in range(L))
+    diffs["derived pattern"] = max(float(np.abs(compact.head(i, h) - ref.attentions[i][0, h].numpy()).max())
+                                   for i in range(L) for h in range(H))
+    diffs["derived scores"] = max(score_difference(compact.head(i, h, "scores"), full[f"blocks.{i}.attn.scores"][h])
+                                  for i in range(L) for h in range(H))
+    diffs["hidden"] = max(float(np.abs(full[f"blocks.{i}.resid_pre"] - ref.hidden_states[i][0].numpy()).max())
+                          for i in range(L))
+    # transformers' last hidden state is after the final norm; our resid_final is before it
+    with torch.no_grad():
+        resid_final = torch.from_numpy(np.array(full["resid_final"]))
+        normed = loaded.model.ln_final(resid_final) if loaded.model.ln_final is not None else resid_final
+        if loaded.model.project_out is not None and ref.hidden_states[L].shape[-1] != normed.shape[-1]:
+            normed = loaded.model.project_out(normed)
+    diffs["final hidden"] = float(np.abs(normed.numpy() - ref.hidden_states[L][0].numpy()).max())
+    diffs["derived logits"] = float(np.abs(compact["logits"] - ref.logits[0].numpy()).max())
+    for key, value in diffs.items():
+        assert value < TOL, (key, value)
+    assert float(ref.logits.abs().max()) > 1.0  # the comparison is not between near-zero numbers
+
+    model.generation_config.eos_token_id = None  # run all the steps on both sides
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False,
+                                  pad_token_id=0)[0, len(ids):].tolist()
+    params = SamplingParams(temperature=0.0, max_new_tokens=steps, stop_at_eos=False)
+    assert generate(loaded, ids, params).token_ids == expected
+    assert generate(loaded, ids, params, use_cache=False).token_ids == expected
+    return diffs
+
+
+# --- Phi-3 -------------------------------------------------------------------------------------
+
+PHI3 = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=64, pad_token_id=0)
+
+
+@pytest.mark.parametrize("extra", [dict(num_key_value_heads=2, sliding_window=5),
+                                   dict(num_key_value_heads=4, sliding_window=None, partial_rotary_factor=0.5,
+                                        tie_word_embeddings=True)])
+def test_phi3_matches_reference(tmp_path, extra):
+    model, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **{**PHI3, **extra})
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert loaded.arch == "phi3" and cfg.kv_heads == extra["num_key_value_heads"]
+    assert cfg.sliding_window == extra["sliding_window"]
+    compare(loaded, model)
+    trace = loaded.trace_ids(IDS, CaptureSpec.compact())
+    if extra["sliding_window"]:  # the window is in the mask: the last query sees exactly W keys
+        assert np.isfinite(trace.head(0, 0, "scores")[-1]).sum() == 5
+    else:
+        assert cfg.rotary_dim == 8
+        assert np.isfinite(trace.head(0, 0, "scores")[-1]).sum() == len(IDS)
+
+
+def test_phi3_longrope_is_refused_clearly(tmp_path):
+    _, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **PHI3)
+    import json
+
+    config = json.loads((path / "config.json").read_text())
+    config.pop("rope_parameters", None)
+    config["rope_scaling"] = {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="longrope"):
+        load_checkpoint(path)
+
+
+# --- Phi-1/1.5/2 --------------------------------------------------------------------------------
+
+def test_phi_parallel_block_with_one_norm_matches_reference(tmp_path):
+    model, path = build("PhiConfig", "PhiForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=64,
+                        intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                        max_position_embeddings=64, partial_rotary_factor=0.5, pad_token_id=0)
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert loaded.arch == "phi" and cfg.shared_norm and cfg.parallel_residual and cfg.unembed_bias
+    assert cfg.rotary_dim == 8 and loaded.model.blocks[0].ln2 is None
+    compare(loaded, model)
+    trace = loaded.trace_ids(IDS)
+    assert "blocks.0.ln1.mean" in trace and "blocks.0.ln2.mean" not in trace.keys()
+
+
+def test_phi_with_qk_layernorm_is_refused(tmp_path):
+    _, path = build("PhiConfig", "PhiForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                    num_hidden_layers=1, num_attention_heads=4, qk_layernorm=True, pad_token_id=0)
+    with pytest.raises(CheckpointError, match="qk_layernorm"):
+        load_checkpoint(path)
+
+
+# --- GPT-Neo -------------------------------------------------------------------------------------
+
+def test_gpt_neo_local_layers_and_unscaled_scores_match_reference(tmp_path):
+    model, path = build("GPTNeoConfig", "GPTNeoForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=64,
+                        num_layers=2, num_heads=4, intermediate_size=96, max_position_embeddings=64,
+                        attention_types=[[["global", "local"], 1]], window_size=5)
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert loaded.arch == "gpt-neo" and cfg.attn_scale == 1.0
+    assert cfg.sliding_window == 5 and cfg.window_layers == (1,)
+    compare(loaded, model)
+    trace = loaded.trace_ids(IDS, CaptureSpec.compact())
+    assert np.isfinite(trace.head(0, 0, "scores")[-1]).sum() == len(IDS)  # global layer: every earlier key
+    assert np.isfinite(trace.head(1, 0, "scores")[-1]).sum() == 5         # local layer: the last 5 keys
+    # unscaled: the stored score is the plain dot product of the stored q and k
+    q, k = trace["blocks.0.attn.q"][0], trace["blocks.0.attn.k"][0]
+    assert np.allclose(trace.head(0, 0, "scores")[3, 2], q[3] @ k[2], atol=1e-4)
+
+
+def test_new_switches_survive_the_config_json_round_trip():
+    import json
+
+    from explorer.core.config import ModelConfig
+
+    cfg = ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_layers=2, n_heads=2, d_head=4, d_ff=16,
+                      attn_scale=1.0, alibi=True, sliding_window=3, window_layers=(1,), rotary_interleaved=True,
+                      parallel_residual=True, shared_norm=True, embed_norm=True, unembed_bias=True, d_embed=4)
+    again = ModelConfig.from_dict(json.loads(cfg.to_json()))  # JSON turns the tuple into a list
+    assert again == cfg and again.window_layers == (1,) and hash(again) == hash(cfg)
+    assert [cfg.windowed(i) for i in range(2)] == [False, True]
+    with pytest.raises(CheckpointError, match="shared_norm"):
+        ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_layers=2, n_heads=2, d_head=4, d_ff=16, shared_norm=True)
+
+
+# --- OPT ---------------------------------------------------------------------------------------------
+
+OPT = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, ffn_dim=96, num_attention_heads=4,
+           max_position_embeddings=64, pad_token_id=1)
+
+
+@pytest.mark.parametrize("extra", [{}, {"do_layer_norm_before": False, "word_embed_proj_dim": 32}],
+                         ids=["opt-125m-like", "opt-350m-like"])
+def test_opt_matches_reference(tmp_path, extra):
+    model, path = build("OPTConfig", "OPTForCausalLM", tmp_path, **{**OPT, **extra})
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert loaded.arch == "opt" and cfg.activation == "relu"
+    if extra:
+        assert cfg.norm_placement == "post" and not cfg.final_norm and cfg.d_embed == 32
+        assert tuple(loaded.model.embed.weight.shape) == (VOCAB, 32)
+    compare(loaded, model)
+    # position i reads row i + 2 of OPT's table
+    theirs = model.model.decoder.embed_positions.weight
+    assert torch.equal(loaded.model.pos_embed.weight[0], theirs[2])
