@@ -55,8 +55,8 @@ class ModelConfig:
     # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c)
     attn_scale: float | None = None  # what q.k is multiplied by (None = 1/sqrt(d_head); GPT-Neo: 1.0, unscaled)
     alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
-    sliding_window: int | None = None  # local attention: a query sees only the last W keys (itself included)
-    window_layers: tuple[int, ...] | None = None  # the layers with the window (None = all; GPT-Neo: "local")
+    sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
+    sliding_layers: tuple[int, ...] = ()  # which layers slide (Phi-3: all; GPT-Neo: its "local" layers)
     rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
     shared_norm: bool = False  # parallel block whose attention and FFN read one norm (Phi, GPT-J, Falcon)
     embed_norm: bool = False  # BLOOM: a LayerNorm right after the token embedding
@@ -84,10 +84,12 @@ class ModelConfig:
             problems.append("sinusoidal positions need an even d_model")
         if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
             problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
-        if self.window_layers is not None:  # JSON gives a list; keep the frozen config hashable
-            object.__setattr__(self, "window_layers", tuple(int(i) for i in self.window_layers))
+        # JSON gives a list: keep the frozen config hashable and comparable
+        object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
         if self.sliding_window is not None and self.sliding_window <= 0:
             problems.append(f"sliding_window must be positive (got {self.sliding_window})")
+        if any(not 0 <= i < self.n_layers for i in self.sliding_layers):
+            problems.append(f"sliding_layers must name layers 0..{self.n_layers - 1} (got {self.sliding_layers})")
         if self.shared_norm and not self.parallel_residual:
             problems.append("shared_norm needs parallel_residual (one norm feeds attention and FFN side by side)")
         if self.d_embed is not None and self.d_embed <= 0:
@@ -102,10 +104,6 @@ class ModelConfig:
     @property
     def has_ffn(self) -> bool:
         return not self.attn_only and self.d_ff > 0
-
-    def windowed(self, layer: int) -> bool:
-        """Whether ``layer``'s attention is limited to the last ``sliding_window`` keys."""
-        return self.sliding_window is not None and (self.window_layers is None or layer in self.window_layers)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -71,16 +71,20 @@ def apply_rotary_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
 
 
-def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> Tensor:
-    """True where a query may NOT look: keys after the query's own position.  [n, m]"""
+def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu",
+                window: int | None = None) -> Tensor:
+    """True where a query may NOT look: keys after the query's own position and, with a sliding
+    ``window`` W, keys W or more positions before it (a query sees itself and the W - 1 before).  [n, m]"""
     offset = n_keys - n_queries  # the queries are the last n of the m positions
-    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).triu(offset + 1)
+    mask = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).triu(offset + 1)
+    if window is not None:
+        mask |= torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(offset - window)
+    return mask
 
 
-def window_mask(n_queries: int, n_keys: int, window: int, device: torch.device | str = "cpu") -> Tensor:
-    """Local attention: True where a key lies ``window`` or more positions before the query.  [n, m]"""
-    offset = n_keys - n_queries
-    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(offset - window)
+def layer_window(cfg: ModelConfig, layer: int) -> int | None:
+    """The sliding window of a layer (Phi-3, GPT-Neo's local layers), None where it sees every earlier key."""
+    return cfg.sliding_window if layer in cfg.sliding_layers else None
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -101,17 +105,6 @@ def alibi_bias(n_heads: int, n_queries: int, n_keys: int, device: torch.device |
     distance = (torch.arange(n_queries, device=device)[:, None] + offset
                 - torch.arange(n_keys, device=device)[None, :])            # i - j: [n, m]
     return -alibi_slopes(n_heads).to(device)[:, None, None] * distance.float()
-
-
-def score_terms(cfg: ModelConfig, layer: int, mask: Tensor | None, n_queries: int, n_keys: int,
-                device: torch.device | str = "cpu") -> tuple[Tensor | None, Tensor | None]:
-    """What a layer adds to q.k besides the scale: its mask (the causal mask given, plus the local window
-    on windowed layers) and its additive bias (ALiBi), for n queries that are the last of m keys."""
-    if cfg.windowed(layer):
-        window = window_mask(n_queries, n_keys, cfg.sliding_window, device)
-        mask = window if mask is None else mask | window
-    bias = alibi_bias(cfg.n_heads, n_queries, n_keys, device) if cfg.alibi else None
-    return mask, bias
 
 
 def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | None = None,
@@ -269,13 +262,15 @@ class Transformer(nn.Module):
         if self.ln_embed is not None:                                      # BLOOM: normalise the embedding
             x = self.ln_embed(x)
 
-        mask = causal_mask(n, start + n, x.device) if cfg.causal else None
+        # a mask per window size (sliding layers see only the last W keys)
+        windows = {layer_window(cfg, layer) for layer in range(cfg.n_layers)}
+        masks = {w: causal_mask(n, start + n, x.device, w) if cfg.causal else None for w in windows}
         rotary = None
         if cfg.positions == "rotary":
             rotary = rotary_angles(positions, cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
             rotary = (rotary[0].to(x.device), rotary[1].to(x.device))
         for layer in range(cfg.n_layers):
-            x = self.block_forward(layer, x, mask, rotary, rec, cache)
+            x = self.block_forward(layer, x, masks[layer_window(cfg, layer)], rotary, rec, cache)
 
         rec("resid_final", None, x)
         if last_only:
@@ -310,7 +305,7 @@ class Transformer(nn.Module):
         rec("attn.q", layer, q)
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
-        mask, bias = score_terms(cfg, layer, mask, n, k.shape[-2], x.device)  # + local window; ALiBi [H, n, m]
+        bias = alibi_bias(H, n, k.shape[-2], x.device) if cfg.alibi else None  # BLOOM: [H, n, m]
         scores = attention_scores(q, k, mask, cfg.attn_scale, bias)        # q.k / sqrt(dh) (+ bias): [B, H, n, m]
         rec("attn.scores", layer, scores)
         pattern = attention_pattern(scores)                                # softmax per query row

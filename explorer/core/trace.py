@@ -304,14 +304,13 @@ class Trace:
         functions: the same mask (causal, plus a local window) and bias (ALiBi) and the same scale."""
         import torch
 
-        from explorer.core.model import attention_pattern, attention_scores, score_terms
+        from explorer.core.model import alibi_bias, attention_pattern, attention_scores, layer_window
 
-        n, m = q.shape[-2], k.shape[-2]
-        mask = _cpu_causal_mask(n, m) if self.config.causal else None
+        cfg, n, m = self.config, q.shape[-2], k.shape[-2]
+        mask = _cpu_causal_mask(n, m, layer_window(cfg, layer)) if cfg.causal else None
         with torch.inference_mode():
-            mask, bias = score_terms(self.config, layer, mask, n, m)
-            scores = attention_scores(as_tensor(q), as_tensor(k), mask, self.config.attn_scale,
-                                      None if bias is None else bias[heads])
+            bias = alibi_bias(cfg.n_heads, n, m)[heads] if cfg.alibi else None
+            scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale, bias)
             pattern = attention_pattern(scores)
         return _readonly(scores.numpy()), _readonly(pattern.numpy())
 
@@ -342,12 +341,12 @@ class Trace:
     def _rerun_block(self, layer: int, wanted: str) -> None:
         import torch
 
-        from explorer.core.model import causal_mask
+        from explorer.core.model import causal_mask, layer_window
 
         model = self._model
         x = self._model_input(self._arrays[f"blocks.{layer}.resid_pre"])
         n = x.shape[1]
-        mask = causal_mask(n, n, x.device) if self.config.causal else None
+        mask = causal_mask(n, n, x.device, layer_window(self.config, layer)) if self.config.causal else None
         recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
                                         layers=frozenset({layer}), dtype="float32"))
         with torch.inference_mode():
@@ -369,11 +368,11 @@ class Trace:
 
 
 @lru_cache(maxsize=4)
-def _cpu_causal_mask(n: int, m: int) -> torch.Tensor:
+def _cpu_causal_mask(n: int, m: int, window: int | None = None) -> torch.Tensor:
     """The same mask as the forward pass's, kept for the per-head views (a trace asks for it often)."""
     from explorer.core.model import causal_mask
 
-    return causal_mask(n, m)
+    return causal_mask(n, m, window=window)
 
 
 def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:

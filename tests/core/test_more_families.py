@@ -164,7 +164,7 @@ def test_gpt_neo_local_layers_and_unscaled_scores_match_reference(tmp_path):
     loaded = load_checkpoint(path)
     cfg = loaded.config
     assert loaded.arch == "gpt-neo" and cfg.attn_scale == 1.0
-    assert cfg.sliding_window == 5 and cfg.window_layers == (1,)
+    assert cfg.sliding_window == 5 and cfg.sliding_layers == (1,)
     compare(loaded, model)
     trace = loaded.trace_ids(IDS, CaptureSpec.compact())
     assert np.isfinite(trace.head(0, 0, "scores")[-1]).sum() == len(IDS)  # global layer: every earlier key
@@ -180,11 +180,10 @@ def test_new_switches_survive_the_config_json_round_trip():
     from explorer.core.config import ModelConfig
 
     cfg = ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_layers=2, n_heads=2, d_head=4, d_ff=16,
-                      attn_scale=1.0, alibi=True, sliding_window=3, window_layers=(1,), rotary_interleaved=True,
+                      attn_scale=1.0, alibi=True, sliding_window=3, sliding_layers=(1,), rotary_interleaved=True,
                       parallel_residual=True, shared_norm=True, embed_norm=True, unembed_bias=True, d_embed=4)
     again = ModelConfig.from_dict(json.loads(cfg.to_json()))  # JSON turns the tuple into a list
-    assert again == cfg and again.window_layers == (1,) and hash(again) == hash(cfg)
-    assert [cfg.windowed(i) for i in range(2)] == [False, True]
+    assert again == cfg and again.sliding_layers == (1,) and hash(again) == hash(cfg)
     with pytest.raises(CheckpointError, match="shared_norm"):
         ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_layers=2, n_heads=2, d_head=4, d_ff=16, shared_norm=True)
 
@@ -209,3 +208,36 @@ def test_opt_matches_reference(tmp_path, extra):
     # position i reads row i + 2 of OPT's table
     theirs = model.model.decoder.embed_positions.weight
     assert torch.equal(loaded.model.pos_embed.weight[0], theirs[2])
+
+
+# --- BLOOM ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("heads", [4, 6])  # 6: ALiBi's slopes for a head count that is not a power of two
+def test_bloom_alibi_matches_reference(tmp_path, heads):
+    from explorer.core.model import alibi_bias
+
+    model, path = build("BloomConfig", "BloomForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=8 * heads,
+                        n_layer=2, n_head=heads, pad_token_id=0)
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert loaded.arch == "bloom" and cfg.alibi and cfg.embed_norm and cfg.positions == "none"
+    compare(loaded, model)
+    # the scores shown are q.k / sqrt(dh) + ALiBi bias: -slope_h * (i - j) on top of the plain dot products
+    trace = loaded.trace_ids(IDS, CaptureSpec.compact())
+    q, k = trace["blocks.1.attn.q"], trace["blocks.1.attn.k"]
+    bias = alibi_bias(heads, len(IDS), len(IDS)).numpy()
+    for h in (0, heads - 1):
+        plain = q[h] @ k[h].T / np.sqrt(cfg.d_head)
+        scores = trace.head(1, h, "scores")
+        lower = np.tril(np.ones_like(plain, dtype=bool))
+        assert np.allclose(scores[lower], (plain + bias[h])[lower], atol=1e-4)
+        assert bias[h][5, 2] < 0 and bias[h][5, 5] == 0
+
+
+def test_alibi_slopes_are_the_papers():
+    from explorer.core.model import alibi_slopes
+
+    assert np.allclose(alibi_slopes(8).numpy(), [2.0 ** -(i + 1) for i in range(8)])
+    assert np.allclose(alibi_slopes(4).numpy(), [2.0 ** -(2 * (i + 1)) for i in range(4)])
+    # 12 heads: the 8 slopes of H'=8, then every other slope of the 16-head sequence (2^-0.5, 2^-1.5, ...)
+    assert np.allclose(alibi_slopes(12).numpy()[8:], [2.0 ** -(0.5 + i) for i in range(4)])

@@ -67,7 +67,7 @@ def gpt_neo_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
         norm="layernorm", norm_placement="pre", norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
         positions="learned", activation=_GPT2_ACTIVATIONS[act], attn_bias=True, mlp_bias=True,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), attn_scale=1.0,
-        sliding_window=window, window_layers=local if window is not None else None)
+        sliding_window=window, sliding_layers=local if window is not None else ())
     return cfg, notes
 
 

@@ -45,19 +45,21 @@ def phi3_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     theta, partial = rope(hf, FAMILY, ("rope_theta",))
     window = positive_window(hf, FAMILY, "sliding_window")
     n_ctx = get_int(hf, FAMILY, "max_position_embeddings", 4096)
+    n_layers = get_int(hf, FAMILY, "num_hidden_layers")
     notes = []
     if window is not None and window < n_ctx:
         notes.append(f"Phi-3 attends locally: each token sees at most the last {window} tokens (itself "
                      "included); the attention mask shows the window.")
     cfg = ModelConfig(
         arch=FAMILY, vocab_size=get_int(hf, FAMILY, "vocab_size"), n_ctx=n_ctx, d_model=d,
-        n_layers=get_int(hf, FAMILY, "num_hidden_layers"), n_heads=n_heads, d_head=d_head,
+        n_layers=n_layers, n_heads=n_heads, d_head=d_head,
         d_ff=get_int(hf, FAMILY, "intermediate_size"), n_kv_heads=n_kv if n_kv != n_heads else None,
         norm="rmsnorm", norm_placement="pre", norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
         positions="rotary", rotary_dim=rotary_dim(d_head, partial, FAMILY), rotary_base=theta,
         activation=activation(hf, FAMILY, "silu"), gated_ffn=True, attn_bias=False, mlp_bias=False,
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        sliding_window=window if window is not None and window < n_ctx else None)
+        sliding_window=window if window is not None and window < n_ctx else None,
+        sliding_layers=tuple(range(n_layers)) if window is not None and window < n_ctx else ())
     return cfg, notes
 
 
