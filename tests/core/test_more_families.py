@@ -241,3 +241,31 @@ def test_alibi_slopes_are_the_papers():
     assert np.allclose(alibi_slopes(4).numpy(), [2.0 ** -(2 * (i + 1)) for i in range(4)])
     # 12 heads: the 8 slopes of H'=8, then every other slope of the 16-head sequence (2^-0.5, 2^-1.5, ...)
     assert np.allclose(alibi_slopes(12).numpy()[8:], [2.0 ** -(0.5 + i) for i in range(4)])
+
+
+# --- Falcon --------------------------------------------------------------------------------------------
+
+FALCON = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=64, pad_token_id=0)
+FALCON_VARIANTS = {
+    "falcon-7b-like": (dict(multi_query=True, parallel_attn=True), 1, True),
+    "falcon-40b-like": (dict(new_decoder_architecture=True, num_kv_heads=2), 2, False),
+    "sequential-with-bias": (dict(multi_query=False, parallel_attn=False, bias=True), 4, False),
+}
+
+
+@pytest.mark.parametrize("variant", list(FALCON_VARIANTS))
+def test_falcon_matches_reference(tmp_path, variant):
+    extra, kv_heads, shared = FALCON_VARIANTS[variant]
+    model, path = build("FalconConfig", "FalconForCausalLM", tmp_path, **{**FALCON, **extra})
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert loaded.arch == "falcon" and cfg.kv_heads == kv_heads and cfg.shared_norm is shared
+    assert cfg.parallel_residual is extra.get("parallel_attn", True)
+    compare(loaded, model)
+
+
+def test_falcon_rw_alibi_is_refused_clearly(tmp_path):
+    _, path = build("FalconConfig", "FalconForCausalLM", tmp_path, **{**FALCON, "alibi": True})
+    with pytest.raises(CheckpointError, match="ALiBi"):
+        load_checkpoint(path)
