@@ -269,3 +269,35 @@ def test_falcon_rw_alibi_is_refused_clearly(tmp_path):
     _, path = build("FalconConfig", "FalconForCausalLM", tmp_path, **{**FALCON, "alibi": True})
     with pytest.raises(CheckpointError, match="ALiBi"):
         load_checkpoint(path)
+
+
+# --- GPT-J ----------------------------------------------------------------------------------------------
+
+def test_gptj_interleaved_partial_rotary_matches_reference(tmp_path):
+    model, path = build("GPTJConfig", "GPTJForCausalLM", tmp_path, vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                        rotary_dim=8, n_positions=64, pad_token_id=0)
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert loaded.arch == "gptj" and cfg.rotary_interleaved and cfg.rotary_dim == 8 and cfg.shared_norm
+    compare(loaded, model)
+
+
+def test_interleaved_rotary_turns_adjacent_pairs():
+    from explorer.core.model import apply_rotary, apply_rotary_interleaved, rotary_angles
+
+    cos, sin = rotary_angles(torch.arange(5), 4, 10000.0)
+    x = torch.randn(1, 1, 5, 6)
+    y = apply_rotary_interleaved(x, cos, sin)
+    assert torch.equal(y[..., 4:], x[..., 4:])  # the dimensions past rotary_dim pass through
+    # the same rotation as the half layout once the pairs are gathered: (x0, x2 | x1, x3) <-> (x0, x1, x2, x3)
+    half = apply_rotary(x[..., [0, 2, 1, 3, 4, 5]], cos, sin)
+    assert torch.allclose(y, half[..., [0, 2, 1, 3, 4, 5]], atol=1e-6)
+    assert torch.allclose(y.norm(dim=-1), x.norm(dim=-1), atol=1e-5)  # a rotation keeps lengths
+
+
+def test_supported_formats_name_these_families():
+    from explorer.core.checkpoint import supported_formats
+
+    text = supported_formats()
+    for name in ("phi3", "phi", "gpt_neo", "opt", "bloom", "falcon", "gptj"):
+        assert repr(name) in text

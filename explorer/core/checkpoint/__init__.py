@@ -5,7 +5,8 @@ package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
 * Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``);
+  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``phi3``, ``phi``, ``gpt_neo``,
+  ``opt``, ``bloom``, ``falcon``, ``gptj``);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
 * built-in names: ``worked-example`` and each directory under ``models/``.
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core import worked_example
-from explorer.core.checkpoint import bloom, falcon, gpt2, gpt_neo, llama, nanogpt, neox, opt, phi, phi3
+from explorer.core.checkpoint import bloom, falcon, gpt2, gpt_neo, gptj, llama, nanogpt, neox, opt, phi, phi3
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.errors import CheckpointError
@@ -43,6 +44,7 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **opt.LOADERS,
     **bloom.LOADERS,
     **falcon.LOADERS,
+    **gptj.LOADERS,
 }
 
 
