@@ -69,8 +69,9 @@ def main() -> int:
     selection.set_layer(5)
     for n in (64, 256):
         trace = loaded.trace_ids(rng.integers(0, loaded.tokenizer.vocab_size, n).tolist())
+        snapshot = panel.snapshot()  # taken on the GUI thread when the trace is requested
         t0 = time.perf_counter()
-        panel.prepare(trace)
+        panel.prepare(trace, snapshot)
         prepare_ms = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         panel.set_trace(trace)

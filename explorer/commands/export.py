@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     files = write_attention_files(trace, args.out / "attention")
     print(f"wrote {args.out / 'trace.npz'} and {len(files)} attention files for {trace.n_tokens} tokens")
     if args.plots:
-        from explorer.ui.render import render_plots
+        from explorer.ui.export.offscreen import render_plots
 
         pngs = render_plots(loaded, trace, args.out / "plots")
         print(f"wrote {len(pngs)} plot images to {args.out / 'plots'}")

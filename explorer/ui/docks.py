@@ -1,9 +1,11 @@
-"""Panels as dock widgets: finding the registered panel classes and placing their docks."""
+"""Panels as dock widgets: finding the registered panel classes, placing their docks, and the
+generation pane's dock (built and wired to the window here)."""
 
 from __future__ import annotations
 
 import logging
 from importlib import import_module
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QTabWidget
@@ -70,3 +72,24 @@ def size_docks(window: QMainWindow, docks: list[PanelDock]) -> None:
         return
     height = max(window.height() - 200, 400)
     window.resizeDocks([docks[0], docks[1]], [int(height * 0.24), int(height * 0.76)], Qt.Orientation.Vertical)
+
+
+def add_generation_dock(window: Any, pane: Any) -> PanelDock:
+    """Host the ``GenerationPane`` ``pane`` in a dock on the window's right, full height, and wire it
+    up: a new model and the window's prompt reach the pane; a clicked token becomes the window's trace
+    (``MainWindow.show_generated``); closing the window stops a running generation."""
+    dock = PanelDock(pane, window)
+    window.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+    window.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+    window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+
+    def on_model(loaded: Any) -> None:
+        pane.set_model(loaded)
+        pane.follow_prompt(window.prompt.text())
+
+    window.model_loaded.connect(on_model)
+    window.prompt.text_edited.connect(pane.follow_prompt)
+    pane.trace_requested.connect(window.show_generated)
+    window.installEventFilter(pane)
+    window.generation = pane
+    return dock

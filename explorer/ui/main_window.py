@@ -13,19 +13,47 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, QThreadPool, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMessageBox, QToolBar, QWidget
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QGuiApplication,
+    QKeySequence,
+)
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QMainWindow,
+    QMessageBox,
+    QToolBar,
+    QWidget,
+)
 
 from explorer.core.paths import resources_dir
-from explorer.ui import generation, window_exports
-from explorer.ui.docks import PanelDock, load_panel_classes, place_docks, size_docks
+from explorer.ui.docks import (
+    PanelDock,
+    add_generation_dock,
+    load_panel_classes,
+    place_docks,
+    size_docks,
+)
+from explorer.ui.export import window_actions
+from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.widgets.prompt_editor import PromptEditor
 from explorer.ui.widgets.run_controls import DeviceControls, LayerHeadControls
 from explorer.ui.widgets.status_bar import StatusBar
-from explorer.ui.workers import LoadRequest, LoadResult, ModelLoader, TraceController, TraceResult, run_in_background
+from explorer.ui.workers import (
+    LoadRequest,
+    LoadResult,
+    ModelLoader,
+    TraceController,
+    TraceResult,
+    run_in_background,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +108,7 @@ class MainWindow(QMainWindow):
         self.prompt = PromptEditor(self)
         self.setCentralWidget(self.prompt)
         self.docks = self._build_docks()
-        self.generation_dock = generation.add_generation_dock(self)  # sets self.generation (the pane)
+        self.generation_dock = add_generation_dock(self, GenerationPane(self.selection))  # sets self.generation
         self.device_controls = DeviceControls(device, dtype, self)
         self.layer_head = LayerHeadControls(self.selection, self)
         self.status = StatusBar(self)
@@ -146,7 +174,7 @@ class MainWindow(QMainWindow):
         self.export_trace_action = self._action(file, "&Export trace…", self.export_trace, "Ctrl+E",
                                                 "Write every array of the current trace to a .npz file")
         self.export_maps_action = self._action(file, "Export &attention maps…", self.export_attention_maps)
-        self.export_maps_action.setEnabled(importlib.util.find_spec("explorer.ui.render") is not None)
+        self.export_maps_action.setEnabled(importlib.util.find_spec("explorer.ui.export.offscreen") is not None)
         file.addSeparator()
         self._action(file, "&Quit", self.close, QKeySequence.StandardKey.Quit).setShortcut(QKeySequence("Ctrl+Q"))
         bar.addMenu(self.menus.models_menu)
@@ -289,7 +317,8 @@ class MainWindow(QMainWindow):
         return not dock.isHidden() and (not self.isVisible() or dock.isVisible())
 
     def _preparers(self) -> list:
-        return [dock.panel.prepare for dock in self.docks if self._shows(dock)]
+        """Every shown panel's ``prepare``, bound to its snapshot taken now, on the GUI thread."""
+        return [dock.panel.preparer() for dock in self.docks if self._shows(dock)]
 
     def _on_trace_ready(self, result: TraceResult) -> None:
         trace = result.trace
@@ -328,19 +357,24 @@ class MainWindow(QMainWindow):
             if trace is self.trace:
                 self._show_panel(dock.panel, trace)
 
-        run_in_background(lambda: dock.panel.prepare(trace), on_done=apply)
+        run_in_background(dock.panel.preparer(), trace, on_done=apply)
 
-    # --- generation pane (explorer.ui.generation) ---------------------------------------------
+    # --- generation pane (explorer.ui.generation, docks.add_generation_dock) -------------------
     def show_generated(self, text: str, ids: list[int]) -> None:
-        """Make a prompt and its generated tokens the current trace, tokenized exactly as ``ids``."""
-        generation.show_generated(self, text, ids)
+        """Make a prompt and its generated tokens the current trace, tokenized exactly as ``ids``
+        (encoding the decoded text again may cut it into other tokens)."""
+        if self.loaded is None:
+            return
+        ids = list(ids)[: self.loaded.config.n_ctx]
+        self.controller.pin_ids(text, ids)
+        self.set_prompt(text)
 
     # --- exports -----------------------------------------------------------------------------
     def export_trace(self) -> None:
-        window_exports.export_trace(self)
+        window_actions.export_trace(self)
 
     def export_attention_maps(self) -> None:
-        window_exports.export_attention_maps(self)
+        window_actions.export_attention_maps(self)
 
     # --- focus, help, layout -----------------------------------------------------------------
     def _on_focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:

@@ -25,7 +25,8 @@ from explorer.core.trace import CaptureSpec, Trace
 
 log = logging.getLogger(__name__)
 
-Preparer = Callable[[Trace], None]  # a panel's prepare(): runs on the worker thread
+# a panel's prepare, bound to a snapshot taken on the GUI thread (Panel.preparer): runs on the worker
+Preparer = Callable[[Trace], None]
 
 
 def error_message(exc: BaseException) -> str:

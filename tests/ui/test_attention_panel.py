@@ -13,8 +13,8 @@ import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
 from explorer.core.analysis import attention as analysis
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.worked_example import PROMPT
-from explorer.ui.panels import attention
 from explorer.ui.panels.attention import AttentionPanel
+from explorer.ui.panels.attention import views as attention_views
 from explorer.ui.selection import Selection
 
 GPT2_PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat"
@@ -37,7 +37,7 @@ def make_panel(qtbot, trace, show: bool = False) -> AttentionPanel:
     selection = Selection()
     panel = AttentionPanel(selection)
     qtbot.addWidget(panel)
-    trace.materialize(panel.needed_keys(trace))  # what the worker does before the GUI draws
+    trace.materialize(panel.needed_keys(trace, panel.snapshot()))  # what the worker does before the GUI draws
     selection.clamp(trace.config.n_layers, trace.config.n_heads, trace.n_tokens)
     panel.set_trace(trace)
     if show:
@@ -246,17 +246,17 @@ def test_exportables_have_labelled_data(qtbot, gpt2_trace):
 
 def test_needed_keys_and_the_long_prompt_path(qtbot, gpt2_trace, monkeypatch):
     panel = make_panel(qtbot, gpt2_trace)
-    assert panel.needed_keys(gpt2_trace) == [f"blocks.{layer}.attn.pattern" for layer in range(3)]
+    assert panel.needed_keys(gpt2_trace, panel.snapshot()) == [f"blocks.{layer}.attn.pattern" for layer in range(3)]
     exact = panel.mosaic.copy()
 
     # a prompt too long to keep every layer's patterns: nothing precomputed, heads drawn one by one
-    monkeypatch.setattr(attention, "LAYER_PATTERN_BUDGET", 0)
-    assert panel.needed_keys(gpt2_trace) == []
+    monkeypatch.setattr(attention_views, "LAYER_PATTERN_BUDGET", 0)
+    assert panel.needed_keys(gpt2_trace, panel.snapshot()) == []
     panel.set_trace(gpt2_trace)
     np.testing.assert_allclose(panel.mosaic, exact, rtol=1e-5, atol=1e-7, equal_nan=True)
 
     # and long prompts are block-averaged in the overview, never in the detail
-    monkeypatch.setattr(attention, "MAX_TILE", 8)
+    monkeypatch.setattr(attention_views, "MAX_TILE", 8)
     panel.set_trace(gpt2_trace)
     geo = panel.geometry
     assert geo.factor == 3 and geo.tile == 7 and panel.mosaic.shape == (3 * 8 - 1, 4 * 8 - 1)

@@ -14,7 +14,8 @@ from PySide6.QtWidgets import QLabel
 
 import explorer.ui  # noqa: F401
 from explorer.ui import export
-from explorer.ui.panels.base import Exportable, Panel
+from explorer.ui.export.menu import Exportable
+from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 

@@ -12,10 +12,11 @@ import pytest
 from PySide6.QtCore import QPoint, Qt, QThread
 from PySide6.QtWidgets import QApplication, QFileDialog
 
+from explorer.core.generation.candidates import candidate_table
 from explorer.core.generation.generate import generate
 from explorer.core.generation.sampling import SamplingParams
-from explorer.ui import generation
-from explorer.ui.generation import GenerationPane, candidate_table, prob_colour
+from explorer.ui.generation import GenerationPane, prob_colour
+from explorer.ui.generation import stream as gen_stream
 from explorer.ui.selection import Selection
 
 PROMPT = "The capital of France is"
@@ -65,7 +66,7 @@ def run(qtbot, pane, action=None):
 
 
 def test_tokens_stream_in_one_signal_per_step_while_the_worker_runs(qtbot, pane, tiny_loaded, monkeypatch):
-    monkeypatch.setattr(generation, "FRAME_MS", 0)  # every step handed on alone, as for a slow model
+    monkeypatch.setattr(gen_stream, "FRAME_MS", 0)  # every step handed on alone, as for a slow model
     pane.temperature.setValue(1.5)
     records = []
     main_thread = QApplication.instance().thread()
@@ -92,7 +93,7 @@ def test_tokens_stream_in_one_signal_per_step_while_the_worker_runs(qtbot, pane,
 
 
 def test_stop_cancels_within_a_step(qtbot, pane, tiny_loaded, monkeypatch):
-    monkeypatch.setattr(generation, "FRAME_MS", 0)
+    monkeypatch.setattr(gen_stream, "FRAME_MS", 0)
     pane.max_new.setValue(40)
     seen = []
     pane.step_added.connect(seen.append)
@@ -136,7 +137,7 @@ def test_stream_steps_groups_fast_steps_and_returns_the_result(tiny_loaded):
     from explorer.core.generation.generate import generate
 
     params = SamplingParams(temperature=1.5, max_new_tokens=12, seed=3)
-    stream = generation.stream_steps(tiny_loaded, tiny_loaded.tokenizer.encode(PROMPT), params,
+    stream = gen_stream.stream_steps(tiny_loaded, tiny_loaded.tokenizer.encode(PROMPT), params,
                                      threading.Event(), frame_seconds=3600.0)
     groups = []
     while True:
@@ -149,7 +150,7 @@ def test_stream_steps_groups_fast_steps_and_returns_the_result(tiny_loaded):
     assert [s.index for g in groups for s in g] == list(range(12))
     assert result.token_ids == [s.token_id for g in groups for s in g]
     assert result.token_ids == generate(tiny_loaded, PROMPT, params).token_ids
-    single = generation.stream_steps(tiny_loaded, tiny_loaded.tokenizer.encode(PROMPT), params,
+    single = gen_stream.stream_steps(tiny_loaded, tiny_loaded.tokenizer.encode(PROMPT), params,
                                      threading.Event(), frame_seconds=0.0)
     assert all(len(group) == 1 for group in single)
 

@@ -10,11 +10,22 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
-from explorer.core.analysis.neurons import activation_histogram, neuron_order, neuron_vocab_effect, top_columns, top_neurons
+from explorer.core.analysis.neurons import (
+    activation_histogram,
+    neuron_order,
+    neuron_vocab_effect,
+    top_columns,
+    top_neurons,
+)
 from explorer.core.trace import CaptureSpec, Trace
 from explorer.core.worked_example import PROMPT
-from explorer.ui.panels import neurons
-from explorer.ui.panels.neurons import DEFAULT_TOP_K, TOP_TOKEN_NEURONS, VOCAB_K, NeuronsPanel
+from explorer.ui.panels.neurons import (
+    DEFAULT_TOP_K,
+    TOP_TOKEN_NEURONS,
+    VOCAB_K,
+    NeuronsPanel,
+)
+from explorer.ui.panels.neurons import views as neuron_views
 from explorer.ui.selection import Selection
 
 GPT2_PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat"
@@ -35,7 +46,7 @@ def make_panel(qtbot, trace, tokenizer=None, layer: int = 0, show: bool = False)
     if tokenizer is not None:
         panel.set_tokenizer(tokenizer)
     selection.set_layer(layer)
-    panel.prepare(trace)  # what the worker does before the GUI draws
+    panel.prepare(trace, panel.snapshot())  # what the worker does before the GUI draws
     selection.clamp(trace.config.n_layers, trace.config.n_heads, trace.n_tokens)
     if show:
         panel.resize(1300, 850)
@@ -229,11 +240,12 @@ def test_prepare_leaves_show_trace_only_drawing(qtbot, gpt2, monkeypatch):
     qtbot.addWidget(panel)
     panel.set_tokenizer(loaded.tokenizer)
     selection.set_layer(2)
-    panel.prepare(trace)
+    panel.prepare(trace, panel.snapshot())
     calls = []
     for name in ("neuron_order", "top_columns", "neuron_vocab_effect"):
-        original = getattr(neurons, name)
-        monkeypatch.setattr(neurons, name, lambda *a, _f=original, _n=name, **k: (calls.append(_n), _f(*a, **k))[1])
+        original = getattr(neuron_views, name)
+        monkeypatch.setattr(neuron_views, name,
+                            lambda *a, _f=original, _n=name, **k: (calls.append(_n), _f(*a, **k))[1])
     panel.set_trace(trace)
     assert calls == []
     assert panel.vocab.rowCount() == VOCAB_K and panel.heatmap.matrix.shape == (trace.n_tokens, DEFAULT_TOP_K)
@@ -247,7 +259,7 @@ def test_attention_only_model_shows_a_note(qtbot, worked_loaded, gpt2):
     panel = make_panel(qtbot, trace, worked_loaded.tokenizer, show=True)
     assert panel.note.isVisible() and "this model has no ffn" in panel.note.text().lower()
     assert not panel.content.isVisible() and not panel.controls.isVisible()
-    assert panel.needed_keys(trace) == []
+    assert panel.needed_keys(trace, panel.snapshot()) == []
     for exportable in panel.exportables():
         values, rows, cols = exportable.data()
         assert values.size == 0 and not rows and not cols

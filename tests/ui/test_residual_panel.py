@@ -14,8 +14,8 @@ from explorer.core.analysis import residual as core
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.worked_example import PROMPT
 from explorer.ui.panels import panel_classes
-from explorer.ui.panels import residual as residual_panel
 from explorer.ui.panels.residual import ResidualPanel, visible_text
+from explorer.ui.panels.residual import lens as residual_lens
 from explorer.ui.selection import Selection
 
 # " the the" and " dog dog": a random model with tied embeddings predicts the token it reads, so
@@ -43,7 +43,7 @@ def make_panel(qtbot, loaded, trace, show: bool = False) -> ResidualPanel:
     panel = ResidualPanel(selection)
     qtbot.addWidget(panel)
     panel.set_tokenizer(loaded.tokenizer)
-    panel.prepare(trace)
+    panel.prepare(trace, panel.snapshot())
     selection.clamp(trace.config.n_layers, trace.config.n_heads, trace.n_tokens)
     if show:
         panel.resize(1300, 950)
@@ -169,7 +169,7 @@ def test_lens_grid(qtbot, gpt2):
 
 def test_large_lens_grid_is_colours_only(qtbot, gpt2, monkeypatch):
     loaded, trace = gpt2
-    monkeypatch.setattr(residual_panel, "TEXT_MAX_TOKENS", 10)
+    monkeypatch.setattr(residual_lens, "TEXT_MAX_TOKENS", 10)
     panel = make_panel(qtbot, loaded, trace)
     assert not panel.lens_cells.isVisible() and panel.lens_cells.texts == []
     assert panel.lens_map.matrix.shape == (4, 17)
@@ -193,7 +193,7 @@ def test_prepare_computes_the_lens_and_drawing_reuses_it(qtbot, gpt2, monkeypatc
     panel = ResidualPanel(selection)
     qtbot.addWidget(panel)
     panel.set_tokenizer(loaded.tokenizer)
-    panel.prepare(trace)
+    panel.prepare(trace, panel.snapshot())
     assert calls == [{"top": 5, "vocab_size": loaded.tokenizer.vocab_size}]
     panel.set_trace(trace)
     panel.selection.set_token(3)
@@ -303,7 +303,7 @@ def test_one_token_and_a_trace_without_its_model(qtbot, gpt2):
 
     keys = [f"blocks.{layer}.resid_pre" for layer in range(3)] + ["resid_final", "logits"]
     bare = Trace(trace.token_ids, trace.tokens, trace.config, {k: trace[k] for k in keys})
-    panel.prepare(bare)
+    panel.prepare(bare, panel.snapshot())
     panel.set_trace(bare)
     np.testing.assert_array_equal(panel.norm_map.matrix, core.residual_norms(trace))
     np.testing.assert_array_equal(panel.cosine_map.matrix, core.consecutive_cosine(trace))

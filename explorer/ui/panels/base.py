@@ -5,6 +5,10 @@ A panel is a QWidget that shows one aspect of a ``Trace``. It gets the trace thr
 runs the model. Each plot it draws is registered with ``add_exportable`` so that right-click
 export, "export all plots" and the CLI's ``export --plots`` find it.
 
+Work before drawing runs on the worker thread (``prepare``). It reads no widget and not
+``self.selection``: it gets a ``PanelSnapshot``, a frozen copy of the selection and the panel's
+options taken on the GUI thread when the trace is requested (``snapshot``, ``preparer``).
+
 Adding a panel: a pure function in ``explorer/core`` with a headless test, a module here with a
 ``Panel`` subclass, one line in ``explorer/ui/panels/__init__.py``'s ``PANELS``, one pytest-qt test.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,19 +27,22 @@ from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
+from explorer.ui.export.menu import Exportable, attach_export_menu
 from explorer.ui.selection import Selection
 
+__all__ = ["Exportable", "Panel", "PanelSnapshot"]
 
-@dataclass
-class Exportable:
-    """One plot of a panel: what to render (a pyqtgraph item or widget) and the data behind it.
 
-    ``data`` returns ``(matrix_or_vector, row_labels, column_labels)``; labels may be None.
-    """
+@dataclass(frozen=True)
+class PanelSnapshot:
+    """What a panel's worker-thread work may read, copied on the GUI thread: the shared selection
+    (layer, head, token) and the model's tokenizer. Panels with options (a checkbox, a top-K box)
+    subclass it with more fields (see ``Panel.snapshot``)."""
 
-    name: str
-    item: Any
-    data: Callable[[], tuple[np.ndarray, list[str] | None, list[str] | None]]
+    layer: int = 0
+    head: int = 0
+    token: int | None = None
+    tokenizer: Any = None  # Qt-free; read-only use (display strings, vocab_size)
 
 
 class Panel(QWidget):
@@ -61,22 +69,37 @@ class Panel(QWidget):
     def selection_changed(self, what: str) -> None:
         """Redraw what depends on the selection; ``what`` is "layer", "head" or "token"."""
 
-    def needed_keys(self, trace: Trace) -> list[str]:
+    def snapshot(self) -> PanelSnapshot:
+        """The selection and this panel's options now (GUI thread), for ``needed_keys``/``prepare``.
+
+        A panel with options overrides it and returns a ``PanelSnapshot`` subclass made by
+        ``self._snapshot(Subclass, option=value, ...)``."""
+        return self._snapshot(PanelSnapshot)
+
+    def _snapshot(self, cls: type[PanelSnapshot], **options: Any) -> Any:
+        s = self.selection
+        return cls(layer=s.layer, head=s.head, token=s.token, tokenizer=self.tokenizer, **options)
+
+    def preparer(self) -> Callable[[Trace], None]:
+        """``prepare`` bound to a snapshot taken now: call on the GUI thread, run on the worker."""
+        return partial(self.prepare, snapshot=self.snapshot())
+
+    def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
         """Trace keys this panel reads that may be derived on demand: the worker computes them
         before the trace reaches the GUI thread, so drawing never waits on the model.
 
-        Called from the worker thread: read only the trace and plain attributes (the selection's
-        values), touch no widget."""
+        Called from the worker thread: read only the trace and ``snapshot``, touch no widget."""
         return []
 
-    def prepare(self, trace: Trace) -> None:
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
         """Work done on the worker thread before ``show_trace``: by default, compute ``needed_keys``.
 
         Panels with heavier views (a downsampled mosaic, a logit lens) override it and keep the
         results with ``trace.memo(key, compute)``; ``show_trace`` then asks ``trace.memo`` with the
-        same key and gets them at once. Same rule as ``needed_keys``: no widgets here.
+        same key and gets them at once. Same rule as ``needed_keys``: only the trace and the snapshot
+        (taken on the GUI thread when the trace was requested), no widgets, not ``self.selection``.
         """
-        trace.materialize(self.needed_keys(trace))
+        trace.materialize(self.needed_keys(trace, snapshot))
 
     def tokenizer_changed(self) -> None:
         """A new model (and so ``self.tokenizer``) was loaded; the next trace follows."""
@@ -132,8 +155,6 @@ class Panel(QWidget):
                        data: Callable[[], tuple[np.ndarray, list[str] | None, list[str] | None]]) -> Exportable:
         exportable = Exportable(name, item, data)
         self._exportables.append(exportable)
-        from explorer.ui.export import attach_export_menu  # deferred: export imports the widgets
-
         attach_export_menu(exportable, self)  # right-click: Export PNG/SVG…, data as CSV/NPY…
         return exportable
 

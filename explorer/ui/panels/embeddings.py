@@ -12,7 +12,7 @@ from PySide6.QtGui import QPen
 from PySide6.QtWidgets import (QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QLineEdit, QSplitter,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from explorer.core.export import token_labels
+from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_levels
 from explorer.core.trace import Trace
 from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,

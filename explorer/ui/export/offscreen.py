@@ -26,8 +26,9 @@ def ensure_app() -> QApplication:
     """The running QApplication, or a new one (offscreen when there is no display)."""
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and sys.platform.startswith("linux"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    import explorer.ui  # noqa: F401  (binding and pyqtgraph options first)
     from PySide6.QtWidgets import QApplication
+
+    import explorer.ui  # noqa: F401  (binding and pyqtgraph options first)
 
     app = QApplication.instance()
     if app is None:
@@ -83,7 +84,7 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
     app = ensure_app()
     from PySide6.QtWidgets import QWidget
 
-    from explorer.ui.export import export_png
+    from explorer.ui.export.images import export_png
     from explorer.ui.selection import Selection
 
     out_dir = Path(out_dir)
@@ -96,7 +97,7 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
                 panel.set_tokenizer(loaded.tokenizer)
             if loaded is not None and hasattr(panel, "set_vocabulary_display"):
                 panel.set_vocabulary_display(loaded.tokenizer.display)
-            panel.prepare(trace)
+            panel.prepare(trace, panel.snapshot())
             panel.resize(1100, 900)
             panel.show()
             panel.set_trace(trace)
@@ -126,8 +127,9 @@ def export_attention_maps(trace: Trace, directory: str | os.PathLike[str],
     import numpy as np
 
     app = ensure_app()
-    from explorer.core.export import token_labels, write_attention_files
-    from explorer.ui.export import export_png
+    from explorer.core.display.labels import token_labels
+    from explorer.core.export import write_attention_files
+    from explorer.ui.export.images import export_png
     from explorer.ui.widgets.heatmap import Heatmap
 
     directory = Path(directory)

@@ -1,4 +1,4 @@
-"""Exporting plots: PNG through pyqtgraph's ImageExporter, our own SVG for heatmaps, data as CSV/NPY.
+"""Plots as image files: PNG through pyqtgraph's ImageExporter, our own SVG for heatmaps.
 
 pyqtgraph's SVGExporter embeds an ImageItem as one raster image, so a heatmap's SVG is written
 here instead: one ``<rect>`` per cell while the matrix is small, an embedded PNG otherwise, with the
@@ -11,22 +11,19 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from xml.sax.saxutils import escape
 
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter, SVGExporter
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt
-from PySide6.QtGui import QAction, QImage
-from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QWidget
 
-from explorer.core.export import atomic_path, write_matrix_csv, write_npy, write_text
 from explorer.core.display.levels import abbreviate, label_step
+from explorer.core.export import atomic_path, write_text
 from explorer.ui.widgets.heatmap import Heatmap
-
-if TYPE_CHECKING:
-    from explorer.ui.panels.base import Exportable
 
 SVG_CELL_LIMIT = 100  # rows and columns up to which an SVG heatmap gets one <rect> per cell
 _MASK_GREY = (175, 175, 175)
@@ -195,124 +192,3 @@ def export_svg(item: Any, path: str | os.PathLike[str]) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return path
-
-
-# --- data ---------------------------------------------------------------------------------------
-def export_data(exportable: Exportable, path: str | os.PathLike[str]) -> Path:
-    """Write the data behind a plot: ``.npy`` (the array) or ``.csv`` (with its labels)."""
-    path = Path(path)
-    array, row_labels, col_labels = exportable.data()
-    array = np.asarray(array)
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        write_npy(path, array)
-    elif suffix == ".csv":
-        if array.ndim == 1:  # a vector: one labelled row per entry
-            array = array[:, None]
-            col_labels = col_labels if col_labels and len(col_labels) == 1 else [exportable.name]
-        if array.ndim != 2:
-            raise ValueError(f"CSV export needs a vector or a matrix, got shape {array.shape}")
-        rows = list(row_labels) if row_labels is not None else [str(i) for i in range(array.shape[0])]
-        cols = list(col_labels) if col_labels is not None else [str(j) for j in range(array.shape[1])]
-        write_matrix_csv(path, array, rows, cols)
-    else:
-        raise ValueError(f"export data as .csv or .npy, not {suffix or 'no extension'!r}")
-    return path
-
-
-# --- context menu --------------------------------------------------------------------------------
-_last_directory: list[str] = [""]
-
-
-def _ask_path(parent: QWidget | None, caption: str, name: str, suffix: str, filter_: str) -> Path | None:
-    start = os.path.join(_last_directory[0] or os.getcwd(), f"{name}{suffix}")
-    chosen, _ = QFileDialog.getSaveFileName(parent, caption, start, filter_)
-    if not chosen:
-        return None
-    path = Path(chosen)
-    if path.suffix.lower() != suffix:
-        path = path.with_name(path.name + suffix)
-    _last_directory[0] = str(path.parent)
-    return path
-
-
-def _menu_host(item: Any) -> QMenu | None:
-    """The context menu that right-clicking the plot opens (a ViewBox menu), if there is one."""
-    plot = None
-    if isinstance(item, Heatmap):
-        plot = item.plot
-    elif isinstance(item, pg.PlotWidget):
-        plot = item.getPlotItem()
-    elif isinstance(item, pg.PlotItem):
-        plot = item
-    elif isinstance(item, pg.ViewBox):
-        return item.menu
-    return None if plot is None else plot.getViewBox().menu
-
-
-def export_actions(exportable: Exportable, parent: QWidget | None = None) -> list[QAction]:
-    """The four export actions for one plot, each asking for a file name."""
-    widget = exportable.item if isinstance(exportable.item, QWidget) else parent
-
-    def run(kind: str) -> None:
-        specs = {"png": ("Export PNG", ".png", "PNG image (*.png)"),
-                 "svg": ("Export SVG", ".svg", "SVG image (*.svg)"),
-                 "csv": ("Export data as CSV", ".csv", "CSV table (*.csv)"),
-                 "npy": ("Export data as NPY", ".npy", "NumPy array (*.npy)")}
-        caption, suffix, filter_ = specs[kind]
-        path = _ask_path(widget, caption, exportable.name, suffix, filter_)
-        if path is None:
-            return
-        try:
-            if kind == "png":
-                export_png(exportable.item, path)
-            elif kind == "svg":
-                export_svg(exportable.item, path)
-            else:
-                export_data(exportable, path)
-        except Exception as exc:  # shown to the user, not raised into the event loop
-            QMessageBox.warning(widget, caption, f"Could not write {path}:\n{exc}")
-
-    actions = []
-    for kind, text in (("png", "Export PNG\u2026"), ("svg", "Export SVG\u2026"),
-                       ("csv", "Export data as CSV\u2026"), ("npy", "Export data as NPY\u2026")):
-        action = QAction(text, widget)
-        action.triggered.connect(lambda _checked=False, k=kind: run(k))
-        actions.append(action)
-    return actions
-
-
-def attach_export_menu(exportable: Exportable, parent: QWidget | None = None) -> bool:
-    """Put the export actions on the plot's right-click menu. Returns False if it has none to host them.
-
-    pyqtgraph plots get them at the top of their ViewBox menu (pyqtgraph's own "Export..." entry,
-    which would duplicate them, is removed); plain widgets get a custom context menu.
-    """
-    item = exportable.item
-    menu = _menu_host(item)
-    if menu is not None:
-        for old in getattr(menu, "_explorer_export_actions", []):
-            menu.removeAction(old)
-        actions = export_actions(exportable, parent)
-        first = menu.actions()[0] if menu.actions() else None
-        menu.insertActions(first, actions)
-        menu.insertSeparator(first) if first is not None else menu.addSeparator()
-        menu._explorer_export_actions = actions
-        scene = item.scene() if hasattr(item, "scene") else None
-        if scene is not None and hasattr(scene, "contextMenu"):
-            scene.contextMenu = [a for a in scene.contextMenu if "Export" not in a.text()]
-        return True
-    if isinstance(item, QWidget):
-        actions = export_actions(exportable, parent)
-        item.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-
-        def show_menu(pos: Any) -> None:
-            popup = QMenu(item)
-            popup.addActions(actions)
-            popup.exec(item.mapToGlobal(pos))
-
-        item.customContextMenuRequested.connect(show_menu)
-        item._explorer_export_actions = actions
-        return True
-    return False
-

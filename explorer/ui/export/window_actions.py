@@ -44,7 +44,7 @@ def export_attention_maps(window: MainWindow) -> None:
     directory = QFileDialog.getExistingDirectory(window, "Export attention maps into", _start_dir(window))
     if not directory:
         return
-    from explorer.ui.render import export_attention_maps as render_maps
+    from explorer.ui.export.offscreen import export_attention_maps as render_maps
 
     QGuiApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
     try:  # rendering draws Qt items, so it runs here, on the GUI thread

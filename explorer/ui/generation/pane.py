@@ -1,0 +1,392 @@
+"""The generation pane: continue a prompt token by token and see why each token was chosen.
+
+A prompt box, Generate / Stop / "Continue from here", the sampling controls (``controls``), the
+continuation streaming in token by token (``token_text``: each token's background is its probability
+under the controls it was drawn with), and for one step a bar chart of the top next-token candidates
+before and after the controls (``candidate_chart``). Moving a control re-scores the shown step from
+its stored logits at once (``explorer.core.generation.candidates``), without running the model, so a
+student sees what temperature, top-k, top-p, min-p and the repetition penalty do to the same
+distribution. Clicking a generated token selects that step and makes the prompt plus the continuation
+up to that token the window's current trace (tokenized exactly as generated), so every panel shows
+the model's internals at that point. Generating runs in a worker, paced for the GUI (``stream``).
+
+Why a ``Panel`` subclass that is not in the panel registry: it reuses the panel machinery (the
+"What am I looking at?" explanation, ``add_exportable``'s right-click export of the chart, a
+``PanelDock``) but it is not a trace panel: it drives the model instead of drawing a ``Trace``,
+so the window hosts it in its own dock (``explorer.ui.docks.add_generation_dock``) and never hands
+it traces.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from explorer.core.errors import ExplorerError, PromptError
+from explorer.core.generation.candidates import (
+    N_CANDIDATES,
+    CandidateTable,
+    candidate_table,
+    controls_equal,
+    describe_params,
+)
+from explorer.core.generation.sampling import SamplingParams, softmax
+from explorer.core.generation.transcript import transcript_dict, write_transcript_json
+from explorer.core.tokenize.display import visible_whitespace
+from explorer.ui.docks import PanelDock
+from explorer.ui.export.menu import ask_path
+from explorer.ui.generation.candidate_chart import (
+    AFTER_BRUSH,
+    CandidateChart,
+    token_label,
+)
+from explorer.ui.generation.controls import SamplingControls, row
+from explorer.ui.generation.stream import GenerationRun
+from explorer.ui.generation.token_text import TokenText, legend_html
+from explorer.ui.panels.base import Panel
+from explorer.ui.selection import Selection
+
+if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
+    from explorer.core.generation.generate import GenerationResult, Step
+
+
+class GenerationPane(GenerationRun, Panel):
+    """Generate from a prompt and inspect every step. See the module docstring.
+
+    Signals
+    -------
+    trace_requested(str, list)
+        Prompt plus continuation up to a clicked token, and its exact token ids.
+    step_added(int)
+        A step arrived and is shown (its index).
+    generation_finished(object)
+        The ``GenerationResult`` (None if the generation failed).
+    """
+
+    title = "Generation"
+    explanation = "generation"
+
+    trace_requested = Signal(str, object)
+    step_added = Signal(int)
+    generation_finished = Signal(object)
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(selection, parent)
+        self.loaded: Any = None
+        self.prompt_ids: list[int] = []
+        self.prompt_text = ""
+        self.steps: list[Step] = []
+        self.result: GenerationResult | None = None
+        self.params_used: SamplingParams | None = None
+        self.selected: int | None = None
+        self.running = False
+        self.error: str | None = None
+        self.stop_at_eos = True  # end at the end-of-text token (no control for it here)
+        self._follow_latest = True
+        self._cancel: threading.Event | None = None
+        self._worker: Any = None
+        self._gen_id = 0
+        self._incremental: Any = None
+        self._bar_seconds = 0.0  # the last chart update's time (painting apart)
+        self._pinned: tuple[str, list[int]] | None = None  # prompt text -> exact ids (continue, clicks)
+        self._own_prompt = False
+        self._setting_prompt = False
+        self._raw_probs: tuple[Step, np.ndarray] | None = None
+        self._sized = False
+        self.table: CandidateTable | None = None
+        self._build()
+        self._connect()
+        self.set_model(None)
+
+    # --- building --------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.prompt_edit = QPlainTextEdit(self)
+        self.prompt_edit.setObjectName("generation-prompt")
+        self.prompt_edit.setPlaceholderText("Prompt to continue (Ctrl+Enter generates)")
+        self.prompt_edit.setTabChangesFocus(True)
+        line = self.prompt_edit.fontMetrics().lineSpacing()
+        self.prompt_edit.setFixedHeight(3 * line + 12)
+        self.body.addWidget(self.prompt_edit)
+
+        self.generate_button = QPushButton("Generate", self)
+        self.generate_button.setToolTip("Continue the prompt with the controls below (Ctrl+Enter)")
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setToolTip("Stop after the step that is running (Esc)")
+        self.continue_button = QPushButton("Continue from here", self)
+        self.continue_button.setToolTip("Generate again from the selected token with the current controls")
+        self.export_button = QPushButton("Export transcript…", self)
+        self.export_button.setToolTip("Write every step (chosen token, candidates before and after the "
+                                      "controls) to a JSON file")
+        buttons = QHBoxLayout()
+        buttons.setSpacing(4)
+        for button in (self.generate_button, self.stop_button, self.continue_button, self.export_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        self.body.addLayout(buttons)
+
+        self.controls = SamplingControls(self)
+        self.body.addWidget(self.controls)
+        c = self.controls  # the controls are the pane's attributes too (tests, benchmarks, callers)
+        self.greedy, self.temperature, self.top_k, self.top_p = c.greedy, c.temperature, c.top_k, c.top_p
+        self.min_p, self.repetition, self.max_new = c.min_p, c.repetition, c.max_new
+        self.seed, self.random_seed = c.seed, c.random_seed
+
+        self.status = QLabel("", self)
+        self.status.setObjectName("generation-status")
+        self.status.setWordWrap(True)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        # two lines, always: a new message must not move (and so repaint) everything below it
+        self.status.setFixedHeight(2 * self.status.fontMetrics().lineSpacing() + 4)
+        self.body.addWidget(self.status)
+
+        self.text_view = TokenText(self)
+        self.text_view.setObjectName("generation-text")
+        self.text_view.setMinimumHeight(70)
+        self.text_view.tooltip_for = self.tooltip_for
+        self.legend = QLabel(legend_html(), self)
+        self.legend.setToolTip("Probability of each chosen token under the controls it was drawn with "
+                               "(greedy: always 1). Hover a token for details; click it to show the "
+                               "internals at that token in every panel.")
+        top = QWidget(self)
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.setSpacing(2)
+        top_layout.addWidget(self.text_view, 1)
+        top_layout.addWidget(self.legend)
+
+        self.step_spin = QSpinBox(self)
+        self.step_spin.setToolTip("The step whose candidates are shown")
+        self.step_spin.setPrefix("step ")
+        self.info = QLabel("", self)
+        self.info.setObjectName("step-info")
+        self.info.setWordWrap(True)
+        self.info.setTextFormat(Qt.TextFormat.RichText)
+        self.info.setFixedHeight(3 * self.info.fontMetrics().lineSpacing() + 4)  # no relayout per step
+        self.info.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self.chart = CandidateChart(self)
+        bottom = QWidget(self)
+        bottom_layout = QVBoxLayout(bottom)
+        bottom_layout.setContentsMargins(0, 0, 0, 0)
+        bottom_layout.setSpacing(2)
+        bottom_layout.addWidget(row(self, self.step_spin, self.info, grow=1))
+        bottom_layout.addWidget(self.chart, 1)
+        self.splitter = QSplitter(Qt.Orientation.Vertical, self)
+        self.splitter.addWidget(top)
+        self.splitter.addWidget(bottom)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 3)
+        self.body.addWidget(self.splitter, 1)
+        self.add_exportable("next-token candidates", self.chart.getPlotItem(), self._chart_data)
+        self._bar_timer = QTimer(self)
+        self._bar_timer.setSingleShot(True)
+        self._bar_timer.timeout.connect(self._draw_bars)
+
+    def _connect(self) -> None:
+        self.generate_button.clicked.connect(self.generate)
+        self.stop_button.clicked.connect(self.stop)
+        self.continue_button.clicked.connect(self.continue_from_here)
+        self.export_button.clicked.connect(self.export_transcript_dialog)
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            shortcut = QShortcut(QKeySequence(keys), self)
+            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.activated.connect(self.generate)
+        escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        escape.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        escape.activated.connect(self.stop)
+        self.controls.changed.connect(self._controls_changed)
+        self.prompt_edit.textChanged.connect(self._on_prompt_edited)
+        self.text_view.token_clicked.connect(self.click_token)
+        self.step_spin.valueChanged.connect(self._on_step_spin)
+
+    # --- the model and the prompt --------------------------------------------------------------------
+    def set_model(self, loaded: Any) -> None:
+        """A new model: whatever runs is stopped and forgotten."""
+        self.stop()
+        self._gen_id += 1
+        self.loaded = loaded
+        self.running = False
+        self.steps, self.result, self.selected, self.table = [], None, None, None
+        self._pinned, self._raw_probs = None, None
+        self.text_view.start("")
+        self.chart.show_table(None, [])
+        self.info.setText("")
+        if loaded is not None:
+            self.max_new.setMaximum(max(1, loaded.config.n_ctx))
+        self.status.setText("" if loaded is not None else "No model loaded.")
+        self._update_buttons()
+
+    def follow_prompt(self, text: str) -> None:
+        """The window's prompt changed: use it, unless this pane's prompt was edited by hand."""
+        if not self._own_prompt:
+            self.set_prompt(text)
+
+    def set_prompt(self, text: str, ids: Sequence[int] | None = None) -> None:
+        """Put ``text`` in the prompt box; ``ids``: the exact tokens it stands for (else it is encoded)."""
+        self._setting_prompt = True
+        try:
+            if text != self.prompt_edit.toPlainText():
+                self.prompt_edit.setPlainText(text)
+        finally:
+            self._setting_prompt = False
+        self._pinned = (text, [int(i) for i in ids]) if ids is not None else None
+
+    def _on_prompt_edited(self) -> None:
+        if not self._setting_prompt:
+            self._own_prompt = bool(self.prompt_edit.toPlainText())
+
+    def _encode_prompt(self) -> list[int]:
+        text = self.prompt_edit.toPlainText()
+        if self._pinned is not None and self._pinned[0] == text:
+            return list(self._pinned[1])
+        if not text:
+            raise PromptError("the prompt is empty: type some text to continue")
+        ids = self.loaded.tokenizer.encode(text)
+        if not ids:
+            raise PromptError("the prompt has no tokens in this model's vocabulary")
+        n_ctx = self.loaded.config.n_ctx
+        if len(ids) >= n_ctx:
+            raise PromptError(f"the prompt has {len(ids)} tokens and the model's context holds {n_ctx}: "
+                              "shorten it to leave room for the continuation")
+        return ids
+
+    # --- the controls ----------------------------------------------------------------------------------
+    def current_params(self, seed: int | None = None) -> SamplingParams:
+        """The controls as they are now (``seed``: the one to record; default the seed box's)."""
+        return self.controls.params(seed, self.stop_at_eos)
+
+    def _controls_changed(self) -> None:
+        """Re-score the shown step under the new controls (no forward pass)."""
+        if self.running:
+            self._schedule_bars()
+        else:
+            self._draw_bars()
+
+    # --- steps: selection, clicks, the chart ----------------------------------------------------------
+    def select_step(self, index: int, follow: bool = False) -> None:
+        """Show step ``index``'s candidates (``follow``: keep following the newest step while streaming)."""
+        if not 0 <= index < len(self.steps):
+            return
+        self._follow_latest = follow
+        self.selected = index
+        self.text_view.set_selected(index)
+        self._draw_bars()
+        self._update_buttons()
+
+    def _on_step_spin(self, value: int) -> None:
+        if value < len(self.steps):
+            self.select_step(value)
+        elif self.steps:  # not generated (yet)
+            self.select_step(len(self.steps) - 1, follow=self._follow_latest)
+
+    def click_token(self, index: int) -> None:
+        """Select step ``index`` and make prompt + continuation up to it the window's current trace."""
+        self.select_step(index)
+        ids = self.ids_through(index)
+        self.trace_requested.emit(self.loaded.tokenizer.decode(ids), ids)
+
+    def ids_through(self, index: int) -> list[int]:
+        return self.prompt_ids + [s.token_id for s in self.steps[: index + 1]]
+
+    def _draw_bars(self) -> None:
+        if self.selected is None or not self.steps or self.loaded is None:
+            return
+        t0 = time.perf_counter()
+        step = self.steps[self.selected]
+        if self.step_spin.value() != step.index:
+            self.step_spin.blockSignals(True)
+            self.step_spin.setValue(step.index)
+            self.step_spin.blockSignals(False)
+        if self._raw_probs is None or self._raw_probs[0] is not step:
+            self._raw_probs = (step, softmax(step.scores.logits))
+        params = self.current_params()
+        self.table = table = candidate_table(step, params, N_CANDIDATES, self._raw_probs[1])
+        display = self.loaded.tokenizer.display
+        self.chart.show_table(table, [token_label(display(int(i))) for i in table.ids])
+        rank, prob = table.chosen_after
+        now = f"p {prob:.3g} (rank {rank})" if rank is not None else "removed"
+        same = self.params_used is not None and controls_equal(params, self.params_used)
+        drawn = "" if same else f" · drawn at p {step.prob:.3g} with {describe_params(self.params_used)}"
+        self.info.setText(
+            f"<b>step {step.index}</b>: chose <b>“{_html(token_label(step.text, 24))}”</b> · "
+            f"<span style='color:{AFTER_BRUSH}'>{now} after the controls</span>, "
+            f"{table.chosen_before:.3g} from the model alone · {table.num_possible:,} of {table.vocab_size:,} "
+            f"possible{drawn}")
+        self.info.setToolTip(f"Controls now: {describe_params(params)}" + (
+            "" if same else f"\nThe token was drawn with {describe_params(self.params_used)}"))
+        self._bar_seconds = time.perf_counter() - t0
+
+    def tooltip_for(self, index: int) -> str:
+        step = self.steps[index]
+        raw = step.before
+        own = (f"rank {raw.chosen_rank}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
+               else f"p {raw.chosen_prob:.3g}")
+        return (f"<b>step {step.index}</b>: “{_html(visible_whitespace(step.text))}” (id {step.token_id})<br>"
+                f"p {step.prob:.3g}, rank {step.rank} under the controls it was drawn with "
+                f"({_html(describe_params(step.params))})<br>model's own: {own}<br>"
+                "<i>click: show its candidates, and every panel at this token</i>")
+
+    def _chart_data(self) -> tuple[np.ndarray, list[str] | None, list[str] | None]:
+        return self.chart.values, list(self.chart.labels), ["model's own", "after the controls"]
+
+    # --- export -----------------------------------------------------------------------------------------
+    def transcript(self) -> dict[str, Any]:
+        if self.result is None:
+            raise ExplorerError("there is no finished generation to export")
+        return transcript_dict(self.prompt_text, self.result.steps, self.params_used, text=self.result.text,
+                               display=self.loaded.tokenizer.display, stop_reason=self.result.stop_reason,
+                               model=getattr(self.loaded, "name", None))
+
+    def export_transcript(self, path: Any) -> None:
+        """Write the last generation's transcript as JSON (atomically)."""
+        write_transcript_json(path, self.transcript())
+
+    def export_transcript_dialog(self) -> None:
+        path = ask_path(self, "Export transcript", "transcript", ".json", "JSON transcript (*.json)")
+        if path is None:
+            return
+        try:
+            self.export_transcript(path)
+        except Exception as exc:  # noqa: BLE001 - shown to the user
+            QMessageBox.warning(self, "Export transcript", f"Could not write {path}:\n{exc}")
+
+    # --- Panel contract and window events -----------------------------------------------------------
+    def show_trace(self, trace: Any) -> None:
+        """Not a trace panel: the window never hands it traces."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.Close:  # the window closes: do not keep it waiting
+            self.stop()
+        return False
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802
+        super().showEvent(event)
+        if self._sized:
+            return
+        self._sized = True
+        dock, window = self.parentWidget(), self.window()
+        if isinstance(window, QMainWindow) and isinstance(dock, PanelDock) and not dock.isFloating():
+            if dock.width() < 360:
+                width = min(max(380, int(window.width() * 0.34)), 620)
+                window.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

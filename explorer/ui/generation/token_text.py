@@ -1,0 +1,174 @@
+"""The streaming text of the generation pane: the prompt in grey, then one coloured span per token.
+
+A generated token's background is its probability under the controls it was drawn with, on a log
+scale (``prob_colour``); hovering shows a tooltip, clicking (not dragging) emits the step's index.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt, Signal
+from PySide6.QtGui import QColor, QFontDatabase, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
+
+PROMPT_GREY = "#6b7280"
+SELECTED_BG, SELECTED_FG = "#1d4ed8", "#ffffff"
+# token background: probability of the chosen token, on a log scale from 0.001 (surprising) to 1
+_STOPS = ((0.0, (244, 165, 130)), (0.5, (253, 233, 184)), (1.0, (188, 215, 238)))
+
+
+def _interpolated(t: float) -> tuple[int, int, int]:
+    for (t0, c0), (t1, c1) in zip(_STOPS, _STOPS[1:]):
+        if t <= t1:
+            f = (t - t0) / (t1 - t0)
+            return tuple(round(a + f * (b - a)) for a, b in zip(c0, c1))  # type: ignore[return-value]
+    return _STOPS[-1][1]
+
+
+_COLOURS = [_interpolated(i / 255) for i in range(256)]
+
+
+def prob_colour(p: float) -> QColor:
+    """Background of a generated token: salmon (p <= 0.001) through cream to light blue (p = 1)."""
+    t = (math.log10(max(float(p), 1e-12)) + 3.0) / 3.0
+    return QColor(*_COLOURS[round(255 * min(max(t, 0.0), 1.0))])
+
+
+
+def legend_html() -> str:
+    """The colour key shown under the text."""
+    cells = "".join(f'<span style="background:{prob_colour(p).name()}">&nbsp;{label}&nbsp;</span>'
+                    for p, label in ((0.001, "0.001"), (0.01, "0.01"), (0.1, "0.1"), (1.0, "1")))
+    return f'<span style="color:{PROMPT_GREY}">token colour = its probability:</span> {cells}'
+
+
+class TokenText(QPlainTextEdit):
+    """Read-only text: the prompt in grey, then one coloured span per generated token.
+
+    Signals: token_clicked(int) with the step index of the span under a click (not a drag).
+    """
+
+    token_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setUndoRedoEnabled(False)
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setPointSizeF(max(font.pointSizeF(), 10.0))
+        self.setFont(font)
+        self.viewport().setMouseTracking(True)
+        self.spans: list[tuple[int, int]] = []  # (start, end) document positions per step
+        self.formats: list[QTextCharFormat] = []
+        self.selected: int | None = None
+        self.tooltip_for: Any = None  # step index -> tooltip text
+        self._press: QPoint | None = None
+        self._prompt_format = QTextCharFormat()
+        self._prompt_format.setForeground(QColor(PROMPT_GREY))
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.spans)
+
+    def start(self, prompt_text: str) -> None:
+        self.clear()
+        self.spans, self.formats, self.selected = [], [], None
+        cursor = QTextCursor(self.document())
+        cursor.insertText(prompt_text, self._prompt_format)
+
+    def append_tokens(self, tokens: Sequence[tuple[int, str, float]]) -> None:
+        """Append ``(step index, text, probability)`` spans in one edit (one layout, one repaint)."""
+        scroll = self.verticalScrollBar()
+        at_end = scroll.value() >= scroll.maximum() - 2
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()
+        for index, text, prob in tokens:
+            fmt = QTextCharFormat()
+            fmt.setBackground(prob_colour(prob))
+            fmt.setAnchor(True)
+            fmt.setAnchorHref(str(index))
+            start = cursor.position()
+            if text:
+                cursor.insertText(text, fmt)
+            self.spans.append((start, cursor.position()))
+            self.formats.append(fmt)
+        cursor.endEditBlock()
+        if at_end:
+            scroll.setValue(scroll.maximum())
+
+    def extend_last(self, text: str) -> None:
+        """Characters completed after the last step (held-back bytes): part of the last span."""
+        if not text or not self.spans:
+            return
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(text, self._format_of(len(self.spans) - 1))
+        start, _ = self.spans[-1]
+        self.spans[-1] = (start, cursor.position())
+
+    def _format_of(self, index: int) -> QTextCharFormat:
+        fmt = QTextCharFormat(self.formats[index])
+        if index == self.selected:
+            fmt.setBackground(QColor(SELECTED_BG))
+            fmt.setForeground(QColor(SELECTED_FG))
+        return fmt
+
+    def set_selected(self, index: int | None) -> None:
+        old, self.selected = self.selected, index
+        for i in (old, index):
+            if i is not None and 0 <= i < len(self.spans) and self.spans[i][0] < self.spans[i][1]:
+                cursor = QTextCursor(self.document())
+                cursor.setPosition(self.spans[i][0])
+                cursor.setPosition(self.spans[i][1], QTextCursor.MoveMode.KeepAnchor)
+                cursor.setCharFormat(self._format_of(i))
+
+    def token_at(self, pos: QPoint) -> int | None:
+        href = self.anchorAt(pos)
+        return int(href) if href.isdigit() and int(href) < len(self.spans) else None
+
+    def token_rect(self, index: int) -> QRect | None:
+        """Viewport rectangle of the first character of step ``index``'s text (None: no text)."""
+        start, end = self.spans[index]
+        if start == end:
+            return None
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(start)
+        left = self.cursorRect(cursor)
+        cursor.setPosition(start + 1)
+        right = self.cursorRect(cursor)
+        if right.top() != left.top():  # the first character ends a line: take its height only
+            right = QRect(left.right() + 6, left.top(), 1, left.height())
+        return QRect(left.left(), left.top(), max(1, right.left() - left.left()), left.height())
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.ToolTip:
+            index = self.token_at(event.pos())
+            if index is not None and self.tooltip_for is not None:
+                QToolTip.showText(event.globalPos(), self.tooltip_for(index), self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+    def mousePressEvent(self, event: Any) -> None:  # noqa: N802
+        self._press = event.position().toPoint()
+        super().mousePressEvent(event)
+
+    def mouseMoveEvent(self, event: Any) -> None:  # noqa: N802
+        super().mouseMoveEvent(event)
+        over = self.token_at(event.position().toPoint()) is not None
+        self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
+
+    def mouseReleaseEvent(self, event: Any) -> None:  # noqa: N802
+        super().mouseReleaseEvent(event)
+        pos, press, self._press = event.position().toPoint(), self._press, None
+        if (event.button() == Qt.MouseButton.LeftButton and press is not None
+                and (pos - press).manhattanLength() < 4):
+            index = self.token_at(pos)
+            if index is not None:
+                self.token_clicked.emit(index)

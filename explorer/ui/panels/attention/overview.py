@@ -1,0 +1,196 @@
+"""The attention panel's overview: every head's pattern as one tiled image, the L x H heatmap of a
+head statistic under it, their outlines of the selected head, hover texts, clicks and exported data.
+
+``AttentionOverview`` is mixed into ``AttentionPanel``: the widgets and state it uses are the panel's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QCursor
+from PySide6.QtWidgets import QSplitter, QToolTip
+
+from explorer.core.analysis import attention as analysis
+from explorer.core.display.levels import finite_levels
+from explorer.core.display.labels import token_labels
+from explorer.ui.panels.attention.views import (
+    OUTLINE,
+    STAT_LABELS_MAX,
+    StatisticHeatmap,
+    head_source,
+    mosaic_of,
+    quoted,
+    statistic_levels,
+    statistic_of,
+)
+from explorer.ui.widgets.heatmap import format_value
+from explorer.ui.widgets.plots import outline
+
+
+class AttentionOverview:
+    """Building, drawing and reading the all-heads overview (a mixin of ``AttentionPanel``)."""
+
+    def _build_overview(self) -> None:
+        self.overview = pg.GraphicsLayoutWidget()
+        self.overview_plot: pg.PlotItem = self.overview.addPlot(row=0, col=0, title="all heads")
+        plot = self.overview_plot
+        plot.invertY(True)
+        plot.setAspectLocked(True)
+        plot.hideButtons()
+        plot.setMouseEnabled(x=False, y=False)
+        plot.showAxis("top")
+        plot.hideAxis("bottom")
+        self.overview_image = pg.ImageItem(axisOrder="row-major")
+        plot.addItem(self.overview_image)
+        self.selected_outline = outline(plot, OUTLINE, z=10)
+        self.overview_colorbar = pg.ColorBarItem(colorMap="viridis", width=12, interactive=False,
+                                                 colorMapMenu=False)
+        self.overview_colorbar.setImageItem(self.overview_image)
+        self.overview.addItem(self.overview_colorbar, row=0, col=1)
+        self._overview_hover = pg.SignalProxy(self.overview.scene().sigMouseMoved, rateLimit=30,
+                                              slot=self._on_overview_hover)
+        self.overview.scene().sigMouseClicked.connect(self._on_overview_clicked)
+
+        self.statistics = StatisticHeatmap(colormap="viridis")
+        self.statistics.cell_clicked.connect(self.selection.set_layer_head)
+        self.statistics_outline = outline(self.statistics.plot, OUTLINE)
+        self.statistics.setVisible(False)
+        self.statistic_texts: list[pg.TextItem] = []
+
+        self._overview_column = QSplitter(Qt.Orientation.Vertical)
+        self._overview_column.addWidget(self.overview)
+        self._overview_column.addWidget(self.statistics)
+        self._overview_column.setStretchFactor(0, 3)
+        self._overview_column.setStretchFactor(1, 2)
+
+
+    def statistic_values(self, name: str | None = None) -> np.ndarray:
+        """The [L, H] values of a head statistic for the current trace (computed once per trace)."""
+        name = name or self.statistic
+        if name not in self._statistics:
+            self._statistics[name] = statistic_of(self.trace, name)
+        return self._statistics[name]
+
+
+    def head_at_scene(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        """(layer, head) of the overview tile under a scene position (what a click selects)."""
+        if self.geometry is None:
+            return None
+        p = self.overview_image.mapFromScene(scene_pos)
+        return self.geometry.head_at(p.x(), p.y())
+
+
+    def _draw_overview(self) -> None:
+        trace, cfg = self.trace, self.trace.config
+        self.mosaic, self.geometry = mosaic_of(trace)
+        geo = self.geometry
+        levels = (0.0, finite_levels(self.mosaic)[1])
+        self.overview_image.setImage(self.mosaic, levels=levels, autoLevels=False)
+        self.overview_colorbar.setLevels(levels)
+        rows, cols = geo.shape
+        self.overview_plot.setRange(xRange=(-1, cols + 1), yRange=(-1, rows + 1), padding=0)  # room for the outline
+        step_l = max(1, math.ceil(cfg.n_layers / 24))
+        step_h = max(1, math.ceil(cfg.n_heads / 24))
+        self.overview_plot.getAxis("left").setTicks(
+            [[(geo.tile_center(layer, 0)[1], f"L{layer}") for layer in range(0, cfg.n_layers, step_l)]])
+        self.overview_plot.getAxis("top").setTicks(
+            [[(geo.tile_center(0, head)[0], f"H{head}") for head in range(0, cfg.n_heads, step_h)]])
+        shape = f"{cfg.n_layers} layers \u00d7 {cfg.n_heads} heads \u00b7 {trace.n_tokens} tokens"
+        if geo.downsampled:
+            shape += f" \u00b7 overview averaged over {geo.factor}\u00d7{geo.factor}-token blocks"
+        self.info.setText(shape)
+        self._place_outlines()
+
+    def _place_outlines(self) -> None:
+        if self.geometry is None:
+            return
+        layer, head = self.layer_head()
+        x, y = self.geometry.tile_origin(layer, head)
+        t = self.geometry.tile
+        self.selected_outline.setRect(QRectF(x - 0.5, y - 0.5, t + 1, t + 1))
+        self.statistics_outline.setRect(QRectF(head, layer, 1, 1))
+
+    def _draw_statistics(self) -> None:
+        if self.trace is None or not self.stats_toggle.isChecked():
+            return
+        cfg = self.trace.config
+        values = self.statistic_values()
+        label = analysis.STATISTIC_LABELS[self.statistic]
+        levels = statistic_levels(self.statistic, values, self.trace.n_tokens)
+        self.statistics.plot.setTitle(label)
+        self.statistics.set_data(values, [f"L{layer}" for layer in range(cfg.n_layers)],
+                                 [f"H{head}" for head in range(cfg.n_heads)], levels=levels, value_name=label)
+        for text in self.statistic_texts:
+            self.statistics.plot.removeItem(text)
+        self.statistic_texts = []
+        if cfg.n_layers > STAT_LABELS_MAX or cfg.n_heads > STAT_LABELS_MAX:
+            return  # too many cells to write in: the tooltip gives each value
+        for (layer, head), value in np.ndenumerate(values):
+            dark = not math.isfinite(value) or (value - levels[0]) < 0.6 * (levels[1] - levels[0])
+            text = pg.TextItem(f"{value:.2f}" if math.isfinite(value) else "–", anchor=(0.5, 0.5),
+                               color="w" if dark and math.isfinite(value) else "k")
+            text.setPos(head + 0.5, layer + 0.5)
+            text.setZValue(15)
+            self.statistics.plot.addItem(text)
+            self.statistic_texts.append(text)
+
+
+    # --- hover and click on the overview ---------------------------------------------------------
+    def overview_text(self, layer: int, head: int, query: int, key: int) -> str:
+        tokens, geo = self.trace.tokens, self.geometry
+        x, y = geo.tile_origin(layer, head)
+        value = self.mosaic[y + query // geo.factor, x + key // geo.factor]
+        if geo.downsampled:
+            qs, ks = geo.tokens_of_pixel(query // geo.factor), geo.tokens_of_pixel(key // geo.factor)
+            text = (f"L{layer} H{head}: queries {qs.start}\u2013{qs.stop - 1} \u2192 "
+                    f"keys {ks.start}\u2013{ks.stop - 1}: mean weight {format_value(value)}")
+        else:
+            text = (f"L{layer} H{head}: query {quoted(tokens[query])} ({query}) \u2192 "
+                    f"key {quoted(tokens[key])} ({key}): weight {format_value(value)}")
+        if self.stats_toggle.isChecked():
+            stat = self.statistic_values()[layer, head]
+            shown = format_value(stat) if math.isfinite(stat) else "undefined"
+            text += f"\n{analysis.STATISTIC_LABELS[self.statistic]}: {shown}"
+        return text
+
+    def _on_overview_hover(self, args: tuple) -> None:
+        if self.geometry is None or not self.overview_plot.vb.sceneBoundingRect().contains(args[0]):
+            QToolTip.hideText()
+            return
+        p = self.overview_image.mapFromScene(args[0])
+        cell = self.geometry.cell_at(p.x(), p.y())
+        if cell is None:
+            QToolTip.hideText()
+            return
+        QToolTip.showText(QCursor.pos(), self.overview_text(*cell), self.overview)
+
+    def _on_overview_clicked(self, event) -> None:
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        picked = self.head_at_scene(event.scenePos())
+        if picked is not None:
+            self.selection.set_layer_head(*picked)
+
+
+    # --- exported data ---------------------------------------------------------------------------
+    def _overview_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """Every head's exact pattern stacked: [L*H*n, n], rows "L{l} H{h} {i}:{token}", columns keys."""
+        trace, cfg = self.trace, self.trace.config
+        labels = token_labels(trace.tokens)
+        source = head_source(trace)
+        stack = np.concatenate([source(layer, head) for layer in range(cfg.n_layers)
+                                for head in range(cfg.n_heads)]).astype(np.float32, copy=False)
+        rows = [f"L{layer} H{head} {label}" for layer in range(cfg.n_layers)
+                for head in range(cfg.n_heads) for label in labels]
+        return stack, rows, labels
+
+
+    def _statistics_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The chosen head statistic [L, H] with "L{l}" / "H{h}" labels."""
+        cfg = self.trace.config
+        return (self.statistic_values(), [f"L{layer}" for layer in range(cfg.n_layers)],
+                [f"H{head}" for head in range(cfg.n_heads)])

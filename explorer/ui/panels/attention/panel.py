@@ -1,0 +1,306 @@
+"""The attention panel: every head at a glance, one head in detail, one query row as bars.
+
+* Overview (``overview.py``): the patterns of all layers x heads tiled into ONE ImageItem (rows =
+  layers, columns = heads, see ``explorer.core.display.mosaic``; long prompts are block-averaged
+  there). The selected head is outlined; clicking a tile selects that head. "Statistics" adds an
+  L x H heatmap of one head statistic (``explorer.core.analysis.attention``) below it.
+* Detail: the selected head's exact pattern (softmax, sequential colours) or scaled scores
+  (q.k/sqrt(d_head), diverging colours, symmetric levels), queries as rows and keys as columns;
+  masked future positions are hatched grey, not a colour. Clicking a row selects that query token.
+* Row: the selected query token's row as bars over the key tokens (the last token when no token
+  is selected).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, QTimer
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from explorer.core.analysis import attention as analysis
+from explorer.core.display.levels import finite_levels, thinned_ticks
+from explorer.core.display.mosaic import MosaicGeometry
+from explorer.core.display.labels import token_labels
+from explorer.core.trace import Trace
+from explorer.ui.panels.attention.overview import AttentionOverview
+from explorer.ui.panels.attention.views import (
+    BAR_NEGATIVE,
+    BAR_PATTERN,
+    BAR_POSITIVE,
+    KINDS,
+    QUERY_OUTLINE,
+    AttentionHeatmap,
+    layer_patterns_fit,
+    mosaic_of,
+    quoted,
+    statistic_of,
+)
+from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.selection import Selection
+from explorer.ui.widgets.plots import fixed_plot, outline
+
+
+@dataclass(frozen=True)
+class AttentionSnapshot(PanelSnapshot):
+    """The attention panel's options for ``prepare``: whether the statistics are shown, and which."""
+
+    statistics_on: bool = False
+    statistic: str = "induction"
+
+
+class AttentionPanel(AttentionOverview, Panel):
+    title = "Attention"
+    explanation = "attention"
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(selection, parent)
+        self.kind = "pattern"
+        self.statistic = "induction"
+        self.geometry: MosaicGeometry | None = None
+        self.mosaic = np.zeros((0, 0), dtype=np.float32)
+        self._statistics: dict[str, np.ndarray] = {}
+        self._head_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # current trace only
+        self._detail_timer = QTimer(self)  # coalesces "layer" + "head" into one redraw
+        self._detail_timer.setSingleShot(True)
+        self._detail_timer.setInterval(0)
+        self._detail_timer.timeout.connect(self._draw_detail)
+        self._build_controls()
+        self._build_overview()
+        self._build_detail()
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self._overview_column)
+        splitter.addWidget(self._detail_column)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 3)
+        self.body.addWidget(splitter, 1)
+        self._register_exports()
+
+    # --- building --------------------------------------------------------------------------------
+    def _build_controls(self) -> None:
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Detail:"))
+        self._kind_group = QButtonGroup(self)
+        self.kind_buttons: dict[str, QToolButton] = {}
+        for kind, text, tip in (("pattern", "pattern", "softmax weights: each row sums to 1"),
+                                ("scores", "scores",
+                                 "q\u00b7k / \u221ad_head before the softmax; masked cells hatched")):
+            button = QToolButton()
+            button.setText(text)
+            button.setToolTip(tip)
+            button.setCheckable(True)
+            self._kind_group.addButton(button)
+            self.kind_buttons[kind] = button
+            button.clicked.connect(lambda _=False, k=kind: self.set_kind(k))
+            row.addWidget(button)
+        self.kind_buttons["pattern"].setChecked(True)
+        row.addSpacing(16)
+        self.stats_toggle = QCheckBox("Statistics")
+        self.stats_toggle.setToolTip("colour every head by one statistic of its pattern")
+        self.stats_toggle.toggled.connect(self.show_statistics)
+        row.addWidget(self.stats_toggle)
+        self.stat_box = QComboBox()
+        for name, label in analysis.STATISTIC_LABELS.items():
+            self.stat_box.addItem(label, name)
+        self.stat_box.setCurrentIndex(self.stat_box.findData(self.statistic))
+        self.stat_box.setEnabled(False)
+        self.stat_box.currentIndexChanged.connect(lambda _: self.set_statistic(self.stat_box.currentData()))
+        row.addWidget(self.stat_box)
+        row.addStretch(1)
+        self.info = QLabel()
+        self.info.setStyleSheet("color: #555")
+        row.addWidget(self.info)
+        self.body.addLayout(row)
+
+    def _build_detail(self) -> None:
+        self.detail = AttentionHeatmap(colormap="viridis")
+        self.detail.cell_clicked.connect(lambda row, _col: self.selection.set_token(row))
+        self.query_outline = outline(self.detail.plot, QUERY_OUTLINE)
+
+        self.row_plot = fixed_plot()
+        self.row_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=BAR_PATTERN, pen=None)
+        self.row_plot.addItem(self.row_bars)
+        self.row_values = np.zeros(0, dtype=np.float32)
+
+        column = QWidget()
+        layout = QVBoxLayout(column)
+        layout.setContentsMargins(0, 0, 0, 0)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.detail)
+        splitter.addWidget(self.row_plot)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 1)
+        layout.addWidget(splitter)
+        self._detail_column = column
+
+    def _register_exports(self) -> None:
+        self.add_exportable("attention, all heads", self.overview, self._overview_data)
+        self.add_exportable("attention, selected head", self.detail, self._detail_data)
+        self.add_exportable("attention, selected query row", self.row_plot, self._row_data)
+        self.add_exportable("head statistics", self.statistics, self._statistics_data)
+
+    # --- the panel contract ----------------------------------------------------------------------
+    def snapshot(self) -> AttentionSnapshot:
+        """The selection and the statistics options (shown? which one?), on the GUI thread."""
+        return self._snapshot(AttentionSnapshot, statistics_on=self.stats_toggle.isChecked(),
+                              statistic=self.statistic)
+
+    def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
+        """Every layer's [H, n, n] pattern when they fit ``LAYER_PATTERN_BUDGET`` (one batched
+        computation per layer, done by the worker); otherwise nothing: long prompts are drawn head
+        by head from the stored q and k, and each tile is downsampled at once."""
+        if not layer_patterns_fit(trace):
+            return []
+        return [f"blocks.{layer}.attn.pattern" for layer in range(trace.config.n_layers)]
+
+    def prepare(self, trace: Trace, snapshot: AttentionSnapshot) -> None:
+        """On the worker thread: the patterns (when they fit), the mosaic and, if the snapshot shows
+        them, the statistic."""
+        super().prepare(trace, snapshot)
+        mosaic_of(trace)
+        if snapshot.statistics_on:
+            statistic_of(trace, snapshot.statistic)
+
+    def show_trace(self, trace: Trace) -> None:
+        self._statistics = {}
+        self._head_cache = {}
+        self._draw_overview()
+        self._draw_statistics()
+        self._draw_detail()
+
+    def selection_changed(self, what: str) -> None:
+        if what in ("layer", "head"):
+            self._place_outlines()
+            # set_layer_head emits "layer" then "head": draw the new head once, when both are set
+            self._detail_timer.start()
+        elif what == "token" and not self._detail_timer.isActive():
+            self._draw_query_row()
+
+    @property
+    def redraw_pending(self) -> bool:
+        """Whether a new head's detail view is waiting for the event loop (see ``selection_changed``)."""
+        return self._detail_timer.isActive()
+
+    # --- public controls -------------------------------------------------------------------------
+    def set_kind(self, kind: str) -> None:
+        """Show the selected head's "pattern" or "scores" in the detail view."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+        self.kind_buttons[kind].setChecked(True)
+        if kind != self.kind:
+            self.kind = kind
+            if self.trace is not None:
+                self._draw_detail()
+
+    def show_statistics(self, on: bool) -> None:
+        """Show or hide the L x H heatmap of the chosen head statistic."""
+        if self.stats_toggle.isChecked() != on:
+            self.stats_toggle.setChecked(on)  # re-enters through the toggled signal
+            return
+        self.stat_box.setEnabled(on)
+        self.statistics.setVisible(on)
+        self._draw_statistics()
+
+    def set_statistic(self, name: str) -> None:
+        """Choose the head statistic (a key of ``analysis.STATISTICS``)."""
+        if name not in analysis.STATISTICS:
+            raise ValueError(f"unknown head statistic {name!r}")
+        self.statistic = name
+        index = self.stat_box.findData(name)
+        if self.stat_box.currentIndex() != index:
+            self.stat_box.setCurrentIndex(index)  # re-enters through currentIndexChanged
+            return
+        self._draw_statistics()
+
+    def query_row(self) -> int:
+        """The query token whose row is drawn as bars: the selected token, else the last one."""
+        n = self.trace.n_tokens
+        token = self.selection.token
+        return n - 1 if token is None else min(max(token, 0), n - 1)
+
+    def layer_head(self) -> tuple[int, int]:
+        """The selected (layer, head), kept inside the current trace's ranges."""
+        cfg = self.trace.config
+        return min(self.selection.layer, cfg.n_layers - 1), min(self.selection.head, cfg.n_heads - 1)
+
+
+    # --- drawing ---------------------------------------------------------------------------------
+    def head_matrices(self, layer: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+        """(pattern, scores) [n, n] of one head, exact, from the trace (the last few kept)."""
+        key = (layer, head)
+        if key not in self._head_cache:
+            while len(self._head_cache) >= 4:
+                self._head_cache.pop(next(iter(self._head_cache)))
+            self._head_cache[key] = (self.trace.head(layer, head, "pattern"), self.trace.head(layer, head, "scores"))
+        return self._head_cache[key]
+
+    def _detail_matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        pattern, scores = self.head_matrices(*self.layer_head())
+        return (scores if self.kind == "scores" else pattern), np.isneginf(scores)
+
+    def _draw_detail(self) -> None:
+        self._detail_timer.stop()
+        if self.trace is None:
+            return
+        matrix, masked = self._detail_matrix()
+        name, colormap, symmetric = KINDS[self.kind]
+        self.detail.set_colormap(colormap, symmetric)
+        if self.kind == "pattern":
+            levels = (0.0, finite_levels(matrix)[1])
+        else:
+            levels = finite_levels(matrix, symmetric=True, masked=masked)
+        tokens = list(self.trace.tokens)
+        self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
+        layer, head = self.layer_head()
+        what = "attention pattern" if self.kind == "pattern" else "scaled scores q\u00b7k/\u221ad_head"
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}  (rows: queries, columns: keys)")
+        self.detail.plot.setLabel("left", "query")
+        self.detail.plot.setLabel("bottom", "key")
+        self._draw_query_row()
+
+    def _draw_query_row(self) -> None:
+        matrix, masked = self.detail.matrix, self.detail.masked
+        n = matrix.shape[0]
+        i = self.query_row()
+        values = np.asarray(matrix[i], dtype=np.float32)
+        self.row_values = values
+        heights = np.where(masked[i], 0.0, values)
+        if self.kind == "pattern":
+            brushes = [BAR_PATTERN] * n
+        else:
+            brushes = [BAR_NEGATIVE if h < 0 else BAR_POSITIVE for h in heights]
+        self.row_bars.setOpts(x=np.arange(n) + 0.5, height=heights, width=0.8, brushes=brushes)
+        self.query_outline.setRect(QRectF(0, i, n, 1))
+        tokens = self.trace.tokens
+        name = KINDS[self.kind][0]
+        later = " (later keys masked)" if masked[i].any() else ""
+        self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
+        self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
+        lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))
+        self.row_plot.setXRange(0, max(n, 1), padding=0.01)
+        self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
+
+    # --- exported data ---------------------------------------------------------------------------
+    def _detail_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The selected head's [n, n] pattern or scores (as shown), queries x keys."""
+        labels = token_labels(self.trace.tokens)
+        return self._detail_matrix()[0], labels, labels
+
+    def _row_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The selected query's row [n]: one entry per key (row labels); the one column label
+        names the query and the quantity."""
+        labels = token_labels(self.trace.tokens)
+        i = self.query_row()
+        return self._detail_matrix()[0][i], labels, [f"{KINDS[self.kind][0]} from query {labels[i]}"]

@@ -1,0 +1,94 @@
+"""The attention panel's constants, heatmap widgets and memoised computations.
+
+``mosaic_of`` and ``statistic_of`` keep their results with the trace (``trace.memo``): the panel's
+``prepare`` computes them on the worker thread, drawing finds them there.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+
+from explorer.core.analysis import attention as analysis
+from explorer.core.display.levels import abbreviate
+from explorer.core.display.mosaic import MosaicGeometry, tile_heads
+from explorer.core.trace import Trace
+from explorer.ui.widgets.heatmap import Heatmap, format_value
+
+KINDS = {"pattern": ("pattern", "viridis", False), "scores": ("scaled score", "CET-D1", True)}
+MAX_TILE = 64  # overview tile side in pixels; longer prompts are block-averaged (exact in the detail)
+LAYER_PATTERN_BUDGET = 64 * 2**20  # bytes of all layers' [H, n, n] patterns worth precomputing in the worker
+OUTLINE = pg.mkPen("#ff2d55", width=2.5, cosmetic=True)
+QUERY_OUTLINE = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)
+BAR_PATTERN = pg.mkBrush("#2a788e")  # viridis' middle
+BAR_POSITIVE, BAR_NEGATIVE = pg.mkBrush("#c0392b"), pg.mkBrush("#3b6fb6")  # the red and blue ends of CET-D1
+STAT_LABELS_MAX = 16  # write each head's value into its cell while there are at most this many layers and heads
+
+
+
+def quoted(token: str) -> str:
+    return "'" + abbreviate(token, 24) + "'"
+
+
+def statistic_levels(name: str, values: np.ndarray, n_tokens: int) -> tuple[float, float]:
+    """Fixed, meaningful colour levels for a head statistic, so that a random model's tiny
+    differences do not look like structure: weights in [0, 1]; entropy in [0, ln n] (its maximum)."""
+    if name == "entropy":
+        top = max(math.log(max(n_tokens, 2)), float(np.nanmax(values)) if np.isfinite(values).any() else 0.0)
+        return 0.0, top
+    return 0.0, 1.0
+
+
+def layer_patterns_fit(trace: Trace) -> bool:
+    """Whether every layer's [H, n, n] pattern together is small enough to precompute and cache."""
+    cfg, n = trace.config, trace.n_tokens
+    return cfg.n_layers * cfg.n_heads * n * n * 4 <= LAYER_PATTERN_BUDGET
+
+
+class AttentionHeatmap(Heatmap):
+    """The detail heatmap, with tooltips in terms of query and key tokens."""
+
+    def cell_text(self, row: int, col: int) -> str:
+        rows, cols = self.row_labels, self.col_labels
+        where = f"query {quoted(rows[row])} ({row}) \u2192 key {quoted(cols[col])} ({col})"
+        if self.masked[row, col]:
+            return f"{where}: masked (future token)"
+        return f"{where}: {self.value_name} {format_value(self.matrix[row, col])}"
+
+    def set_colormap(self, name: str, symmetric: bool) -> None:
+        self.colormap = pg.colormap.get(name)
+        self.symmetric = symmetric
+        self.colorbar.setColorMap(self.colormap)
+
+
+class StatisticHeatmap(Heatmap):
+    """The L x H table of one head statistic, with "L0 H1: name value" tooltips."""
+
+    def cell_text(self, row: int, col: int) -> str:
+        value = self.matrix[row, col]
+        shown = format_value(value) if math.isfinite(value) else "undefined (no repeated tokens)"
+        return f"{self.row_labels[row]} {self.col_labels[col]}: {self.value_name} {shown}"
+
+
+
+def head_source(trace: Trace):
+    """``(layer, head) -> [n, n] pattern``: from every layer's precomputed patterns when they fit
+    ``LAYER_PATTERN_BUDGET``, else one head at a time from the stored q and k."""
+    if layer_patterns_fit(trace):
+        return lambda layer, head: trace[f"blocks.{layer}.attn.pattern"][head]
+    return lambda layer, head: trace.head(layer, head, "pattern")
+
+
+def mosaic_of(trace: Trace) -> tuple[np.ndarray, MosaicGeometry]:
+    """Every head's pattern tiled into one image (block-averaged beyond ``MAX_TILE``), once per trace."""
+    cfg = trace.config
+    return trace.memo(("attention.mosaic", MAX_TILE), lambda: tile_heads(
+        head_source(trace), max_tile=MAX_TILE, n_layers=cfg.n_layers, n_heads=cfg.n_heads))
+
+
+def statistic_of(trace: Trace, name: str) -> np.ndarray:
+    """The [L, H] values of one head statistic, once per trace."""
+    return trace.memo(("attention.statistic", name), lambda: analysis.head_statistics(trace, name))

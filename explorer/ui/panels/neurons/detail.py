@@ -1,0 +1,231 @@
+"""The neurons panel's detail views: the selected token's ranked neurons, and the selected neuron's
+activation at every token (bars), their histogram and its vocabulary effect, with their exported data.
+
+``NeuronDetail`` is mixed into ``NeuronsPanel``: the widgets and state it draws into are the panel's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QVBoxLayout, QWidget
+
+from explorer.core.analysis.neurons import activation_histogram, top_neurons
+from explorer.core.display.levels import thinned_ticks
+from explorer.core.display.labels import token_labels
+from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, vocab_effect_of
+from explorer.ui.panels.neurons.widgets import (
+    BAR_HIST,
+    BAR_NEGATIVE,
+    BAR_POSITIVE,
+    SELECTED_PEN,
+    cell,
+    quoted,
+    table,
+)
+from explorer.ui.widgets.plots import fixed_plot
+
+VOCAB_CAPTION = ("Direct path only: the neuron's output direction W_out[:, k], scaled by the final norm's "
+                 "\u03b3 and read through the un-embedding W_U, gives one logit change per unit of activation. "
+                 "Later layers and the norm's centring and scaling are ignored, so this is a strong hint, "
+                 "not a proof. For a negative activation the roles swap.")
+
+
+class NeuronDetail:
+    """Drawing and exported data of the token and neuron detail views (a mixin of ``NeuronsPanel``)."""
+
+    def _build_detail(self) -> QSplitter:
+        """The right-hand column: the token's ranked neurons, the neuron's histogram and vocabulary."""
+        self.ranked_title = QLabel()
+        self.ranked_title.setWordWrap(True)
+        self.ranked = table(["rank", "neuron", "activation"], stretch=(1, 2))
+        self.ranked.currentCellChanged.connect(self._on_ranked_row)
+        token_box = QWidget()
+        column = QVBoxLayout(token_box)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.ranked_title)
+        column.addWidget(self.ranked, 1)
+
+        self.hist_plot = fixed_plot(grid="")
+        self.hist_plot.setLabel("left", "tokens")
+        self.hist_plot.setLabel("bottom", "activation")
+        self.hist_bars = pg.BarGraphItem(x0=[], width=[], height=[], brush=BAR_HIST, pen=pg.mkPen("w", width=0.5))
+        self.hist_plot.addItem(self.hist_bars)
+        self.hist_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff2d55", width=2, style=Qt.PenStyle.DashLine))
+        self.hist_plot.addItem(self.hist_marker)
+
+        self.vocab_title = QLabel()
+        self.vocab_title.setWordWrap(True)
+        self.vocab = table(["promotes", "logit / unit", "suppresses", "logit / unit"], stretch=(0, 2))
+        self.vocab.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
+        self.vocab_caption = QLabel(VOCAB_CAPTION)
+        self.vocab_caption.setWordWrap(True)
+        self.vocab_caption.setStyleSheet("color: #555; font-size: 11px")
+        vocab_box = QWidget()
+        column = QVBoxLayout(vocab_box)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.vocab_title)
+        column.addWidget(self.vocab, 1)
+        column.addWidget(self.vocab_caption)
+
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(token_box)
+        right.addWidget(self.hist_plot)
+        right.addWidget(vocab_box)
+        right.setStretchFactor(0, 3)
+        right.setStretchFactor(1, 2)
+        right.setStretchFactor(2, 3)
+        return right
+
+    def _draw_ranked(self) -> None:
+        view = self._view
+        i = self.token_index()
+        ids, values = top_neurons(view.post, i, min(TOP_TOKEN_NEURONS, view.post.shape[1]))
+        self._ranked = (ids, values)
+        self.ranked_title.setText(f"<b>Most active neurons at token {quoted(self.trace.tokens[i])} ({i})</b>, "
+                                  f"L{self._layer}")
+        self._filling = True
+        try:
+            self.ranked.setRowCount(len(ids))
+            for r, (j, v) in enumerate(zip(ids.tolist(), values.tolist())):
+                self.ranked.setItem(r, 0, cell(str(r + 1), True))
+                self.ranked.setItem(r, 1, cell(f"#{j}", True))
+                self.ranked.setItem(r, 2, cell(f"{v:.4f}", True))
+            self._mark_ranked_row()
+        finally:
+            self._filling = False
+
+    def _mark_ranked_row(self) -> None:
+        ids = self._ranked[0]
+        where = np.flatnonzero(ids == self.selected_neuron) if self.selected_neuron is not None else []
+        filling, self._filling = self._filling, True
+        try:
+            if len(where):
+                self.ranked.setCurrentCell(int(where[0]), 0)
+            else:
+                self.ranked.clearSelection()
+                self.ranked.setCurrentCell(-1, -1)
+        finally:
+            self._filling = filling
+
+    def _draw_neuron(self) -> None:
+        if self.selected_neuron is None:
+            return
+        self._draw_bars()
+        self._draw_histogram()
+        self._draw_vocab()
+
+    def _draw_bars(self) -> None:
+        j = self.selected_neuron
+        if j is None:
+            return
+        values = self._view.post[:, j]
+        self.bar_values = values
+        n = values.size
+        i = self.token_index()
+        brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
+        pens = [pg.mkPen(None)] * n
+        pens[i] = SELECTED_PEN
+        self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=pens)
+        tokens = self.trace.tokens
+        self.bars_plot.setTitle(f"L{self._layer} neuron #{j}: activation at each token "
+                                f"(selected: {quoted(tokens[i])} ({i}) = {values[i]:.4f})")
+        self._bar_ticks()
+        lo, hi = float(min(0.0, values.min(initial=0.0))), float(max(0.0, values.max(initial=0.0)))
+        self.bars_plot.setXRange(0, max(n, 1), padding=0.01)
+        self.bars_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
+
+    def _bar_ticks(self) -> None:
+        """Token labels under the bars, as many as fit the plot's width."""
+        if self.trace is None:
+            return
+        tokens = self.trace.tokens
+        longest = min(8, max((len(t) for t in tokens), default=1))
+        room = int(max(self.bars_plot.getViewBox().width(), 100.0) / (7.0 * longest + 12.0))
+        self.bars_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, room)),
+                                                                 max_chars=8)])
+
+    def _draw_histogram(self) -> None:
+        values = self._view.post[:, self.selected_neuron]
+        bins = int(np.clip(values.size, 10, 40))
+        counts, edges = activation_histogram(values, bins=bins)
+        self._hist = (counts, edges)
+        self.hist_bars.setOpts(x0=edges[:-1], width=np.diff(edges), height=counts)
+        self.hist_plot.setTitle(f"neuron #{self.selected_neuron}: its {values.size} activations over the prompt")
+        self.hist_plot.setXRange(float(edges[0]), float(edges[-1]), padding=0.03)
+        top = max(1, int(counts.max(initial=0)))
+        self.hist_plot.setYRange(0, top, padding=0.05)
+        step = max(1, int(np.ceil(top / 6)))
+        self.hist_plot.getAxis("left").setTickSpacing(step, step)  # whole tokens only
+        self._place_hist_marker()
+
+    def _place_hist_marker(self) -> None:
+        if self.selected_neuron is None:
+            return
+        self.hist_marker.setValue(float(self._view.post[self.token_index(), self.selected_neuron]))
+
+    def _draw_vocab(self) -> None:
+        j = self.selected_neuron
+        if j is None:
+            return
+        result = vocab_effect_of(self.trace, self._layer, j, self._vocab_size())
+        self._vocab = result
+        self.vocab.setRowCount(0)
+        if result is None:
+            self.vocab_title.setText(f"What neuron #{j} writes needs the loaded model's weights "
+                                     f"(this trace has none).")
+            return
+        self.vocab_title.setText(f"<b>L{self._layer} neuron #{j}: vocabulary it promotes and suppresses</b>")
+        up_ids, up, down_ids, down = result
+        self.vocab.setRowCount(max(len(up_ids), len(down_ids)))
+        for r, (a, va) in enumerate(zip(up_ids.tolist(), up.tolist())):
+            self.vocab.setItem(r, 0, cell(self._token_text(a)))
+            self.vocab.setItem(r, 1, cell(f"{va:+.4f}", True))
+        for r, (b, vb) in enumerate(zip(down_ids.tolist(), down.tolist())):
+            self.vocab.setItem(r, 2, cell(self._token_text(b)))
+            self.vocab.setItem(r, 3, cell(f"{vb:+.4f}", True))
+
+    def _token_text(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return f"#{token_id}"
+        try:
+            return repr(self.tokenizer.display(int(token_id)))  # quotes make edge spaces visible
+        except Exception:  # noqa: BLE001 - an id the tokenizer cannot show (padded vocabulary rows)
+            return f"#{token_id}"
+
+    # --- exported data ---------------------------------------------------------------------------
+    def _token_labels(self) -> list[str]:
+        return token_labels(self.trace.tokens) if self.trace is not None else []
+    def _ranked_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The selected token's most active neurons [k]: rows "#neuron", one column naming the token."""
+        ids, values = self._ranked
+        if self._view is None:
+            return np.zeros(0, np.float32), [], []
+        label = self._token_labels()[self.token_index()]
+        return values, [f"#{j}" for j in ids.tolist()], [f"L{self._layer} activation at {label}"]
+
+    def _bars_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The selected neuron's activation at every token [n]."""
+        if self._view is None or self.selected_neuron is None:
+            return np.zeros(0, np.float32), [], []
+        return self.bar_values, self._token_labels(), [f"L{self._layer} neuron #{self.selected_neuron}"]
+
+    def _hist_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """Token counts per activation bin [bins]: rows "[lo, hi)", the last bin closed."""
+        counts, edges = self._hist
+        if self._view is None or counts.size == 0:
+            return np.zeros(0, np.int64), [], []
+        rows = [f"[{edges[b]:.6g}, {edges[b + 1]:.6g}{']' if b == counts.size - 1 else ')'}"
+                for b in range(counts.size)]
+        return counts, rows, [f"tokens, L{self._layer} neuron #{self.selected_neuron}"]
+
+    def _vocab_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """Promoted then suppressed tokens [2k]: the direct-path logit change per unit of activation."""
+        if self._vocab is None:
+            return np.zeros(0, np.float32), [], []
+        up_ids, up, down_ids, down = self._vocab
+        rows = [f"promoted {r + 1}: {i}:{self._token_text(i)}" for r, i in enumerate(up_ids.tolist())]
+        rows += [f"suppressed {r + 1}: {i}:{self._token_text(i)}" for r, i in enumerate(down_ids.tolist())]
+        return (np.concatenate([up, down]).astype(np.float32), rows,
+                [f"direct logit effect per unit activation, L{self._layer} neuron #{self.selected_neuron}"])

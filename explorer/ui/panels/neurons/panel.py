@@ -1,0 +1,402 @@
+"""FFN neurons: which of a layer's d_ff neurons fire on which token, and what one neuron writes.
+
+* Heatmap: the selected layer's activations ``blocks.{l}.mlp.post`` [tokens x d_ff], one column
+  per neuron. "show top K" keeps the K neurons with the largest activation on any token
+  (``top_columns``; 0 = all d_ff), arranged in the chosen order (``neuron_order``: index, most
+  active, variance). Wheel and drag zoom and pan; the neuron-id ticks follow the visible range.
+  Clicking a cell selects its token (shared) and its neuron (this panel's ``selected_neuron``).
+* Selected token: its most active neurons as a ranked table (``top_neurons``); a row selects
+  that neuron (``detail.py``).
+* Selected neuron: its activation at every token (bars), the histogram of those activations, and
+  the vocabulary tokens its output direction promotes and suppresses most through the direct path
+  (``neuron_vocab_effect``; ``detail.py``).
+
+Everything that scans the whole layer is computed in ``prepare`` on the worker thread, for the layer,
+K and neuron of a ``NeuronsSnapshot`` taken on the GUI thread, and kept with ``trace.memo``
+(``views.py``); drawing only indexes into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QSplitter,
+    QToolButton,
+    QWidget,
+)
+
+from explorer.core.trace import Trace
+from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.panels.neurons.detail import NeuronDetail
+from explorer.ui.panels.neurons.views import (
+    DEFAULT_TOP_K,
+    ORDERS,
+    LayerView,
+    layer_of,
+    layer_view,
+    neuron_for,
+    top_ids,
+    vocab_effect_of,
+)
+from explorer.ui.panels.neurons.widgets import (
+    BAR_POSITIVE,
+    COLUMN_OUTLINE,
+    ROW_OUTLINE,
+    NeuronHeatmap,
+)
+from explorer.ui.selection import Selection
+from explorer.ui.widgets.plots import fixed_plot, outline
+
+NO_FFN_NOTE = ("This model has no FFN: it is attention-only, so its blocks have no neurons to show. "
+               "Each block's attention output goes straight into the residual stream.")
+NOT_CAPTURED_NOTE = ("Layer {layer}'s FFN activations were not captured in this trace, and without the model "
+                     "they cannot be recomputed.")
+
+
+@dataclass(frozen=True)
+class NeuronsSnapshot(PanelSnapshot):
+    """The neurons panel's options for ``prepare``: K, and the neuron chosen by hand on ``neuron_layer``."""
+
+    top_k: int = DEFAULT_TOP_K
+    neuron: int | None = None
+    neuron_layer: int | None = None
+
+
+class NeuronsPanel(NeuronDetail, Panel):
+    title = "FFN neurons"
+    explanation = "ffn"
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(selection, parent)
+        self.order = "index"
+        self.top_k = DEFAULT_TOP_K
+        self.selected_neuron: int | None = None
+        self._neuron_layer: int | None = None  # the layer selected_neuron belongs to
+        self._view: LayerView | None = None
+        self._layer = 0
+        self._columns = np.zeros(0, dtype=np.int64)
+        self._ranked: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        self._vocab: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._hist: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(1))
+        self._colormap = "viridis"
+        self._filling = False  # tables being refilled: their selection signals are ours, not the user's
+        self._build_controls()
+        self._build_content()
+        self._register_exports()
+
+    # --- building --------------------------------------------------------------------------------
+    def _build_controls(self) -> None:
+        row = QHBoxLayout()
+        row.addWidget(QLabel("column order:"))
+        self.order_combo = QComboBox()
+        for mode, text in ORDERS.items():
+            self.order_combo.addItem(text, mode)
+        self.order_combo.setToolTip("index: neuron 0, 1, 2 \u2026; most active: by the largest activation on any "
+                                    "token; variance: by how much the activation changes across the tokens")
+        self.order_combo.currentIndexChanged.connect(lambda _i: self.set_order(self.order_combo.currentData()))
+        row.addWidget(self.order_combo)
+        row.addSpacing(12)
+        row.addWidget(QLabel("show top K:"))
+        self.top_k_spin = QSpinBox()
+        self.top_k_spin.setRange(0, 1_000_000)
+        self.top_k_spin.setSpecialValueText("all")
+        self.top_k_spin.setKeyboardTracking(False)
+        self.top_k_spin.setValue(self.top_k)
+        self.top_k_spin.setToolTip("Keep only the K neurons with the largest activation on any token, "
+                                   "arranged in the chosen order (0 = all d_ff neurons)")
+        self.top_k_spin.valueChanged.connect(self.set_top_k)
+        row.addWidget(self.top_k_spin)
+        self.reset_zoom = QToolButton()
+        self.reset_zoom.setText("reset zoom")
+        self.reset_zoom.setToolTip("Show every column again (wheel zooms, drag pans)")
+        self.reset_zoom.clicked.connect(self._reset_zoom)
+        row.addWidget(self.reset_zoom)
+        row.addStretch(1)
+        self.info = QLabel()
+        self.info.setStyleSheet("color: #555")
+        row.addWidget(self.info)
+        self.controls = QWidget()
+        self.controls.setLayout(row)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.body.addWidget(self.controls)
+
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("font-size: 14px; padding: 16px; color: #333")
+        self.note.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.note.setVisible(False)
+        self.body.addWidget(self.note, 1)  # takes the room of the hidden plots, text at the top
+
+    def _build_content(self) -> None:
+        self.heatmap = NeuronHeatmap(colormap="viridis")
+        self.heatmap.cell_clicked.connect(self._on_cell_clicked)
+        self.heatmap.plot.setLabel("left", "token")
+        self.heatmap.plot.setLabel("bottom", "neuron")
+        self.column_outline = outline(self.heatmap.plot, COLUMN_OUTLINE)
+        self.row_outline = outline(self.heatmap.plot, ROW_OUTLINE, z=19)
+
+        self.bars_plot = fixed_plot()
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=BAR_POSITIVE, pen=None)
+        self.bars_plot.addItem(self.bars)
+        self.bars_plot.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#888", width=1)))
+        self.bar_values = np.zeros(0, dtype=np.float32)
+        self.bars_plot.getViewBox().sigResized.connect(lambda *_: self._bar_ticks())
+
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(self.heatmap)
+        left.addWidget(self.bars_plot)
+        left.setStretchFactor(0, 3)
+        left.setStretchFactor(1, 2)
+
+        right = self._build_detail()
+
+        self.content = QSplitter(Qt.Orientation.Horizontal)
+        self.content.addWidget(left)
+        self.content.addWidget(right)
+        self.content.setStretchFactor(0, 3)
+        self.content.setStretchFactor(1, 2)
+        self.body.addWidget(self.content, 1)
+
+    def _register_exports(self) -> None:
+        self.add_exportable("neuron activations", self.heatmap, self._heatmap_data)
+        self.add_exportable("selected token's top neurons", self.ranked, self._ranked_data)
+        self.add_exportable("selected neuron across tokens", self.bars_plot, self._bars_data)
+        self.add_exportable("selected neuron histogram", self.hist_plot, self._hist_data)
+        self.add_exportable("selected neuron vocabulary effect", self.vocab, self._vocab_data)
+
+    # --- the panel contract ----------------------------------------------------------------------
+    def snapshot(self) -> NeuronsSnapshot:
+        """The selection, K and the neuron chosen by hand (with its layer), on the GUI thread."""
+        return self._snapshot(NeuronsSnapshot, top_k=self.top_k, neuron=self.selected_neuron,
+                              neuron_layer=self._neuron_layer)
+
+    def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
+        if not trace.config.has_ffn:
+            return []
+        return [f"blocks.{layer_of(trace, snapshot.layer)}.mlp.post"]
+
+    def prepare(self, trace: Trace, snapshot: NeuronsSnapshot) -> None:
+        """On the worker thread: the snapshot's layer's activations, orderings, levels and top-K
+        subset, and the vocabulary effect of the neuron that ``show_trace`` will select."""
+        if not trace.config.has_ffn:
+            return
+        layer = layer_of(trace, snapshot.layer)
+        view = layer_view(trace, layer)
+        if view is None:
+            return
+        top_ids(trace, layer, view, snapshot.top_k)
+        neuron = neuron_for(view, layer, snapshot.token, snapshot.neuron, snapshot.neuron_layer)
+        if neuron is not None:
+            vocab_size = getattr(snapshot.tokenizer, "vocab_size", None) if snapshot.tokenizer is not None else None
+            vocab_effect_of(trace, layer, neuron, vocab_size)
+
+    def show_trace(self, trace: Trace) -> None:
+        self._draw_layer()
+
+    def selection_changed(self, what: str) -> None:
+        if what == "layer":
+            self._draw_layer()
+        elif what == "token" and self._view is not None:
+            self._place_outlines()
+            self._draw_ranked()
+            self._draw_bars()
+            self._place_hist_marker()
+
+    def tokenizer_changed(self) -> None:
+        if self.trace is not None and self._view is not None:
+            self._draw_vocab()
+
+    # --- public controls -------------------------------------------------------------------------
+    def set_order(self, mode: str) -> None:
+        """Arrange the heatmap's columns by "index", "max" (most active) or "variance"."""
+        if mode not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}")
+        index = self.order_combo.findData(mode)
+        if self.order_combo.currentIndex() != index:
+            self.order_combo.setCurrentIndex(index)  # re-enters through currentIndexChanged
+            return
+        if mode != self.order:
+            self.order = mode
+            self.redraw_heatmap()
+
+    def set_top_k(self, k: int) -> None:
+        """Show only the K most active neurons (0: all of them)."""
+        k = max(0, int(k))
+        if self.top_k_spin.value() != k:
+            self.top_k_spin.setValue(k)  # re-enters through valueChanged (clamped to d_ff)
+            return
+        if k != self.top_k:
+            self.top_k = k
+            self.redraw_heatmap()
+
+    def select_neuron(self, neuron: int) -> None:
+        """Make neuron ``neuron`` of the selected layer the one shown in detail."""
+        if self._view is None:
+            return
+        neuron = int(neuron)
+        d_ff = self._view.post.shape[1]
+        if not 0 <= neuron < d_ff:
+            raise IndexError(f"neuron {neuron} is out of range for d_ff = {d_ff}")
+        if neuron == self.selected_neuron and self._neuron_layer == self._layer:
+            return
+        self.selected_neuron, self._neuron_layer = neuron, self._layer
+        self._place_outlines()
+        self._mark_ranked_row()
+        self._draw_neuron()
+
+    def layer(self) -> int:
+        return self._layer
+
+    def columns(self) -> np.ndarray:
+        """The neuron ids of the heatmap's columns, left to right."""
+        return self._columns
+
+    def token_index(self) -> int:
+        """The selected token, or the last one when none is selected."""
+        n = self.trace.n_tokens
+        token = self.selection.token
+        return n - 1 if token is None else min(max(token, 0), n - 1)
+
+    def ranked_neurons(self) -> tuple[np.ndarray, np.ndarray]:
+        """The selected token's ranked list as shown: (neuron ids, activations)."""
+        return self._ranked
+
+    def vocab_effect(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """What the selected neuron's vocabulary table shows (see ``neuron_vocab_effect``)."""
+        return self._vocab
+
+    # --- computing (views.py; these read the GUI-thread state) ------------------------------------
+    def _layer_of(self, trace: Trace) -> int:
+        return layer_of(trace, self.selection.layer)
+
+    def _vocab_size(self) -> int | None:
+        return getattr(self.tokenizer, "vocab_size", None) if self.tokenizer is not None else None
+
+    # --- drawing ---------------------------------------------------------------------------------
+    def _show_note(self, text: str | None) -> None:
+        self.note.setText(text or "")
+        self.note.setVisible(text is not None)
+        self.content.setVisible(text is None)
+        self.controls.setVisible(text is None)
+
+    def _draw_layer(self) -> None:
+        trace = self.trace
+        if trace is None:
+            return
+        self._layer = self._layer_of(trace)
+        if not trace.config.has_ffn:
+            self._view = None
+            self._clear()
+            self._show_note(NO_FFN_NOTE)
+            self.info.setText("")
+            return
+        self._view = layer_view(trace, self._layer)
+        if self._view is None:
+            self._clear()
+            self._show_note(NOT_CAPTURED_NOTE.format(layer=self._layer))
+            return
+        self._show_note(None)
+        d_ff = self._view.post.shape[1]
+        self.top_k_spin.blockSignals(True)
+        self.top_k_spin.setMaximum(d_ff)
+        self.top_k_spin.setValue(min(self.top_k, d_ff))
+        self.top_k_spin.blockSignals(False)
+        neuron = neuron_for(self._view, self._layer, self.selection.token, self.selected_neuron, self._neuron_layer)
+        self.selected_neuron, self._neuron_layer = neuron, self._layer
+        self.redraw_heatmap()
+        self._draw_ranked()
+        self._draw_neuron()
+
+    def _clear(self) -> None:
+        self._columns = np.zeros(0, dtype=np.int64)
+        self.selected_neuron = None
+        self._ranked = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        self._vocab = None
+        self._hist = (np.zeros(0, np.int64), np.zeros(1))
+        self.bar_values = np.zeros(0, dtype=np.float32)
+        self.heatmap.set_data(np.zeros((0, 0), np.float32))
+        self.column_outline.setVisible(False)
+        self.row_outline.setVisible(False)
+        self.bars.setOpts(x=[], height=[], brushes=None, pens=None)
+        self.hist_bars.setOpts(x0=[], width=[], height=[])
+        self.ranked.setRowCount(0)
+        self.vocab.setRowCount(0)
+
+    def shown_columns(self) -> np.ndarray:
+        """The columns for the current order and K (ids, left to right)."""
+        view = self._view
+        top = top_ids(self.trace, self._layer, view, self.top_k)
+        if top is None:
+            return view.orders[self.order]
+        if self.order == "max":
+            return top  # top_columns is already in the "max" order
+        return top[np.argsort(view.ranks[self.order][top], kind="stable")]
+
+    def redraw_heatmap(self) -> None:
+        """Draw the heatmap for the current layer, order and K (what the controls call)."""
+        if self.trace is None or self._view is None:
+            return
+        view, cfg = self._view, self.trace.config
+        self._columns = self.shown_columns()
+        matrix = view.post[:, self._columns]
+        labels = [f"#{j}" for j in self._columns.tolist()]
+        colormap = "CET-D1" if cfg.gated_ffn else "viridis"  # gated products are signed: a diverging map
+        if colormap != self._colormap:
+            self._colormap = colormap
+            self.heatmap.colormap = pg.colormap.get(colormap)
+            self.heatmap.colorbar.setColorMap(self.heatmap.colormap)
+        rows, cols = matrix.shape
+        # the new limits first: the old ones (a narrower K, say) would clamp set_data's full range
+        self.heatmap.plot.vb.setLimits(xMin=0, xMax=max(cols, 1), yMin=0, yMax=max(rows, 1),
+                                       minXRange=min(4, max(cols, 1)), minYRange=min(2, max(rows, 1)))
+        self.heatmap.set_data(matrix, list(self.trace.tokens), labels, levels=view.levels, value_name="activation")
+        d_ff = view.post.shape[1]
+        shown = "all" if cols == d_ff else f"the {cols} most active of"
+        act = f"{'gated ' if cfg.gated_ffn else ''}{cfg.activation}"
+        self.heatmap.plot.setTitle(f"L{self._layer} neuron activations after {act}: {shown} {d_ff}, "
+                                   f"ordered by {ORDERS[self.order]}")
+        self.info.setText(f"L{self._layer} \u00b7 d_ff = {d_ff} \u00b7 {self.trace.n_tokens} tokens")
+        self._place_outlines()
+
+    def _reset_zoom(self) -> None:
+        rows, cols = self.heatmap.matrix.shape
+        self.heatmap.plot.setRange(xRange=(0, max(cols, 1)), yRange=(0, max(rows, 1)), padding=0)
+
+    def _place_outlines(self) -> None:
+        if self._view is None:
+            return
+        rows, cols = self.heatmap.matrix.shape
+        i = self.token_index()
+        self.row_outline.setRect(QRectF(0, i, cols, 1))
+        self.row_outline.setVisible(cols > 0)
+        where = np.flatnonzero(self._columns == self.selected_neuron) if self.selected_neuron is not None else []
+        self.column_outline.setVisible(len(where) > 0)
+        if len(where):
+            self.column_outline.setRect(QRectF(int(where[0]), 0, 1, rows))
+
+    # --- interaction -----------------------------------------------------------------------------
+    def _on_cell_clicked(self, row: int, col: int) -> None:
+        if 0 <= col < self._columns.size:
+            self.selection.set_token(row)
+            self.select_neuron(int(self._columns[col]))
+
+    def _on_ranked_row(self, row: int, _col: int, _prev_row: int, _prev_col: int) -> None:
+        if self._filling or not 0 <= row < self._ranked[0].size:
+            return
+        self.select_neuron(int(self._ranked[0][row]))
+
+    # --- exported data ---------------------------------------------------------------------------
+    def _heatmap_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The shown [n, K] activations; rows "i:token", columns "#neuron" left to right."""
+        if self._view is None:
+            return np.zeros((0, 0), np.float32), [], []
+        return (np.asarray(self.heatmap.matrix), self._token_labels(),
+                [f"#{j}" for j in self._columns.tolist()])

@@ -1,0 +1,89 @@
+"""What the neurons panel draws, computed from a trace and kept with it (``trace.memo``); Qt-free.
+
+Everything that scans a whole layer (the float32 activations, the three orderings, the colour levels,
+the top-K subset, a neuron's vocabulary effect) is computed here, on the worker thread when the
+panel's ``prepare`` ran, so drawing only indexes into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from explorer.core.analysis.neurons import (
+    neuron_order,
+    neuron_vocab_effect,
+    top_columns,
+    top_neurons,
+)
+from explorer.core.display.levels import finite_levels
+from explorer.core.trace import Trace
+
+ORDERS = {"index": "index", "max": "most active", "variance": "variance"}  # neuron_order mode -> combo text
+DEFAULT_TOP_K = 64
+TOP_TOKEN_NEURONS = 20  # rows of the selected token's ranked list
+VOCAB_K = 10  # promoted and suppressed tokens listed
+
+
+@dataclass(frozen=True)
+class LayerView:
+    """One layer's activations and everything derived from them that drawing needs."""
+
+    post: np.ndarray                   # float32 [n, d_ff], read-only
+    orders: dict[str, np.ndarray]      # mode -> permutation of the d_ff neurons (neuron_order)
+    ranks: dict[str, np.ndarray]       # mode -> each neuron's position in that order
+    levels: tuple[float, float]        # colour levels over the whole layer (the same for every K)
+
+
+def layer_view(trace: Trace, layer: int) -> LayerView | None:
+    """The layer's view, computed once per trace (on the worker thread when ``prepare`` ran)."""
+    key = f"blocks.{layer}.mlp.post"
+    if not trace.config.has_ffn or key not in trace:
+        return None
+
+    def compute() -> LayerView:
+        post = np.ascontiguousarray(trace[key], dtype=np.float32)
+        post.flags.writeable = False
+        orders, ranks = {}, {}
+        for mode in ORDERS:
+            order = neuron_order(post, mode)
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            orders[mode], ranks[mode] = order, rank
+        levels = finite_levels(post, symmetric=trace.config.gated_ffn)
+        return LayerView(post, orders, ranks, levels)
+
+    return trace.memo(("neurons.layer", layer), compute)
+
+
+def layer_of(trace: Trace, layer: int) -> int:
+    """``layer`` kept inside the trace's layers."""
+    return min(max(layer, 0), trace.config.n_layers - 1)
+
+
+def top_ids(trace: Trace, layer: int, view: LayerView, k: int) -> np.ndarray | None:
+    """The ids of the K most active neurons (``top_columns``), or None for all of them."""
+    if k <= 0 or k >= view.post.shape[1]:
+        return None
+    return trace.memo(("neurons.top", layer, k), lambda: top_columns(view.post, k)[0])
+
+
+def neuron_for(view: LayerView, layer: int, token: int | None, chosen: int | None,
+               chosen_layer: int | None) -> int | None:
+    """The neuron to show in detail: ``chosen`` if it was chosen on this layer, else the token's
+    (the last one when ``token`` is None) most active neuron."""
+    d_ff = view.post.shape[1]
+    if chosen is not None and chosen_layer == layer and chosen < d_ff:
+        return chosen
+    if d_ff == 0 or view.post.shape[0] == 0:
+        return None
+    n = view.post.shape[0]
+    token = n - 1 if token is None else min(max(token, 0), n - 1)
+    return int(top_neurons(view.post, token, 1)[0][0])
+
+
+def vocab_effect_of(trace: Trace, layer: int, neuron: int, vocab_size: int | None):
+    """What ``neuron`` writes into the vocabulary through the direct path (``neuron_vocab_effect``)."""
+    return trace.memo(("neurons.vocab", layer, neuron, VOCAB_K, vocab_size),
+                      lambda: neuron_vocab_effect(trace, layer, neuron, VOCAB_K, vocab_size=vocab_size))

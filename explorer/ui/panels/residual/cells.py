@@ -1,0 +1,98 @@
+"""The residual panel's small pieces: short cell texts painted over a heatmap, a heatmap with
+tooltips from a function, and the formatting of tokens and probabilities."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF
+
+from explorer.core.display.levels import abbreviate
+from explorer.ui.widgets.heatmap import Heatmap
+
+CELL_CHARS = 10  # a cell's text is cut to this many characters (and to the cell's width on screen)
+
+
+def visible_text(text: str, max_chars: int = CELL_CHARS) -> str:
+    """A token's text for a small cell: spaces as "·", newlines "↵", tabs "→", other control
+    characters escaped, cut with an ellipsis; "∅" for an empty string."""
+    if not text:
+        return "\u2205"
+    text = text.replace(" ", "\u00b7").replace("\r", "\\r")
+    text = "".join(c if c >= " " or c in "\n\t" else f"\\x{ord(c):02x}" for c in text)
+    return abbreviate(text, max_chars)
+
+
+def quoted(token: str) -> str:
+    return "'" + abbreviate(token, 24) + "'"
+
+
+def percent(p: float) -> str:
+    """A probability as a percentage, in exponent form when it would round to 0.00%."""
+    p = float(p)
+    return f"{100 * p:.2f}%" if p >= 5e-5 else f"{p:.2e}"
+
+
+class CellTexts(pg.GraphicsObject):
+    """Short texts centred on the cells of a grid (cell (r, c) spans [c, c+1] x [r, r+1] in data
+    coordinates), all painted in one call at a fixed pixel size. Text wider than its cell is elided;
+    ``bold`` cells are written in bold; ``light`` cells (on a dark colour) in white."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[list[str]] = []
+        self.bold = np.zeros((0, 0), dtype=bool)
+        self.light = np.zeros((0, 0), dtype=bool)
+        self._rect = QRectF()
+
+    def set_cells(self, texts: list[list[str]], bold: np.ndarray, light: np.ndarray) -> None:
+        self.prepareGeometryChange()
+        self.texts, self.bold, self.light = texts, np.asarray(bold, bool), np.asarray(light, bool)
+        rows = len(texts)
+        cols = len(texts[0]) if rows else 0
+        self._rect = QRectF(0, 0, cols, rows)
+        self.update()
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
+        return self._rect
+
+    def paint(self, painter, *_args) -> None:
+        if not self.texts:
+            return
+        transform = painter.transform()
+        origin, corner = transform.map(QPointF(0, 0)), transform.map(QPointF(1, 1))
+        w, h = abs(corner.x() - origin.x()), abs(corner.y() - origin.y())
+        if w < 10 or h < 7:  # cells too small on screen to hold a letter
+            return
+        painter.save()
+        painter.resetTransform()  # draw in device pixels: text keeps its size when the view zooms
+        font = QFont(painter.font())
+        font.setPixelSize(int(np.clip(h * 0.5, 7, 13)))
+        bold = QFont(font)
+        bold.setBold(True)
+        fonts = {False: (font, QFontMetricsF(font)), True: (bold, QFontMetricsF(bold))}
+        colours = {True: QColor("white"), False: QColor("black")}
+        for r, row in enumerate(self.texts):
+            for c, text in enumerate(row):
+                f, metrics = fonts[bool(self.bold[r, c])]
+                centre = transform.map(QPointF(c + 0.5, r + 0.5))
+                rect = QRectF(centre.x() - w / 2 + 2, centre.y() - h / 2, w - 4, h)
+                painter.setFont(f)
+                painter.setPen(colours[bool(self.light[r, c])])
+                painter.drawText(rect, Qt.AlignmentFlag.AlignCenter,
+                                 metrics.elidedText(text, Qt.TextElideMode.ElideRight, rect.width()))
+        painter.restore()
+
+
+class DescribedHeatmap(Heatmap):
+    """A heatmap whose tooltips come from a function of (row, column) when one is set."""
+
+    describe: Callable[[int, int], str] | None = None
+
+    def cell_text(self, row: int, col: int) -> str:
+        if self.describe is not None:
+            return self.describe(row, col)
+        return super().cell_text(row, col)

@@ -1,0 +1,89 @@
+"""The layout rules of ARCHITECTURE.md, checked rather than hoped for.
+
+* no import cycle among the modules of ``explorer`` (imports only a type checker sees excluded);
+* every module under ``explorer/core`` imports in a fresh interpreter in which PySide6, shiboken6,
+  pyqtgraph and superqt cannot be imported at all (the core is Qt-free);
+* the import-linter contracts in pyproject.toml hold (core never imports Qt; ui never imports torch).
+"""
+
+from __future__ import annotations
+
+import pkgutil
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+import explorer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cycles(adjacency: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    found: list[list[str]] = []
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        stack.append(module)
+        for other in sorted(adjacency[module]):
+            if state.get(other) == 1:
+                found.append(stack[stack.index(other):] + [other])
+            elif other not in state:
+                visit(other, stack)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(adjacency):
+        if module not in state:
+            visit(module, [])
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+
+
+def test_no_import_cycles():
+    graph = grimp.build_graph("explorer", include_external_packages=False, exclude_type_checking_imports=True)
+    adjacency = {m: set(graph.find_modules_directly_imported_by(m)) & graph.modules for m in graph.modules}
+    assert _cycles(adjacency) == []
+
+
+def _core_modules() -> list[str]:
+    import explorer.core
+
+    return ["explorer.core"] + [m.name for m in pkgutil.walk_packages(explorer.core.__path__, "explorer.core.")]
+
+
+def test_core_imports_without_qt():
+    modules = _core_modules()
+    assert len(modules) > 30
+    script = f"""
+import importlib, importlib.abc, sys
+class NoQt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph', 'superqt', 'PyQt5', 'PyQt6'):
+            raise ImportError('Qt is not available in this test: ' + name)
+        return None
+sys.meta_path.insert(0, NoQt())
+for name in {modules!r}:
+    importlib.import_module(name)
+leaked = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph', 'superqt')]
+assert not leaked, leaked
+print('ok', len({modules!r}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=str(Path(explorer.__file__).resolve().parents[1]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == f"ok {len(modules)}"
+
+
+def test_import_linter_contracts_hold():
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
+    done = subprocess.run([lint, "--config", str(ROOT / "pyproject.toml")], capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
