@@ -127,5 +127,8 @@ class ModelConfig:
         ffn = "attention only" if not self.has_ffn else (
             f"{'gated ' if self.gated_ffn else ''}{self.activation} FFN d_ff={self.d_ff}")
         heads = f"{self.n_heads} heads" + (f" ({self.kv_heads} K/V heads)" if self.kv_heads != self.n_heads else "")
+        positions = "ALiBi positions" if self.alibi else f"{self.positions} positions"
+        if self.sliding_window is not None and self.sliding_layers:
+            positions += f", sliding window {self.sliding_window} on {len(self.sliding_layers)} of {self.n_layers} layers"
         return (f"{self.arch}: {self.n_layers} layers, d_model={self.d_model}, {heads} of d_head={self.d_head}, "
-                f"{ffn}, {norm}, {self.positions} positions, {'causal' if self.causal else 'bidirectional'}")
+                f"{ffn}, {norm}, {positions}, {'causal' if self.causal else 'bidirectional'}")

@@ -301,3 +301,14 @@ def test_supported_formats_name_these_families():
     text = supported_formats()
     for name in ("phi3", "phi", "gpt_neo", "opt", "bloom", "falcon", "gptj"):
         assert repr(name) in text
+
+
+def test_scores_formula_names_each_architectures_rule():
+    from explorer.core.config import ModelConfig
+    from explorer.core.display.labels import scores_formula
+
+    base = dict(vocab_size=10, n_ctx=16, d_model=8, n_layers=2, n_heads=2, d_head=4, d_ff=16)
+    assert scores_formula(ModelConfig(**base), 0) == "scores q\u00b7k/\u221ad_head"
+    assert scores_formula(ModelConfig(**base, alibi=True), 0) == "scores q\u00b7k/\u221ad_head + ALiBi bias"
+    neo = ModelConfig(**base, attn_scale=1.0, sliding_window=4, sliding_layers=(1,))
+    assert scores_formula(neo, 0) == "scores q\u00b7k" and scores_formula(neo, 1) == "scores q\u00b7k, local window of 4"

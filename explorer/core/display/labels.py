@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from explorer.core.config import ModelConfig
+
 
 def token_labels(tokens: Sequence[str]) -> list[str]:
     """``position:token`` labels, unique even when a token repeats."""
     return [f"{i}:{t}" for i, t in enumerate(tokens)]
+
+
+def scores_formula(config: ModelConfig, layer: int) -> str:
+    """What a layer's attention scores are, as the scores view titles them: the scale, ALiBi's
+    bias (BLOOM) and a sliding window (local layers) differ between architectures."""
+    scale = "q\u00b7k" if config.attn_scale == 1.0 else (
+        "q\u00b7k/\u221ad_head" if config.attn_scale is None else f"q\u00b7k\u00d7{config.attn_scale:g}")
+    text = f"scores {scale}" + (" + ALiBi bias" if config.alibi else "")
+    if config.sliding_window is not None and layer in config.sliding_layers:
+        text += f", local window of {config.sliding_window}"
+    return text

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from explorer.core.analysis import attention as analysis
 from explorer.core.display.levels import finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
-from explorer.core.display.labels import token_labels
+from explorer.core.display.labels import scores_formula, token_labels
 from explorer.core.trace import Trace
 from explorer.ui.panels.attention.overview import AttentionOverview
 from explorer.ui.panels.attention.views import (
@@ -96,7 +96,8 @@ class AttentionPanel(AttentionOverview, Panel):
         self.kind_buttons: dict[str, QToolButton] = {}
         for kind, text, tip in (("pattern", "pattern", "softmax weights: each row sums to 1"),
                                 ("scores", "scores",
-                                 "q\u00b7k / \u221ad_head before the softmax; masked cells hatched")):
+                                 "q\u00b7k / \u221ad_head (plus ALiBi's bias where the model has one) before the "
+                                 "softmax; masked cells hatched")):
             button = QToolButton()
             button.setText(text)
             button.setToolTip(tip)
@@ -264,7 +265,7 @@ class AttentionPanel(AttentionOverview, Panel):
         tokens = list(self.trace.tokens)
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
         layer, head = self.layer_head()
-        what = "attention pattern" if self.kind == "pattern" else "scaled scores q\u00b7k/\u221ad_head"
+        what = "attention pattern" if self.kind == "pattern" else scores_formula(self.trace.config, layer)
         self.detail.plot.setTitle(f"L{layer} H{head}: {what}  (rows: queries, columns: keys)")
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
@@ -285,7 +286,9 @@ class AttentionPanel(AttentionOverview, Panel):
         self.query_outline.setRect(QRectF(0, i, n, 1))
         tokens = self.trace.tokens
         name = KINDS[self.kind][0]
-        later = " (later keys masked)" if masked[i].any() else ""
+        later = " (later keys masked)" if masked[i, i + 1:].any() else ""
+        if masked[i, :i].any():  # a sliding window: keys too far back are masked as well
+            later = " (keys outside the window masked)"
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
         lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))
