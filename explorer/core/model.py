@@ -99,12 +99,14 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def alibi_bias(n_heads: int, n_queries: int, n_keys: int, device: torch.device | str = "cpu") -> Tensor:
-    """ALiBi: -m_h * (i - j), the penalty head h adds to a query at i looking back at key j.  [H, n, m]"""
+def alibi_bias(n_heads: int, n_queries: int, n_keys: int, device: torch.device | str = "cpu",
+               heads: slice = slice(None)) -> Tensor:
+    """ALiBi: -m_h * (i - j), the penalty head h adds to a query at i looking back at key j.  [H, n, m]
+    (``heads``: only those heads' rows, for a view of one head)."""
     offset = n_keys - n_queries
     distance = (torch.arange(n_queries, device=device)[:, None] + offset
                 - torch.arange(n_keys, device=device)[None, :])            # i - j: [n, m]
-    return -alibi_slopes(n_heads).to(device)[:, None, None] * distance.float()
+    return -alibi_slopes(n_heads)[heads].to(device)[:, None, None] * distance.float()
 
 
 def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | None = None,

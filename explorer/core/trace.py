@@ -309,7 +309,7 @@ class Trace:
         cfg, n, m = self.config, q.shape[-2], k.shape[-2]
         mask = _cpu_causal_mask(n, m, layer_window(cfg, layer)) if cfg.causal else None
         with torch.inference_mode():
-            bias = alibi_bias(cfg.n_heads, n, m)[heads] if cfg.alibi else None
+            bias = alibi_bias(cfg.n_heads, n, m, heads=heads) if cfg.alibi else None
             scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale, bias)
             pattern = attention_pattern(scores)
         return _readonly(scores.numpy()), _readonly(pattern.numpy())
