@@ -312,3 +312,28 @@ def test_scores_formula_names_each_architectures_rule():
     assert scores_formula(ModelConfig(**base, alibi=True), 0) == "scores q\u00b7k/\u221ad_head + ALiBi bias"
     neo = ModelConfig(**base, attn_scale=1.0, sliding_window=4, sliding_layers=(1,))
     assert scores_formula(neo, 0) == "scores q\u00b7k" and scores_formula(neo, 1) == "scores q\u00b7k, local window of 4"
+
+
+def test_bloom_with_its_tokenizer_json_runs_on_text(tmp_path):
+    """End to end: a BLOOM directory with a byte-level BPE tokenizer.json opens, encodes text as the
+    ``tokenizers`` library does, and its logits on that text equal the reference's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["the attention of each head looks back over the tokens before it"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    vocab = tok.get_vocab_size()
+    model, path = build("BloomConfig", "BloomForCausalLM", tmp_path, vocab_size=vocab, hidden_size=32, n_layer=2,
+                        n_head=4, pad_token_id=0)
+    tok.save(str(path / "tokenizer.json"))
+    loaded = load_checkpoint(path)
+    text = "each head looks back"
+    ids, _ = loaded.encode(text)
+    assert ids == tok.encode(text).ids and len(ids) < len(text)  # merges were applied
+    trace = loaded.trace(text)
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(trace["logits"] - ref).max() < TOL
