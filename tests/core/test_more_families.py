@@ -337,3 +337,17 @@ def test_bloom_with_its_tokenizer_json_runs_on_text(tmp_path):
     with torch.no_grad():
         ref = model(torch.tensor([ids])).logits[0].numpy()
     assert np.abs(trace["logits"] - ref).max() < TOL
+
+
+def test_opt_saved_without_the_model_prefix(tmp_path):
+    """The facebook/opt-* files name their tensors "decoder. ..." (saved from OPTModel), with no lm_head."""
+    from safetensors.torch import load_file, save_file
+
+    model, path = build("OPTConfig", "OPTForCausalLM", tmp_path, **OPT)
+    weights = load_file(str(path / "model.safetensors"))
+    save_file({k.removeprefix("model."): v.contiguous() for k, v in weights.items() if k != "lm_head.weight"},
+              str(path / "model.safetensors"))
+    loaded = load_checkpoint(path)
+    with torch.no_grad():
+        ref = model(torch.tensor([IDS])).logits[0].numpy()
+    assert np.abs(loaded.trace_ids(IDS)["logits"] - ref).max() < TOL

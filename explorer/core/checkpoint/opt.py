@@ -55,7 +55,9 @@ def opt_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
 
 def convert_opt(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """OPT names -> ours; the first two rows of the position table are dropped (see the module docstring)."""
-    shapes, t = expected_shapes(cfg), Tensors(weights, FAMILY)
+    shapes = expected_shapes(cfg)
+    # facebook/opt-* files were saved from OPTModel ("decoder. ..."), OPTForCausalLM saves "model.decoder. ..."
+    t = Tensors({("model." + k if k.startswith("decoder.") else k): v for k, v in weights.items()}, FAMILY)
     p = "model.decoder."
     out = {"embed.weight": t.take(p + "embed_tokens.weight", shapes["embed.weight"])}
     positions = t.take(p + "embed_positions.weight", (cfg.n_ctx + POSITION_OFFSET, cfg.d_model))
