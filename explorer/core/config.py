@@ -55,6 +55,7 @@ class ModelConfig:
     # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c)
     attn_scale: float | None = None  # what q.k is multiplied by (None = 1/sqrt(d_head); GPT-Neo: 1.0, unscaled)
     alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
+    alibi_before_scale: bool = False  # Falcon-RW: the penalty is added before the scale, (q.k + bias) / sqrt(d_head)
     sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
     sliding_layers: tuple[int, ...] = ()  # which layers slide (Phi-3: all; GPT-Neo: its "local" layers)
     rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)

@@ -109,6 +109,18 @@ def alibi_bias(n_heads: int, n_queries: int, n_keys: int, device: torch.device |
     return -alibi_slopes(n_heads)[heads].to(device)[:, None, None] * distance.float()
 
 
+def score_bias(cfg: ModelConfig, n_queries: int, n_keys: int, device: torch.device | str = "cpu",
+               heads: slice = slice(None)) -> Tensor | None:
+    """What a layer adds to its scaled scores: ALiBi's bias (BLOOM), scaled along with q.k where the
+    model adds it before the scale (Falcon-RW); None for every other model.  [H, n, m]"""
+    if not cfg.alibi:
+        return None
+    bias = alibi_bias(cfg.n_heads, n_queries, n_keys, device, heads)
+    if cfg.alibi_before_scale:
+        bias = bias * (1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else cfg.attn_scale)
+    return bias
+
+
 def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | None = None,
                      bias: Tensor | None = None) -> Tensor:
     """Scaled dot products of every query with every key (q.k * scale + bias), masked entries -inf.
@@ -307,7 +319,7 @@ class Transformer(nn.Module):
         rec("attn.q", layer, q)
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
-        bias = alibi_bias(H, n, k.shape[-2], x.device) if cfg.alibi else None  # BLOOM: [H, n, m]
+        bias = score_bias(cfg, n, k.shape[-2], x.device)                  # ALiBi (BLOOM): [H, n, m] or None
         scores = attention_scores(q, k, mask, cfg.attn_scale, bias)        # q.k / sqrt(dh) (+ bias): [B, H, n, m]
         rec("attn.scores", layer, scores)
         pattern = attention_pattern(scores)                                # softmax per query row

@@ -304,12 +304,12 @@ class Trace:
         functions: the same mask (causal, plus a local window) and bias (ALiBi) and the same scale."""
         import torch
 
-        from explorer.core.model import alibi_bias, attention_pattern, attention_scores, layer_window
+        from explorer.core.model import attention_pattern, attention_scores, layer_window, score_bias
 
         cfg, n, m = self.config, q.shape[-2], k.shape[-2]
         mask = _cpu_causal_mask(n, m, layer_window(cfg, layer)) if cfg.causal else None
         with torch.inference_mode():
-            bias = alibi_bias(cfg.n_heads, n, m, heads=heads) if cfg.alibi else None
+            bias = score_bias(cfg, n, m, heads=heads)
             scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale, bias)
             pattern = attention_pattern(scores)
         return _readonly(scores.numpy()), _readonly(pattern.numpy())

@@ -252,6 +252,7 @@ FALCON_VARIANTS = {
     "falcon-40b-like": (dict(new_decoder_architecture=True, num_kv_heads=2), 2, False),
     "sequential-with-bias": (dict(multi_query=False, parallel_attn=False, bias=True), 4, False),
 }
+FALCON_RW = dict(alibi=True, multi_query=False, parallel_attn=False, bias=True)
 
 
 @pytest.mark.parametrize("variant", list(FALCON_VARIANTS))
@@ -261,14 +262,47 @@ def test_falcon_matches_reference(tmp_path, variant):
     loaded = load_checkpoint(path)
     cfg = loaded.config
     assert loaded.arch == "falcon" and cfg.kv_heads == kv_heads and cfg.shared_norm is shared
-    assert cfg.parallel_residual is extra.get("parallel_attn", True)
+    assert cfg.parallel_residual is extra.get("parallel_attn", True) and not cfg.alibi
     compare(loaded, model)
 
 
-def test_falcon_rw_alibi_is_refused_clearly(tmp_path):
-    _, path = build("FalconConfig", "FalconForCausalLM", tmp_path, **{**FALCON, "alibi": True})
-    with pytest.raises(CheckpointError, match="ALiBi"):
-        load_checkpoint(path)
+def test_falcon_rw_adds_alibi_before_the_scale(tmp_path):
+    """Falcon-RW: scores = (q.k + ALiBi bias) / sqrt(d_head). transformers 5's eager Falcon path adds the
+    bias twice (once in the attention, once more through the mask it builds), its SDPA path once, as
+    the original model and transformers 4 did; so logits, hidden states and greedy tokens are compared
+    with the SDPA path, and the patterns with their definition computed from the stored q and k."""
+    from explorer.core.model import alibi_bias
+
+    model, path = build("FalconConfig", "FalconForCausalLM", tmp_path, **{**FALCON, **FALCON_RW})
+    model.config._attn_implementation = "sdpa"  # the reference path (see the docstring)
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert cfg.alibi and cfg.alibi_before_scale and cfg.positions == "none" and not cfg.parallel_residual
+    with torch.no_grad():
+        ref = model(torch.tensor([IDS]), output_hidden_states=True)
+    full = loaded.trace_ids(IDS, CaptureSpec.everything())
+    assert np.abs(full["logits"] - ref.logits[0].numpy()).max() < TOL
+    assert float(ref.logits.abs().max()) > 1.0
+    for i in range(cfg.n_layers):
+        assert np.abs(full[f"blocks.{i}.resid_pre"] - ref.hidden_states[i][0].numpy()).max() < TOL
+    compact = loaded.trace_ids(IDS, CaptureSpec.compact())
+    n, lower = len(IDS), np.tril(np.ones((len(IDS), len(IDS)), dtype=bool))
+    for i in range(cfg.n_layers):
+        q, k = full[f"blocks.{i}.attn.q"], full[f"blocks.{i}.attn.k"]
+        for h in range(cfg.n_heads):
+            expected = np.where(lower, (q[h] @ k[h].T + alibi_bias(4, n, n).numpy()[h]) / np.sqrt(cfg.d_head), -np.inf)
+            pattern = np.exp(expected - expected.max(-1, keepdims=True))
+            pattern /= pattern.sum(-1, keepdims=True)
+            assert np.abs(full[f"blocks.{i}.attn.pattern"][h] - pattern).max() < TOL
+            assert np.abs(compact.head(i, h) - pattern).max() < TOL
+            assert score_difference(compact.head(i, h, "scores"), expected) < TOL
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        expected_ids = model.generate(torch.tensor([IDS]), max_new_tokens=6, do_sample=False,
+                                      pad_token_id=0)[0, n:].tolist()
+    params = SamplingParams(temperature=0.0, max_new_tokens=6, stop_at_eos=False)
+    assert generate(loaded, IDS, params).token_ids == expected_ids
+    assert generate(loaded, IDS, params, use_cache=False).token_ids == expected_ids
 
 
 # --- GPT-J ----------------------------------------------------------------------------------------------

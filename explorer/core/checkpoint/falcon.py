@@ -11,8 +11,8 @@ FFN and a **parallel** block, ``x + attn(norm(x)) + mlp(norm(x))``, with few K/V
 * neither: per head q, k, v rows; ``parallel_attn`` false gives a sequential block with
   ``post_attention_layernorm``.
 
-Falcon-RW's ALiBi variant (``alibi``: the bias is added before the 1/sqrt(d_head) scale, unlike
-BLOOM's) is refused with a clear message.
+Falcon-RW (``alibi``) has no rotary positions but BLOOM's ALiBi, added to q.k *before* the
+1/sqrt(d_head) scale (``alibi_before_scale``): the bias it shows is scaled with the scores.
 """
 
 from __future__ import annotations
@@ -48,9 +48,7 @@ def falcon_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     n_layers = _int(hf, "num_hidden_layers", "n_layer")
     if n_heads <= 0 or d % n_heads:
         raise CheckpointError(f"{FAMILY}: hidden_size ({d}) is not a multiple of num_attention_heads ({n_heads})")
-    if hf.get("alibi"):
-        raise CheckpointError("this Falcon checkpoint (Falcon-RW) uses ALiBi added before the score scale, which "
-                              "is not supported (BLOOM's ALiBi is)")
+    alibi = bool(hf.get("alibi", False))
     new_arch = bool(hf.get("new_decoder_architecture", False))
     parallel = bool(hf.get("parallel_attn", True))
     if new_arch and not parallel:
@@ -72,11 +70,13 @@ def falcon_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
         n_ctx=_int(hf, "max_position_embeddings", default=2048), d_model=d, n_layers=n_layers, n_heads=n_heads,
         d_head=d // n_heads, d_ff=_int(hf, "ffn_hidden_size", default=4 * d),
         n_kv_heads=n_kv if n_kv != n_heads else None, norm="layernorm", norm_placement="pre",
-        norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positions="rotary", rotary_base=theta,
+        norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positions="none" if alibi else "rotary", rotary_base=theta,
         activation=activation({"hidden_act": act}, FAMILY, "gelu"), parallel_residual=parallel,
         shared_norm=parallel and not two_norms, attn_bias=bias, mlp_bias=bias,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)))
-    return cfg, []
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), alibi=alibi, alibi_before_scale=alibi)
+    notes = ["Falcon-RW has no position embedding: ALiBi adds -slope x distance to each head's q.k before "
+             "the 1/sqrt(d_head) scale; the scores shown include it."] if alibi else []
+    return cfg, notes
 
 
 def split_qkv(w: torch.Tensor, cfg: ModelConfig, new_arch: bool) -> tuple[torch.Tensor, ...]:
