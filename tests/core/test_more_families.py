@@ -205,6 +205,14 @@ def test_opt_matches_reference(tmp_path, extra):
         assert cfg.norm_placement == "post" and not cfg.final_norm and cfg.d_embed == 32
         assert tuple(loaded.model.embed.weight.shape) == (VOCAB, 32)
     compare(loaded, model)
+    if extra:  # a neuron's vocabulary effect goes through project_out into the narrower embedding space
+        from explorer.core.analysis.neurons import neuron_vocab_effect
+
+        trace = loaded.trace_ids(IDS)
+        top, values, _, _ = neuron_vocab_effect(trace, 1, 3, k=5)
+        w = loaded.model
+        direct = (w.unembed.weight @ (w.project_out.weight @ w.blocks[1].mlp.W_out.weight[:, 3])).detach().numpy()
+        assert np.allclose(values, direct[top], atol=1e-5)
     # position i reads row i + 2 of OPT's table
     theirs = model.model.decoder.embed_positions.weight
     assert torch.equal(loaded.model.pos_embed.weight[0], theirs[2])

@@ -145,6 +145,8 @@ def neuron_vocab_effect(trace: Trace, layer: int, neuron: int, k: int = 10, fold
         direction = w_out[:, int(neuron)].float()                     # [d]
         if fold_norm and getattr(model, "ln_final", None) is not None:
             direction = direction * model.ln_final.weight.float()
+        if getattr(model, "project_out", None) is not None:          # OPT-350m: into the embedding space
+            direction = model.project_out.weight.float() @ direction   # [d_embed]
         W_U = model.unembed.weight                                    # [V, d]
         if vocab_size is not None:
             W_U = W_U[: max(1, int(vocab_size))]
