@@ -83,6 +83,9 @@ def compare(loaded, model, ids=IDS, steps=6) -> dict[str, float]:
             normed = loaded.model.project_out(normed)
     diffs["final hidden"] = float(np.abs(normed.numpy() - ref.hidden_states[L][0].numpy()).max())
     diffs["derived logits"] = float(np.abs(compact["logits"] - ref.logits[0].numpy()).max())
+    # block internals the compact trace did not store are re-run from resid_pre (window, bias, rotary and all)
+    diffs["re-run block"] = max(float(np.abs(compact[f"blocks.{i}.{key}"] - full[f"blocks.{i}.{key}"]).max())
+                                for i in range(L) for key in ("attn.z", "attn.out", "mlp.out", "resid_mid"))
     for key, value in diffs.items():
         assert value < TOL, (key, value)
     assert float(ref.logits.abs().max()) > 1.0  # the comparison is not between near-zero numbers
