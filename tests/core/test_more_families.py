@@ -102,13 +102,13 @@ def compare(loaded, model, ids=IDS, steps=6) -> dict[str, float]:
 
 # --- Phi-3 -------------------------------------------------------------------------------------
 
-PHI3 = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-            max_position_embeddings=64, pad_token_id=0)
+PHI3 = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "max_position_embeddings": 64, "pad_token_id": 0}
 
 
-@pytest.mark.parametrize("extra", [dict(num_key_value_heads=2, sliding_window=5),
-                                   dict(num_key_value_heads=4, sliding_window=None, partial_rotary_factor=0.5,
-                                        tie_word_embeddings=True)])
+@pytest.mark.parametrize("extra", [{"num_key_value_heads": 2, "sliding_window": 5},
+                                   {"num_key_value_heads": 4, "sliding_window": None, "partial_rotary_factor": 0.5,
+                                        "tie_word_embeddings": True}])
 def test_phi3_matches_reference(tmp_path, extra):
     model, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **{**PHI3, **extra})
     loaded = load_checkpoint(path)
@@ -148,7 +148,7 @@ def test_phi_parallel_block_with_one_norm_matches_reference(tmp_path):
     assert cfg.rotary_dim == 8 and loaded.model.blocks[0].ln2 is None
     compare(loaded, model)
     trace = loaded.trace_ids(IDS)
-    assert "blocks.0.ln1.mean" in trace and "blocks.0.ln2.mean" not in trace.keys()
+    assert "blocks.0.ln1.mean" in trace and "blocks.0.ln2.mean" not in trace
 
 
 def test_phi_with_qk_layernorm_is_refused(tmp_path):
@@ -193,8 +193,8 @@ def test_new_switches_survive_the_config_json_round_trip():
 
 # --- OPT ---------------------------------------------------------------------------------------------
 
-OPT = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, ffn_dim=96, num_attention_heads=4,
-           max_position_embeddings=64, pad_token_id=1)
+OPT = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 2, "ffn_dim": 96, "num_attention_heads": 4,
+           "max_position_embeddings": 64, "pad_token_id": 1}
 
 
 @pytest.mark.parametrize("extra", [{}, {"do_layer_norm_before": False, "word_embed_proj_dim": 32}],
@@ -256,14 +256,14 @@ def test_alibi_slopes_are_the_papers():
 
 # --- Falcon --------------------------------------------------------------------------------------------
 
-FALCON = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-              max_position_embeddings=64, pad_token_id=0)
+FALCON = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "max_position_embeddings": 64, "pad_token_id": 0}
 FALCON_VARIANTS = {
-    "falcon-7b-like": (dict(multi_query=True, parallel_attn=True), 1, True),
-    "falcon-40b-like": (dict(new_decoder_architecture=True, num_kv_heads=2), 2, False),
-    "sequential-with-bias": (dict(multi_query=False, parallel_attn=False, bias=True), 4, False),
+    "falcon-7b-like": ({"multi_query": True, "parallel_attn": True}, 1, True),
+    "falcon-40b-like": ({"new_decoder_architecture": True, "num_kv_heads": 2}, 2, False),
+    "sequential-with-bias": ({"multi_query": False, "parallel_attn": False, "bias": True}, 4, False),
 }
-FALCON_RW = dict(alibi=True, multi_query=False, parallel_attn=False, bias=True)
+FALCON_RW = {"alibi": True, "multi_query": False, "parallel_attn": False, "bias": True}
 
 
 @pytest.mark.parametrize("variant", list(FALCON_VARIANTS))
@@ -328,7 +328,11 @@ def test_gptj_interleaved_partial_rotary_matches_reference(tmp_path):
 
 
 def test_interleaved_rotary_turns_adjacent_pairs():
-    from explorer.core.model import apply_rotary, apply_rotary_interleaved, rotary_angles
+    from explorer.core.model import (
+        apply_rotary,
+        apply_rotary_interleaved,
+        rotary_angles,
+    )
 
     cos, sin = rotary_angles(torch.arange(5), 4, 10000.0)
     x = torch.randn(1, 1, 5, 6)
@@ -352,7 +356,7 @@ def test_scores_formula_names_each_architectures_rule():
     from explorer.core.config import ModelConfig
     from explorer.core.display.labels import scores_formula
 
-    base = dict(vocab_size=10, n_ctx=16, d_model=8, n_layers=2, n_heads=2, d_head=4, d_ff=16)
+    base = {"vocab_size": 10, "n_ctx": 16, "d_model": 8, "n_layers": 2, "n_heads": 2, "d_head": 4, "d_ff": 16}
     assert scores_formula(ModelConfig(**base), 0) == "scores q\u00b7k/\u221ad_head"
     assert scores_formula(ModelConfig(**base, alibi=True), 0) == "scores q\u00b7k/\u221ad_head + ALiBi bias"
     neo = ModelConfig(**base, attn_scale=1.0, sliding_window=4, sliding_layers=(1,))

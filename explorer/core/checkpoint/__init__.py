@@ -21,7 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core import worked_example
-from explorer.core.checkpoint import bloom, falcon, gpt2, gpt_neo, gptj, llama, nanogpt, neox, opt, phi, phi3
+from explorer.core.checkpoint import (
+    bloom,
+    falcon,
+    gpt2,
+    gpt_neo,
+    gptj,
+    llama,
+    nanogpt,
+    neox,
+    opt,
+    phi,
+    phi3,
+)
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.errors import CheckpointError

@@ -37,8 +37,8 @@ def bloom_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
         raise CheckpointError("this BLOOM checkpoint adds the normalised input to the residual stream "
                               "(apply_residual_connection_post_layernorm), which is not supported")
     n_ctx = get_int(hf, FAMILY, "seq_length") if hf.get("seq_length") is not None else 2048
-    notes = [f"BLOOM has no position embedding: ALiBi adds -slope x distance to each head's scores. It has no "
-             f"fixed context either; prompts are capped at {n_ctx} tokens, its training length."]
+    notes = [(f"BLOOM has no position embedding: ALiBi adds -slope x distance to each head's scores. It has no "
+             f"fixed context either; prompts are capped at {n_ctx} tokens, its training length.")]
     cfg = ModelConfig(
         arch=FAMILY, vocab_size=get_int(hf, FAMILY, "vocab_size"), n_ctx=n_ctx, d_model=d, n_layers=n_layers,
         n_heads=n_heads, d_head=d // n_heads, d_ff=4 * d, norm="layernorm", norm_placement="pre",

@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from explorer.core.checkpoint.bloom import split_per_head_qkv
-from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int, rope
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    expected_shapes,
+    get_int,
+    rope,
+)
 from explorer.core.checkpoint.llama import load_with
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
@@ -74,8 +80,8 @@ def falcon_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
         activation=activation({"hidden_act": act}, FAMILY, "gelu"), parallel_residual=parallel,
         shared_norm=parallel and not two_norms, attn_bias=bias, mlp_bias=bias,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), alibi=alibi, alibi_before_scale=alibi)
-    notes = ["Falcon-RW has no position embedding: ALiBi adds -slope x distance to each head's q.k before "
-             "the 1/sqrt(d_head) scale; the scores shown include it."] if alibi else []
+    notes = [("Falcon-RW has no position embedding: ALiBi adds -slope x distance to each head's q.k before "
+             "the 1/sqrt(d_head) scale; the scores shown include it.")] if alibi else []
     return cfg, notes
 
 

@@ -18,8 +18,14 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, expected_shapes, get, get_int, positive_window
-from explorer.core.checkpoint.gpt2 import _GPT2_ACTIVATIONS
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    expected_shapes,
+    get,
+    get_int,
+    positive_window,
+)
 from explorer.core.checkpoint.llama import load_with
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
@@ -55,17 +61,15 @@ def gpt_neo_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     kinds = attention_layers(hf, n_layers)
     local = tuple(i for i, kind in enumerate(kinds) if kind == "local")
     window = positive_window(hf, FAMILY, "window_size") if local else None
-    act = hf.get("activation_function", "gelu_new")
-    if act not in _GPT2_ACTIVATIONS:
-        raise CheckpointError(f"{FAMILY} activation {act!r} is not supported ({', '.join(_GPT2_ACTIVATIONS)})")
-    notes = [f"GPT-Neo's local layers ({', '.join(map(str, local))}) see only the last {window} tokens; "
-             "its attention scores are not divided by sqrt(d_head)."] if local else []
+    notes = [(f"GPT-Neo's local layers ({', '.join(map(str, local))}) see only the last {window} tokens; "
+             "its attention scores are not divided by sqrt(d_head).")] if local else []
+    act = activation({"hidden_act": hf.get("activation_function", "gelu_new")}, FAMILY, "gelu_new")
     cfg = ModelConfig(
         arch=FAMILY, vocab_size=get_int(hf, FAMILY, "vocab_size"), n_ctx=get_int(hf, FAMILY, "max_position_embeddings", 2048),
         d_model=d, n_layers=n_layers, n_heads=n_heads, d_head=d // n_heads,
         d_ff=get_int(hf, FAMILY, "intermediate_size") if hf.get("intermediate_size") is not None else 4 * d,
         norm="layernorm", norm_placement="pre", norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-        positions="learned", activation=_GPT2_ACTIVATIONS[act], attn_bias=True, mlp_bias=True,
+        positions="learned", activation=act, attn_bias=True, mlp_bias=True,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), attn_scale=1.0,
         sliding_window=window, sliding_layers=local if window is not None else ())
     return cfg, notes

@@ -14,8 +14,12 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, expected_shapes, get_int
-from explorer.core.checkpoint.gpt2 import _GPT2_ACTIVATIONS
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    expected_shapes,
+    get_int,
+)
 from explorer.core.checkpoint.llama import load_with
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
@@ -33,16 +37,14 @@ def gptj_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     if rotary <= 0 or rotary % 2 or rotary > d_head:
         raise CheckpointError(f"{FAMILY}: rotary_dim ({rotary}) must be even, positive and at most the head "
                               f"size ({d_head})")
-    act = hf.get("activation_function", "gelu_new")
-    if act not in _GPT2_ACTIVATIONS:
-        raise CheckpointError(f"{FAMILY} activation {act!r} is not supported ({', '.join(_GPT2_ACTIVATIONS)})")
+    act = activation({"hidden_act": hf.get("activation_function", "gelu_new")}, FAMILY, "gelu_new")
     cfg = ModelConfig(
         arch=FAMILY, vocab_size=get_int(hf, FAMILY, "vocab_size"), n_ctx=get_int(hf, FAMILY, "n_positions", 2048),
         d_model=d, n_layers=get_int(hf, FAMILY, "n_layer"), n_heads=n_heads, d_head=d_head,
         d_ff=get_int(hf, FAMILY, "n_inner") if hf.get("n_inner") is not None else 4 * d,
         norm="layernorm", norm_placement="pre", norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
         positions="rotary", rotary_dim=rotary if rotary != d_head else None, rotary_base=10000.0,
-        rotary_interleaved=True, activation=_GPT2_ACTIVATIONS[act], parallel_residual=True, shared_norm=True,
+        rotary_interleaved=True, activation=act, parallel_residual=True, shared_norm=True,
         attn_bias=False, mlp_bias=True, unembed_bias=True, tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
     return cfg, []
 

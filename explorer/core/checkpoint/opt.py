@@ -19,8 +19,12 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, expected_shapes, get_int
-from explorer.core.checkpoint.gpt2 import _GPT2_ACTIVATIONS
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    expected_shapes,
+    get_int,
+)
 from explorer.core.checkpoint.llama import load_with
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
@@ -37,18 +41,16 @@ def opt_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     if hf.get("layer_norm_elementwise_affine", True) is False:
         raise CheckpointError("this OPT checkpoint's LayerNorms have no weights (layer_norm_elementwise_affine "
                               "false), which is not supported")
-    act = hf.get("activation_function", "relu")
-    if act not in _GPT2_ACTIVATIONS:
-        raise CheckpointError(f"{FAMILY} activation {act!r} is not supported ({', '.join(_GPT2_ACTIVATIONS)})")
     pre = bool(hf.get("do_layer_norm_before", True))
     d_embed = get_int(hf, FAMILY, "word_embed_proj_dim", d) if hf.get("word_embed_proj_dim") is not None else d
     bias = bool(hf.get("enable_bias", True))
+    act = activation({"hidden_act": hf.get("activation_function", "relu")}, FAMILY, "relu")
     cfg = ModelConfig(
         arch=FAMILY, vocab_size=get_int(hf, FAMILY, "vocab_size"), n_ctx=get_int(hf, FAMILY, "max_position_embeddings", 2048),
         d_model=d, n_layers=get_int(hf, FAMILY, "num_hidden_layers"), n_heads=n_heads, d_head=d // n_heads,
         d_ff=get_int(hf, FAMILY, "ffn_dim"), norm="layernorm", norm_placement="pre" if pre else "post",
         norm_eps=1e-5, final_norm=pre and not hf.get("_remove_final_layer_norm", False), positions="learned",
-        activation=_GPT2_ACTIVATIONS[act], attn_bias=bias, mlp_bias=bias,
+        activation=act, attn_bias=bias, mlp_bias=bias,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), d_embed=d_embed if d_embed != d else None)
     return cfg, []
 

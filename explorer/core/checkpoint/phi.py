@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int, rope, rotary_dim
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    expected_shapes,
+    get_int,
+    rope,
+    rotary_dim,
+)
 from explorer.core.checkpoint.llama import load_with
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
