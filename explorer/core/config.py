@@ -15,7 +15,12 @@ from typing import Any
 from explorer.core.errors import CheckpointError
 
 NORMS = ("layernorm", "rmsnorm", "none")
-NORM_PLACEMENTS = ("pre", "post")
+NORM_PLACEMENTS = ("pre", "post", "sandwich", "output")  # sandwich: pre and output norms; output: OLMo 2
+QK_NORMS = ("none", "head", "per_head", "full")
+# RoPE scaling types (explorer/core/rope.py computes them) and the keys each needs
+ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor", "max_position_embeddings"),
+                     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                     "yarn": ("original_max_position_embeddings",)}
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
 
@@ -52,12 +57,26 @@ class ModelConfig:
     attn_bias: bool = True
     mlp_bias: bool = True
     tie_embeddings: bool = True
+    # --- Gemma/Qwen/OLMo/Granite switches (issue 16a)
+    attn_out_bias: bool | None = None  # W_O's bias; None = as attn_bias (Qwen2: q/k/v have biases, W_O none)
+    norm_offset: float = 0.0  # RMSNorm multiplies by (offset + w): Gemma stores w - 1 and uses offset 1
+    norm_affine: bool = True  # False: norms without weight or bias (OLMo's LayerNorm)
+    qk_norm: str = "none"  # head: each head's q, k over d_head (Qwen3, Gemma 3); per_head: a weight per head
+    #                        (StableLM); full: all heads' q (k) as one vector (OLMo 2)
+    qkv_clip: float | None = None  # OLMo: q, k, v clamped to [-clip, clip]
+    embed_scale: float = 1.0  # embedding rows times this (Gemma: sqrt(d); Granite: embedding_multiplier)
+    attn_scale: float | None = None  # scores = q.k * attn_scale; None = 1/sqrt(d_head)
+    attn_softcap: float | None = None  # Gemma 2: scores -> cap * tanh(scores / cap) before the mask
+    final_softcap: float | None = None  # Gemma 2: logits -> cap * tanh(logits / cap)
+    residual_scale: float = 1.0  # Granite: each sublayer's output times this before it is added
+    logit_scale: float = 1.0  # Granite: logits times this (1 / logits_scaling)
+    sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
+    sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
+    rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
+    rotary_base_local: float | None = None  # rotary base of the sliding layers, unscaled (Gemma 3)
     # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c)
-    attn_scale: float | None = None  # what q.k is multiplied by (None = 1/sqrt(d_head); GPT-Neo: 1.0, unscaled)
     alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
     alibi_before_scale: bool = False  # Falcon-RW: the penalty is added before the scale, (q.k + bias) / sqrt(d_head)
-    sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
-    sliding_layers: tuple[int, ...] = ()  # which layers slide (Phi-3: all; GPT-Neo: its "local" layers)
     rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
     shared_norm: bool = False  # parallel block whose attention and FFN read one norm (Phi, GPT-J, Falcon)
     embed_norm: bool = False  # BLOOM: a LayerNorm right after the token embedding
@@ -65,6 +84,10 @@ class ModelConfig:
     d_embed: int | None = None  # OPT-350m: embeddings narrower than d_model, projected in and out
 
     def __post_init__(self) -> None:
+        # JSON gives lists: keep the frozen config hashable and comparable
+        object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
+        scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
+        object.__setattr__(self, "rope_scaling", tuple(sorted((str(k), v) for k, v in scaling)))
         problems = []
         for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads", "d_head"):
             if int(getattr(self, name)) <= 0:
@@ -85,18 +108,36 @@ class ModelConfig:
             problems.append("sinusoidal positions need an even d_model")
         if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
             problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
-        # JSON gives a list: keep the frozen config hashable and comparable
-        object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
-        if self.sliding_window is not None and self.sliding_window <= 0:
-            problems.append(f"sliding_window must be positive (got {self.sliding_window})")
-        if any(not 0 <= i < self.n_layers for i in self.sliding_layers):
-            problems.append(f"sliding_layers must name layers 0..{self.n_layers - 1} (got {self.sliding_layers})")
+        problems += self._problems_16a()
         if self.shared_norm and not self.parallel_residual:
             problems.append("shared_norm needs parallel_residual (one norm feeds attention and FFN side by side)")
         if self.d_embed is not None and self.d_embed <= 0:
             problems.append(f"d_embed must be positive (got {self.d_embed})")
         if problems:
             raise CheckpointError("Invalid model configuration: " + "; ".join(problems))
+
+    def _problems_16a(self) -> list[str]:
+        problems = []
+        if self.qk_norm not in QK_NORMS:
+            problems.append(f"qk_norm must be one of {QK_NORMS} (got {self.qk_norm!r})")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            problems.append(f"sliding_window must be positive (got {self.sliding_window})")
+        if any(not 0 <= i < self.n_layers for i in self.sliding_layers):
+            problems.append(f"sliding_layers must name layers 0..{self.n_layers - 1} (got {self.sliding_layers})")
+        for name in ("attn_softcap", "final_softcap", "qkv_clip"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                problems.append(f"{name} must be positive (got {getattr(self, name)})")
+        kind = self.rope.get("rope_type", "default")
+        if kind not in ROPE_SCALING_KEYS:
+            problems.append(f"RoPE scaling type {kind!r} is not one of {tuple(ROPE_SCALING_KEYS)}")
+        elif missing := [k for k in ROPE_SCALING_KEYS[kind] if self.rope.get(k) is None]:
+            problems.append(f"RoPE scaling {kind!r} needs {', '.join(missing)}")
+        return problems
+
+    @property
+    def rope(self) -> dict[str, Any]:
+        """The RoPE scaling parameters as a mapping (empty: plain rotary positions)."""
+        return dict(self.rope_scaling)
 
     @property
     def kv_heads(self) -> int:
@@ -129,7 +170,19 @@ class ModelConfig:
             f"{'gated ' if self.gated_ffn else ''}{self.activation} FFN d_ff={self.d_ff}")
         heads = f"{self.n_heads} heads" + (f" ({self.kv_heads} K/V heads)" if self.kv_heads != self.n_heads else "")
         positions = "ALiBi positions" if self.alibi else f"{self.positions} positions"
-        if self.sliding_window is not None and self.sliding_layers:
-            positions += f", sliding window {self.sliding_window} on {len(self.sliding_layers)} of {self.n_layers} layers"
         return (f"{self.arch}: {self.n_layers} layers, d_model={self.d_model}, {heads} of d_head={self.d_head}, "
-                f"{ffn}, {norm}, {positions}, {'causal' if self.causal else 'bidirectional'}")
+                f"{ffn}, {norm}, {positions}, {'causal' if self.causal else 'bidirectional'}"
+                + self._describe_16a())
+
+    def _describe_16a(self) -> str:
+        extras = []
+        if self.sliding_layers and self.sliding_window:
+            extras.append(f"sliding window {self.sliding_window} on {len(self.sliding_layers)} layers")
+        if self.attn_softcap or self.final_softcap:
+            extras.append("soft-capped " + " and ".join(
+                name for name, cap in (("scores", self.attn_softcap), ("logits", self.final_softcap)) if cap))
+        if self.qk_norm != "none":
+            extras.append("q/k norms")
+        if self.rope:
+            extras.append(f"RoPE scaling {self.rope.get('rope_type')}")
+        return "".join(f", {e}" for e in extras)

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
+from explorer.core.rope import inverse_frequencies
 
 Rec = Callable[[str, "int | None", Tensor], None]
 
@@ -39,11 +40,20 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
     return pe.float()
 
 
-def rotary_angles(positions: Tensor, rotary_dim: int, base: float) -> tuple[Tensor, Tensor]:
-    """cos and sin of the rotation angles pos * base^(-2i/r), laid out as [n, r] (each frequency twice)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
-    angles = positions.float()[:, None] * inv_freq[None, :]          # [n, r/2]
+def rotary_angles(positions: Tensor, rotary_dim: int, base: float,
+                  scaling: dict | None = None) -> tuple[Tensor, Tensor]:
+    """cos and sin of the rotation angles pos * base^(-2i/r), laid out as [n, r] (each frequency twice).
+
+    ``scaling``: a RoPE scaling variant (explorer/core/rope.py) changes the frequencies; YaRN also
+    scales cos and sin. Dynamic scaling depends on the sequence length: the last position + 1.
+    """
+    dynamic = scaling is not None and scaling.get("rope_type") == "dynamic" and positions.numel()
+    seq_len = int(positions.max()) + 1 if dynamic else None  # (reading it waits for the device)
+    inv_freq, factor = inverse_frequencies(rotary_dim, base, scaling, seq_len)
+    angles = positions.float()[:, None] * inv_freq[None, :].to(positions.device)  # [n, r/2]
     angles = torch.cat([angles, angles], dim=-1)                      # [n, r]
+    if factor != 1.0:
+        return angles.cos() * factor, angles.sin() * factor
     return angles.cos(), angles.sin()
 
 
@@ -83,7 +93,7 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu",
 
 
 def layer_window(cfg: ModelConfig, layer: int) -> int | None:
-    """The sliding window of a layer (Phi-3, GPT-Neo's local layers), None where it sees every earlier key."""
+    """The sliding window of a layer (Gemma 2/3, Mistral, Phi-3, GPT-Neo's local layers), None where it sees every earlier key."""
     return cfg.sliding_window if layer in cfg.sliding_layers else None
 
 
@@ -126,7 +136,8 @@ def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | N
     """Scaled dot products of every query with every key (q.k * scale + bias), masked entries -inf.
 
     q: [..., H, n, dh], k: [..., Hkv, m, dh] (K/V heads are shared by H/Hkv query heads);
-    scale: None = 1/sqrt(dh); bias: [H, n, m] (ALiBi) or None. Returns [..., H, n, m].
+    ``scale`` defaults to 1/sqrt(dh); some families set their own (Gemma 2, Granite, GPT-Neo).
+    ``bias``: [H, n, m] (ALiBi) or None. Returns [..., H, n, m].
     """
     if k.shape[-3] != q.shape[-3]:
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
@@ -139,6 +150,15 @@ def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | N
     if mask is not None:
         scores.masked_fill_(mask, float("-inf"))
     return scores
+
+
+def soft_cap(x: Tensor, cap: float, mask: Tensor | None = None) -> Tensor:
+    """cap * tanh(x / cap): close to x for small values, never beyond +-cap (Gemma 2's scores and
+    logits). Masked entries stay -inf (tanh would turn them into -cap)."""
+    capped = torch.tanh(x / cap) * cap
+    if mask is not None:
+        capped.masked_fill_(mask, float("-inf"))
+    return capped
 
 
 def attention_pattern(scores: Tensor) -> Tensor:
@@ -163,13 +183,19 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
 
 
 class Norm(nn.Module):
-    """LayerNorm ((x - mean) / sqrt(var + eps) * w + b) or RMSNorm (x / sqrt(mean(x^2) + eps) * w)."""
+    """LayerNorm ((x - mean) / sqrt(var + eps) * w + b) or RMSNorm (x / sqrt(mean(x^2) + eps) * w).
 
-    def __init__(self, kind: str, d: int, eps: float) -> None:
+    Variants: ``offset`` (Gemma: RMSNorm times (1 + w)), ``affine=False`` (no w, b: OLMo),
+    ``heads`` (one weight per head, shape [heads, 1, d]: StableLM's q/k norms), ``bias=False``.
+    """
+
+    def __init__(self, kind: str, d: int, eps: float, offset: float = 0.0, affine: bool = True,
+                 heads: int | None = None, bias: bool = True) -> None:
         super().__init__()
-        self.kind, self.eps = kind, eps
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d)) if kind == "layernorm" else None
+        self.kind, self.eps, self.offset = kind, eps, offset
+        shape = (d,) if heads is None else (heads, 1, d)
+        self.weight = nn.Parameter(torch.full(shape, 1.0 - offset)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(shape)) if kind == "layernorm" and affine and bias else None
 
     def forward(self, x: Tensor, rec: Rec = _no_capture, site: str = "", layer: int | None = None) -> Tensor:
         if rec is not _no_capture:  # statistics cost a pass over x: only when someone looks
@@ -180,9 +206,28 @@ class Norm(nn.Module):
             else:
                 rec(site + ".mean_square", layer, x.float().pow(2).mean(-1))
         if self.kind == "layernorm":
-            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            if self.weight is None or self.weight.dim() == 1:
+                return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            y = F.layer_norm(x, x.shape[-1:], None, None, self.eps) * self.weight  # a weight per head
+            return y if self.bias is None else y + self.bias
         variance = x.float().pow(2).mean(-1, keepdim=True)
+        if self.weight is None:
+            return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
+        if self.offset:  # Gemma: the factor (1 + w) in float32
+            return (x.float() * torch.rsqrt(variance + self.eps) * (self.offset + self.weight.float())).to(x.dtype)
         return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+
+
+    def gain(self) -> Tensor | None:
+        """What the norm multiplies each dimension by after normalising: w, Gemma's (1 + w), or None
+        for a norm without weights (OLMo).  [d]"""
+        if self.weight is None:
+            return None
+        return self.weight + self.offset if self.offset else self.weight
+
+
+def make_norm(cfg: ModelConfig, d: int, heads: int | None = None, bias: bool = True) -> Norm:
+    return Norm(cfg.norm, d, cfg.norm_eps, cfg.norm_offset, cfg.norm_affine, heads, bias)
 
 
 class Attention(nn.Module):
@@ -192,7 +237,14 @@ class Attention(nn.Module):
         self.W_Q = nn.Linear(d, H * dh, bias=cfg.attn_bias)
         self.W_K = nn.Linear(d, Hkv * dh, bias=cfg.attn_bias)
         self.W_V = nn.Linear(d, Hkv * dh, bias=cfg.attn_bias)
-        self.W_O = nn.Linear(H * dh, d, bias=cfg.attn_bias)
+        self.W_O = nn.Linear(H * dh, d, bias=cfg.attn_bias if cfg.attn_out_bias is None else cfg.attn_out_bias)
+        self.q_norm = self.k_norm = None
+        if cfg.qk_norm in ("head", "per_head"):  # over each head's d_head numbers
+            per = cfg.qk_norm == "per_head"
+            self.q_norm = make_norm(cfg, dh, H if per else None, bias=not per)
+            self.k_norm = make_norm(cfg, dh, Hkv if per else None, bias=not per)
+        elif cfg.qk_norm == "full":  # over all heads' numbers at once
+            self.q_norm, self.k_norm = make_norm(cfg, H * dh), make_norm(cfg, Hkv * dh)
 
 
 class FFN(nn.Module):
@@ -207,10 +259,14 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         has_norm = cfg.norm != "none"
-        self.ln1 = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if has_norm else None
+        norm_in = has_norm and cfg.norm_placement != "output"  # pre-, post- or sandwich norms
+        norm_out = has_norm and cfg.norm_placement in ("sandwich", "output")  # on each sublayer's output
+        self.ln1 = make_norm(cfg, cfg.d_model) if norm_in else None
         self.attn = Attention(cfg)
-        self.ln2 = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if has_norm and cfg.has_ffn and not cfg.shared_norm else None
+        self.ln2 = make_norm(cfg, cfg.d_model) if norm_in and cfg.has_ffn and not cfg.shared_norm else None
         self.mlp = FFN(cfg) if cfg.has_ffn else None
+        self.ln1_out = make_norm(cfg, cfg.d_model) if norm_out else None
+        self.ln2_out = make_norm(cfg, cfg.d_model) if norm_out and cfg.has_ffn else None
 
 
 class KVCache:
@@ -232,6 +288,15 @@ class KVCache:
         return k, v
 
 
+def output_logits(cfg: ModelConfig, logits: Tensor) -> Tensor:
+    """The un-embedding's output as the model reports it: Granite scales it, Gemma 2 soft-caps it."""
+    if cfg.logit_scale != 1.0:
+        logits = logits * cfg.logit_scale
+    if cfg.final_softcap is not None:
+        logits = soft_cap(logits, cfg.final_softcap)
+    return logits
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -246,7 +311,7 @@ class Transformer(nn.Module):
         if cfg.positions == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.n_ctx, cfg.d_model), persistent=False)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.ln_final = Norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm and cfg.norm != "none" else None
+        self.ln_final = make_norm(cfg, cfg.d_model) if cfg.final_norm and cfg.norm != "none" else None
         self.unembed = nn.Linear(d_embed, cfg.vocab_size, bias=cfg.unembed_bias)
         if cfg.tie_embeddings:
             self.unembed.weight = self.embed.weight
@@ -269,6 +334,8 @@ class Transformer(nn.Module):
         if self.project_in is not None:
             x = self.project_in(x)                                         # [B, n, d_embed] -> [B, n, d]
         rec("embed", None, x)
+        if cfg.embed_scale != 1.0:                                         # Gemma: times sqrt(d); Granite
+            x = x * torch.tensor(cfg.embed_scale, dtype=x.dtype)
         if cfg.positions in ("learned", "sinusoidal"):
             pos = self.pos_embed(positions) if self.pos_embed is not None else self.sinusoid[positions]
             rec("pos_embed", None, pos.unsqueeze(0))                       # [1, n, d]
@@ -276,15 +343,14 @@ class Transformer(nn.Module):
         if self.ln_embed is not None:                                      # BLOOM: normalise the embedding
             x = self.ln_embed(x)
 
-        # a mask per window size (sliding layers see only the last W keys)
+        # a mask per window size (sliding layers see only the last W keys) and rotary angles per
+        # kind of layer (Gemma 3's sliding layers turn with their own base)
         windows = {layer_window(cfg, layer) for layer in range(cfg.n_layers)}
         masks = {w: causal_mask(n, start + n, x.device, w) if cfg.causal else None for w in windows}
-        rotary = None
-        if cfg.positions == "rotary":
-            rotary = rotary_angles(positions, cfg.rotary_dim or cfg.d_head, cfg.rotary_base)
-            rotary = (rotary[0].to(x.device), rotary[1].to(x.device))
+        rotary = {local: self.rotary_at(positions, local) for local in {w is not None for w in windows}}
         for layer in range(cfg.n_layers):
-            x = self.block_forward(layer, x, masks[layer_window(cfg, layer)], rotary, rec, cache)
+            window = layer_window(cfg, layer)
+            x = self.block_forward(layer, x, masks[window], rotary[window is not None], rec, cache)
 
         rec("resid_final", None, x)
         if last_only:
@@ -293,7 +359,7 @@ class Transformer(nn.Module):
             x = self.ln_final(x, rec, "ln_final")
         if self.project_out is not None:
             x = self.project_out(x)                                        # [B, n, d_embed]
-        logits = self.unembed(x)                                           # [B, n, V]
+        logits = output_logits(cfg, self.unembed(x))                       # [B, n, V]
         rec("logits", None, logits)
         return logits
 
@@ -303,14 +369,21 @@ class Transformer(nn.Module):
         cfg, blk = self.cfg, self.blocks[layer]
         B, n, _ = x.shape
         H, Hkv, dh = cfg.n_heads, cfg.kv_heads, cfg.d_head
-        pre_norm = cfg.norm_placement == "pre" and blk.ln1 is not None
+        pre_norm = cfg.norm_placement in ("pre", "sandwich") and blk.ln1 is not None
         rec("resid_pre", layer, x)
 
         # attention: project to per-head queries, keys, values
         h = blk.ln1(x, rec, "ln1", layer) if pre_norm else x
-        q = blk.attn.W_Q(h).view(B, n, H, dh).transpose(1, 2)             # [B, H, n, dh]
-        k = blk.attn.W_K(h).view(B, n, Hkv, dh).transpose(1, 2)           # [B, Hkv, n, dh]
-        v = blk.attn.W_V(h).view(B, n, Hkv, dh).transpose(1, 2)           # [B, Hkv, n, dh]
+        q, k, v = blk.attn.W_Q(h), blk.attn.W_K(h), blk.attn.W_V(h)        # [B, n, H*dh], [B, n, Hkv*dh] x 2
+        if cfg.qkv_clip is not None:                                       # OLMo: clamp to [-clip, clip]
+            q, k, v = (t.clamp(-cfg.qkv_clip, cfg.qkv_clip) for t in (q, k, v))
+        if cfg.qk_norm == "full":                                          # OLMo 2: norm over all heads at once
+            q, k = blk.attn.q_norm(q, rec, "attn.q_norm", layer), blk.attn.k_norm(k, rec, "attn.k_norm", layer)
+        q = q.view(B, n, H, dh).transpose(1, 2)                            # [B, H, n, dh]
+        k = k.view(B, n, Hkv, dh).transpose(1, 2)                          # [B, Hkv, n, dh]
+        v = v.view(B, n, Hkv, dh).transpose(1, 2)                          # [B, Hkv, n, dh]
+        if cfg.qk_norm in ("head", "per_head"):                            # Qwen3, Gemma 3: norm each head's q, k
+            q, k = blk.attn.q_norm(q, rec, "attn.q_norm", layer), blk.attn.k_norm(k, rec, "attn.k_norm", layer)
         if rotary is not None:  # rotary positions turn q and k by an angle that grows with position
             turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
             q, k = turn(q, *rotary), turn(k, *rotary)
@@ -321,13 +394,20 @@ class Transformer(nn.Module):
         rec("attn.v", layer, v)
         bias = score_bias(cfg, n, k.shape[-2], x.device)                  # ALiBi (BLOOM): [H, n, m] or None
         scores = attention_scores(q, k, mask, cfg.attn_scale, bias)        # q.k / sqrt(dh) (+ bias): [B, H, n, m]
-        rec("attn.scores", layer, scores)
+        if cfg.attn_softcap is not None:                                   # Gemma 2: squash into (-cap, cap)
+            rec("attn.scores_precap", layer, scores)
+            scores = soft_cap(scores, cfg.attn_softcap, mask)
+        rec("attn.scores", layer, scores)                                  # what enters the softmax
         pattern = attention_pattern(scores)                                # softmax per query row
         rec("attn.pattern", layer, pattern)
         z = weighted_values(pattern, v)                                    # [B, H, n, dh]
         rec("attn.z", layer, z)
         attn_out = blk.attn.W_O(z.transpose(1, 2).reshape(B, n, H * dh))   # concat heads, W_O: [B, n, d]
-        rec("attn.out", layer, attn_out)
+        if blk.ln1_out is not None:                                        # Gemma 2/3, OLMo 2: norm the output
+            attn_out = blk.ln1_out(attn_out, rec, "ln1_out", layer)
+        if cfg.residual_scale != 1.0:                                      # Granite: scaled before it is added
+            attn_out = attn_out * cfg.residual_scale
+        rec("attn.out", layer, attn_out)                                   # what is added to the stream
 
         mid = x + attn_out
         if not pre_norm and blk.ln1 is not None:                           # post-norm: normalise the sum
@@ -352,6 +432,10 @@ class Transformer(nn.Module):
             post = activation(cfg.activation)(pre)
         rec("mlp.post", layer, post)
         mlp_out = blk.mlp.W_out(post)                                      # [B, n, d]
+        if blk.ln2_out is not None:
+            mlp_out = blk.ln2_out(mlp_out, rec, "ln2_out", layer)
+        if cfg.residual_scale != 1.0:
+            mlp_out = mlp_out * cfg.residual_scale
         rec("mlp.out", layer, mlp_out)
 
         out = (x + attn_out + mlp_out) if cfg.parallel_residual else (mid + mlp_out)
@@ -365,13 +449,20 @@ class Transformer(nn.Module):
         x = self.ln_final(resid_final) if self.ln_final is not None else resid_final
         if self.project_out is not None:
             x = self.project_out(x)
-        return self.unembed(x)
+        return output_logits(self.cfg, self.unembed(x))
 
-    def rotary_for(self, n: int, device: torch.device | str) -> tuple[Tensor, Tensor] | None:
-        if self.cfg.positions != "rotary":
+    def rotary_at(self, positions: Tensor, local: bool = False) -> tuple[Tensor, Tensor] | None:
+        """cos, sin for these positions; ``local``: for a sliding layer (Gemma 3 gives those their own base)."""
+        cfg = self.cfg
+        if cfg.positions != "rotary":
             return None
-        cos, sin = rotary_angles(torch.arange(n), self.cfg.rotary_dim or self.cfg.d_head, self.cfg.rotary_base)
-        return cos.to(device), sin.to(device)
+        if local and cfg.rotary_base_local is not None:
+            return rotary_angles(positions, cfg.rotary_dim or cfg.d_head, cfg.rotary_base_local)
+        return rotary_angles(positions, cfg.rotary_dim or cfg.d_head, cfg.rotary_base, cfg.rope or None)
+
+    def rotary_for(self, n: int, device: torch.device | str, layer: int = 0) -> tuple[Tensor, Tensor] | None:
+        """The rotary angles block ``layer`` uses for a sequence of n tokens from position 0."""
+        return self.rotary_at(torch.arange(n, device=device), layer_window(self.cfg, layer) is not None)
 
     def num_parameters(self) -> int:
         seen, total = set(), 0

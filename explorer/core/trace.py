@@ -10,12 +10,17 @@ key                             shape               what
 ``blocks.{l}.resid_pre``        [n, d]              residual stream entering block l
 ``blocks.{l}.ln1.mean/var``     [n]                 LayerNorm statistics (``mean_square`` for RMSNorm)
 ``blocks.{l}.attn.q/k/v``       [H or Hkv, n, dh]   per-head queries, keys, values (q, k after rotary)
-``blocks.{l}.attn.scores``      [H, n, n]           q.k / sqrt(dh) (+ ALiBi bias), masked entries -inf
+``blocks.{l}.attn.q_norm.*``    [H, n] or [n]       statistics of the q (k: ``k_norm``) norm, where there is one
+``blocks.{l}.attn.scores``      [H, n, n]           what enters the softmax: q.k * scale (1/sqrt(dh) unless the
+                                                    config says) + ALiBi bias (BLOOM), soft-capped if capped; masked (causal,
+                                                    sliding window) entries -inf
+``blocks.{l}.attn.scores_precap`` [H, n, n]         the scores before the soft cap (soft-capped models only)
 ``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1
 ``blocks.{l}.attn.z``           [H, n, dh]          each head's output (pattern @ v)
-``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O
+``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O (then output norm, residual
+                                                    scale where the family has them): what is added
 ``blocks.{l}.resid_mid``        [n, d]              residual stream between attention and FFN
-``blocks.{l}.ln2.mean/var``     [n]
+``blocks.{l}.ln2.mean/var``     [n]                 (``ln1_out``, ``ln2_out``: the sublayer output norms)
 ``blocks.{l}.mlp.pre/post``     [n, d_ff]           FFN neurons before / after the non-linearity
 ``blocks.{l}.mlp.out``          [n, d]              FFN output added to the residual stream
 ``resid_final``                 [n, d]              after the last block, before the final norm
@@ -62,11 +67,11 @@ def kind_of(site: str) -> str:
         return "embed"
     if site.startswith("resid"):
         return "resid"
-    if site.startswith(("ln1", "ln2", "ln_final")):
+    if site.startswith(("ln1", "ln2", "ln_final", "attn.q_norm.", "attn.k_norm.")):
         return "norm"
     if site in ("attn.q", "attn.k", "attn.v"):
         return "qkv"
-    if site == "attn.scores":
+    if site in ("attn.scores", "attn.scores_precap"):
         return "scores"
     if site == "attn.pattern":
         return "pattern"
@@ -277,10 +282,11 @@ class Trace:
     def _block_sites(self) -> list[str]:
         cfg = self.config
         sites = ["attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z", "attn.out", "resid_mid"]
+        if cfg.attn_softcap is not None:
+            sites.append("attn.scores_precap")
         if cfg.norm != "none":
             stats = ("mean", "var") if cfg.norm == "layernorm" else ("mean_square",)
-            norms = ["ln1"] + (["ln2"] if cfg.has_ffn and not cfg.shared_norm else [])
-            sites += [f"{ln}.{s}" for ln in norms for s in stats]
+            sites += [f"{ln}.{s}" for ln in _norm_sites(cfg) for s in stats]
         if cfg.has_ffn:
             sites += ["mlp.pre", "mlp.post", "mlp.out"]
         return sites
@@ -293,29 +299,41 @@ class Trace:
             if layer in rerun:
                 keys += [f"blocks.{layer}.{site}" for site in self._block_sites()]
             elif layer in with_qk:
-                keys += [f"blocks.{layer}.attn.scores", f"blocks.{layer}.attn.pattern"]
+                keys += [f"blocks.{layer}.attn.{kind}" for kind in _SCORE_KINDS if kind != "scores_precap"
+                         or self.config.attn_softcap is not None]
         if self._model is not None and "resid_final" in self._arrays:
             keys.append("logits")
         return keys
 
-    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray, layer: int,
-                            heads: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
-        """Scores and pattern of ``heads`` of ``layer`` from their q and k, with the forward pass's own
-        functions: the same mask (causal, plus a local window) and bias (ALiBi) and the same scale."""
+    def _score_views(self, layer: int, q: np.ndarray, k: np.ndarray,
+                     heads: slice = slice(None)) -> dict[str, np.ndarray]:
+        """scores, pattern (and scores_precap when soft-capped) of ``heads`` of ``layer`` from their q and k,
+        the forward pass's way: the same functions, the layer's own mask (sliding window), bias (ALiBi),
+        scale and cap."""
         import torch
 
-        from explorer.core.model import attention_pattern, attention_scores, layer_window, score_bias
+        from explorer.core.model import attention_pattern, attention_scores, layer_window, score_bias, soft_cap
 
         cfg, n, m = self.config, q.shape[-2], k.shape[-2]
         mask = _cpu_causal_mask(n, m, layer_window(cfg, layer)) if cfg.causal else None
+        views = {}
         with torch.inference_mode():
             bias = score_bias(cfg, n, m, heads=heads)
             scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale, bias)
-            pattern = attention_pattern(scores)
-        return _readonly(scores.numpy()), _readonly(pattern.numpy())
+            if cfg.attn_softcap is not None:
+                views["scores_precap"] = _readonly(scores.numpy())
+                scores = soft_cap(scores, cfg.attn_softcap, mask)
+            views["pattern"] = _readonly(attention_pattern(scores).numpy())
+        views["scores"] = _readonly(scores.numpy())
+        return views
 
-    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str, layer: int) -> np.ndarray:
-        return self._scores_and_pattern(q, k, layer)[0 if kind == "scores" else 1]
+    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray, layer: int = 0,
+                            heads: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        views = self._score_views(layer, q, k, heads)
+        return views["scores"], views["pattern"]
+
+    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str, layer: int = 0) -> np.ndarray:
+        return self._score_views(layer, q, k)[kind]
 
     def _remember(self, key: str, value: np.ndarray) -> None:
         self._derived[key] = _readonly(value)
@@ -324,7 +342,7 @@ class Trace:
 
     def _derive(self, key: str) -> None:
         match = _BLOCK_KEY.match(key)
-        if match and match.group(2) in ("attn.scores", "attn.pattern") and \
+        if match and match.group(2) in tuple(f"attn.{kind}" for kind in _SCORE_KINDS) and \
                 f"blocks.{match.group(1)}.attn.q" in self._arrays and f"blocks.{match.group(1)}.attn.k" in self._arrays:
             layer = match.group(1)
             q, k = self._arrays[f"blocks.{layer}.attn.q"], self._arrays[f"blocks.{layer}.attn.k"]
@@ -350,7 +368,7 @@ class Trace:
         recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
                                         layers=frozenset({layer}), dtype="float32"))
         with torch.inference_mode():
-            model.block_forward(layer, x, mask, model.rotary_for(n, x.device), recorder)
+            model.block_forward(layer, x, mask, model.rotary_for(n, x.device, layer), recorder)
         for key, value in recorder.arrays.items():
             if key not in self._arrays and key != f"blocks.{layer}.resid_pre":
                 self._remember(key, value)
@@ -375,21 +393,40 @@ def _cpu_causal_mask(n: int, m: int, window: int | None = None) -> torch.Tensor:
     return causal_mask(n, m, window=window)
 
 
+_SCORE_KINDS = ("scores", "pattern", "scores_precap")
+
+
+def _norm_sites(cfg: ModelConfig) -> list[str]:
+    """The norms inside a block whose statistics a trace records (explorer/core/model.py's Block)."""
+    if cfg.norm == "none":
+        return []
+    sites = []
+    if cfg.norm_placement != "output":
+        sites += ["ln1"] + (["ln2"] if cfg.has_ffn and not cfg.shared_norm else [])  # shared: one norm
+    if cfg.norm_placement in ("sandwich", "output"):
+        sites += ["ln1_out"] + (["ln2_out"] if cfg.has_ffn else [])
+    if cfg.qk_norm != "none":
+        sites += ["attn.q_norm", "attn.k_norm"]
+    return sites
+
+
 def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
     """How many bytes a trace of n tokens will store under ``spec`` (before running anything)."""
     c = config
     stats = {"layernorm": 2, "rmsnorm": 1, "none": 0}[c.norm]  # statistics recorded per norm
+    block_norms = [s for s in _norm_sites(c) if not s.startswith("attn.")]
+    qk_rows = {"none": 0, "full": 2, "head": c.n_heads + c.kv_heads, "per_head": c.n_heads + c.kv_heads}[c.qk_norm]
     per_layer = {
-        "resid": 2 * n * c.d_model, "norm": stats * n * (2 if c.has_ffn and not c.shared_norm else 1),
+        "resid": 2 * n * c.d_model, "norm": stats * n * (len(block_norms) + qk_rows),
         "qkv": (c.n_heads + 2 * c.kv_heads) * n * c.d_head,
-        "scores": c.n_heads * n * n, "pattern": c.n_heads * n * n,
+        "scores": c.n_heads * n * n * (1 if c.attn_softcap is None else 2), "pattern": c.n_heads * n * n,
         "attn": c.n_heads * n * c.d_head + n * c.d_model,
         "mlp": (2 * n * c.d_ff + n * c.d_model) if c.has_ffn else 0,
     }
     layers = c.n_layers if spec.layers is None else len(spec.layers)
     total = sum(per_layer[k] for k in spec.kinds if k in per_layer) * layers
-    if "embed" in spec.kinds:
-        total += 2 * n * c.d_model
+    if "embed" in spec.kinds:  # the token rows, and the position rows where positions are added
+        total += n * c.d_model * (2 if c.positions in ("learned", "sinusoidal") else 1)
     if "resid" in spec.kinds:
         total += n * c.d_model
     if "norm" in spec.kinds and c.final_norm:

@@ -360,7 +360,7 @@ def test_scores_formula_names_each_architectures_rule():
     assert scores_formula(ModelConfig(**base), 0) == "scores q\u00b7k/\u221ad_head"
     assert scores_formula(ModelConfig(**base, alibi=True), 0) == "scores q\u00b7k/\u221ad_head + ALiBi bias"
     neo = ModelConfig(**base, attn_scale=1.0, sliding_window=4, sliding_layers=(1,))
-    assert scores_formula(neo, 0) == "scores q\u00b7k" and scores_formula(neo, 1) == "scores q\u00b7k, local window of 4"
+    assert scores_formula(neo, 0) == "scores q\u00b7k" and scores_formula(neo, 1) == "scores q\u00b7k, sliding window 4"
 
 
 def test_bloom_with_its_tokenizer_json_runs_on_text(tmp_path):

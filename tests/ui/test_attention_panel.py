@@ -275,3 +275,27 @@ def test_a_new_trace_with_fewer_heads(qtbot, gpt2_trace, worked_trace):
     panel.set_trace(worked_trace)  # drawn even before the window clamps the selection
     np.testing.assert_array_equal(panel.detail.image.image, worked_trace.head(0, 0, "pattern"))
     np.testing.assert_array_equal(panel.row_values, worked_trace.head(0, 0, "pattern")[2])
+
+
+def test_sliding_window_and_soft_cap_are_named_where_they_show(qtbot, tmp_path):
+    """A Gemma-2-shaped model: the window's masked cells say so, the titles name scale, cap and window."""
+    pytest.importorskip("transformers")
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=3,
+                          query_pre_attn_scalar=16, attn_logit_softcapping=50.0, attn_implementation="eager")
+    Gemma2ForCausalLM(config).save_pretrained(tmp_path)
+    trace = load_checkpoint(tmp_path, device="cpu").trace_ids(list(range(10, 18)))
+    panel = make_panel(qtbot, trace)
+    select(qtbot, panel, 0, 1)
+    panel.set_kind("scores")
+    masked = panel.detail.masked
+    assert masked[7, :5].all() and not masked[7, 5:].any()  # the last query sees its 3 latest keys
+    assert panel.detail.cell_text(7, 2).endswith("masked (outside the sliding window)")
+    assert panel.detail.cell_text(2, 7).endswith("masked (future token)")
+    title = panel.detail.plot.titleLabel.text
+    assert "capped at \u00b150" in title and "sliding window 3" in title and "\u00d70.25" in title
+    assert "outside its window" in panel.row_plot.getPlotItem().titleLabel.text
+    select(qtbot, panel, 1, 1)  # a global layer
+    assert "sliding window" not in panel.detail.plot.titleLabel.text and not panel.detail.masked[7, :7].any()

@@ -143,8 +143,9 @@ def neuron_vocab_effect(trace: Trace, layer: int, neuron: int, k: int = 10, fold
         w_out = model.blocks[layer].mlp.W_out.weight                  # [d, d_ff]
         _check_neuron(neuron, w_out.shape[1])
         direction = w_out[:, int(neuron)].float()                     # [d]
-        if fold_norm and getattr(model, "ln_final", None) is not None:
-            direction = direction * model.ln_final.weight.float()
+        gain = model.ln_final.gain() if fold_norm and getattr(model, "ln_final", None) is not None else None
+        if gain is not None:  # (Gemma: 1 + w; OLMo's norm has no weight)
+            direction = direction * gain.float()
         if getattr(model, "project_out", None) is not None:          # OPT-350m: into the embedding space
             direction = model.project_out.weight.float() @ direction   # [d_embed]
         W_U = model.unembed.weight                                    # [V, d]

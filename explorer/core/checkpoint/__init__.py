@@ -5,8 +5,8 @@ package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
 * Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``phi3``, ``phi``, ``gpt_neo``,
-  ``opt``, ``bloom``, ``falcon``, ``gptj``);
+  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``olmo``,
+  ``stablelm``, ``granite``, ``phi3``, ``phi``, ``gpt_neo``, ``opt``, ``bloom``, ``falcon``, ``gptj``);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
 * built-in names: ``worked-example`` and each directory under ``models/``.
 
@@ -24,15 +24,20 @@ from explorer.core import worked_example
 from explorer.core.checkpoint import (
     bloom,
     falcon,
+    gemma,
     gpt2,
     gpt_neo,
     gptj,
+    granite,
     llama,
     nanogpt,
     neox,
+    olmo,
     opt,
     phi,
     phi3,
+    qwen,
+    stablelm,
 )
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
@@ -50,6 +55,11 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **gpt2.LOADERS,
     **llama.LOADERS,
     **neox.LOADERS,
+    **qwen.LOADERS,
+    **gemma.LOADERS,
+    **olmo.LOADERS,
+    **stablelm.LOADERS,
+    **granite.LOADERS,
     **phi.LOADERS,
     **phi3.LOADERS,
     **gpt_neo.LOADERS,

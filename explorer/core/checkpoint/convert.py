@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from explorer.core.config import ModelConfig
+from explorer.core.config import ROPE_SCALING_KEYS, ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.model import Transformer
 
@@ -47,17 +48,21 @@ def activation(hf: dict[str, Any], family: str, default: str) -> str:
     return _ACTIVATIONS[act]
 
 
-def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[float, float | None]:
-    """(rope theta, partial rotary factor or None), from ``rope_parameters`` (transformers 5) or the older keys."""
+def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...],
+         scaled_ok: bool = False) -> tuple[float, float | None]:
+    """(rope theta, partial rotary factor or None), from ``rope_parameters`` (transformers 5) or the older keys.
+
+    A RoPE scaling variant is refused unless ``scaled_ok`` (then ``rope_scaling`` reads it)."""
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
         raise CheckpointError(f"{family} config.json: rope_parameters / rope_scaling should be objects")
     for section in (params, scaling):
         kind = section.get("rope_type", section.get("type", "default"))
-        if kind not in (None, "default"):
+        if kind not in (None, "default") and not (scaled_ok and kind in ROPE_SCALING_KEYS):
+            supported = ", ".join(k for k in ROPE_SCALING_KEYS if k != "default") if scaled_ok else "none"
             raise CheckpointError(f"{family} checkpoint uses RoPE scaling of type {kind!r}, which is not supported "
-                                  "(only plain rotary positions are)")
+                                  f"(supported scaling types: {supported})")
     theta = params.get("rope_theta")
     for key in theta_keys:
         if theta is None:
@@ -68,6 +73,66 @@ def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...]) -> tuple[
     except (TypeError, ValueError):
         raise CheckpointError(f"{family} config.json: rope theta {theta!r} / rotary fraction {partial!r} "
                               "are not numbers") from None
+
+
+def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The RoPE scaling variant as ``ModelConfig.rope_scaling`` keeps it (empty: plain rotary positions).
+
+    Read from ``params`` or from ``rope_parameters`` (transformers 5) / ``rope_scaling`` (older files);
+    the defaults transformers fills in are filled in the same way."""
+    if params is None:
+        params = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+    kind = params.get("rope_type", params.get("type")) or "default"
+    if kind == "default":
+        return {}
+    if kind not in ROPE_SCALING_KEYS:
+        raise CheckpointError(f"{family} checkpoint uses RoPE scaling of type {kind!r}, which is not supported "
+                              f"(supported: {', '.join(k for k in ROPE_SCALING_KEYS if k != 'default')})")
+    out = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
+    out["rope_type"] = kind
+    context = get_int(hf, family, "max_position_embeddings", 2048)
+    if kind in ("llama3", "yarn"):
+        if hf.get("original_max_position_embeddings") is not None:  # transformers gives it priority
+            out["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
+        out.setdefault("original_max_position_embeddings", context)
+    if kind in ("dynamic", "yarn"):
+        out["max_position_embeddings"] = context
+    for key in ROPE_SCALING_KEYS[kind]:
+        value = out.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise CheckpointError(f"{family} config.json: RoPE scaling {kind!r} needs a positive number {key} "
+                                  f"(got {value!r})")
+    return out
+
+
+def sliding_layers(hf: dict[str, Any], family: str, n_layers: int,
+                   default: Callable[[int], bool]) -> tuple[int, ...]:
+    """The layers that attend within a sliding window: config.json's ``layer_types`` (transformers 5)
+    or, in older files, the family's rule ``default(layer)``."""
+    types = hf.get("layer_types")
+    if types is None:
+        return tuple(i for i in range(n_layers) if default(i))
+    known = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in known for t in types):
+        raise CheckpointError(f"{family} config.json: layer_types should list {n_layers} of {known} (got {types!r})")
+    return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+
+
+def window(hf: dict[str, Any], family: str) -> int | None:
+    value = hf.get("sliding_window")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise CheckpointError(f"{family} config.json: sliding_window should be a positive integer (got {value!r})")
+    return value
+
+
+def number(hf: dict[str, Any], family: str, key: str, default: Any = None) -> float | None:
+    """An optional positive number (multipliers, soft caps)."""
+    value = hf.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise CheckpointError(f"{family} config.json: {key} should be a positive number (got {value!r})")
+    return float(value)
 
 
 # --- helpers of the families added for issue 16c (Phi, Phi-3, GPT-Neo, GPT-J, OPT, BLOOM, Falcon)

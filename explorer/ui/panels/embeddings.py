@@ -175,9 +175,12 @@ class EmbeddingsPanel(Panel):
             self.sum_map.plot.setTitle("sum = token + position: what enters block 0")
         else:
             self.pos_map.set_data(np.zeros((0, 0), np.float32))
-            self.sum_map.plot.setTitle("what enters block 0 (the token embeddings after a LayerNorm: no positions added)"
-                                       if cfg.embed_norm else
-                                       "what enters block 0 (= the token embeddings: no positions added)")
+            scaled = f" \u00d7 {cfg.embed_scale:.4g}" if cfg.embed_scale != 1.0 else ""  # Gemma: sqrt(d)
+            if cfg.embed_norm:  # BLOOM
+                self.sum_map.plot.setTitle("what enters block 0 (the token embeddings after a LayerNorm)")
+            else:
+                self.sum_map.plot.setTitle(f"what enters block 0 (= the token embeddings{scaled})" if scaled
+                                           else "what enters block 0 (= the token embeddings: no positions added)")
         self.pos_map.setVisible(has_pos)
         self.pos_note.setText(NO_POSITIONS_NOTE.get("alibi" if cfg.alibi else cfg.positions, ""))
         self.pos_note.setVisible(not has_pos)

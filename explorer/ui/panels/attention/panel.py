@@ -265,8 +265,11 @@ class AttentionPanel(AttentionOverview, Panel):
         tokens = list(self.trace.tokens)
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
         layer, head = self.layer_head()
-        what = "attention pattern" if self.kind == "pattern" else scores_formula(self.trace.config, layer)
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}  (rows: queries, columns: keys)")
+        cfg = self.trace.config  # the family's own scale, bias, cap and window, as the forward pass applies them
+        what = "attention pattern" if self.kind == "pattern" else scores_formula(cfg, layer)
+        window = layer in cfg.sliding_layers and cfg.sliding_window is not None
+        axes = "" if cfg.attn_softcap or window or cfg.alibi else "  (rows: queries, columns: keys)"  # axes say it too
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{axes}")
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
@@ -286,9 +289,9 @@ class AttentionPanel(AttentionOverview, Panel):
         self.query_outline.setRect(QRectF(0, i, n, 1))
         tokens = self.trace.tokens
         name = KINDS[self.kind][0]
-        later = " (later keys masked)" if masked[i, i + 1:].any() else ""
-        if masked[i, :i].any():  # a sliding window: keys too far back are masked as well
-            later = " (keys outside the window masked)"
+        earlier = masked[i, :i].any()  # a sliding window hides keys before the query too
+        later = (" (keys outside its window masked)" if earlier
+                 else " (later keys masked)" if masked[i].any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
         lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))

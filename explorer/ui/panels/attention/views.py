@@ -55,7 +55,7 @@ class AttentionHeatmap(Heatmap):
         rows, cols = self.row_labels, self.col_labels
         where = f"query {quoted(rows[row])} ({row}) \u2192 key {quoted(cols[col])} ({col})"
         if self.masked[row, col]:
-            return f"{where}: masked (future token)"
+            return f"{where}: masked ({'future token' if col > row else 'outside the sliding window'})"
         return f"{where}: {self.value_name} {format_value(self.matrix[row, col])}"
 
     def set_colormap(self, name: str, symmetric: bool) -> None:

@@ -1,0 +1,39 @@
+"""Hugging Face Granite (IBM Granite 3.x) checkpoints -> our ``Transformer``.
+
+Llama's layout with four multipliers from config.json: the embedding rows times
+``embedding_multiplier`` (``embed_scale``), scores q.k times ``attention_multiplier`` instead of
+1/sqrt(d_head) (``attn_scale``), each sublayer's output times ``residual_multiplier`` before it is
+added to the residual stream (``residual_scale``), and the logits divided by ``logits_scaling``
+(``logit_scale`` = its inverse).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from explorer.core.checkpoint.convert import number
+from explorer.core.checkpoint.llama import convert_llama, llama_config, load_with
+from explorer.core.config import ModelConfig
+from explorer.core.loaded import LoadedModel
+
+
+def granite_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
+    family = "granite"
+    base, notes = llama_config(hf, family)
+    cfg = dataclasses.replace(
+        base, arch=family, attn_bias=bool(hf.get("attention_bias", False)), mlp_bias=bool(hf.get("mlp_bias", False)),
+        embed_scale=number(hf, family, "embedding_multiplier", 1.0),
+        attn_scale=number(hf, family, "attention_multiplier", 1.0),
+        residual_scale=number(hf, family, "residual_multiplier", 1.0),
+        logit_scale=1.0 / number(hf, family, "logits_scaling", 1.0))
+    return cfg, notes
+
+
+def load_hf_granite(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
+    cfg, notes = granite_config(hf)
+    return load_with(directory, hf, device, dtype, "granite", cfg, notes, lambda w, c: convert_llama(w, c, "granite"))
+
+
+LOADERS = {"granite": load_hf_granite}

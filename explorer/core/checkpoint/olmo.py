@@ -1,0 +1,51 @@
+"""Hugging Face OLMo and OLMo 2 checkpoints -> our ``Transformer``.
+
+Llama's layout (rotary, SwiGLU, grouped-query attention) with:
+
+* OLMo: LayerNorm without weight or bias (``norm_affine`` off, eps 1e-5 as transformers fixes
+  it), and, where ``clip_qkv`` is set, q, k and v clamped to [-clip, clip] after projection;
+* OLMo 2: RMSNorm *after* each sublayer instead of before (``norm_placement="output"``:
+  ``x + norm(attn(x))``, then ``x + norm(mlp(x))``) and an RMSNorm of q and of k over all heads
+  at once (``q_norm`` of H * d_head numbers) before they are split into heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from explorer.core.checkpoint.convert import number
+from explorer.core.checkpoint.llama import (
+    LLAMA_NAMES,
+    convert_llama,
+    llama_config,
+    load_with,
+)
+from explorer.core.config import ModelConfig
+from explorer.core.loaded import LoadedModel
+
+OLMO2_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "ln1_out", "post_feedforward_layernorm": "ln2_out"}
+
+
+def olmo_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]]:
+    base, notes = llama_config(hf, family)
+    bias = bool(hf.get("attention_bias", False))
+    if family == "olmo":
+        cfg = dataclasses.replace(base, arch=family, norm="layernorm", norm_affine=False, norm_eps=1e-5,
+                                  attn_bias=bias, qkv_clip=number(hf, family, "clip_qkv"))
+    else:
+        cfg = dataclasses.replace(base, arch=family, norm_placement="output", qk_norm="full", attn_bias=bias)
+    return cfg, notes
+
+
+def _loader(family: str):
+    def load(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
+        cfg, notes = olmo_config(hf, family)
+        names = LLAMA_NAMES if family == "olmo" else OLMO2_NAMES
+        return load_with(directory, hf, device, dtype, family, cfg, notes,
+                         lambda w, c: convert_llama(w, c, family, names))
+    return load
+
+
+LOADERS = {"olmo": _loader("olmo"), "olmo2": _loader("olmo2")}
