@@ -20,7 +20,9 @@ QK_NORMS = ("none", "head", "per_head", "full")
 # RoPE scaling types (explorer/core/rope.py computes them) and the keys each needs
 ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor", "max_position_embeddings"),
                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-                     "yarn": ("original_max_position_embeddings",)}
+                     "yarn": ("original_max_position_embeddings",),
+                     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings",
+                                  "max_position_embeddings")}
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
 
@@ -87,7 +89,8 @@ class ModelConfig:
         # JSON gives lists: keep the frozen config hashable and comparable
         object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
         scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
-        object.__setattr__(self, "rope_scaling", tuple(sorted((str(k), v) for k, v in scaling)))
+        object.__setattr__(self, "rope_scaling", tuple(sorted(  # LongRoPE's per-frequency factors: tuples
+            (str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling)))
         problems = []
         for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads", "d_head"):
             if int(getattr(self, name)) <= 0:

@@ -45,9 +45,9 @@ def rotary_angles(positions: Tensor, rotary_dim: int, base: float,
     """cos and sin of the rotation angles pos * base^(-2i/r), laid out as [n, r] (each frequency twice).
 
     ``scaling``: a RoPE scaling variant (explorer/core/rope.py) changes the frequencies; YaRN also
-    scales cos and sin. Dynamic scaling depends on the sequence length: the last position + 1.
+    scales cos and sin. Dynamic scaling and LongRoPE depend on the sequence length: the last position + 1.
     """
-    dynamic = scaling is not None and scaling.get("rope_type") == "dynamic" and positions.numel()
+    dynamic = scaling is not None and scaling.get("rope_type") in ("dynamic", "longrope") and positions.numel()
     seq_len = int(positions.max()) + 1 if dynamic else None  # (reading it waits for the device)
     inv_freq, factor = inverse_frequencies(rotary_dim, base, scaling, seq_len)
     angles = positions.float()[:, None] * inv_freq[None, :].to(positions.device)  # [n, r/2]

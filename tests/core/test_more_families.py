@@ -124,15 +124,35 @@ def test_phi3_matches_reference(tmp_path, extra):
         assert np.isfinite(trace.head(0, 0, "scores")[-1]).sum() == len(IDS)
 
 
-def test_phi3_longrope_is_refused_clearly(tmp_path):
-    _, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **PHI3)
+def test_phi3_longrope_matches_reference(tmp_path):
+    """LongRoPE with an original context of 8: the 16-token prompt uses the long factors, a 6-token one
+    the short factors; cos and sin are scaled by the attention factor sqrt(1 + ln 8 / ln 8)."""
+    gen = torch.Generator().manual_seed(1)
+    short, long = 1.0 + 3 * torch.rand(8, generator=gen), 1.0 + 3 * torch.rand(8, generator=gen)
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": short.tolist(),
+            "long_factor": (long * 4).tolist(), "original_max_position_embeddings": 8}
+    model, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **{**PHI3, "rope_parameters": rope,
+                                                                     "original_max_position_embeddings": 8})
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    assert cfg.rope["rope_type"] == "longrope" and cfg.rope["max_position_embeddings"] == 64
+    assert any("LongRoPE" in note for note in loaded.notes)
+    compare(loaded, model)  # 16 tokens: beyond the original context, the long factors
+    with torch.no_grad():  # 6 tokens: within it, the short factors
+        ref = model(torch.tensor([IDS[:6]])).logits[0].numpy()
+    assert np.abs(loaded.trace_ids(IDS[:6])["logits"] - ref).max() < TOL
+
+
+def test_phi3_longrope_with_the_wrong_number_of_factors_is_refused(tmp_path):
     import json
 
+    _, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **PHI3)
     config = json.loads((path / "config.json").read_text())
     config.pop("rope_parameters", None)
-    config["rope_scaling"] = {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+    config["original_max_position_embeddings"] = 8
+    config["rope_scaling"] = {"type": "su", "short_factor": [1.0] * 5, "long_factor": [2.0] * 5}
     (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="longrope"):
+    with pytest.raises(CheckpointError, match="short_factor has 5 factors.*need 8"):
         load_checkpoint(path)
 
 

@@ -91,14 +91,20 @@ def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None 
     out = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
     out["rope_type"] = kind
     context = get_int(hf, family, "max_position_embeddings", 2048)
-    if kind in ("llama3", "yarn"):
+    if kind in ("llama3", "yarn", "longrope"):
         if hf.get("original_max_position_embeddings") is not None:  # transformers gives it priority
             out["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
         out.setdefault("original_max_position_embeddings", context)
-    if kind in ("dynamic", "yarn"):
+    if kind in ("dynamic", "yarn", "longrope"):
         out["max_position_embeddings"] = context
     for key in ROPE_SCALING_KEYS[kind]:
         value = out.get(key)
+        if key in ("short_factor", "long_factor"):  # LongRoPE: one positive factor per frequency
+            if not isinstance(value, list) or not value or any(
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 for v in value):
+                raise CheckpointError(f"{family} config.json: LongRoPE's {key} should be a list of positive "
+                                      f"numbers (got {value!r})")
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise CheckpointError(f"{family} config.json: RoPE scaling {kind!r} needs a positive number {key} "
                                   f"(got {value!r})")

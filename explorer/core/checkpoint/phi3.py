@@ -8,8 +8,9 @@ fused projections that are split here: ``qkv_proj`` holds the rows of q (H heads
 
 ``sliding_window`` (Phi-3-mini-4k: 2047 of 4096 positions) limits every query to the last W keys,
 itself included: it becomes the model's local-attention window, so it is in the attention mask the
-app shows. LongRoPE (``rope_scaling`` of type ``longrope``/``su``: Phi-3-128k, Phi-3.5) changes the
-rotation frequencies and is refused with a clear message rather than run inexactly.
+app shows. LongRoPE (``rope_scaling`` of type ``longrope``, or ``su`` in early files: Phi-3-128k,
+Phi-3.5, Phi-4-mini) divides each rotary frequency by its own factor, short or long by the sequence
+length, and scales cos and sin (explorer/core/rope.py computes it as transformers does).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from explorer.core.checkpoint.convert import (
     get_int,
     positive_window,
     rope,
+    rope_scaling,
     rotary_dim,
 )
 from explorer.core.checkpoint.llama import load_with
@@ -36,17 +38,41 @@ from explorer.core.loaded import LoadedModel
 FAMILY = "phi3"
 
 
+def _su_is_longrope(hf: dict[str, Any]) -> dict[str, Any]:
+    """Early Phi-3-128k files call LongRoPE "su"."""
+    out = dict(hf)
+    for key in ("rope_scaling", "rope_parameters"):
+        section = hf.get(key)
+        if isinstance(section, dict) and "su" in (section.get("type"), section.get("rope_type")):
+            out[key] = {**section, **({"type": "longrope"} if "type" in section else {}),
+                        **({"rope_type": "longrope"} if "rope_type" in section else {})}
+    return out
+
+
 def phi3_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     d, n_heads = get_int(hf, FAMILY, "hidden_size"), get_int(hf, FAMILY, "num_attention_heads")
     if n_heads <= 0 or d % n_heads:
         raise CheckpointError(f"{FAMILY}: hidden_size ({d}) is not a multiple of num_attention_heads ({n_heads})")
     n_kv = get_int(hf, FAMILY, "num_key_value_heads", n_heads) if hf.get("num_key_value_heads") is not None else n_heads
     d_head = d // n_heads
-    theta, partial = rope(hf, FAMILY, ("rope_theta",))
+    hf = _su_is_longrope(hf)
+    theta, partial = rope(hf, FAMILY, ("rope_theta",), scaled_ok=True)
+    scaling = rope_scaling(hf, FAMILY)
     window = positive_window(hf, FAMILY, "sliding_window")
     n_ctx = get_int(hf, FAMILY, "max_position_embeddings", 4096)
     n_layers = get_int(hf, FAMILY, "num_hidden_layers")
     notes = []
+    if scaling:
+        rotated = rotary_dim(d_head, partial, FAMILY) or d_head
+        for key in ("short_factor", "long_factor"):
+            if key in scaling and len(scaling[key]) != rotated // 2:
+                raise CheckpointError(f"{FAMILY} config.json: LongRoPE's {key} has {len(scaling[key])} factors, "
+                                      f"the {rotated} rotated dimensions of a head need {rotated // 2}")
+        if scaling.get("rope_type") == "longrope":
+            notes.append(f"LongRoPE: up to {scaling['original_max_position_embeddings']} tokens the rotary "
+                         "frequencies use the short factors, beyond that the long ones (decided by the sequence "
+                         "length; with the KV cache a token keeps the rotation it was computed with, as in "
+                         "transformers).")
     if window is not None and window < n_ctx:
         notes.append(f"Phi-3 attends locally: each token sees at most the last {window} tokens (itself "
                      "included); the attention mask shows the window.")
@@ -58,6 +84,7 @@ def phi3_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
         positions="rotary", rotary_dim=rotary_dim(d_head, partial, FAMILY), rotary_base=theta,
         activation=activation(hf, FAMILY, "silu"), gated_ffn=True, attn_bias=False, mlp_bias=False,
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        rope_scaling=tuple(scaling.items()),
         sliding_window=window if window is not None and window < n_ctx else None,
         sliding_layers=tuple(range(n_layers)) if window is not None and window < n_ctx else ())
     return cfg, notes
