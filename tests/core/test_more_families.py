@@ -1,55 +1,38 @@
 """Phi-3, Phi, GPT-Neo, OPT, BLOOM, Falcon and GPT-J checkpoints against ``transformers``.
 
 Each family is built with ``transformers`` (tiny, random, eager attention), saved with
-``save_pretrained`` (safetensors), opened through ``load_checkpoint`` and compared from token ids:
-logits, every layer's attention pattern (stored, and derived by the Trace from q and k), the
-residual stream entering each block and after the final norm, the logits derived from
-``resid_final``, and greedy generation (``explorer.core.generation.generate`` against
-``model.generate(do_sample=False)``). Prompts are longer than any local-attention window.
+``save_pretrained`` (safetensors), opened through ``load_checkpoint`` and compared from token ids by
+``decoder_reference.check``: logits, every layer's attention pattern (stored, and derived by the
+Trace from q and k), the residual stream entering each block and after the final norm, the logits
+derived from ``resid_final``, re-run block internals, and greedy generation
+(``explorer.core.generation.generate`` against ``model.generate(do_sample=False)``, with and without
+the KV cache). Prompts are longer than any local-attention window.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
+from decoder_reference import IDS, TOL, VOCAB, check, ours_greedy, reference_greedy
+from decoder_reference import build as build_model
 
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.errors import CheckpointError
-from explorer.core.generation.generate import generate
-from explorer.core.generation.sampling import SamplingParams
 from explorer.core.trace import CaptureSpec
 
-transformers = pytest.importorskip("transformers")
-
-TOL = 1e-4
-VOCAB = 100
-IDS = [5, 17, 99, 3, 50, 42, 42, 7, 31, 64, 20, 11, 9, 77, 1, 88]  # 16 tokens, longer than the windows used
+pytest.importorskip("transformers")
 
 
-def spread_weights(model: torch.nn.Module, seed: int = 0) -> None:
-    """Re-draw the random weights at unit scale: transformers' 0.02 init gives near-tied logits."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 1:
-                is_norm = any(s in name for s in ("norm", "ln_", "ln_f", "layernorm")) and name.endswith("weight")
-                p.copy_((1.0 if is_norm else 0.0) + 0.1 * torch.randn(p.shape, generator=gen))
-            else:
-                std = 1.0 if "embed" in name or name.endswith(("wte.weight", "wpe.weight")) else 1.0 / math.sqrt(p.shape[-1])
-                p.copy_(std * torch.randn(p.shape, generator=gen))
+def build(config_name: str, model_name: str, path, **overrides):
+    """A tiny random transformers model saved to ``path`` with save_pretrained: (model, path)."""
+    model = build_model(config_name, model_name, **overrides)
+    model.save_pretrained(path)
+    return model, path
 
 
-def build(config_cls: str, model_cls: str, tmp_path, **kwargs):
-    """A tiny random model of a transformers class, saved to tmp_path; returns (model, path)."""
-    torch.manual_seed(0)
-    config = getattr(transformers, config_cls)(attn_implementation="eager", **kwargs)
-    model = getattr(transformers, model_cls)(config).eval()
-    spread_weights(model)
-    model.save_pretrained(tmp_path)
-    return model, tmp_path
+def compare(loaded, model, ids=IDS) -> dict[str, float]:
+    return check(loaded, model, ids)
 
 
 def score_difference(derived: np.ndarray, stored: np.ndarray) -> float:
@@ -59,56 +42,14 @@ def score_difference(derived: np.ndarray, stored: np.ndarray) -> float:
     return float(np.abs(derived[finite] - stored[finite]).max())
 
 
-def compare(loaded, model, ids=IDS, steps=6) -> dict[str, float]:
-    """Max abs differences from the reference; each must be under TOL, and greedy tokens must agree."""
-    with torch.no_grad():
-        ref = model(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
-    L, H = loaded.config.n_layers, loaded.config.n_heads
-    full = loaded.trace_ids(ids, CaptureSpec.everything())
-    compact = loaded.trace_ids(ids, CaptureSpec.compact())  # patterns derived from q and k
-    diffs = {"logits": float(np.abs(full["logits"] - ref.logits[0].numpy()).max())}
-    diffs["pattern"] = max(float(np.abs(full[f"blocks.{i}.attn.pattern"] - ref.attentions[i][0].numpy()).max())
-                           for i in range(L))
-    diffs["derived pattern"] = max(float(np.abs(compact.head(i, h) - ref.attentions[i][0, h].numpy()).max())
-                                   for i in range(L) for h in range(H))
-    diffs["derived scores"] = max(score_difference(compact.head(i, h, "scores"), full[f"blocks.{i}.attn.scores"][h])
-                                  for i in range(L) for h in range(H))
-    diffs["hidden"] = max(float(np.abs(full[f"blocks.{i}.resid_pre"] - ref.hidden_states[i][0].numpy()).max())
-                          for i in range(L))
-    # transformers' last hidden state is after the final norm; our resid_final is before it
-    with torch.no_grad():
-        resid_final = torch.from_numpy(np.array(full["resid_final"]))
-        normed = loaded.model.ln_final(resid_final) if loaded.model.ln_final is not None else resid_final
-        if loaded.model.project_out is not None and ref.hidden_states[L].shape[-1] != normed.shape[-1]:
-            normed = loaded.model.project_out(normed)
-    diffs["final hidden"] = float(np.abs(normed.numpy() - ref.hidden_states[L][0].numpy()).max())
-    diffs["derived logits"] = float(np.abs(compact["logits"] - ref.logits[0].numpy()).max())
-    # block internals the compact trace did not store are re-run from resid_pre (window, bias, rotary and all)
-    diffs["re-run block"] = max(float(np.abs(compact[f"blocks.{i}.{key}"] - full[f"blocks.{i}.{key}"]).max())
-                                for i in range(L) for key in ("attn.z", "attn.out", "mlp.out", "resid_mid"))
-    for key, value in diffs.items():
-        assert value < TOL, (key, value)
-    assert float(ref.logits.abs().max()) > 1.0  # the comparison is not between near-zero numbers
-
-    model.generation_config.eos_token_id = None  # run all the steps on both sides
-    with torch.no_grad():
-        expected = model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False,
-                                  pad_token_id=0)[0, len(ids):].tolist()
-    params = SamplingParams(temperature=0.0, max_new_tokens=steps, stop_at_eos=False)
-    assert generate(loaded, ids, params).token_ids == expected
-    assert generate(loaded, ids, params, use_cache=False).token_ids == expected
-    return diffs
-
-
 # --- Phi-3 -------------------------------------------------------------------------------------
 
-PHI3 = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "max_position_embeddings": 64, "pad_token_id": 0}
+PHI3 = {"pad_token_id": 0}
 
 
 @pytest.mark.parametrize("extra", [{"num_key_value_heads": 2, "sliding_window": 5},
                                    {"num_key_value_heads": 4, "sliding_window": None, "partial_rotary_factor": 0.5,
-                                        "tie_word_embeddings": True}])
+                                    "tie_word_embeddings": True}])
 def test_phi3_matches_reference(tmp_path, extra):
     model, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **{**PHI3, **extra})
     loaded = load_checkpoint(path)
@@ -159,9 +100,7 @@ def test_phi3_longrope_with_the_wrong_number_of_factors_is_refused(tmp_path):
 # --- Phi-1/1.5/2 --------------------------------------------------------------------------------
 
 def test_phi_parallel_block_with_one_norm_matches_reference(tmp_path):
-    model, path = build("PhiConfig", "PhiForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=64,
-                        intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                        max_position_embeddings=64, partial_rotary_factor=0.5, pad_token_id=0)
+    model, path = build("PhiConfig", "PhiForCausalLM", tmp_path, partial_rotary_factor=0.5, pad_token_id=0)
     loaded = load_checkpoint(path)
     cfg = loaded.config
     assert loaded.arch == "phi" and cfg.shared_norm and cfg.parallel_residual and cfg.unembed_bias
@@ -172,8 +111,7 @@ def test_phi_parallel_block_with_one_norm_matches_reference(tmp_path):
 
 
 def test_phi_with_qk_layernorm_is_refused(tmp_path):
-    _, path = build("PhiConfig", "PhiForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                    num_hidden_layers=1, num_attention_heads=4, qk_layernorm=True, pad_token_id=0)
+    _, path = build("PhiConfig", "PhiForCausalLM", tmp_path, qk_layernorm=True, pad_token_id=0)
     with pytest.raises(CheckpointError, match="qk_layernorm"):
         load_checkpoint(path)
 
@@ -181,8 +119,7 @@ def test_phi_with_qk_layernorm_is_refused(tmp_path):
 # --- GPT-Neo -------------------------------------------------------------------------------------
 
 def test_gpt_neo_local_layers_and_unscaled_scores_match_reference(tmp_path):
-    model, path = build("GPTNeoConfig", "GPTNeoForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=64,
-                        num_layers=2, num_heads=4, intermediate_size=96, max_position_embeddings=64,
+    model, path = build("GPTNeoConfig", "GPTNeoForCausalLM", tmp_path, num_layers=2, num_heads=4,
                         attention_types=[[["global", "local"], 1]], window_size=5)
     loaded = load_checkpoint(path)
     cfg = loaded.config
@@ -213,8 +150,7 @@ def test_new_switches_survive_the_config_json_round_trip():
 
 # --- OPT ---------------------------------------------------------------------------------------------
 
-OPT = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 2, "ffn_dim": 96, "num_attention_heads": 4,
-           "max_position_embeddings": 64, "pad_token_id": 1}
+OPT = {"ffn_dim": 96, "pad_token_id": 1}
 
 
 @pytest.mark.parametrize("extra", [{}, {"do_layer_norm_before": False, "word_embed_proj_dim": 32}],
@@ -247,11 +183,12 @@ def test_opt_matches_reference(tmp_path, extra):
 def test_bloom_alibi_matches_reference(tmp_path, heads):
     from explorer.core.model import alibi_bias
 
-    model, path = build("BloomConfig", "BloomForCausalLM", tmp_path, vocab_size=VOCAB, hidden_size=8 * heads,
-                        n_layer=2, n_head=heads, pad_token_id=0)
+    model, path = build("BloomConfig", "BloomForCausalLM", tmp_path, hidden_size=8 * heads,
+                        num_attention_heads=heads, pad_token_id=0)
     loaded = load_checkpoint(path)
     cfg = loaded.config
     assert loaded.arch == "bloom" and cfg.alibi and cfg.embed_norm and cfg.positions == "none"
+    assert cfg.n_heads == heads and cfg.d_head == 8
     compare(loaded, model)
     # the scores shown are q.k / sqrt(dh) + ALiBi bias: -slope_h * (i - j) on top of the plain dot products
     trace = loaded.trace_ids(IDS, CaptureSpec.compact())
@@ -276,8 +213,7 @@ def test_alibi_slopes_are_the_papers():
 
 # --- Falcon --------------------------------------------------------------------------------------------
 
-FALCON = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "max_position_embeddings": 64, "pad_token_id": 0}
+FALCON = {"pad_token_id": 0}
 FALCON_VARIANTS = {
     "falcon-7b-like": ({"multi_query": True, "parallel_attn": True}, 1, True),
     "falcon-40b-like": ({"new_decoder_architecture": True, "num_kv_heads": 2}, 2, False),
@@ -327,20 +263,15 @@ def test_falcon_rw_adds_alibi_before_the_scale(tmp_path):
             assert np.abs(full[f"blocks.{i}.attn.pattern"][h] - pattern).max() < TOL
             assert np.abs(compact.head(i, h) - pattern).max() < TOL
             assert score_difference(compact.head(i, h, "scores"), expected) < TOL
-    model.generation_config.eos_token_id = None
-    with torch.no_grad():
-        expected_ids = model.generate(torch.tensor([IDS]), max_new_tokens=6, do_sample=False,
-                                      pad_token_id=0)[0, n:].tolist()
-    params = SamplingParams(temperature=0.0, max_new_tokens=6, stop_at_eos=False)
-    assert generate(loaded, IDS, params).token_ids == expected_ids
-    assert generate(loaded, IDS, params, use_cache=False).token_ids == expected_ids
+    expected_ids = reference_greedy(model, IDS, 6)
+    assert ours_greedy(loaded, IDS, 6) == expected_ids
+    assert ours_greedy(loaded, IDS, 6, use_cache=False) == expected_ids
 
 
 # --- GPT-J ----------------------------------------------------------------------------------------------
 
 def test_gptj_interleaved_partial_rotary_matches_reference(tmp_path):
-    model, path = build("GPTJConfig", "GPTJForCausalLM", tmp_path, vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
-                        rotary_dim=8, n_positions=64, pad_token_id=0)
+    model, path = build("GPTJConfig", "GPTJForCausalLM", tmp_path, rotary_dim=8, pad_token_id=0)
     loaded = load_checkpoint(path)
     cfg = loaded.config
     assert loaded.arch == "gptj" and cfg.rotary_interleaved and cfg.rotary_dim == 8 and cfg.shared_norm
@@ -395,8 +326,7 @@ def test_bloom_with_its_tokenizer_json_runs_on_text(tmp_path):
     tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>"],
                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     vocab = tok.get_vocab_size()
-    model, path = build("BloomConfig", "BloomForCausalLM", tmp_path, vocab_size=vocab, hidden_size=32, n_layer=2,
-                        n_head=4, pad_token_id=0)
+    model, path = build("BloomConfig", "BloomForCausalLM", tmp_path, vocab_size=vocab, pad_token_id=0)
     tok.save(str(path / "tokenizer.json"))
     loaded = load_checkpoint(path)
     text = "each head looks back"
