@@ -1,15 +1,20 @@
 """``transformer-explorer``: with a subcommand, a headless tool; without one, the desktop app.
 
 Each subcommand lives in ``explorer/commands/<name>.py`` with ``add_arguments(parser)`` and
-``run(args) -> int``; ``COMMANDS`` lists them. User errors print one line and exit with status 2.
+``run(args) -> int``; ``COMMANDS`` lists them. User errors print one line and exit with status 2; anything else is an "internal error" line
+(status 1), with the traceback only under ``--debug``.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 COMMANDS = {
     "info": "describe a checkpoint: architecture, parameters, vocabulary, context, device",
@@ -19,9 +24,23 @@ COMMANDS = {
 }
 
 
+WINDOW_USAGE = """\
+without a command, the desktop window opens:
+  transformer-explorer [CHECKPOINT] [--device {auto,cpu,cuda,mps}] [--dtype {float32,bfloat16,float16}]
+    CHECKPOINT  a checkpoint directory, a file inside one, or a built-in model name
+                (default: the last one opened, else the bundled default model)
+    --device    where the model runs (default: auto)
+    --dtype     the precision it runs in (default: float32)
+  The window needs a display; the commands above work without one.
+
+each command has its own --help: transformer-explorer generate --help"""
+
+
 def _command_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="transformer-explorer",
-                                     description="Look inside a transformer language model.")
+                                     description="Look inside a transformer language model: the desktop window, "
+                                                 "or a headless command.",
+                                     epilog=WINDOW_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
         try:
@@ -36,19 +55,58 @@ def _command_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_command(word: str) -> str | None:
+    """A first argument that is neither a command, an option, an existing path nor a built-in model name."""
+    if word.startswith("-") or "/" in word or os.sep in word or Path(word).expanduser().exists():
+        return None
+    from explorer.core.checkpoint import builtin_names
+
+    if word in builtin_names():
+        return None
+    close = difflib.get_close_matches(word, list(COMMANDS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"unknown command {word!r}{hint}; commands: {', '.join(COMMANDS)}; to open the app on a checkpoint, "
+            "give its directory (it does not exist here) or a built-in model name")
+
+
+def report(exc: BaseException, debug: bool, doing: str = "") -> int:
+    """The one error path of the command line: one line on stderr (and the traceback under --debug); exit status."""
+    from explorer.core.errors import ExplorerError, InternalError
+
+    if isinstance(exc, InternalError) or not isinstance(exc, (ExplorerError, OSError)):
+        text = str(exc) if isinstance(exc, InternalError) else str(InternalError.wrap(exc, doing))
+        print(f"error: {text}" + ("" if debug else "; run with --debug for the traceback"), file=sys.stderr)
+        status = 1
+    elif isinstance(exc, OSError):
+        why = "permission denied" if isinstance(exc, PermissionError) else str(exc.strerror or exc).lower()
+        where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f) or "a file"
+        print(f"error: {doing or 'the command'} failed: cannot write {where} ({why})", file=sys.stderr)
+        status = 2
+    else:
+        print(f"error: {exc}", file=sys.stderr)
+        status = 2
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help")):
-        from explorer.core.errors import ExplorerError
-
         args = _command_parser().parse_args(argv)
         try:
             return int(args.run(args) or 0)
-        except ExplorerError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
         except KeyboardInterrupt:
             return 130
+        except Exception as exc:  # noqa: BLE001 - every failure ends as one line
+            return report(exc, debug, {"export": "exporting"}.get(args.command, args.command))
+    if argv:
+        problem = _unknown_command(argv[0])
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     from explorer.ui.app import main as gui_main
 
     return gui_main(argv)

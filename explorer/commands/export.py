@@ -23,6 +23,11 @@ def run(args: argparse.Namespace) -> int:
     if trace.meta.truncated_from:
         print(f"note: the prompt has {trace.meta.truncated_from} tokens; only the first "
               f"{trace.n_tokens} fit the context", file=sys.stderr)
+    from explorer.core.analysis.numerics import first_nonfinite
+
+    bad = first_nonfinite(trace)
+    if bad is not None:  # exported as computed, but never silently
+        print(f"warning: the model's numbers are not finite: {bad.describe()}", file=sys.stderr)
     write_trace_npz(trace, args.out / "trace.npz")
     files = write_attention_files(trace, args.out / "attention")
     print(f"wrote {args.out / 'trace.npz'} and {len(files)} attention files for {trace.n_tokens} tokens")

@@ -45,15 +45,22 @@ def sampling_params(args: argparse.Namespace):
         raise ExplorerError(str(exc)) from None
 
 
+def probability(p: float) -> str:
+    """A probability as printed: four decimals, in scientific notation when that would hide it
+    (never ``0.0000`` for a probability that is not zero)."""
+    p = float(p)
+    return f"{p:.4f}" if p == 0 or p >= 5e-5 else f"{p:.2e}"
+
+
 def _candidates(dist, tokenizer) -> str:
-    return "  ".join(f"{tokenizer.display(int(i))!r} {p:.4f}" for i, p in zip(dist.ids[:5], dist.probs[:5]))
+    return "  ".join(f"{tokenizer.display(int(i))!r} {probability(p)}" for i, p in zip(dist.ids[:5], dist.probs[:5]))
 
 
 def format_step(step, tokenizer) -> str:
     before, after = step.distributions(5)
     raw_rank = "removed" if before.chosen_rank is None else f"rank {before.chosen_rank}"
-    return (f"[{step.index}] {step.text!r}  p={step.prob:.4f} rank {step.rank}"
-            f"  (model alone: p={before.chosen_prob:.4f} {raw_rank})\n"
+    return (f"[{step.index}] {step.text!r}  p={probability(step.prob)} rank {step.rank}"
+            f"  (model alone: p={probability(before.chosen_prob)} {raw_rank})\n"
             f"    before: {_candidates(before, tokenizer)}\n"
             f"    after:  {_candidates(after, tokenizer)}")
 
@@ -63,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
 
     params = sampling_params(args)  # bad controls fail before the model loads
     loaded = load_model(args)
+    if loaded.generation_blocked:
+        from explorer.core.errors import ExplorerError
+
+        raise ExplorerError(f"cannot generate: {loaded.generation_blocked}")
     tokenizer = loaded.tokenizer
     prompt_ids = tokenizer.encode(args.prompt) if args.prompt else []
     stream = IncrementalText(tokenizer, prompt_ids)

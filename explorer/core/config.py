@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +28,98 @@ ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor",
                                   "max_position_embeddings")}
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
+
+# Sanity bounds: far above every real checkpoint (Llama-3.1-405B: 126 layers, d 16384, 128 heads,
+# d_ff 53248; Gemma: vocabulary 262144; contexts up to 1M), far below what would only exhaust memory.
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "vocab_size": (1, 1 << 22), "n_ctx": (1, 1 << 24), "d_model": (1, 1 << 16), "n_layers": (1, 1024),
+    "n_heads": (1, 1024), "d_head": (1, 1 << 14), "d_ff": (0, 1 << 20), "n_kv_heads": (1, 1024),
+    "rotary_dim": (2, 1 << 14), "sliding_window": (1, 1 << 24), "token_types": (0, 1 << 16)}
+FLOAT_BOUNDS: dict[str, tuple[float, float]] = {"norm_eps": (0.0, 1.0), "rotary_base": (0.0, 1e15)}  # (low, high]
+_CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "positions": POSITIONS, "activation": ACTIVATIONS}
+_BOOLS = ("final_norm", "gated_ffn", "attn_only", "parallel_residual", "causal", "attn_bias", "mlp_bias",
+          "tie_embeddings", "norm_affine", "embed_norm", "mlm_head")
+_OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "attn_scale", "attn_softcap",
+             "final_softcap", "qkv_clip", "rotary_base_local")
+_FINITE = ("norm_offset", "embed_scale", "residual_scale", "logit_scale", "attn_scale", "attn_softcap",
+           "final_softcap", "qkv_clip", "rotary_base_local")  # finite numbers (or None where optional)
+
+# Set while a checkpoint loads (checkpoint/validate.py): called with every ModelConfig built then, so
+# each family's config is checked against the machine's memory before its model is allocated.
+LOAD_CHECK: ContextVar[Callable[[Any], None] | None] = ContextVar("LOAD_CHECK", default=None)
+
+
+def _type_problems(cfg: ModelConfig) -> list[str]:
+    problems = []
+    for name in INT_BOUNDS:
+        value = getattr(cfg, name)
+        if value is None and name in _OPTIONAL:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{name} must be an integer (got {value!r})")
+    for name in FLOAT_BOUNDS:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(f"{name} must be a finite number (got {value!r})")
+    for name, choices in _CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            problems.append(f"{name} must be one of {choices} (got {getattr(cfg, name)!r})")
+    for name in _FINITE:
+        value = getattr(cfg, name)
+        if value is None and name in _OPTIONAL:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(f"{name} must be a finite number (got {value!r:.60})")
+    for name in _BOOLS:
+        if not isinstance(getattr(cfg, name), bool):
+            problems.append(f"{name} must be true or false (got {getattr(cfg, name)!r})")
+    if cfg.attn_out_bias is not None and not isinstance(cfg.attn_out_bias, bool):
+        problems.append(f"attn_out_bias must be true, false or null (got {cfg.attn_out_bias!r:.60})")
+    if not isinstance(cfg.qk_norm, str):
+        problems.append(f"qk_norm must be a string (got {cfg.qk_norm!r:.60})")
+    layers = cfg.sliding_layers
+    if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+        problems.append(f"sliding_layers must be a list of layer numbers (got {layers!r:.60})")
+    scaling = cfg.rope_scaling
+    pairs = list(scaling.items()) if isinstance(scaling, dict) else scaling
+    if not isinstance(pairs, (list, tuple)) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) and _plain_value(p[1])
+            for p in pairs):
+        problems.append(f"rope_scaling must map names to numbers or strings (got {scaling!r:.80})")
+    if not isinstance(cfg.arch, str):
+        problems.append(f"arch must be a string (got {cfg.arch!r})")
+    return problems
+
+
+def _plain_value(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain_value(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (str, bool, int))
+
+
+def _range_problems(cfg: ModelConfig) -> list[str]:
+    problems = []
+    for name, (low, high) in INT_BOUNDS.items():
+        value = getattr(cfg, name)
+        if value is not None and not low <= value <= high:
+            problems.append(f"{name} must be in [{low}, {high:,}] (got {value:,})")
+    for name, (low, high) in FLOAT_BOUNDS.items():
+        value = getattr(cfg, name)
+        if not low < value <= high:
+            problems.append(f"{name} must be in ({low:g}, {high:g}] (got {value!r})")
+    if problems:
+        return problems
+    if cfg.n_kv_heads is not None and cfg.n_heads % cfg.n_kv_heads:
+        problems.append(f"n_heads ({cfg.n_heads}) must be a multiple of n_kv_heads ({cfg.n_kv_heads})")
+    if cfg.positions == "sinusoidal" and cfg.d_model % 2:
+        problems.append("sinusoidal positions need an even d_model")
+    if cfg.rotary_dim is not None and (cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.d_head):
+        problems.append(f"rotary_dim must be even and in (0, d_head] (got {cfg.rotary_dim})")
+    if cfg.positions == "rotary" and cfg.rotary_dim is None and cfg.d_head % 2:
+        problems.append(f"rotary positions need an even d_head (got {cfg.d_head})")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -76,48 +171,32 @@ class ModelConfig:
     sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
     rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
     rotary_base_local: float | None = None  # rotary base of the sliding layers, unscaled (Gemma 3)
-    # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c)
+    # --- encoder switches (issue 16b)
+    token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
+    embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
+    mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
+    # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c; BLOOM also uses 16b's embed_norm)
     alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
     alibi_before_scale: bool = False  # Falcon-RW: the penalty is added before the scale, (q.k + bias) / sqrt(d_head)
     rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
     shared_norm: bool = False  # parallel block whose attention and FFN read one norm (Phi, GPT-J, Falcon)
-    embed_norm: bool = False  # BLOOM: a LayerNorm right after the token embedding
     unembed_bias: bool = False  # Phi, GPT-J: the un-embedding adds a bias per vocabulary entry
     d_embed: int | None = None  # OPT-350m: embeddings narrower than d_model, projected in and out
 
     def __post_init__(self) -> None:
-        # JSON gives lists: keep the frozen config hashable and comparable
-        object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
-        scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
-        object.__setattr__(self, "rope_scaling", tuple(sorted(  # LongRoPE's per-frequency factors: tuples
-            (str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling)))
-        problems = []
-        for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads", "d_head"):
-            if int(getattr(self, name)) <= 0:
-                problems.append(f"{name} must be positive (got {getattr(self, name)})")
-        if self.d_ff < 0:
-            problems.append(f"d_ff must not be negative (got {self.d_ff})")
-        if self.norm not in NORMS:
-            problems.append(f"norm must be one of {NORMS} (got {self.norm!r})")
-        if self.norm_placement not in NORM_PLACEMENTS:
-            problems.append(f"norm_placement must be one of {NORM_PLACEMENTS} (got {self.norm_placement!r})")
-        if self.positions not in POSITIONS:
-            problems.append(f"positions must be one of {POSITIONS} (got {self.positions!r})")
-        if self.activation not in ACTIVATIONS:
-            problems.append(f"activation must be one of {ACTIVATIONS} (got {self.activation!r})")
-        if self.n_kv_heads is not None and (self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads):
-            problems.append(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
-        if self.positions == "sinusoidal" and self.d_model % 2:
-            problems.append("sinusoidal positions need an even d_model")
-        if self.rotary_dim is not None and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head):
-            problems.append(f"rotary_dim must be even and in (0, d_head] (got {self.rotary_dim})")
-        problems += self._problems_16a()
-        if self.shared_norm and not self.parallel_residual:
-            problems.append("shared_norm needs parallel_residual (one norm feeds attention and FFN side by side)")
-        if self.d_embed is not None and self.d_embed <= 0:
-            problems.append(f"d_embed must be positive (got {self.d_embed})")
+        problems = _type_problems(self) or _range_problems(self)
+        if not problems:
+            # JSON gives lists: keep the frozen config hashable and comparable
+            object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
+            scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
+            object.__setattr__(self, "rope_scaling", tuple(sorted(  # LongRoPE's per-frequency factors: tuples
+                (str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling)))
+            problems = self._problems_16a() + self._problems_16c()
         if problems:
-            raise CheckpointError("Invalid model configuration: " + "; ".join(problems))
+            raise CheckpointError("invalid model configuration: " + "; ".join(problems))
+        check = LOAD_CHECK.get()
+        if check is not None:  # while a checkpoint loads: does it fit the machine? (checkpoint/validate.py)
+            check(self)
 
     def _problems_16a(self) -> list[str]:
         problems = []
@@ -135,6 +214,18 @@ class ModelConfig:
             problems.append(f"RoPE scaling type {kind!r} is not one of {tuple(ROPE_SCALING_KEYS)}")
         elif missing := [k for k in ROPE_SCALING_KEYS[kind] if self.rope.get(k) is None]:
             problems.append(f"RoPE scaling {kind!r} needs {', '.join(missing)}")
+        return problems
+
+    def _problems_16c(self) -> list[str]:
+        problems = [f"{name} must be true or false (got {getattr(self, name)!r:.60})" for name in
+                    ("alibi", "alibi_before_scale", "rotary_interleaved", "shared_norm", "unembed_bias")
+                    if not isinstance(getattr(self, name), bool)]
+        if self.shared_norm is True and not self.parallel_residual:
+            problems.append("shared_norm needs parallel_residual (one norm feeds attention and FFN side by side)")
+        d_embed = self.d_embed
+        if d_embed is not None and (isinstance(d_embed, bool) or not isinstance(d_embed, int)
+                                    or not 1 <= d_embed <= INT_BOUNDS["d_model"][1]):
+            problems.append(f"d_embed must be a positive integer up to {INT_BOUNDS['d_model'][1]} (got {d_embed!r:.60})")
         return problems
 
     @property

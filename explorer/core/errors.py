@@ -17,3 +17,16 @@ class TokenizerError(ExplorerError):
 
 class PromptError(ExplorerError):
     """A prompt cannot be run (empty, say)."""
+
+
+class LoadCancelled(ExplorerError):
+    """Loading a checkpoint was stopped by the user (between two tensors); nothing was replaced."""
+
+
+class InternalError(ExplorerError):
+    """A bug, not the user's input: shown as one line asking for a report; the traceback is its ``__cause__``."""
+
+    @classmethod
+    def wrap(cls, exc: BaseException, doing: str = "") -> InternalError:
+        where = f" while {doing}" if doing else ""
+        return cls(f"internal error{where}: {type(exc).__name__}: {str(exc)[:300]} (please report)")

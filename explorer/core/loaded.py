@@ -19,6 +19,10 @@ from explorer.core.tokenize.base import Tokenizer
 from explorer.core.trace import CaptureSpec, Trace, capture
 
 
+ENCODERS = ("bert", "roberta", "distilbert")
+ENCODER_REASON = "this model is an encoder: it fills in masked tokens rather than continuing text"
+
+
 @dataclass
 class LoadedModel:
     """A model ready to run, with its tokenizer and where it came from."""
@@ -29,10 +33,16 @@ class LoadedModel:
     source: str
     arch: str
     notes: list[str] = field(default_factory=list)  # what the user should know: caps, stand-ins
+    repo_id: str | None = None  # "org/name" when it was opened from the Hugging Face cache
 
     @property
     def config(self) -> ModelConfig:
         return self.model.cfg
+
+    @property
+    def generation_blocked(self) -> str | None:
+        """Why this model cannot continue text (an encoder), or None when it can."""
+        return ENCODER_REASON if self.arch in ENCODERS else None
 
     @property
     def n_params(self) -> int:

@@ -269,6 +269,16 @@ class Block(nn.Module):
         self.ln2_out = make_norm(cfg, cfg.d_model) if norm_out and cfg.has_ffn else None
 
 
+class MLMHead(nn.Module):
+    """BERT's masked-LM head before the un-embedding: dense d -> d, activation, norm; and the output bias."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.norm = make_norm(cfg, cfg.d_model)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+
 class KVCache:
     """Keys and values of the tokens seen so far, per layer, so each new token costs one position."""
 
@@ -306,12 +316,14 @@ class Transformer(nn.Module):
         # OPT-350m: token embeddings narrower than the residual stream, projected in and back out
         self.project_in = nn.Linear(d_embed, cfg.d_model, bias=False) if d_embed != cfg.d_model else None
         self.project_out = nn.Linear(cfg.d_model, d_embed, bias=False) if d_embed != cfg.d_model else None
-        self.ln_embed = Norm("layernorm", cfg.d_model, cfg.norm_eps) if cfg.embed_norm else None
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.positions == "learned" else None
         if cfg.positions == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.n_ctx, cfg.d_model), persistent=False)
+        self.type_embed = nn.Embedding(cfg.token_types, cfg.d_model) if cfg.token_types else None
+        self.ln_embed = make_norm(cfg, cfg.d_model) if cfg.embed_norm else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_final = make_norm(cfg, cfg.d_model) if cfg.final_norm and cfg.norm != "none" else None
+        self.mlm = MLMHead(cfg) if cfg.mlm_head else None
         self.unembed = nn.Linear(d_embed, cfg.vocab_size, bias=cfg.unembed_bias)
         if cfg.tie_embeddings:
             self.unembed.weight = self.embed.weight
@@ -340,8 +352,12 @@ class Transformer(nn.Module):
             pos = self.pos_embed(positions) if self.pos_embed is not None else self.sinusoid[positions]
             rec("pos_embed", None, pos.unsqueeze(0))                       # [1, n, d]
             x = x + pos
-        if self.ln_embed is not None:                                      # BLOOM: normalise the embedding
-            x = self.ln_embed(x)
+        if self.type_embed is not None:                                    # BERT: segment 0's vector everywhere
+            segment = self.type_embed.weight[0].expand(1, n, -1)           # [1, n, d]
+            rec("type_embed", None, segment)
+            x = x + segment
+        if self.ln_embed is not None:                                      # BERT, BLOOM: normalise the embeddings
+            x = self.ln_embed(x, rec, "ln_embed")
 
         # a mask per window size (sliding layers see only the last W keys) and rotary angles per
         # kind of layer (Gemma 3's sliding layers turn with their own base)
@@ -357,11 +373,19 @@ class Transformer(nn.Module):
             x = x[:, -1:]
         if self.ln_final is not None:
             x = self.ln_final(x, rec, "ln_final")
-        if self.project_out is not None:
-            x = self.project_out(x)                                        # [B, n, d_embed]
-        logits = output_logits(cfg, self.unembed(x))                       # [B, n, V]
+        logits = self.unembed_step(x)                                      # [B, n, V]
         rec("logits", None, logits)
         return logits
+
+    def unembed_step(self, x: Tensor) -> Tensor:
+        """Residual stream (after the final norm) -> logits; an MLM head transforms it first and adds a bias.
+        (Granite's scale and Gemma 2's soft-cap apply to what comes out: ``output_logits``.)"""
+        if self.project_out is not None:                                   # OPT-350m: [B, n, d] -> [B, n, d_embed]
+            x = self.project_out(x)
+        if self.mlm is None:
+            return output_logits(self.cfg, self.unembed(x))
+        h = self.mlm.norm(activation(self.cfg.activation)(self.mlm.dense(x)))  # dense, act, norm: [B, n, d]
+        return output_logits(self.cfg, self.unembed(h) + self.mlm.bias)
 
     def block_forward(self, layer: int, x: Tensor, mask: Tensor | None, rotary: tuple[Tensor, Tensor] | None,
                       rec: Rec = _no_capture, cache: KVCache | None = None) -> Tensor:
@@ -447,9 +471,7 @@ class Transformer(nn.Module):
     def final_logits(self, resid_final: Tensor) -> Tensor:
         """The last two steps of the forward pass: final norm, then un-embedding."""
         x = self.ln_final(resid_final) if self.ln_final is not None else resid_final
-        if self.project_out is not None:
-            x = self.project_out(x)
-        return output_logits(self.cfg, self.unembed(x))
+        return self.unembed_step(x)
 
     def rotary_at(self, positions: Tensor, local: bool = False) -> tuple[Tensor, Tensor] | None:
         """cos, sin for these positions; ``local``: for a sliding layer (Gemma 3 gives those their own base)."""

@@ -7,6 +7,8 @@ key                             shape               what
 ==============================  ==================  =========================================
 ``embed``                       [n, d]              token embedding rows
 ``pos_embed``                   [n, d]              positional vectors added to them
+``type_embed``                  [n, d]              token-type (segment 0) vectors added to them (BERT)
+``ln_embed.mean/var``           [n]                 statistics of the embedding norm (BERT)
 ``blocks.{l}.resid_pre``        [n, d]              residual stream entering block l
 ``blocks.{l}.ln1.mean/var``     [n]                 LayerNorm statistics (``mean_square`` for RMSNorm)
 ``blocks.{l}.attn.q/k/v``       [H or Hkv, n, dh]   per-head queries, keys, values (q, k after rotary)
@@ -63,11 +65,11 @@ _DERIVED_CACHE_BYTES = 256 * 2**20
 
 def kind_of(site: str) -> str:
     """The capture kind a recording site belongs to."""
-    if site in ("embed", "pos_embed"):
+    if site in ("embed", "pos_embed", "type_embed"):
         return "embed"
     if site.startswith("resid"):
         return "resid"
-    if site.startswith(("ln1", "ln2", "ln_final", "attn.q_norm.", "attn.k_norm.")):
+    if site.startswith(("ln1", "ln2", "ln_final", "ln_embed", "attn.q_norm.", "attn.k_norm.")):
         return "norm"
     if site in ("attn.q", "attn.k", "attn.v"):
         return "qkv"

@@ -34,6 +34,7 @@ from explorer.core.paths import resources_dir
 from explorer.ui.docks import (
     PanelDock,
     add_generation_dock,
+    dock_of,
     load_panel_classes,
     place_docks,
     size_docks,
@@ -46,12 +47,14 @@ from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.widgets.prompt_editor import PromptEditor
 from explorer.ui.widgets.run_controls import DeviceControls, LayerHeadControls
 from explorer.ui.widgets.status_bar import StatusBar
+from explorer.ui.window_state import WindowState, prompt_for_model
 from explorer.ui.workers import (
     LoadRequest,
     LoadResult,
     ModelLoader,
     TraceController,
     TraceResult,
+    nonfinite,
     run_in_background,
 )
 
@@ -100,6 +103,7 @@ class MainWindow(QMainWindow):
         self.source: str | None = None
         self.trace: Any = None
         self.last_update_seconds: float | None = None
+        self.attention_export: Any = None  # a running File > Export attention maps (window_actions)
         self._stale: set[PanelDock] = set()
         self._last_panel: Panel | None = None
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
@@ -117,6 +121,7 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         self._build_menus()
         self._connect()
+        self.window_state = WindowState(self, APP_NAME)  # what the panels show, computing…, placeholders
         self.setAcceptDrops(True)
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks
                             | QMainWindow.DockOption.AllowNestedDocks)
@@ -169,6 +174,8 @@ class MainWindow(QMainWindow):
         self._action(file, "&Open checkpoint…", self.open_checkpoint_dialog, QKeySequence.StandardKey.Open,
                      "Open a checkpoint: pick its config.json or weights file")
         self._action(file, "Open checkpoint &folder…", self.open_folder_dialog, "Ctrl+Shift+O")
+        self.hub_action = self._action(file, "Open from &Hugging Face cache…", self.open_hub_dialog, None,
+                                       "Pick a model already downloaded to the Hugging Face cache (offline)")
         file.addMenu(self.menus.recent_menu)
         file.addSeparator()
         self.export_trace_action = self._action(file, "&Export trace…", self.export_trace, "Ctrl+E",
@@ -209,6 +216,9 @@ class MainWindow(QMainWindow):
         self.controller.trace_ready.connect(self._on_trace_ready)
         self.controller.failed.connect(self._on_trace_failed)
         self.loader.stage.connect(self.status.set_loading)
+        self.loader.progress.connect(self.status.set_progress)
+        self.loader.cancelled.connect(self._on_load_cancelled)
+        self.status.cancel_requested.connect(self.loader.cancel)
         self.loader.busy_changed.connect(lambda busy: None if busy else self.status.set_loading(None))
         self.loader.loaded.connect(self._on_model_loaded)
         self.loader.failed.connect(self._on_load_failed)
@@ -238,9 +248,16 @@ class MainWindow(QMainWindow):
     def open_checkpoint_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self, "Open checkpoint", self._dialog_dir(),
-            "Checkpoint files (config.json *.safetensors *.bin);;All files (*)")
+            "Checkpoint files (config.json *.safetensors *.bin *.pt *.ckpt);;All files (*)")
         if path:
             self.open_checkpoint(path)
+
+    def open_hub_dialog(self) -> None:
+        from explorer.ui.widgets.hub_dialog import HubCacheDialog
+
+        dialog = HubCacheDialog(self)
+        if dialog.exec() and dialog.chosen:
+            self.open_checkpoint(dialog.chosen)
 
     def open_folder_dialog(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", self._dialog_dir())
@@ -259,7 +276,8 @@ class MainWindow(QMainWindow):
             else:
                 QMessageBox.warning(self, "Could not load the checkpoint", message)
         self.loaded, self._model_request = loaded, request
-        self.source = result.source or (loaded.name if loaded.source == "built-in" else loaded.source)
+        self.source = getattr(loaded, "repo_id", None) or result.source or (
+            loaded.name if loaded.source == "built-in" else loaded.source)
         self.recent.add(self.source)
         self.menus.current = self.source
         cfg = loaded.config
@@ -285,28 +303,39 @@ class MainWindow(QMainWindow):
         self.status.notice(f"Could not load {request.source or 'the default model'}: {message}")
         self.load_failed.emit(message)
         if not request.quiet or self.loaded is None:
-            QMessageBox.critical(self, "Could not load the checkpoint", message)
+            details = self.loader.last_error_details
+            if details:  # a bug, not the user's input: the traceback goes in the details pane
+                box = QMessageBox(QMessageBox.Icon.Critical, "Could not load the checkpoint", message,
+                                  QMessageBox.StandardButton.Ok, self)
+                box.setDetailedText(details)
+                box.exec()
+            else:
+                QMessageBox.critical(self, "Could not load the checkpoint", message)
+
+    def _on_load_cancelled(self, request: LoadRequest) -> None:
+        if self._model_request is not None:
+            self.device_controls.set_values(self._model_request.device, self._model_request.dtype)
+        self.status.set_loading(None)
+        kept = f"; {self.loaded.name} stays open" if self.loaded is not None else ""
+        self.status.notice(f"Loading {request.source or 'the default model'} was cancelled{kept}")
 
     def _on_device_changed(self, device: str, dtype: str) -> None:
         if self.source is not None:
             self.open_checkpoint(self.source, device=device, dtype=dtype)
 
     def _prompt_for(self, loaded: Any) -> str:
-        """The current prompt if the new model can read it, else the first sample it can."""
+        """The current prompt if the new model can read it; else a sample it can, after asking."""
         from explorer.core import worked_example
 
         last = str(self.settings.value("prompt/last", "") or "")
-        for text in (self.prompt.text() or last, *sample_prompts(), worked_example.PROMPT):
-            try:
-                loaded.encode(text)
-            except Exception:  # noqa: BLE001 - not in this vocabulary (or empty): try the next
-                continue
-            return text
-        return self.prompt.text()
+        candidates = [last] if last else []  # an empty box takes the last prompt, else a sample, unasked
+        return prompt_for_model(self, loaded, self.prompt.text(), [*candidates, *sample_prompts(),
+                                                                    worked_example.PROMPT])[0]
 
     # --- tracing -----------------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
         self.prompt.set_text(text)
+        self.window_state.request_started(text)
         self.controller.request(text)
 
     def focus_prompt(self) -> None:
@@ -334,6 +363,8 @@ class MainWindow(QMainWindow):
         self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.prompt.show_tokens(trace.n_tokens, trace.meta.truncated_from)
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
+        found = nonfinite(trace)
+        self.status.set_warning(None if found is None else f"The model's numbers are not finite: {found.describe()}")
         self.trace_applied.emit(trace)
 
     def _show_panel(self, panel: Panel, trace: Any) -> None:
@@ -387,8 +418,8 @@ class MainWindow(QMainWindow):
         panel = self._last_panel or next((d.panel for d in self.docks if self._shows(d)), None)
         if panel is None:
             return
-        dock = panel.parentWidget()
-        if isinstance(dock, PanelDock):
+        dock = dock_of(panel)
+        if dock is not None:
             dock.show()
             dock.raise_()
         panel.show_explanation(not panel.explain_button.isChecked())
@@ -419,7 +450,7 @@ class MainWindow(QMainWindow):
         super().showEvent(event)
         if not self._sized_docks:  # dock sizes only take once the window has its size
             self._sized_docks = True
-            size_docks(self, self.docks)
+            size_docks(self, self.docks, self.generation_dock)
 
     def save_window(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
@@ -442,6 +473,9 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.save_window()
+        if self.attention_export is not None:  # stop before the next head; the worker ends in ms
+            self.attention_export.cancel.set()
         self.controller.debounce.stop()
+        self.loader.cancel_all()  # a load stops at its next tensor and is never applied
         QThreadPool.globalInstance().waitForDone(30_000)  # a forward pass cannot be interrupted
         super().closeEvent(event)

@@ -12,7 +12,9 @@ their arguments, so they can be called directly in tests. torch is only imported
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from superqt.utils import create_worker
 
-from explorer.core.errors import ExplorerError
+from explorer.core.errors import ExplorerError, InternalError, LoadCancelled
 from explorer.core.trace import CaptureSpec, Trace
 
 log = logging.getLogger(__name__)
@@ -30,10 +32,17 @@ Preparer = Callable[[Trace], None]
 
 
 def error_message(exc: BaseException) -> str:
-    """What the user reads: an ExplorerError's own message; anything else with its type."""
+    """What the user reads: an ExplorerError's own message; anything else is an internal error (a bug)."""
     if isinstance(exc, ExplorerError):
         return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+    return str(InternalError.wrap(exc))
+
+
+def error_details(exc: BaseException) -> str:
+    """The traceback, for a dialog's details pane (empty for an ExplorerError that is not an internal error)."""
+    if isinstance(exc, ExplorerError) and not isinstance(exc, InternalError):
+        return ""
+    return "".join(traceback.format_exception(exc))
 
 
 def run_in_background(func: Callable[..., Any], *args: Any, on_done: Callable[[Any], None] | None = None,
@@ -72,8 +81,13 @@ class LoadResult:
     errors: tuple[str, ...] = ()  # messages of the sources that failed before it
 
 
-def load_model_steps(request: LoadRequest) -> Iterator[str]:
-    """Yields stage texts, returns a ``LoadResult``; raises the first failure if nothing loads."""
+def load_model_steps(request: LoadRequest, progress: Callable[[int, int, str], None] | None = None,
+                     cancel: threading.Event | None = None) -> Iterator[str]:
+    """Yields stage texts, returns a ``LoadResult``; raises the first failure if nothing loads.
+
+    ``progress(i, n, tensor name)`` is called from the worker thread before each tensor is read;
+    setting ``cancel`` stops the load between two tensors (``LoadCancelled``; no fallback is tried).
+    """
     yield "Starting the model engine…"
     from explorer.core.checkpoint import load_checkpoint
 
@@ -82,7 +96,9 @@ def load_model_steps(request: LoadRequest) -> Iterator[str]:
     for source in (request.source, *request.fallbacks):
         yield f"Loading {source or 'the default model'} on {request.device} ({request.dtype})…"
         try:
-            model = load_checkpoint(source, request.device, request.dtype)
+            model = load_checkpoint(source, request.device, request.dtype, progress=progress, cancel=cancel)
+        except LoadCancelled:
+            raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message, the next source is tried
             first = first or exc
             errors.append(f"{source or 'default model'}: {error_message(exc)}")
@@ -99,22 +115,44 @@ class ModelLoader(QObject):
     -------
     stage(str)
         What the loader is doing now.
+    progress(int, int)
+        Tensors read so far and in all, for the newest load.
     loaded(LoadResult)
     failed(str, LoadRequest)
         The loader's message for the user.
+    cancelled(LoadRequest)
+        ``cancel()`` stopped the newest load between two tensors; the previous model stays.
     busy_changed(bool)
     """
 
     stage = Signal(str)
+    progress = Signal(int, int)
     loaded = Signal(object)
     failed = Signal(str, object)
+    cancelled = Signal(object)
     busy_changed = Signal(bool)
+    _tensor_read = Signal(int, int, int)  # (request id, i, n), emitted from the worker thread
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._latest = 0
         self._running = 0
         self._workers: set[Any] = set()
+        self._cancels: dict[int, threading.Event] = {}
+        self.last_error_details = ""  # the traceback of the last failure when it was a bug (details pane)
+        self._tensor_read.connect(self._on_tensor_read)
+
+    def cancel(self) -> None:
+        """Stop the newest load at the next tensor boundary (its ``cancelled`` signal follows)."""
+        event = self._cancels.get(self._latest)
+        if event is not None:
+            event.set()
+
+    def cancel_all(self) -> None:
+        """Stop every running load (closing the window): none of them will be applied."""
+        for event in self._cancels.values():
+            event.set()
+        self._latest += 1  # whatever still finishes is stale
 
     @property
     def busy(self) -> bool:
@@ -124,11 +162,20 @@ class ModelLoader(QObject):
         self._latest += 1
         request = LoadRequest(request.source, request.device, request.dtype, request.fallbacks,
                               request.quiet, self._latest)
-        worker = create_worker(load_model_steps, request, _start_thread=False, _ignore_errors=True)
+        cancel = self._cancels[request.id] = threading.Event()
+        last = [-1]
+
+        def progress(i: int, n: int, name: str, rid: int = request.id) -> None:  # worker thread
+            step = (i * 100) // max(n, 1)
+            if step != last[0]:  # at most ~100 queued signals per load
+                last[0] = step
+                self._tensor_read.emit(rid, i, n)
+
+        worker = create_worker(load_model_steps, request, progress, cancel, _start_thread=False, _ignore_errors=True)
         worker.yielded.connect(lambda text, i=request.id: self._on_stage(i, text))
         worker.returned.connect(self._on_returned)
         worker.errored.connect(lambda exc, r=request: self._on_errored(r, exc))
-        worker.finished.connect(lambda w=worker: self._on_finished(w))
+        worker.finished.connect(lambda w=worker, rid=request.id: self._on_finished(w, rid))
         self._workers.add(worker)
         self._running += 1
         if self._running == 1:
@@ -144,11 +191,21 @@ class ModelLoader(QObject):
         if result.request.id == self._latest:
             self.loaded.emit(result)
 
+    def _on_tensor_read(self, request_id: int, i: int, n: int) -> None:
+        if request_id == self._latest:
+            self.progress.emit(i, n)
+
     def _on_errored(self, request: LoadRequest, exc: BaseException) -> None:
-        if request.id == self._latest:
+        if request.id != self._latest:
+            return
+        if isinstance(exc, LoadCancelled):
+            self.cancelled.emit(request)
+        else:
+            self.last_error_details = error_details(exc)
             self.failed.emit(error_message(exc), request)
 
-    def _on_finished(self, worker: Any) -> None:
+    def _on_finished(self, worker: Any, request_id: int) -> None:
+        self._cancels.pop(request_id, None)
         self._workers.discard(worker)
         self._running -= 1
         if self._running == 0:
@@ -175,6 +232,13 @@ class TraceResult:
     worker_seconds: float  # encode + forward + materialize
 
 
+def nonfinite(trace: Trace) -> Any:
+    """Where the trace's numbers first stop being finite (None if they never do), computed once per trace."""
+    from explorer.core.analysis.numerics import first_nonfinite
+
+    return trace.memo(("nonfinite",), lambda: first_nonfinite(trace, check_logits=False))
+
+
 def run_trace(request: TraceRequest) -> TraceResult:
     """Encode, run the forward pass, then let every visible panel prepare what it will draw."""
     t0 = time.perf_counter()
@@ -183,6 +247,7 @@ def run_trace(request: TraceRequest) -> TraceResult:
     else:
         ids, truncated_from = request.model.encode(request.text)
     trace = request.model.trace_ids(ids, request.spec, truncated_from)
+    nonfinite(trace)  # computed here, read on the GUI thread
     for prepare in request.preparers:
         prepare(trace)
     return TraceResult(request, trace, time.perf_counter() - t0)

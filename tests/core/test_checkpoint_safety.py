@@ -92,7 +92,8 @@ def test_pytorch_model_bin_with_code_is_refused(copy, tmp_path, zip_format):
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(copy)
     assert not marker.exists()
-    assert "refused to load pytorch_model.bin" in str(err.value) and "could run code" in str(err.value)
+    assert "refused to load" in str(err.value) and "pytorch_model.bin" in str(err.value)
+    assert "could run code" in str(err.value)
 
 
 def nanogpt_checkpoint(**extra):
@@ -126,16 +127,16 @@ def test_nanogpt_ckpt_with_code_is_refused(tmp_path):
     marker = tmp_path / "pwned"
     torch.save(nanogpt_checkpoint(iter_num=WritesMarker(marker)), tmp_path / "ckpt.pt")
     write_meta(tmp_path)
-    with pytest.raises(CheckpointError, match=r"refused to load ckpt\.pt: torch\.load\(weights_only=True\)") as err:
+    with pytest.raises(CheckpointError, match=r"refused to load .*ckpt\.pt: it refers to") as err:
         load_checkpoint(tmp_path / "ckpt.pt")
     assert not marker.exists()
-    assert "never runs" in str(err.value)
+    assert "could run code" in str(err.value)
 
 
 def test_nanogpt_config_object_is_refused_with_a_clear_message(tmp_path):
     torch.save(nanogpt_checkpoint(config=TrainConfig()), tmp_path / "ckpt.pt")
     write_meta(tmp_path)
-    with pytest.raises(CheckpointError, match="other than tensors and plain data") as err:
+    with pytest.raises(CheckpointError, match="only plain tensors and containers") as err:
         load_checkpoint(tmp_path / "ckpt.pt")
     assert "TrainConfig" in str(err.value)
 
@@ -187,7 +188,7 @@ def test_nanogpt_shape_disagreement_names_the_tensor(tmp_path):
 def test_truncated_safetensors(copy):
     data = (copy / "model.safetensors").read_bytes()
     (copy / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="model.safetensors is not a valid safetensors file"):
+    with pytest.raises(CheckpointError, match="model.safetensors.* the file is truncated"):
         load_checkpoint(copy)
 
 

@@ -85,3 +85,32 @@ def test_unknown_scaling_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="RoPE scaling of type 'su'"):
         load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("name", [*sorted(SCALINGS), "dynamic"])
+def test_frequencies_equal_transformers_bit_for_bit(name):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = {"rope_type": "dynamic", "factor": 2.0} if name == "dynamic" else SCALINGS[name]
+    config = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=64,
+                         rope_parameters={**scaling, "rope_theta": 50.0})
+    params = {**scaling, "max_position_embeddings": 64}
+    for seq_len in (None, 40, 100):
+        # in a forward pass transformers gives the length as a tensor (the last position id + 1)
+        given = torch.tensor(seq_len) if seq_len is not None and name == "dynamic" else seq_len
+        theirs, their_factor = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](config, None, seq_len=given)
+        ours, our_factor = inverse_frequencies(16, 50.0, params, seq_len)
+        assert torch.equal(ours, theirs) and our_factor == pytest.approx(their_factor, rel=1e-12), (name, seq_len)
+
+
+def test_sliding_window_mask_by_its_definition():
+    """A query at absolute position p sees keys j with p - W < j <= p; with a cache the queries are the last n."""
+    from explorer.core.model import causal_mask
+
+    for n, m, window in ((5, 5, 2), (1, 9, 4), (3, 8, 3), (6, 6, 10)):
+        mask = causal_mask(n, m, window=window)
+        for i in range(n):
+            p = m - n + i
+            for j in range(m):
+                assert bool(mask[i, j]) == (not p - window < j <= p), (n, m, window, i, j)

@@ -191,13 +191,26 @@ def test_statistics_equal_head_statistics(qtbot, gpt2_trace):
         assert panel.statistics.row_labels == ["L0", "L1", "L2"]
         assert panel.statistics.col_labels == ["H0", "H1", "H2", "H3"]
         assert panel.statistics.value_name == analysis.STATISTIC_LABELS[name]
-        assert len(panel.statistic_texts) == 12
+        assert len(panel.statistic_cells.texts) == 3 and len(panel.statistic_cells.texts[0]) == 4
+        table = panel.statistics_table
+        assert table.model().rowCount() == 12
+        shown = [float(table.model().index(r, 2).data()) for r in range(12) if table.model().index(r, 2).data() != "\u2013"]
+        assert shown == sorted(shown, reverse=True)  # sorted by value, highest first
+        layer, head = table.head_at(0)
+        finite = np.where(np.isfinite(expected), expected, -np.inf)
+        assert expected[layer, head] == finite.max()
+        assert table.model().index(0, 2).data() == f"{expected[layer, head]:.4f}"
     assert panel.statistic == "induction"  # the last one set
     value = analysis.head_statistics(gpt2_trace, "induction")[1, 2]
     assert panel.statistics.cell_text(1, 2) == f"L1 H2: induction score {value:.6f}"
     assert panel.overview_text(1, 2, 1, 0).endswith(f"\ninduction score: {value:.6f}")
     panel.statistics.cell_clicked.emit(2, 3)  # a statistics cell selects its head too
     assert (panel.selection.layer, panel.selection.head) == (2, 3)
+    table = panel.statistics_table
+    table.sortByColumn(0, Qt.SortOrder.AscendingOrder)  # by layer, then the rows are in head order
+    assert [table.head_at(r) for r in range(4)] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    table.head_clicked.emit(*table.head_at(5))  # a table row selects its head
+    assert (panel.selection.layer, panel.selection.head) == (1, 1)
     panel.stat_box.setCurrentIndex(panel.stat_box.findData("previous_token"))
     np.testing.assert_array_equal(panel.statistics.matrix, analysis.head_statistics(gpt2_trace, "previous_token"))
 
@@ -218,7 +231,7 @@ def test_exportables_have_labelled_data(qtbot, gpt2_trace):
     panel.selection.set_token(4)
     exports = {e.name: e for e in panel.exportables()}
     assert set(exports) == {"attention, all heads", "attention, selected head", "attention, selected query row",
-                            "head statistics"}
+                            "head statistics", "head statistics table"}
     labels = [f"{i}:{t}" for i, t in enumerate(gpt2_trace.tokens)]
 
     stack, rows, cols = exports["attention, all heads"].data()
@@ -237,6 +250,13 @@ def test_exportables_have_labelled_data(qtbot, gpt2_trace):
     values, rows, cols = exports["head statistics"].data()
     np.testing.assert_array_equal(values, analysis.head_statistics(gpt2_trace, panel.statistic))
     assert values.shape == (3, 4) and rows == ["L0", "L1", "L2"] and cols == ["H0", "H1", "H2", "H3"]
+    panel.show_statistics(True)
+    column, rows, cols = exports["head statistics table"].data()  # the table's rows, in its order
+    expected = analysis.head_statistics(gpt2_trace, panel.statistic)
+    assert column.shape == (12,) and len(rows) == 12 and cols == [analysis.STATISTIC_LABELS[panel.statistic]]
+    for value, row in zip(column, rows, strict=True):
+        layer, head = (int(part[1:]) for part in row.split())
+        np.testing.assert_equal(value, expected[layer, head])
 
     panel.set_kind("scores")
     matrix, _, _ = exports["attention, selected head"].data()

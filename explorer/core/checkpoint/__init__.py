@@ -5,10 +5,12 @@ package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
 * Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``olmo``,
-  ``stablelm``, ``granite``, ``phi3``, ``phi``, ``gpt_neo``, ``opt``, ``bloom``, ``falcon``, ``gptj``);
+  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``bert``, ``phi3``,
+  ``phi``, ``gpt_neo``, ``opt``, ``bloom``, ``falcon``, ``gptj``, ...);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
-* built-in names: ``worked-example`` and each directory under ``models/``.
+* built-in names: ``worked-example`` and each directory under ``models/``;
+* the Hugging Face cache (``hub_cache``): a ``models--org--name`` folder, a snapshot in one, or a
+  repository id ``org/name`` resolved offline; the model is then named ``org/name``.
 
 ``safe_io`` reads files without executing anything from them; ``convert`` holds the helpers the
 family modules share. Every failure is a ``CheckpointError`` whose message the CLI and the app show.
@@ -16,12 +18,15 @@ family modules share. Every failure is a ``CheckpointError`` whose message the C
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from explorer.core import worked_example
 from explorer.core.checkpoint import (
+    bert,
     bloom,
     falcon,
     gemma,
@@ -29,6 +34,7 @@ from explorer.core.checkpoint import (
     gpt_neo,
     gptj,
     granite,
+    hub_cache,
     llama,
     nanogpt,
     neox,
@@ -41,7 +47,9 @@ from explorer.core.checkpoint import (
 )
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
-from explorer.core.errors import CheckpointError
+from explorer.core.checkpoint.validate import Cancel, Progress, loading
+from explorer.core.checkpoint.validate import current as current_load
+from explorer.core.errors import CheckpointError, ExplorerError, InternalError
 from explorer.core.loaded import LoadedModel
 from explorer.core.paths import models_dir
 
@@ -49,6 +57,7 @@ __all__ = ["HF_LOADERS", "LoadedModel", "builtin_names", "default_model_name", "
            "save_native", "supported_formats"]
 
 DEFAULT_MODEL = "shakespeare"
+MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few kB
 
 # model_type -> loader; one line per family module
 HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] = {
@@ -60,6 +69,7 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **olmo.LOADERS,
     **stablelm.LOADERS,
     **granite.LOADERS,
+    **bert.LOADERS,
     **phi.LOADERS,
     **phi3.LOADERS,
     **gpt_neo.LOADERS,
@@ -87,32 +97,93 @@ def supported_formats() -> str:
             + f"; built-in models: {', '.join(builtin_names())}")
 
 
-def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32") -> LoadedModel:
-    """Load a built-in model by name, or a checkpoint directory (or a file inside one)."""
+def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32",
+                    progress: Progress | None = None, cancel: Cancel | None = None) -> LoadedModel:
+    """Load a built-in model by name, or a checkpoint directory (or a file inside one).
+
+    Everything is checked before it is allocated (``validate``); tensors are read one at a time in
+    ``dtype``. ``progress(i, n, name)`` is called before each tensor; ``cancel`` (a callable or a
+    ``threading.Event``) stops the load between tensors with ``LoadCancelled``. Every failure is an
+    ``ExplorerError`` whose message is one line (an unexpected one is an ``InternalError``).
+    """
     source = default_model_name() if source is None else source
+    ctx = None
+    try:
+        with loading(str(source), device, dtype, progress, cancel) as ctx:
+            return _load(source, device, dtype)
+    except CheckpointError as exc:
+        text = str(exc)
+        where = ctx.config_file if ctx is not None and ctx.config_file is not None else source
+        if str(where) not in text and str(source) not in text and str(Path(str(source)).expanduser()) not in text:
+            raise CheckpointError(f"{where}: {text}") from None
+        raise
+    except ExplorerError:
+        raise
+    except MemoryError:
+        raise CheckpointError(f"{source}: ran out of memory while loading") from None
+    except RecursionError:
+        raise CheckpointError(f"{source}: nested too deeply to load") from None
+    except Exception as exc:  # noqa: BLE001 - the one place where a bug becomes one line
+        raise InternalError.wrap(exc, f"loading {source}") from exc
+
+
+def _kind(path: Path) -> str:
+    """'dir', 'file', 'missing' or 'other', without following the user into a PermissionError traceback."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "missing"
+    except OSError as exc:
+        reason = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
+        raise CheckpointError(f"cannot open {path} ({reason})") from None
+    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+
+def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
     if str(source) == worked_example.NAME:
         model, tokenizer = worked_example.build()
         return LoadedModel(finish(model, device, dtype), tokenizer, worked_example.NAME, "built-in", "worked-example")
     path = Path(source).expanduser()
-    if not path.exists() and (models_dir() / str(source)).is_dir():
-        path = models_dir() / str(source)
-    if not path.exists():
+    kind = _kind(path)
+    if kind == "missing" and (models_dir() / str(source)).is_dir():
+        path, kind = models_dir() / str(source), "dir"
+    cached = hub_cache.resolve(path if kind != "missing" else source)  # Hugging Face cache folders and org/name ids
+    if cached is not None:
+        loaded = _load_path(cached.path, _kind(cached.path), device, dtype)
+        snapshot = cached.path if cached.path.is_dir() else cached.path.parent
+        if loaded.tokenizer.name.startswith(snapshot.name):  # "<hash> tokenizer" -> "org/name tokenizer"
+            loaded.tokenizer.name = cached.name + loaded.tokenizer.name[len(snapshot.name):]
+        loaded.name = loaded.repo_id = cached.name
+        return loaded
+    return _load_path(path, kind, device, dtype)
+
+
+def _load_path(path: Path, kind: str, device: str, dtype: str) -> LoadedModel:
+    if kind == "missing":
         raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, or a built-in "
                               f"name ({', '.join(builtin_names())})")
-    if path.is_file() and path.suffix in nanogpt.SUFFIXES:
+    if kind == "other":
+        raise CheckpointError(f"{path} is neither a directory nor a regular file")
+    if kind == "file" and path.suffix in nanogpt.SUFFIXES:
         return nanogpt.load_nanogpt(path, device, dtype)
-    if path.is_file():
+    if kind == "file":
         path = path.parent
-    if not (path / "config.json").exists() and (path / "ckpt.pt").is_file():  # a nanoGPT out_dir
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise CheckpointError(f"cannot open {path} (permission denied)")
+    if _kind(path / "config.json") == "missing" and _kind(path / "ckpt.pt") == "file":  # a nanoGPT out_dir
         return nanogpt.load_nanogpt(path / "ckpt.pt", device, dtype)
-    config = read_json(path / "config.json")
+    config = read_json(path / "config.json", MAX_CONFIG_BYTES)
+    current_load().config_file = path / "config.json"
     if config.get("format") == NATIVE_FORMAT:
         return load_native(path, config, device, dtype)
     model_type = config.get("model_type")
-    if model_type in HF_LOADERS:
+    if isinstance(model_type, str) and model_type in HF_LOADERS:
         return HF_LOADERS[model_type](path, config, device, dtype)
     if model_type:
-        arch = ", ".join(config.get("architectures") or []) or model_type
-        raise CheckpointError(f"unsupported architecture {arch!r} (model_type {model_type!r}); supported: "
-                              + supported_formats())
+        archs = config.get("architectures")
+        arch = ", ".join(map(str, archs)) if isinstance(archs, list) and archs else model_type
+        raise CheckpointError(f"{path / 'config.json'}: unsupported architecture {arch!r:.80} (model_type "
+                              f"{model_type!r:.80}); supported: " + supported_formats())
     raise CheckpointError(f"{path / 'config.json'} names no known format; supported: " + supported_formats())

@@ -1,7 +1,8 @@
 """Helpers every checkpoint family uses to turn a foreign config and state dict into ours.
 
-* config getters (``get``, ``get_int``, ``activation``, ``rope``) that turn a missing or mistyped
-  value into a ``CheckpointError`` naming the family and the key;
+* config getters (``get``, ``get_int``, ``get_float``, ``get_bool``, ``activation``, ``rope``) that turn a
+  missing or mistyped value (a bool or float for an integer, null, a string, NaN, infinity, a negative
+  number) into a ``CheckpointError`` naming the file and the key;
 * ``expected_shapes``: the shape of every tensor our ``Transformer`` needs for a config, built on
   the meta device (no memory);
 * ``Tensors``: takes tensors out of a foreign state dict by name, checking each shape, and
@@ -10,14 +11,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from explorer.core.checkpoint.validate import current, meta_model
 from explorer.core.config import ROPE_SCALING_KEYS, ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.model import Transformer
 
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
                 "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": None, "relu": "relu"}
@@ -26,24 +28,49 @@ _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "ge
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
 
+def where(family: str) -> str:
+    ctx = current()
+    return f"{ctx.source}/config.json ({family})" if ctx is not None else f"{family} config.json"
+
+
 def get(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> Any:
     value = hf.get(key, default)
     if value is ...:
-        raise CheckpointError(f"{family} config.json lacks {key!r}")
+        raise CheckpointError(f"{where(family)} lacks {key!r}")
     return value
 
 
-def get_int(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> int:
+def get_int(hf: dict[str, Any], family: str, key: str, default: Any = ..., low: int = 0) -> int:
+    """An integer >= ``low``: not a bool, a float, a string or null (a ``default`` of None passes through)."""
     value = get(hf, family, key, default)
+    if value is None and default is None:
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckpointError(f"{family} config.json: {key} should be an integer (got {value!r})")
+        raise CheckpointError(f"{where(family)}: {key} should be an integer (got {value!r:.60})")
+    if value < low:
+        raise CheckpointError(f"{where(family)}: {key} should be at least {low} (got {value})")
     return value
 
 
-def activation(hf: dict[str, Any], family: str, default: str) -> str:
-    act = hf.get("hidden_act", default)
-    if _ACTIVATIONS.get(act) is None:
-        raise CheckpointError(f"{family} activation {act!r} is not supported "
+def get_float(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> float:
+    """A finite number (an integer is accepted): not a bool, a string, null, NaN or infinity."""
+    value = get(hf, family, key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CheckpointError(f"{where(family)}: {key} should be a finite number (got {value!r:.60})")
+    return float(value)
+
+
+def get_bool(hf: dict[str, Any], family: str, key: str, default: Any = ...) -> bool:
+    value = get(hf, family, key, default)
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{where(family)}: {key} should be true or false (got {value!r:.60})")
+    return value
+
+
+def activation(hf: dict[str, Any], family: str, default: str, key: str = "hidden_act") -> str:
+    act = hf.get(key, default)
+    if not isinstance(act, str) or _ACTIVATIONS.get(act) is None:
+        raise CheckpointError(f"{where(family)}: activation {act!r:.60} is not supported "
                               f"({', '.join(k for k, v in _ACTIVATIONS.items() if v)} are)")
     return _ACTIVATIONS[act]
 
@@ -56,23 +83,26 @@ def rope(hf: dict[str, Any], family: str, theta_keys: tuple[str, ...],
     params = hf.get("rope_parameters") or {}
     scaling = hf.get("rope_scaling") or {}
     if not isinstance(params, dict) or not isinstance(scaling, dict):
-        raise CheckpointError(f"{family} config.json: rope_parameters / rope_scaling should be objects")
+        raise CheckpointError(f"{where(family)}: rope_parameters / rope_scaling should be objects")
     for section in (params, scaling):
         kind = section.get("rope_type", section.get("type", "default"))
-        if kind not in (None, "default") and not (scaled_ok and kind in ROPE_SCALING_KEYS):
+        if kind not in (None, "default") and not (scaled_ok and isinstance(kind, str) and kind in ROPE_SCALING_KEYS):
             supported = ", ".join(k for k in ROPE_SCALING_KEYS if k != "default") if scaled_ok else "none"
-            raise CheckpointError(f"{family} checkpoint uses RoPE scaling of type {kind!r}, which is not supported "
+            raise CheckpointError(f"{where(family)}: RoPE scaling of type {kind!r:.40} is not supported "
                                   f"(supported scaling types: {supported})")
     theta = params.get("rope_theta")
     for key in theta_keys:
         if theta is None:
             theta = hf.get(key)
     partial = params.get("partial_rotary_factor", hf.get("partial_rotary_factor", hf.get("rotary_pct")))
-    try:
-        return float(10000.0 if theta is None else theta), (None if partial is None else float(partial))
-    except (TypeError, ValueError):
-        raise CheckpointError(f"{family} config.json: rope theta {theta!r} / rotary fraction {partial!r} "
-                              "are not numbers") from None
+    theta = 10000.0 if theta is None else theta
+    for name, value in (("rope theta", theta), ("rotary fraction", partial)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise CheckpointError(f"{where(family)}: {name} should be a positive number (got {value!r:.60})")
+    if partial is not None and partial > 1:
+        raise CheckpointError(f"{where(family)}: rotary fraction should be at most 1 (got {partial!r})")
+    return float(theta), (None if partial is None else float(partial))
 
 
 def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -85,8 +115,8 @@ def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None 
     kind = params.get("rope_type", params.get("type")) or "default"
     if kind == "default":
         return {}
-    if kind not in ROPE_SCALING_KEYS:
-        raise CheckpointError(f"{family} checkpoint uses RoPE scaling of type {kind!r}, which is not supported "
+    if not isinstance(kind, str) or kind not in ROPE_SCALING_KEYS:
+        raise CheckpointError(f"{where(family)}: RoPE scaling of type {kind!r:.40}, which is not supported "
                               f"(supported: {', '.join(k for k in ROPE_SCALING_KEYS if k != 'default')})")
     out = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
     out["rope_type"] = kind
@@ -101,12 +131,13 @@ def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None 
         value = out.get(key)
         if key in ("short_factor", "long_factor"):  # LongRoPE: one positive factor per frequency
             if not isinstance(value, list) or not value or any(
-                    isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 for v in value):
-                raise CheckpointError(f"{family} config.json: LongRoPE's {key} should be a list of positive "
-                                      f"numbers (got {value!r})")
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+                    for v in value):
+                raise CheckpointError(f"{where(family)}: LongRoPE's {key} should be a list of positive "
+                                      f"numbers (got {value!r:.80})")
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise CheckpointError(f"{family} config.json: RoPE scaling {kind!r} needs a positive number {key} "
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise CheckpointError(f"{where(family)}: RoPE scaling {kind!r} needs a positive number {key} "
                                   f"(got {value!r})")
     return out
 
@@ -120,14 +151,14 @@ def sliding_layers(hf: dict[str, Any], family: str, n_layers: int,
         return tuple(i for i in range(n_layers) if default(i))
     known = ("sliding_attention", "full_attention")
     if not isinstance(types, list) or len(types) != n_layers or any(t not in known for t in types):
-        raise CheckpointError(f"{family} config.json: layer_types should list {n_layers} of {known} (got {types!r})")
+        raise CheckpointError(f"{where(family)}: layer_types should list {n_layers} of {known} (got {types!r})")
     return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
 
 
 def window(hf: dict[str, Any], family: str) -> int | None:
     value = hf.get("sliding_window")
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        raise CheckpointError(f"{family} config.json: sliding_window should be a positive integer (got {value!r})")
+        raise CheckpointError(f"{where(family)}: sliding_window should be a positive integer (got {value!r:.60})")
     return value
 
 
@@ -136,8 +167,8 @@ def number(hf: dict[str, Any], family: str, key: str, default: Any = None) -> fl
     value = hf.get(key, default)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise CheckpointError(f"{family} config.json: {key} should be a positive number (got {value!r})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CheckpointError(f"{where(family)}: {key} should be a positive number (got {value!r:.60})")
     return float(value)
 
 
@@ -170,6 +201,8 @@ class Tensors:
 
     def __init__(self, weights: dict[str, torch.Tensor], family: str) -> None:
         self.sd = {k: v for k, v in weights.items() if not k.endswith(_IGNORED_SUFFIXES)}
+        if isinstance(weights, dict):
+            weights.clear()  # consumed: a tensor converted by copy (a reshape) is then held once
         self.family = family
 
     def take(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -190,5 +223,4 @@ class Tensors:
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    with torch.device("meta"):  # shapes only: no memory
-        return {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
+    return {k: tuple(v.shape) for k, v in meta_model(cfg).state_dict().items()}

@@ -29,6 +29,8 @@ import torch
 
 from explorer.core.checkpoint.convert import (
     activation,
+    get_bool,
+    get_float,
     get_int,
     number,
     rope,
@@ -62,7 +64,7 @@ def _rope_sections(hf: dict[str, Any], family: str) -> tuple[float, dict[str, An
                 float(local.get("rope_theta", 10_000.0)))
     scaling = rope_scaling(hf, family)
     theta = params.get("rope_theta", hf.get("rope_theta", 1_000_000.0))
-    return float(theta), scaling, float(hf.get("rope_local_base_freq", 10_000.0))
+    return float(theta), scaling, get_float(hf, family, "rope_local_base_freq", 10_000.0)
 
 
 def gemma_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]]:
@@ -73,8 +75,8 @@ def gemma_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str
         act = "gelu_pytorch_tanh"
     switches: dict[str, Any] = dict(
         arch=family, activation=activation({"hidden_act": act}, family, "gelu_pytorch_tanh"),
-        norm_offset=1.0, embed_scale=base.d_model ** 0.5, tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-        attn_bias=bool(hf.get("attention_bias", False)), mlp_bias=False)
+        norm_offset=1.0, embed_scale=base.d_model ** 0.5, tie_embeddings=get_bool(hf, family, "tie_word_embeddings", True),
+        attn_bias=get_bool(hf, family, "attention_bias", False), mlp_bias=False)
     if family != "gemma3_text":  # one rotary base for every layer
         theta, _ = rope(hf, family, ("rope_theta",), scaled_ok=True)
         switches.update(rotary_base=theta, rope_scaling=tuple(rope_scaling(hf, family).items()))

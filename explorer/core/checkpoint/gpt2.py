@@ -2,7 +2,8 @@
 
 GPT-2 is pre-norm LayerNorm with biases, learned absolute positions, a plain GELU (tanh
 approximation) FFN and a tied un-embedding. Its ``Conv1D`` layers store weights as [in, out].
-The tokenizer is the directory's own ``vocab.json``/``merges.txt`` when present, else GPT-2's BPE.
+The tokenizer is the directory's own ``tokenizer.json`` or ``vocab.json``/``merges.txt`` when present
+(read by the ``tokenizers`` library), else GPT-2's packaged BPE.
 """
 
 from __future__ import annotations
@@ -12,33 +13,37 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
+from explorer.core.checkpoint.convert import get_bool, get_float, get_int, where
+from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
 from explorer.core.config import ModelConfig
-from explorer.core.errors import CheckpointError
+from explorer.core.errors import CheckpointError, TokenizerError
 from explorer.core.loaded import LoadedModel
-from explorer.core.model import Transformer
-from explorer.core.tokenize.base import Tokenizer, gpt2_style_tokenizer, gpt2_tokenizer
+from explorer.core.tokenize.base import Tokenizer, gpt2_tokenizer
+from explorer.core.tokenize.huggingface import read_directory_tokenizer
 
 _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 
 
 def gpt2_config(hf: dict[str, Any]) -> ModelConfig:
-    try:
-        d, n_head = int(hf["n_embd"]), int(hf["n_head"])
-        act = hf.get("activation_function", "gelu_new")
-        if act not in _GPT2_ACTIVATIONS:
-            raise CheckpointError(f"GPT-2 activation {act!r} is not supported ({', '.join(_GPT2_ACTIVATIONS)})")
-        if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("scale_attn_weights") is False:
-            raise CheckpointError("this GPT-2 variant scales attention differently; not supported")
-        if d % n_head:
-            raise CheckpointError(f"n_embd ({d}) is not a multiple of n_head ({n_head})")
-        return ModelConfig(arch="gpt2", vocab_size=int(hf["vocab_size"]), n_ctx=int(hf.get("n_positions", hf.get("n_ctx", 1024))),
-                           d_model=d, n_layers=int(hf["n_layer"]), n_heads=n_head, d_head=d // n_head,
-                           d_ff=int(hf.get("n_inner") or 4 * d), norm="layernorm", norm_placement="pre",
-                           norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), positions="learned",
-                           activation=_GPT2_ACTIVATIONS[act], tie_embeddings=bool(hf.get("tie_word_embeddings", True)))
-    except KeyError as exc:
-        raise CheckpointError(f"GPT-2 config.json lacks {exc}") from None
+    family = "GPT-2"
+    d, n_head = get_int(hf, family, "n_embd"), get_int(hf, family, "n_head", low=1)
+    act = hf.get("activation_function", "gelu_new")
+    if not isinstance(act, str) or act not in _GPT2_ACTIVATIONS:
+        raise CheckpointError(f"{where(family)}: activation_function {act!r:.60} is not supported "
+                              f"({', '.join(_GPT2_ACTIVATIONS)})")
+    if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("scale_attn_weights") is False:
+        raise CheckpointError("this GPT-2 variant scales attention differently; not supported")
+    if d % n_head:
+        raise CheckpointError(f"{where(family)}: n_embd ({d}) is not a multiple of n_head ({n_head})")
+    n_ctx = get_int(hf, family, "n_positions", None) if hf.get("n_positions") is not None else \
+        get_int(hf, family, "n_ctx", 1024)
+    d_ff = get_int(hf, family, "n_inner", None) if hf.get("n_inner") is not None else 4 * d
+    return ModelConfig(arch="gpt2", vocab_size=get_int(hf, family, "vocab_size"), n_ctx=n_ctx,
+                       d_model=d, n_layers=get_int(hf, family, "n_layer"), n_heads=n_head, d_head=d // n_head,
+                       d_ff=d_ff, norm="layernorm", norm_placement="pre",
+                       norm_eps=get_float(hf, family, "layer_norm_epsilon", 1e-5), positions="learned",
+                       activation=_GPT2_ACTIVATIONS[act],
+                       tie_embeddings=get_bool(hf, family, "tie_word_embeddings", True))
 
 
 def convert_gpt2(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
@@ -46,9 +51,11 @@ def convert_gpt2(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, tor
 
     GPT-2's ``Conv1D`` stores weights as [in, out] (x @ W); ``nn.Linear`` wants [out, in]. The
     layout is read off ``c_attn``'s shape, which differs between the two, and applied to all.
+    ``hf`` is consumed (emptied), so that memory is never held twice.
     """
     sd = {k.removeprefix("transformer."): v for k, v in hf.items()
           if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # old causal-mask buffers
+    hf.clear()  # consumed: each original is freed as soon as its transposed copy exists (no doubling)
     d = cfg.d_model
 
     def take(name: str) -> torch.Tensor:
@@ -92,9 +99,16 @@ def convert_gpt2(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, tor
 
 
 def hf_tokenizer(directory: Path, vocab_size: int) -> Tokenizer:
-    """The directory's own ``vocab.json`` if present; GPT-2's packaged BPE for a GPT-2-sized vocabulary."""
-    if (directory / "vocab.json").is_file():
-        return gpt2_style_tokenizer(directory / "vocab.json", name=f"{directory.name} BPE")
+    """The directory's own tokenizer.json or vocab.json + merges.txt; GPT-2's packaged BPE only when it has none."""
+    try:
+        own = read_directory_tokenizer(directory, f"{directory.name} tokenizer")
+    except TokenizerError as exc:
+        raise CheckpointError(str(exc)) from None
+    if own is not None:
+        if own.vocab_size > vocab_size:
+            raise CheckpointError(f"the tokenizer in {directory} has {own.vocab_size} tokens but the model "
+                                  f"only {vocab_size}")
+        return own
     if vocab_size >= 50257:
         return gpt2_tokenizer()
     raise CheckpointError(f"{directory} has no vocab.json and its vocabulary ({vocab_size}) is not GPT-2's")
@@ -102,8 +116,7 @@ def hf_tokenizer(directory: Path, vocab_size: int) -> Tokenizer:
 
 def load_hf_gpt2(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
     cfg = gpt2_config(hf)
-    model = Transformer(cfg)
-    assign_weights(model, convert_gpt2(read_weights(directory), cfg), str(directory))
+    model = build_model(cfg, convert_gpt2(read_weights(directory), cfg), str(directory))
     tokenizer = hf_tokenizer(directory, cfg.vocab_size)
     return LoadedModel(finish(model, device, dtype), tokenizer, directory.name, str(directory), "gpt2")
 

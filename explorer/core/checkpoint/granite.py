@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from explorer.core.checkpoint.convert import number
+from explorer.core.checkpoint.convert import get_bool, number
 from explorer.core.checkpoint.llama import convert_llama, llama_config, load_with
 from explorer.core.config import ModelConfig
 from explorer.core.loaded import LoadedModel
@@ -23,7 +23,7 @@ def granite_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     family = "granite"
     base, notes = llama_config(hf, family)
     cfg = dataclasses.replace(
-        base, arch=family, attn_bias=bool(hf.get("attention_bias", False)), mlp_bias=bool(hf.get("mlp_bias", False)),
+        base, arch=family, attn_bias=get_bool(hf, family, "attention_bias", False), mlp_bias=get_bool(hf, family, "mlp_bias", False),
         embed_scale=number(hf, family, "embedding_multiplier", 1.0),
         attn_scale=number(hf, family, "attention_multiplier", 1.0),
         residual_scale=number(hf, family, "residual_multiplier", 1.0),

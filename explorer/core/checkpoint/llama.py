@@ -25,15 +25,16 @@ from explorer.core.checkpoint.convert import (
     Tensors,
     activation,
     expected_shapes,
+    get_bool,
+    get_float,
     get_int,
     rope,
     rope_scaling,
 )
-from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
+from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
 from explorer.core.loaded import LoadedModel
-from explorer.core.model import Transformer
 from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
 
 
@@ -41,8 +42,7 @@ def load_with(directory: Path, hf: dict[str, Any], device: str, dtype: str, arch
               cfg: ModelConfig, notes: list[str], convert: Callable[[dict[str, torch.Tensor], ModelConfig],
                                                                     dict[str, torch.Tensor]]) -> LoadedModel:
     """Build, convert and check the weights, then read the directory's tokenizer (tokenizer.json)."""
-    model = Transformer(cfg)
-    assign_weights(model, convert(read_weights(directory), cfg), str(directory))
+    model = build_model(cfg, convert(read_weights(directory), cfg), str(directory))
     try:
         tokenizer, tok_notes = tokenizer_for_checkpoint(directory, cfg.vocab_size, hf.get("eos_token_id"))
     except TokenizerError as exc:
@@ -82,12 +82,12 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
         arch=family, vocab_size=get_int(hf, family, "vocab_size"), n_ctx=n_ctx, d_model=d,
         n_layers=get_int(hf, family, "num_hidden_layers"), n_heads=n_heads, d_head=d_head,
         d_ff=get_int(hf, family, "intermediate_size"), n_kv_heads=n_kv if n_kv != n_heads else None,
-        norm="rmsnorm", norm_placement="pre", norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        norm="rmsnorm", norm_placement="pre", norm_eps=get_float(hf, family, "rms_norm_eps", 1e-6),
         positions="rotary", rotary_dim=None, rotary_base=theta, rope_scaling=tuple(scaling.items()),
         activation=activation(hf, family, "silu"), gated_ffn=True, parallel_residual=False,
-        attn_bias=bool(hf.get("attention_bias", False)) if family == "llama" else False,
-        mlp_bias=bool(hf.get("mlp_bias", False)) if family == "llama" else False,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), sliding_window=window,
+        attn_bias=get_bool(hf, family, "attention_bias", False) if family == "llama" else False,
+        mlp_bias=get_bool(hf, family, "mlp_bias", False) if family == "llama" else False,
+        tie_embeddings=get_bool(hf, family, "tie_word_embeddings", False), sliding_window=window,
         sliding_layers=tuple(range(get_int(hf, family, "num_hidden_layers"))) if window else ())
     return cfg, notes
 

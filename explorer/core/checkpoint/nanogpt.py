@@ -15,67 +15,28 @@ class and function: only dicts, lists, tuples, strings, numbers, booleans and No
 
 from __future__ import annotations
 
-import io
-import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from explorer.core.checkpoint.convert import Tensors, expected_shapes
-from explorer.core.checkpoint.safe_io import assign_weights, finish, refusal_reason
+from explorer.core.checkpoint.pickles import read_plain_pickle
+from explorer.core.checkpoint.safe_io import (
+    build_model,
+    convert_each,
+    finish,
+    torch_load,
+)
+from explorer.core.checkpoint.validate import check_headers
+from explorer.core.checkpoint.validate import current as current_load
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
 from explorer.core.loaded import LoadedModel
-from explorer.core.model import Transformer
 from explorer.core.tokenize.base import Tokenizer, VocabTokenizer, gpt2_tokenizer
 
 SUFFIXES = (".pt", ".ckpt")
 COMPILED_PREFIX = "_orig_mod."
-MAX_META_BYTES = 64 * 2**20
-_PLAIN = (str, int, float, bool, bytes, type(None))
-
-
-class _PlainDataUnpickler(pickle.Unpickler):
-    """Builds only the containers and primitives that pickle encodes natively; every class or function is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"it refers to {module}.{name}; only plain data (dicts, lists, strings, "
-                                     "numbers) is accepted")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("it refers to external objects; only plain data is accepted")
-
-
-def _is_plain(obj: Any, depth: int = 0) -> bool:
-    if depth > 32:
-        return False
-    if isinstance(obj, _PLAIN):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return all(_is_plain(x, depth + 1) for x in obj)
-    if isinstance(obj, dict):
-        return all(_is_plain(k, depth + 1) and _is_plain(v, depth + 1) for k, v in obj.items())
-    return False
-
-
-def read_plain_pickle(path: Path) -> Any:
-    """Unpickle ``path`` without importing or calling anything; ``CheckpointError`` if it needs more."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_META_BYTES:
-            raise CheckpointError(f"{path.name} is {size:,} bytes; a vocabulary file should be far smaller")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = _PlainDataUnpickler(io.BytesIO(raw)).load()
-    except Exception as exc:  # noqa: BLE001 - anything the unpickler raises means: refused
-        raise CheckpointError(f"refused to read {path.name}: {exc}. Only plain data is read from a pickle, "
-                              "so no code in it can run") from None
-    if not _is_plain(data):
-        raise CheckpointError(f"refused to read {path.name}: it holds objects other than plain data")
-    return data
 
 
 def meta_tokenizer(path: Path) -> VocabTokenizer:
@@ -106,19 +67,11 @@ def meta_tokenizer(path: Path) -> VocabTokenizer:
 
 
 def read_ckpt(path: Path) -> dict[str, Any]:
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError, TypeError,
-            ImportError, IndexError, KeyError) as exc:
-        raise CheckpointError(f"refused to load {path.name}: torch.load(weights_only=True) found something other "
-                              "than tensors and plain data in it (a pickled class or function, or a damaged "
-                              f"file), and the explorer never runs a checkpoint's code ({refusal_reason(exc)})") from None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
+    data = torch_load(path)
     if not isinstance(data, dict) or "model" not in data or "model_args" not in data:
         found = ", ".join(map(repr, list(data)[:8])) if isinstance(data, dict) else type(data).__name__
         raise CheckpointError(f"{path.name} is not a nanoGPT checkpoint: expected a dict with 'model' and "
-                              f"'model_args' (found {found})")
+                              f"'model_args' (found {found:.200})")
     return data
 
 
@@ -187,7 +140,7 @@ def convert_nanogpt(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
 
 def nanogpt_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, list[str]]:
     meta = path.parent / "meta.pkl"
-    if meta.is_file():
+    if meta.exists() or meta.is_symlink():  # read_plain_pickle refuses what is not a regular file
         tokenizer: Tokenizer = meta_tokenizer(meta)
         notes = [f"Vocabulary: the {tokenizer.vocab_size} characters in {meta.name}."]
     elif vocab_size >= 50257:
@@ -203,17 +156,21 @@ def nanogpt_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, list[str]
 def load_nanogpt(path: Path, device: str = "auto", dtype: str = "float32") -> LoadedModel:
     """A nanoGPT ``ckpt.pt`` as a ``LoadedModel`` (arch ``nanogpt``)."""
     path = Path(path)
+    ctx = current_load()
+    if ctx is not None:
+        ctx.config_file = path
     ckpt = read_ckpt(path)
     state = ckpt["model"]
     if not isinstance(state, dict):
-        raise CheckpointError(f"{path.name}: 'model' should be a state dict of tensors")
+        raise CheckpointError(f"{path}: 'model' should be a state dict of tensors")
     state = {str(k).removeprefix(COMPILED_PREFIX): v for k, v in state.items()}
     bad = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
     if bad is not None:
-        raise CheckpointError(f"{path.name}: model entry {bad} is not a tensor")
-    cfg = nanogpt_config(ckpt["model_args"], state, path.name)
+        raise CheckpointError(f"{path}: model entry {bad} is not a tensor")
+    cfg = nanogpt_config(ckpt["model_args"], state, path)
     tokenizer, notes = nanogpt_tokenizer(path, cfg.vocab_size)
-    model = Transformer(cfg)
-    assign_weights(model, convert_nanogpt(state, cfg), str(path))
+    del ckpt  # the optimizer's state (mapped, never read) goes with it
+    check_headers(path, {k: tuple(v.shape) for k, v in state.items()})
+    model = build_model(cfg, convert_nanogpt(convert_each(state), cfg), str(path))
     name = path.parent.name if path.stem == "ckpt" else path.stem
     return LoadedModel(finish(model, device, dtype), tokenizer, name, str(path), "nanogpt", notes=notes)

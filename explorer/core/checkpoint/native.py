@@ -9,13 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from explorer.core.checkpoint.safe_io import assign_weights, finish, read_weights
+from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.loaded import LoadedModel
 from explorer.core.model import Transformer
 from explorer.core.tokenize.base import Tokenizer, tokenizer_from_description
 from explorer.core.tokenize.bpe import save_ranks
+from explorer.core.tokenize.huggingface import tokenizer_from_saved
 
 NATIVE_FORMAT = "transformer-explorer"
 
@@ -33,6 +34,8 @@ def save_native(model: Transformer, tokenizer: Tokenizer, directory: Path, name:
         save_ranks(encoding._mergeable_ranks, directory / desc.setdefault("ranks_file", "tokenizer.tiktoken"))
         desc["special_tokens"] = dict(encoding._special_tokens)
         desc["pattern"] = encoding._pat_str
+    elif desc.get("type") == "hf-tokenizer-json":
+        tokenizer.save(directory / desc.setdefault("file", "tokenizer.json"))  # type: ignore[attr-defined]
     config = {"format": NATIVE_FORMAT, "version": 1, "name": name or directory.name,
               "model": model.cfg.to_dict(), "tokenizer": desc, **(extra or {})}
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
@@ -43,16 +46,19 @@ def save_native(model: Transformer, tokenizer: Tokenizer, directory: Path, name:
 
 
 def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    if "model" not in config or "tokenizer" not in config:
-        raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section")
+    if not isinstance(config.get("model"), dict) or not isinstance(config.get("tokenizer"), dict):
+        raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section (each an object)")
     cfg = ModelConfig.from_dict(config["model"])
-    tokenizer = tokenizer_from_description(config["tokenizer"], directory)
+    desc = config["tokenizer"]
+    if isinstance(desc, dict) and desc.get("type") == "hf-tokenizer-json":
+        tokenizer: Tokenizer = tokenizer_from_saved(desc, directory)
+    else:
+        tokenizer = tokenizer_from_description(desc, directory)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only {cfg.vocab_size}")
-    model = Transformer(cfg)
     weights = read_weights(directory)
     if cfg.tie_embeddings and "unembed.weight" not in weights and "embed.weight" in weights:
         weights["unembed.weight"] = weights["embed.weight"]
-    assign_weights(model, weights, str(directory / "model.safetensors"))
+    model = build_model(cfg, weights, str(directory / "model.safetensors"))
     return LoadedModel(finish(model, device, dtype), tokenizer, config.get("name", directory.name),
                        str(directory), cfg.arch)

@@ -13,7 +13,15 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int, rope
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    expected_shapes,
+    get_bool,
+    get_float,
+    get_int,
+    rope,
+)
 from explorer.core.checkpoint.llama import load_with
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
@@ -35,11 +43,11 @@ def neox_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
         arch=family, vocab_size=get_int(hf, family, "vocab_size"), n_ctx=get_int(hf, family, "max_position_embeddings", 2048),
         d_model=d, n_layers=get_int(hf, family, "num_hidden_layers"), n_heads=n_heads, d_head=d_head,
         d_ff=get_int(hf, family, "intermediate_size"), norm="layernorm", norm_placement="pre",
-        norm_eps=float(hf.get("layer_norm_eps", 1e-5)), positions="rotary" if rotary_dim else "none",
+        norm_eps=get_float(hf, family, "layer_norm_eps", 1e-5), positions="rotary" if rotary_dim else "none",
         rotary_dim=rotary_dim or None, rotary_base=theta, activation=activation(hf, family, "gelu"),
-        gated_ffn=False, parallel_residual=bool(hf.get("use_parallel_residual", True)),
-        attn_bias=bool(hf.get("attention_bias", True)), mlp_bias=True,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
+        gated_ffn=False, parallel_residual=get_bool(hf, family, "use_parallel_residual", True),
+        attn_bias=get_bool(hf, family, "attention_bias", True), mlp_bias=True,
+        tie_embeddings=get_bool(hf, family, "tie_word_embeddings", False))
     return cfg, []
 
 

@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from explorer.core.checkpoint.convert import number
+from explorer.core.checkpoint.convert import get_bool, number
 from explorer.core.checkpoint.llama import (
     LLAMA_NAMES,
     convert_llama,
@@ -30,7 +30,7 @@ OLMO2_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "ln1_out", "post_feedf
 
 def olmo_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]]:
     base, notes = llama_config(hf, family)
-    bias = bool(hf.get("attention_bias", False))
+    bias = get_bool(hf, family, "attention_bias", False)
     if family == "olmo":
         cfg = dataclasses.replace(base, arch=family, norm="layernorm", norm_affine=False, norm_eps=1e-5,
                                   attn_bias=bias, qkv_clip=number(hf, family, "clip_qkv"))

@@ -16,7 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from explorer.core.checkpoint.convert import get_int, sliding_layers, window
+from explorer.core.checkpoint.convert import get_bool, get_int, sliding_layers, window
 from explorer.core.checkpoint.llama import convert_llama, llama_config, load_with
 from explorer.core.config import ModelConfig
 from explorer.core.loaded import LoadedModel
@@ -32,7 +32,7 @@ def qwen_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]
     if family == "qwen2":
         switches: dict[str, Any] = dict(attn_bias=True, attn_out_bias=False)
     else:
-        switches = dict(attn_bias=bool(hf.get("attention_bias", False)), qk_norm="head")
+        switches = dict(attn_bias=get_bool(hf, family, "attention_bias", False), qk_norm="head")
     return dataclasses.replace(base, arch=family, sliding_window=slide if layers else None, sliding_layers=layers,
                                **switches), notes
 

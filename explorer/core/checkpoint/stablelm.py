@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import rope
+from explorer.core.checkpoint.convert import get_bool, get_float, rope
 from explorer.core.checkpoint.llama import (
     LLAMA_NAMES,
     convert_llama,
@@ -41,12 +41,12 @@ def stablelm_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     if rotary_dim % 2 or not 0 < rotary_dim <= base.d_head:
         raise CheckpointError(f"{FAMILY}: the rotary part of each head ({rotary_dim} of {base.d_head} dimensions) "
                               "must be even and fit the head")
-    qkv_bias = bool(hf.get("use_qkv_bias", False))
+    qkv_bias = get_bool(hf, FAMILY, "use_qkv_bias", False)
     cfg = dataclasses.replace(
-        base, arch=FAMILY, norm="layernorm", norm_eps=float(hf.get("layer_norm_eps", 1e-5)), rotary_base=theta,
+        base, arch=FAMILY, norm="layernorm", norm_eps=get_float(hf, FAMILY, "layer_norm_eps", 1e-5), rotary_base=theta,
         rotary_dim=rotary_dim if rotary_dim < base.d_head else None, attn_bias=qkv_bias,
         attn_out_bias=False if qkv_bias else None, qk_norm="per_head" if hf.get("qk_layernorm") else "none",
-        parallel_residual=bool(hf.get("use_parallel_residual", False)))
+        parallel_residual=get_bool(hf, FAMILY, "use_parallel_residual", False))
     return cfg, notes
 
 

@@ -35,6 +35,15 @@ def finite_levels(matrix: np.ndarray, symmetric: bool = False,
     return low, high
 
 
+def finite_extent(values: np.ndarray, include_zero: bool = True) -> tuple[float, float]:
+    """``(min, max)`` of the finite entries (with 0 inside when ``include_zero``); NaN and infinities, which a
+    broken model can produce, are left out, so an axis range built from it is always finite."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+    return (min(lo, 0.0), max(hi, 0.0)) if include_zero else (lo, hi)
+
+
 def label_step(n: int, max_labels: int = 40) -> int:
     """Show every k-th of ``n`` labels so that at most ``max_labels`` are drawn."""
     if n <= max_labels or max_labels <= 0:

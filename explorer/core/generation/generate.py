@@ -84,14 +84,15 @@ __all__ = [
     "generate_steps",
 ]
 
-StopReason = Literal["max_new_tokens", "eos", "stop_string", "context_full", "cancelled"]
-STOP_REASONS: tuple[str, ...] = ("max_new_tokens", "eos", "stop_string", "context_full", "cancelled")
+StopReason = Literal["max_new_tokens", "eos", "stop_string", "context_full", "cancelled", "nonfinite"]
+STOP_REASONS: tuple[str, ...] = ("max_new_tokens", "eos", "stop_string", "context_full", "cancelled", "nonfinite")
 STOP_DESCRIPTIONS = {
     "max_new_tokens": "reached the maximum number of new tokens",
     "eos": "the model produced the end-of-text token",
     "stop_string": "the continuation contains a stop string",
     "context_full": "the text filled the model's context window (no sliding window)",
     "cancelled": "cancelled",
+    "nonfinite": "the model produced NaN or infinite logits",
 }
 
 Cancel = Callable[[], bool] | threading.Event | None
@@ -171,6 +172,7 @@ class GenerationResult:
     steps: tuple[Step, ...]
     stop_reason: StopReason
     elapsed: float = 0.0  # seconds spent in the steps (time the consumer took between steps excluded)
+    detail: str = ""  # the stop reason in words when it says more than STOP_DESCRIPTIONS (e.g. which step)
 
     @property
     def token_ids(self) -> list[int]:
@@ -187,7 +189,7 @@ class GenerationResult:
 
     @property
     def stop_description(self) -> str:
-        return STOP_DESCRIPTIONS[self.stop_reason]
+        return self.detail or STOP_DESCRIPTIONS[self.stop_reason]
 
 
 # --- text of a continuation -------------------------------------------------------------------
@@ -355,6 +357,7 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
     steps: list[Step] = []
     cache = PreallocatedKVCache(cfg.n_layers, min(n_ctx, len(prompt) + params.max_new_tokens)) if use_cache else None
     reason: StopReason | None = "context_full" if len(ids) >= n_ctx else None
+    detail = ""
 
     while reason is None:
         if cancelled():
@@ -368,6 +371,11 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
             if vocab_limit is not None:
                 last[vocab_limit:] = float("-inf")
             logits = last.float().cpu().numpy()
+        if np.isnan(logits).any() or np.isposinf(logits).any():  # shown, not raised: the run ends here
+            reason = "nonfinite"
+            detail = (f"the model produced {'NaN' if np.isnan(logits).any() else 'an infinite logit'} at step "
+                      f"{len(steps)}")
+            break
         processed = apply_controls(logits, params, ids)
         # greedy: sample() would only check ``processed`` again and take its argmax (lowest id on ties)
         token = int(np.argmax(processed)) if greedy else sample(processed, rng)
@@ -392,7 +400,7 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
     if reason == "eos":
         new_ids = new_ids[:-1]
     text = continuation_text(tokenizer, prompt, new_ids)
-    return GenerationResult(text, tuple(prompt), tuple(steps), reason, sum(s.elapsed for s in steps))
+    return GenerationResult(text, tuple(prompt), tuple(steps), reason, sum(s.elapsed for s in steps), detail)
 
 
 def _contains_any(text: str, needles: Sequence[str]) -> bool:
@@ -410,6 +418,9 @@ def generate(
 ) -> GenerationResult:
     """Run a whole generation; ``prompt`` is text (encoded with the model's tokenizer) or token ids.
     ``on_step`` is called with each :class:`Step` as it is produced (for streaming)."""
+    blocked = getattr(loaded, "generation_blocked", None)
+    if blocked:  # an encoder (BERT): its logits fill in masks, they do not predict a next token
+        raise PromptError(f"cannot generate: {blocked}")
     if isinstance(prompt, str):
         if not prompt:
             raise PromptError("the prompt is empty: type some text to continue")

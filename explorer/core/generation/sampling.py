@@ -197,7 +197,16 @@ def _repetition_penalty(x: np.ndarray, previous_ids: Sequence[int], penalty: flo
         raise ValueError(f"previous_ids must be >= 0, got {int(ids.min())}")
     ids = np.unique(ids[ids < x.size])  # ids beyond the vocabulary cannot be produced
     values = x[ids]
-    x[ids] = np.where(values < 0, values * penalty, values / penalty)
+    with np.errstate(over="ignore"):
+        penalised = np.where(values < 0, values * penalty, values / penalty)
+    overflow = np.isposinf(penalised) & np.isfinite(values)
+    if overflow.any():  # a penalty near 0: in the limit only the largest of these tokens is left
+        top = values[overflow].max()
+        keep = ids[overflow & (values == top)]
+        x[:] = -np.inf
+        x[keep] = 0.0
+        return
+    x[ids] = penalised
 
 
 def _keep_argmax(x: np.ndarray) -> None:
@@ -260,7 +269,13 @@ def apply_controls(
     if params.greedy:
         _keep_argmax(x)
     elif params.temperature != 1.0:
-        x /= params.temperature
+        finite = np.isfinite(x)
+        with np.errstate(over="ignore"):
+            scaled = x / params.temperature
+        if np.isfinite(scaled[finite]).all():
+            x = scaled
+        else:  # a temperature so small that the logits overflow: its limit, greedy
+            _keep_argmax(x)
     if params.top_k > 0:
         _top_k(x, params.top_k)
     if params.top_p < 1.0:

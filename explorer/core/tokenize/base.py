@@ -55,6 +55,11 @@ class Tokenizer(ABC):
     def describe(self) -> dict[str, Any]:
         """A JSON-able description from which ``tokenizer_from_description`` rebuilds it."""
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids drawn as special tokens (end of text; a tokenizer.json's special added tokens)."""
+        return frozenset({self.eos_id}) if self.eos_id is not None else frozenset()
+
     def display(self, token_id: int) -> str:
         """The token as the user should see it: its text, or its bytes where they are not whole characters."""
         return bytes_display(self.token_bytes(token_id))
@@ -217,4 +222,4 @@ def tokenizer_from_description(desc: dict[str, Any], directory: Path | None = No
         encoding = tiktoken.Encoding(name=desc.get("name", "bpe"), pat_str=desc.get("pattern", GPT2_PATTERN),
                                      mergeable_ranks=ranks, special_tokens=specials)
         return TiktokenTokenizer(encoding, desc)
-    raise TokenizerError(f"unknown tokenizer type {kind!r}; supported: gpt2, tiktoken, vocab")
+    raise TokenizerError(f"unknown tokenizer type {kind!r}; supported: gpt2, tiktoken, vocab, hf-tokenizer-json")

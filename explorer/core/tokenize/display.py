@@ -109,8 +109,7 @@ def chip_views(token_ids: Sequence[int], token_bytes: Sequence[bytes],
 def tokenizer_chips(tokenizer: Tokenizer, token_ids: Sequence[int]) -> list[ChipView]:
     """Chips for ``token_ids`` with the exact bytes from ``tokenizer``."""
     ids = [int(i) for i in token_ids]
-    specials = {tokenizer.eos_id} if tokenizer.eos_id is not None else set()
-    return chip_views(ids, [tokenizer.token_bytes(i) for i in ids], specials)
+    return chip_views(ids, [tokenizer.token_bytes(i) for i in ids], tokenizer.special_ids)
 
 
 def display_chips(token_ids: Sequence[int], displays: Sequence[str]) -> list[ChipView]:

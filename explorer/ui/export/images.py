@@ -9,7 +9,10 @@ a failed export never leaves a half-written file or clobbers an existing one.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -19,10 +22,11 @@ import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter, SVGExporter
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QAbstractItemView, QTableView, QWidget
 
 from explorer.core.display.levels import abbreviate, label_step
 from explorer.core.export import atomic_path, write_text
+from explorer.ui.export.raster import table_image
 from explorer.ui.widgets.heatmap import Heatmap
 
 SVG_CELL_LIMIT = 100  # rows and columns up to which an SVG heatmap gets one <rect> per cell
@@ -43,13 +47,63 @@ def _graphics_item(target: Any) -> Any:
     return None
 
 
+_HINT = re.compile(r"\s*\((?:hover|click|double-click|drag)[^()]*\)|;\s*(?:hover|click|drag)[^();]*", re.IGNORECASE)
+
+
+def paper_text(text: str) -> str:
+    """A title without the UI's hints ("(hover for the tokens)", "; click a chip"): images are for papers."""
+    return _HINT.sub("", text)
+
+
+def _plot_items(target: Any) -> list[pg.PlotItem]:
+    if isinstance(target, Heatmap):
+        return [target.plot]
+    if isinstance(target, pg.PlotWidget):
+        return [target.getPlotItem()]
+    if isinstance(target, pg.GraphicsLayoutWidget):
+        return [item for item in target.ci.items if isinstance(item, pg.PlotItem)]
+    return [target] if isinstance(target, pg.PlotItem) else []
+
+
+@contextlib.contextmanager
+def paper_titles(target: Any) -> Iterator[None]:
+    """Titles without UI hints while an image is rendered, restored afterwards."""
+    changed = []
+    for plot in _plot_items(target):
+        label = plot.titleLabel
+        full = str(getattr(label, "full_text", None) or getattr(label, "text", "") or "")
+        clean = paper_text(full)
+        if clean != full:
+            changed.append((plot, full))
+            plot.setTitle(clean)
+    try:
+        yield
+    finally:
+        for plot, full in changed:
+            plot.setTitle(full)
+
+
+def table_rows(view: QAbstractItemView) -> tuple[list[str], list[list[str]]]:
+    """A table view's header and every row as text (what its model shows, not what fits on screen)."""
+    model = view.model()
+    columns = [c for c in range(model.columnCount()) if not (isinstance(view, QTableView) and view.isColumnHidden(c))]
+    headers = [str(model.headerData(c, Qt.Orientation.Horizontal) or "") for c in columns]
+    rows = [[str(model.index(r, c).data() if model.index(r, c).data() is not None else "") for c in columns]
+            for r in range(model.rowCount())]
+    return headers, rows
+
+
 def render_png(target: Any, width: int | None = None) -> QImage:
-    """A QImage of a pyqtgraph item or widget (``widget.grab`` for plain Qt widgets)."""
+    """A QImage of a pyqtgraph item or widget: tables drawn from their data (every row, no scroll
+    bars, ``raster.table_image``), other plain Qt widgets grabbed; plot titles without UI hints."""
     item = _graphics_item(target)
     if item is None:
         if not isinstance(target, QWidget):
             raise TypeError(f"cannot render {type(target).__name__} to PNG")
-        image = target.grab().toImage()
+        if isinstance(target, QAbstractItemView) and target.model() is not None:
+            image = table_image(*table_rows(target))
+        else:
+            image = target.grab().toImage()
         if width and image.width() != width:
             image = image.scaledToWidth(int(width), Qt.TransformationMode.SmoothTransformation)
         return image
@@ -57,7 +111,8 @@ def render_png(target: Any, width: int | None = None) -> QImage:
     if width:
         exporter.parameters()["width"] = int(width)  # the height follows the item's aspect ratio
     exporter.parameters()["antialias"] = True
-    image = exporter.export(toBytes=True)
+    with paper_titles(target):
+        image = exporter.export(toBytes=True)
     if image is None or image.isNull():
         raise RuntimeError("the plot rendered to an empty image (is it laid out with a size?)")
     return image

@@ -20,6 +20,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
 from explorer.ui.export.data import export_data
+from explorer.ui.export.folders import last_folder, remember, slug, tell
 from explorer.ui.export.images import export_png, export_svg
 from explorer.ui.widgets.heatmap import Heatmap
 
@@ -36,18 +37,16 @@ class Exportable:
     data: Callable[[], tuple[np.ndarray, list[str] | None, list[str] | None]]
 
 
-_last_directory: list[str] = [""]
-
-
 def ask_path(parent: QWidget | None, caption: str, name: str, suffix: str, filter_: str) -> Path | None:
-    start = os.path.join(_last_directory[0] or os.getcwd(), f"{name}{suffix}")
+    """A file name for an export, starting in the last export folder (kept in the window's settings)."""
+    start = os.path.join(last_folder(parent), f"{slug(name)}{suffix}")
     chosen, _ = QFileDialog.getSaveFileName(parent, caption, start, filter_)
     if not chosen:
         return None
     path = Path(chosen)
     if path.suffix.lower() != suffix:
         path = path.with_name(path.name + suffix)
-    _last_directory[0] = str(path.parent)
+    remember(parent, path.parent)
     return path
 
 
@@ -87,6 +86,9 @@ def export_actions(exportable: Exportable, parent: QWidget | None = None) -> lis
                 export_data(exportable, path)
         except Exception as exc:  # shown to the user, not raised into the event loop
             QMessageBox.warning(widget, caption, f"Could not write {path}:\n{exc}")
+            return
+        what = {"png": "image", "svg": "image", "csv": "data", "npy": "data"}[kind]
+        tell(widget, f"Saved {exportable.name} ({what}) to {path}")
 
     actions = []
     for kind, text in (("png", "Export PNG\u2026"), ("svg", "Export SVG\u2026"),

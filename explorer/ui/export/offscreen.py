@@ -82,6 +82,7 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
     """Show ``trace`` in every panel offscreen; write ``<panel>_<plot>.png`` for each of their plots
     and ``attention/L{l}_H{h}.png`` (with .npy and .csv) per head. Returns the PNGs written."""
     app = ensure_app()
+    from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QWidget
 
     from explorer.ui.export.images import export_png
@@ -99,6 +100,7 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
                 panel.set_vocabulary_display(loaded.tokenizer.display)
             panel.prepare(trace, panel.snapshot())
             panel.resize(1100, 900)
+            panel.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)  # laid out, never on screen
             panel.show()
             panel.set_trace(trace)
             app.processEvents()
@@ -119,38 +121,16 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
 
 def export_attention_maps(trace: Trace, directory: str | os.PathLike[str],
                           layers: Sequence[int] | None = None) -> list[Path]:
-    """One labelled heatmap PNG per head, ``L{l}_H{h}.png``, plus its ``.npy`` and ``.csv``.
+    """One labelled heatmap PNG per head, ``L{l}_H{h}.png``, plus its ``.npy`` and ``.csv``
+    (``explorer.ui.export.attention_maps``: drawn on a QImage, no widget, no window).
 
     Rows are query tokens, columns key tokens; the causal mask is hatched, not coloured.
     Returns every file written.
     """
-    import numpy as np
+    ensure_app()
+    from explorer.ui.export.attention_maps import write_attention_maps
 
-    app = ensure_app()
-    from explorer.core.display.labels import token_labels
-    from explorer.core.export import write_attention_files
-    from explorer.ui.export.images import export_png
-    from explorer.ui.widgets.heatmap import Heatmap
-
-    directory = Path(directory)
-    written = write_attention_files(trace, directory, layers)
-    labels = token_labels(trace.tokens)
-    n = trace.n_tokens
-    masked = np.triu(np.ones((n, n), dtype=bool), 1) if trace.config.causal else None
-    side = int(np.clip(n * 26 + 260, 420, 1400))
-    heatmap = Heatmap(colormap="viridis")
-    heatmap.plot.setAspectLocked(True)
-    heatmap.resize(side + 60, side)
-    heatmap.show()
-    try:
-        for layer in (range(trace.config.n_layers) if layers is None else layers):
-            for head in range(trace.config.n_heads):
-                heatmap.plot.setTitle(f"layer {layer}, head {head}: attention (rows: queries, columns: keys)")
-                heatmap.set_data(trace.head(layer, head, "pattern"), labels, labels, levels=(0.0, 1.0),
-                                 masked=masked, value_name="attention")
-                app.processEvents()
-                written.append(export_png(heatmap, directory / f"L{layer}_H{head}.png"))
-    finally:
-        heatmap.close()
-        heatmap.deleteLater()
+    written: list[Path] = []
+    for progress in write_attention_maps(trace, directory, layers):
+        written += progress.files
     return written

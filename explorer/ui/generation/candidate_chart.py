@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QGraphicsItem, QWidget
 
 from explorer.core.generation.candidates import CandidateTable
 from explorer.core.tokenize.display import visible_whitespace
+from explorer.ui.widgets.axis import thin_axes
 
 LABEL_CHARS = 14  # candidate labels are cut to this many characters
 BEFORE_BRUSH, BEFORE_CHOSEN = "#c4c9d0", "#4b5563"
@@ -41,7 +42,7 @@ class CandidateChart(pg.PlotWidget):
     controls; the chosen token's bars are dark grey and orange and its label starts with ▶."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(parent, axisItems=thin_axes())
         self.setMinimumSize(240, 180)
         self.setAntialiasing(False)  # axis-aligned bars: the same picture, painted faster
         item = self.getPlotItem()

@@ -96,6 +96,14 @@ class SamplingControls(QWidget):
             control.valueChanged.connect(lambda _=None: self.changed.emit())
         self.random_seed.toggled.connect(lambda on: self.seed.setEnabled(not on))
 
+    def set_max_new_cap(self, cap: int) -> None:
+        """The most new tokens the model's context allows, shown in the box ("64 (max 256)") and its
+        tooltip, so a larger number typed there is not silently cut to something else."""
+        cap = max(1, int(cap))
+        self.max_new.setMaximum(cap)
+        self.max_new.setSuffix(f"  (max {cap:,})")
+        self.max_new.setToolTip(f"Stop after this many new tokens: at most {cap:,}, the model's context length")
+
     def params(self, seed: int | None = None, stop_at_eos: bool = True) -> SamplingParams:
         """The controls as they are now (``seed``: the one to record; default the seed box's)."""
         return SamplingParams(

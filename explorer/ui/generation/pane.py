@@ -230,8 +230,12 @@ class GenerationPane(GenerationRun, Panel):
         self.chart.show_table(None, [])
         self.info.setText("")
         if loaded is not None:
-            self.max_new.setMaximum(max(1, loaded.config.n_ctx))
-        self.status.setText("" if loaded is not None else "No model loaded.")
+            self.controls.set_max_new_cap(loaded.config.n_ctx)
+        blocked = getattr(loaded, "generation_blocked", None)
+        self.status.setText("No model loaded." if loaded is None else f"Generation is off: {blocked}." if blocked
+                            else "")
+        self.prompt_edit.setEnabled(not blocked)
+        self.controls.setEnabled(not blocked)
         self._update_buttons()
 
     def follow_prompt(self, text: str) -> None:

@@ -83,7 +83,7 @@ class GenerationRun:
 
     def generate(self) -> bool:
         """Continue the prompt box's text with the current controls. False if it could not start."""
-        if self.loaded is None or self.running:
+        if self.loaded is None or self.running or getattr(self.loaded, "generation_blocked", None):
             return False
         try:
             ids = self._encode_prompt()
@@ -191,7 +191,7 @@ class GenerationRun:
         self.status.setStyleSheet("QLabel { color: #8a1c1c; }")
 
     def _update_buttons(self) -> None:
-        ready = self.loaded is not None
+        ready = self.loaded is not None and not getattr(self.loaded, "generation_blocked", None)
         self.generate_button.setEnabled(ready and not self.running)
         self.stop_button.setEnabled(self.running)
         self.continue_button.setEnabled(ready and not self.running and self.selected is not None)

@@ -78,11 +78,13 @@ class TokenText(QPlainTextEdit):
         self.spans, self.formats, self.selected = [], [], None
         cursor = QTextCursor(self.document())
         cursor.insertText(prompt_text, self._prompt_format)
+        self._follow = True  # a long prompt: the first new tokens are shown, not the prompt's top
 
     def append_tokens(self, tokens: Sequence[tuple[int, str, float]]) -> None:
         """Append ``(step index, text, probability)`` spans in one edit (one layout, one repaint)."""
         scroll = self.verticalScrollBar()
-        at_end = scroll.value() >= scroll.maximum() - 2
+        at_end = scroll.value() >= scroll.maximum() - 2 or getattr(self, "_follow", False)
+        self._follow = False  # from now on it follows while the user has not scrolled up
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.beginEditBlock()

@@ -11,6 +11,7 @@ _REGISTRY = [
     ("explorer.ui.panels.attention", "AttentionPanel"),
     ("explorer.ui.panels.neurons", "NeuronsPanel"),
     ("explorer.ui.panels.residual", "ResidualPanel"),
+    ("explorer.ui.panels.masked", "MaskedTokensPanel"),
 ]
 
 

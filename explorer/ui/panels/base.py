@@ -23,10 +23,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QTextBrowser, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QToolButton, QVBoxLayout, QWidget
 
 from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
+from explorer.ui.explanations import ExplanationWindow
 from explorer.ui.export.menu import Exportable, attach_export_menu
 from explorer.ui.selection import Selection
 
@@ -119,33 +120,32 @@ class Panel(QWidget):
         return resources_dir() / "explanations" / f"{self.explanation}.md" if self.explanation else None
 
     def _build_explanation(self) -> None:
-        """A "What am I looking at?" toggle above the panel's content, and the text it reveals."""
+        """A "What am I looking at?" button above the panel's content; it opens the explanation,
+        rendered from Markdown, in its own window (``explorer.ui.explanations``)."""
         self.explain_button = QToolButton(self)
         self.explain_button.setText("What am I looking at?")
         self.explain_button.setCheckable(True)
         self.explain_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.explain_button.setArrowType(Qt.ArrowType.RightArrow)
         self.explain_button.setAutoRaise(True)
-        self.explain_button.setToolTip("Show what this panel shows and how to read it (F1)")
+        self.explain_button.setToolTip("Open what this panel shows and how to read it, with its formulas (F1)")
         self.explain_button.toggled.connect(self.show_explanation)
-        self.explain_text = QTextBrowser(self)
-        self.explain_text.setOpenLinks(False)
-        self.explain_text.setMaximumHeight(260)
-        self.explain_text.hide()
+        self.explain_window = ExplanationWindow(self.title or type(self).__name__, self)
+        self.explain_window.finished.connect(lambda _: self.explain_button.setChecked(False))
+        self.explain_text = self.explain_window.text
         path = self.explanation_path()
         self.explain_button.setVisible(bool(path and path.is_file()))
         self.body.addWidget(self.explain_button, 0, Qt.AlignmentFlag.AlignLeft)
-        self.body.addWidget(self.explain_text)
 
     def show_explanation(self, on: bool = True) -> None:
-        path = self.explanation_path()
-        if on and not self.explain_text.toMarkdown().strip() and path and path.is_file():
-            self.explain_text.setMarkdown(path.read_text(encoding="utf-8"))
         if self.explain_button.isChecked() != on:
             self.explain_button.setChecked(on)  # re-enters through toggled with the same value
             return
         self.explain_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
-        self.explain_text.setVisible(on)
+        if on and self.explain_window.load(self.explanation_path()):
+            self.explain_window.present()
+        elif not on:
+            self.explain_window.hide()
 
     def _on_selection_changed(self, what: str) -> None:
         if self.trace is not None:

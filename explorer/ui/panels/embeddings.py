@@ -19,6 +19,7 @@ from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vo
                                    sinusoid_curves)
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
+from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
 
 N_NEIGHBOURS = 10
@@ -87,7 +88,9 @@ class EmbeddingsPanel(Panel):
                                   "(ranges like 4-7 work); at most 8")
         dims_row.addWidget(self.dims_edit, 1)
         curves.addLayout(dims_row)
-        self.curves_plot = pg.PlotWidget(title="sinusoidal positions: value of a dimension by position")
+        self.curves_plot = pg.PlotWidget(title="sinusoidal positions: value of a dimension by position",
+                                        axisItems=thin_axes())
+        readable(self.curves_plot)
         self.curves_plot.setLabel("bottom", "position")
         self.curves_plot.addLegend(offset=(-10, 10))
         curves.addWidget(self.curves_plot, 1)

@@ -17,6 +17,7 @@ from explorer.core.tokenize.display import ChipView, display_bytes, display_chip
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
+from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.token_chips import TokenChips
 
 OWN = "own"
@@ -56,7 +57,8 @@ class TokenizationPanel(Panel):
         self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.scroll.setMinimumHeight(48)
 
-        self.plot = pg.PlotWidget(self)
+        self.plot = pg.PlotWidget(self, axisItems=thin_axes())
+        readable(self.plot)
         self.plot.setMinimumSize(260, 110)
         item = self.plot.getPlotItem()
         item.setMouseEnabled(y=False)

@@ -18,9 +18,11 @@ from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QToolTip, QWidget
 
 from explorer.core.display.levels import finite_levels, thinned_ticks
+from explorer.ui.widgets.axis import readable, thin_axes
 
 MASK_LIGHT = (205, 205, 205, 255)
 MASK_DARK = (150, 150, 150, 255)
+MIN_WIDTH, MIN_HEIGHT = 220, 150  # room for labels, a title, an axis and the colour bar
 _OVERLAY_MAX_PIXELS = 2_000_000  # above this the overlay is plain grey, one pixel per cell
 
 
@@ -32,6 +34,21 @@ def format_value(value: float) -> str:
     if value == 0 or 1e-3 <= abs(value) < 1e6:
         return f"{value:.6f}"
     return f"{value:.6e}"
+
+
+def dark_cells(colormap: pg.ColorMap, values: np.ndarray, levels: tuple[float, float]) -> np.ndarray:
+    """Which cells of ``values`` (coloured by ``colormap`` over ``levels``) are dark enough that their
+    text must be white: the relative luminance (WCAG, linearised sRGB) of each cell's own colour is
+    below 0.18, the point where white and black text have about the same contrast. Chosen per cell,
+    so it holds for every colour map (viridis' yellow top takes black text, its purple bottom white)."""
+    values = np.asarray(values, dtype=np.float64)
+    lo, hi = float(levels[0]), float(levels[1])
+    span = hi - lo if hi > lo else 1.0
+    fraction = np.clip(np.nan_to_num((values - lo) / span, nan=0.0), 0.0, 1.0)
+    rgb = colormap.map(fraction.ravel(), mode="float")[:, :3].astype(np.float64)
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    luminance = linear @ np.array([0.2126, 0.7152, 0.0722])
+    return (luminance < 0.18).reshape(values.shape)
 
 
 def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
@@ -75,9 +92,10 @@ class Heatmap(pg.GraphicsLayoutWidget):
                  title: str = "") -> None:
         super().__init__(parent)
         self.symmetric = symmetric
+        self.setMinimumSize(MIN_WIDTH, MIN_HEIGHT)  # smaller, the panel scrolls (see docks.PanelDock)
         self.colormap = pg.colormap.get(colormap)
         self.title = title
-        self.plot: pg.PlotItem = self.addPlot(row=0, col=0, title=title or None)
+        self.plot: pg.PlotItem = readable(self.addPlot(row=0, col=0, title=title or None, axisItems=thin_axes()))
         self.plot.invertY(True)
         self.plot.hideButtons()
         self.plot.showGrid(x=False, y=False)
@@ -143,6 +161,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
             return
         lo, hi = (float(levels[0]), float(levels[1])) if levels is not None else \
             finite_levels(matrix, self.symmetric, masked)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):  # given levels a NaN made unusable
+            lo, hi = finite_levels(matrix, self.symmetric, masked)
         self.levels = (lo, hi)
         shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix), dtype=np.float32)
         self.image.setImage(shown, levels=self.levels, autoLevels=False)

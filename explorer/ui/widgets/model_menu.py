@@ -6,7 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QWidget
+
+from explorer.core.checkpoint.hub_cache import REPO_ID, cache_dir, repo_folder_name
 
 RECENT_KEY = "checkpoint/recent"
 LAST_KEY = "checkpoint/last"
@@ -25,8 +28,8 @@ def _as_list(value: object) -> list[str]:
 class RecentCheckpoints:
     """The most recently loaded checkpoints, newest first, at most ``MAX_RECENT``.
 
-    Entries are directories/files or built-in names; paths that no longer exist are dropped
-    whenever the list is read.
+    Entries are directories/files, built-in names or Hugging Face repository ids (``org/name``);
+    paths that no longer exist (and ids no longer cached) are dropped whenever the list is read.
     """
 
     def __init__(self, settings: QSettings, builtin: Callable[[], list[str]] | None = None) -> None:
@@ -36,6 +39,8 @@ class RecentCheckpoints:
     def _exists(self, source: str) -> bool:
         if Path(source).expanduser().exists():
             return True
+        if REPO_ID.match(source):  # a Hugging Face repository id: kept while it is in the cache
+            return (cache_dir() / repo_folder_name(source)).is_dir()
         if self._builtin is None:  # cannot tell a built-in name from a missing path: keep it
             return "/" not in source and "\\" not in source
         return source in self._builtin()
@@ -99,11 +104,35 @@ class ModelMenus(QObject):
         menu.addSeparator()
         menu.addAction("Clear list", self.recent.clear).setEnabled(bool(entries))
 
+    def is_current(self, name: str) -> bool:
+        """Whether the built-in model ``name`` is the one loaded (by name, or by its bundled path)."""
+        if not self.current:
+            return False
+        if name == self.current:
+            return True
+        from explorer.core.paths import models_dir
+
+        try:
+            return Path(self.current).resolve() == (models_dir() / name).resolve()
+        except OSError:
+            return False
+
     def fill_models(self) -> None:
         menu = self.models_menu
         menu.clear()
-        for name in self._builtin():
+        names = self._builtin()
+        ticked = False
+        for name in names:
             action = menu.addAction(name)
             action.setCheckable(True)
-            action.setChecked(name == self.current)
+            action.setChecked(self.is_current(name))
+            ticked = ticked or action.isChecked()
             action.triggered.connect(lambda _=False, s=name: self.source_chosen.emit(s))
+        if self.current and not ticked:  # a checkpoint from disk: named, ticked, above the built-ins
+            menu.insertSeparator(menu.actions()[0] if menu.actions() else None)
+            action = QAction(Path(self.current).name or self.current, menu)
+            action.setToolTip(self.current)
+            action.setCheckable(True)
+            action.setChecked(True)
+            action.setEnabled(False)
+            menu.insertAction(menu.actions()[0], action)

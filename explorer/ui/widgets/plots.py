@@ -5,6 +5,8 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QGraphicsRectItem
 
+from explorer.ui.widgets.axis import readable, thin_axes
+
 
 def outline(plot: pg.PlotItem, pen, z: float = 20, visible: bool = True) -> QGraphicsRectItem:
     """An unfilled rectangle drawn over ``plot`` (placed later with ``setRect``), e.g. the selected cell."""
@@ -19,7 +21,9 @@ def outline(plot: pg.PlotItem, pen, z: float = 20, visible: bool = True) -> QGra
 def fixed_plot(grid: str = "y") -> pg.PlotWidget:
     """A plot the user reads but does not pan or zoom: mouse off, no auto-range button, a light grid
     on the axes named in ``grid`` ("", "y" or "xy"), and numbers as written (no "x0.001" SI prefix)."""
-    widget = pg.PlotWidget()
+    widget = pg.PlotWidget(axisItems=thin_axes())
+    readable(widget)
+    widget.setMinimumSize(200, 130)  # smaller, the panel scrolls (see docks.PanelDock)
     widget.setMouseEnabled(x=False, y=False)
     widget.hideButtons()
     if grid:

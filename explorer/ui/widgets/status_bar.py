@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QLabel,
+    QProgressBar,
+    QStatusBar,
+    QToolButton,
+    QWidget,
+)
 
 NOTICE_MS = 8000
 
@@ -17,19 +25,34 @@ def human_count(n: int) -> str:
 
 
 class StatusBar(QStatusBar):
-    """Permanent fields on the right; ``notice`` shows a transient message on the left."""
+    """Permanent fields on the right; ``notice`` shows a transient message on the left.
+
+    While a model loads: its stage, a progress bar ("tensor i of N" once reading starts) and a Cancel
+    button (``cancel_requested``). ``warning`` is a red line for numerical trouble in the trace shown.
+    """
 
     FIELDS = ("model", "device", "dtype", "params", "tokens", "forward")
+    cancel_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.warning = QLabel("", self)
+        self.warning.setObjectName("status-warning")
+        self.warning.setStyleSheet("color: #c0392b; font-weight: bold;")
+        self.warning.setVisible(False)
         self.stage = QLabel("", self)
         self.progress = QProgressBar(self)
-        self.progress.setRange(0, 0)  # indeterminate: loading reports stages, not fractions
-        self.progress.setMaximumWidth(120)
+        self.progress.setRange(0, 0)  # indeterminate until the first tensor is read
+        self.progress.setMaximumWidth(160)
         self.progress.setMaximumHeight(14)
+        self.cancel = QToolButton(self)
+        self.cancel.setText("Cancel")
+        self.cancel.setToolTip("Stop loading; the model that is open stays open")
+        self.cancel.clicked.connect(self.cancel_requested)
+        self.addWidget(self.warning)
         self.addPermanentWidget(self.stage)
         self.addPermanentWidget(self.progress)
+        self.addPermanentWidget(self.cancel)
         self.fields: dict[str, QLabel] = {}
         for name in self.FIELDS:
             label = QLabel("", self)
@@ -44,6 +67,23 @@ class StatusBar(QStatusBar):
         self.stage.setText(stage or "")
         self.stage.setVisible(bool(stage))
         self.progress.setVisible(stage is not None)
+        self.cancel.setVisible(stage is not None)
+        self.cancel.setEnabled(True)
+        if stage is None:
+            self.progress.setRange(0, 0)
+            self.progress.setFormat("")
+
+    def set_progress(self, done: int, total: int) -> None:
+        """Tensor ``done`` of ``total`` is being read."""
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        self.progress.setFormat(f"tensor {done + 1} of {total}")
+        self.progress.setTextVisible(True)
+
+    def set_warning(self, text: str | None) -> None:
+        self.warning.setText(f"⚠ {text}" if text else "")
+        self.warning.setToolTip(text or "")
+        self.warning.setVisible(bool(text))
 
     def show_model(self, info: dict[str, Any]) -> None:
         self.fields["model"].setText(f"<b>{info['name']}</b>")

@@ -19,7 +19,6 @@ from explorer.core.display.levels import finite_levels
 from explorer.core.display.labels import token_labels
 from explorer.ui.panels.attention.views import (
     OUTLINE,
-    STAT_LABELS_MAX,
     StatisticHeatmap,
     head_source,
     mosaic_of,
@@ -27,7 +26,10 @@ from explorer.ui.panels.attention.views import (
     statistic_levels,
     statistic_of,
 )
-from explorer.ui.widgets.heatmap import format_value
+from explorer.ui.panels.attention.statistics_table import HeadStatisticsTable
+from explorer.ui.panels.residual.cells import CellTexts
+from explorer.ui.widgets.heatmap import dark_cells, format_value
+from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.plots import outline
 
 
@@ -36,12 +38,12 @@ class AttentionOverview:
 
     def _build_overview(self) -> None:
         self.overview = pg.GraphicsLayoutWidget()
-        self.overview_plot: pg.PlotItem = self.overview.addPlot(row=0, col=0, title="all heads")
+        self.overview_plot: pg.PlotItem = readable(self.overview.addPlot(row=0, col=0, title="all heads", axisItems=thin_axes("left", "top")))
         plot = self.overview_plot
         plot.invertY(True)
         plot.setAspectLocked(True)
-        plot.hideButtons()
-        plot.setMouseEnabled(x=False, y=False)
+        # grows with its space (aspect kept); the wheel zooms, dragging pans, "A" (bottom left) resets
+        plot.setMouseEnabled(x=True, y=True)
         plot.showAxis("top")
         plot.hideAxis("bottom")
         self.overview_image = pg.ImageItem(axisOrder="row-major")
@@ -58,14 +60,33 @@ class AttentionOverview:
         self.statistics = StatisticHeatmap(colormap="viridis")
         self.statistics.cell_clicked.connect(self.selection.set_layer_head)
         self.statistics_outline = outline(self.statistics.plot, OUTLINE)
-        self.statistics.setVisible(False)
-        self.statistic_texts: list[pg.TextItem] = []
+        self.statistic_cells = CellTexts()  # values written in the cells while they have room
+        self.statistic_cells.setZValue(15)
+        self.statistics.plot.addItem(self.statistic_cells)
+        self.statistics_table = HeadStatisticsTable()
+        self.statistics_table.head_clicked.connect(self.selection.set_layer_head)
+        self.statistics_area = QSplitter(Qt.Orientation.Horizontal)
+        self.statistics_area.addWidget(self.statistics)
+        self.statistics_area.addWidget(self.statistics_table)
+        self.statistics_area.setChildrenCollapsible(False)
+        self.statistics_area.setStretchFactor(0, 3)
+        self.statistics_area.setStretchFactor(1, 2)
+        self.statistics_area.setVisible(False)
 
         self._overview_column = QSplitter(Qt.Orientation.Vertical)
         self._overview_column.addWidget(self.overview)
-        self._overview_column.addWidget(self.statistics)
+        self._overview_column.addWidget(self.statistics_area)
+        self._overview_column.setChildrenCollapsible(False)
         self._overview_column.setStretchFactor(0, 3)
         self._overview_column.setStretchFactor(1, 2)
+        self.overview.setMinimumSize(200, 200)
+
+    def _give_statistics_room(self) -> None:
+        """The statistics get about 45% of the column when turned on (never the zero height a
+        hidden splitter child comes back with)."""
+        total = sum(self._overview_column.sizes()) or self._overview_column.height()
+        if total > 0:
+            self._overview_column.setSizes([int(total * 0.55), total - int(total * 0.55)])
 
 
     def statistic_values(self, name: str | None = None) -> np.ndarray:
@@ -113,6 +134,8 @@ class AttentionOverview:
         t = self.geometry.tile
         self.selected_outline.setRect(QRectF(x - 0.5, y - 0.5, t + 1, t + 1))
         self.statistics_outline.setRect(QRectF(head, layer, 1, 1))
+        if self.statistics_area.isVisible():
+            self.statistics_table.select_head(layer, head)
 
     def _draw_statistics(self) -> None:
         if self.trace is None or not self.stats_toggle.isChecked():
@@ -124,19 +147,13 @@ class AttentionOverview:
         self.statistics.plot.setTitle(label)
         self.statistics.set_data(values, [f"L{layer}" for layer in range(cfg.n_layers)],
                                  [f"H{head}" for head in range(cfg.n_heads)], levels=levels, value_name=label)
-        for text in self.statistic_texts:
-            self.statistics.plot.removeItem(text)
-        self.statistic_texts = []
-        if cfg.n_layers > STAT_LABELS_MAX or cfg.n_heads > STAT_LABELS_MAX:
-            return  # too many cells to write in: the tooltip gives each value
-        for (layer, head), value in np.ndenumerate(values):
-            dark = not math.isfinite(value) or (value - levels[0]) < 0.6 * (levels[1] - levels[0])
-            text = pg.TextItem(f"{value:.2f}" if math.isfinite(value) else "–", anchor=(0.5, 0.5),
-                               color="w" if dark and math.isfinite(value) else "k")
-            text.setPos(head + 0.5, layer + 0.5)
-            text.setZValue(15)
-            self.statistics.plot.addItem(text)
-            self.statistic_texts.append(text)
+        self.statistics_table.set_values(values, label)
+        self.statistics_table.select_head(*self.layer_head())
+        # each value in its cell, in black or white by the cell's luminance; CellTexts leaves out text
+        # that has no room on screen (the table and the tooltips have every value)
+        texts = [[f"{v:.2f}" if math.isfinite(v) else "\u2013" for v in row] for row in values]
+        self.statistic_cells.set_cells(texts, np.zeros(values.shape, bool),
+                                       dark_cells(self.statistics.colormap, values, levels) & np.isfinite(values))
 
 
     # --- hover and click on the overview ---------------------------------------------------------
@@ -188,6 +205,14 @@ class AttentionOverview:
                 for head in range(cfg.n_heads) for label in labels]
         return stack, rows, labels
 
+
+    def _statistics_table_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """The table as shown (its current order): one row per head, "L{l} H{h}", the statistic's value."""
+        table = self.statistics_table
+        values = self.statistic_values()
+        heads = [table.head_at(r) for r in range(table.model().rowCount())]
+        column = np.array([values[layer, head] for layer, head in heads], dtype=np.float64)
+        return column, [f"L{layer} H{head}" for layer, head in heads], [analysis.STATISTIC_LABELS[self.statistic]]
 
     def _statistics_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The chosen head statistic [L, H] with "L{l}" / "H{h}" labels."""

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.analysis import attention as analysis
-from explorer.core.display.levels import finite_levels, thinned_ticks
+from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.display.labels import scores_formula, token_labels
 from explorer.core.trace import Trace
@@ -122,6 +122,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addStretch(1)
         self.info = QLabel()
         self.info.setStyleSheet("color: #555")
+        self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
         row.addWidget(self.info)
         self.body.addLayout(row)
 
@@ -151,6 +152,7 @@ class AttentionPanel(AttentionOverview, Panel):
         self.add_exportable("attention, selected head", self.detail, self._detail_data)
         self.add_exportable("attention, selected query row", self.row_plot, self._row_data)
         self.add_exportable("head statistics", self.statistics, self._statistics_data)
+        self.add_exportable("head statistics table", self.statistics_table, self._statistics_table_data)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> AttentionSnapshot:
@@ -211,7 +213,9 @@ class AttentionPanel(AttentionOverview, Panel):
             self.stats_toggle.setChecked(on)  # re-enters through the toggled signal
             return
         self.stat_box.setEnabled(on)
-        self.statistics.setVisible(on)
+        self.statistics_area.setVisible(on)
+        if on:
+            self._give_statistics_room()
         self._draw_statistics()
 
     def set_statistic(self, name: str) -> None:
@@ -267,9 +271,7 @@ class AttentionPanel(AttentionOverview, Panel):
         layer, head = self.layer_head()
         cfg = self.trace.config  # the family's own scale, bias, cap and window, as the forward pass applies them
         what = "attention pattern" if self.kind == "pattern" else scores_formula(cfg, layer)
-        window = layer in cfg.sliding_layers and cfg.sliding_window is not None
-        axes = "" if cfg.attn_softcap or window or cfg.alibi else "  (rows: queries, columns: keys)"  # axes say it too
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{axes}")
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}")  # the axes say query and key
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
@@ -294,7 +296,7 @@ class AttentionPanel(AttentionOverview, Panel):
                  else " (later keys masked)" if masked[i].any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
-        lo, hi = float(min(0.0, heights.min(initial=0.0))), float(max(0.0, heights.max(initial=0.0)))
+        lo, hi = finite_extent(heights)
         self.row_plot.setXRange(0, max(n, 1), padding=0.01)
         self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 

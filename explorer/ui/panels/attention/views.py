@@ -25,7 +25,6 @@ OUTLINE = pg.mkPen("#ff2d55", width=2.5, cosmetic=True)
 QUERY_OUTLINE = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)
 BAR_PATTERN = pg.mkBrush("#2a788e")  # viridis' middle
 BAR_POSITIVE, BAR_NEGATIVE = pg.mkBrush("#c0392b"), pg.mkBrush("#3b6fb6")  # the red and blue ends of CET-D1
-STAT_LABELS_MAX = 16  # write each head's value into its cell while there are at most this many layers and heads
 
 
 

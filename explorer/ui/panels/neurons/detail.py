@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QVBoxLayout, QWidget
 
 from explorer.core.analysis.neurons import activation_histogram, top_neurons
-from explorer.core.display.levels import thinned_ticks
+from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
 from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, vocab_effect_of
 from explorer.ui.panels.neurons.widgets import (
@@ -132,7 +132,7 @@ class NeuronDetail:
         self.bars_plot.setTitle(f"L{self._layer} neuron #{j}: activation at each token "
                                 f"(selected: {quoted(tokens[i])} ({i}) = {values[i]:.4f})")
         self._bar_ticks()
-        lo, hi = float(min(0.0, values.min(initial=0.0))), float(max(0.0, values.max(initial=0.0)))
+        lo, hi = finite_extent(values)
         self.bars_plot.setXRange(0, max(n, 1), padding=0.01)
         self.bars_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 

@@ -122,6 +122,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         row.addStretch(1)
         self.info = QLabel()
         self.info.setStyleSheet("color: #555")
+        self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
         row.addWidget(self.info)
         self.controls = QWidget()
         self.controls.setLayout(row)

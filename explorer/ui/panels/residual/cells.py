@@ -65,12 +65,12 @@ class CellTexts(pg.GraphicsObject):
         transform = painter.transform()
         origin, corner = transform.map(QPointF(0, 0)), transform.map(QPointF(1, 1))
         w, h = abs(corner.x() - origin.x()), abs(corner.y() - origin.y())
-        if w < 10 or h < 7:  # cells too small on screen to hold a letter
+        if w < 14 or h < 10:  # cells too small on screen to hold a readable letter (the tooltip has it)
             return
         painter.save()
         painter.resetTransform()  # draw in device pixels: text keeps its size when the view zooms
         font = QFont(painter.font())
-        font.setPixelSize(int(np.clip(h * 0.5, 7, 13)))
+        font.setPixelSize(int(np.clip(h * 0.6, 9, 14)))
         bold = QFont(font)
         bold.setBold(True)
         fonts = {False: (font, QFontMetricsF(font)), True: (bold, QFontMetricsF(bold))}

@@ -17,13 +17,14 @@ from PySide6.QtGui import QPainterPath
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
+from explorer.ui.widgets.heatmap import dark_cells
 from explorer.ui.panels.residual.cells import percent, quoted, visible_text
 
 LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists them)
+LENS_ROW_PX = 18  # a lens row's height when its cells carry text
 TEXT_MAX_TOKENS = 40  # the lens writes each cell's top token while there are at most this many tokens…
 TEXT_MAX_ROWS = 25  # …and boundaries; beyond that, colours only (the tooltip still names the tokens)
 NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the real next token
-_DARK_BELOW = 0.55  # viridis is dark below about this fraction of its range: white text there
 
 
 def vocab_size_of(tokenizer: Any) -> int | None:
@@ -80,9 +81,11 @@ class LogitLensView:
             hits[:, :-1] = lens.ids[:, :-1, 0] == np.asarray(trace.token_ids[1:])[None, :]
         self.next_token_hits = hits
         legible = n <= TEXT_MAX_TOKENS and B <= TEXT_MAX_ROWS
+        # rows tall enough for readable text (the panel scrolls when that is more than it has)
+        self.lens_map.setMinimumHeight(min(B * LENS_ROW_PX + 80, 640) if legible else 150)
         self.lens_cells.setVisible(legible)
         if legible:
-            self.lens_cells.set_cells(self.lens_texts, hits, top1 < _DARK_BELOW)
+            self.lens_cells.set_cells(self.lens_texts, hits, dark_cells(self.lens_map.colormap, top1, (0.0, 1.0)))
         else:
             self.lens_cells.set_cells([], np.zeros((0, 0), bool), np.zeros((0, 0), bool))
         path = QPainterPath()

@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.analysis import residual as core
-from explorer.core.display.levels import thinned_ticks
+from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 from explorer.ui.export.menu import export_actions
@@ -80,6 +80,7 @@ class ResidualPanel(LogitLensView, Panel):
         row = QHBoxLayout()
         self.info = QLabel()
         self.info.setStyleSheet("color: #555")
+        self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
         row.addWidget(self.info, 1)
         self.body.addLayout(row)
 
@@ -228,7 +229,7 @@ class ResidualPanel(LogitLensView, Panel):
     def _draw_norms(self) -> None:
         trace = self.trace
         self.norm_map.set_data(self.norms, self._labels, self._token_axis(),
-                               levels=(0.0, float(self.norms.max(initial=0.0)) or 1.0), value_name="\u2016x\u2016")
+                               levels=(0.0, finite_extent(self.norms)[1] or 1.0), value_name="\u2016x\u2016")
         cfg = trace.config
         self.info.setText(f"{cfg.n_layers} layers \u00b7 {trace.n_tokens} tokens \u00b7 "
                           f"{len(self._labels)} layer boundaries (embed = entering block 0)")
@@ -239,7 +240,7 @@ class ResidualPanel(LogitLensView, Panel):
         self.norm_plot.getAxis("bottom").setTicks([[(t - 0.5, s) for t, s in
                                                     thinned_ticks(self._labels, max_labels=10, max_chars=9)]])
         self.norm_plot.setXRange(-0.3, max(B - 1, 1) + 0.3, padding=0)
-        self.norm_plot.setYRange(0, float(self.norms.max(initial=0.0)) or 1.0, padding=0.05)
+        self.norm_plot.setYRange(0, finite_extent(self.norms)[1] or 1.0, padding=0.05)
 
     def _draw_cosine(self) -> None:
         rows = [f"block {layer}" for layer in range(self.cosine.shape[0])]
@@ -281,14 +282,14 @@ class ResidualPanel(LogitLensView, Panel):
             self.bars_legend.addItem(self.attn_bars, "attention")
             self.bars_legend.addItem(self.ffn_bars, "FFN")
             self.bars_plot.setTitle(f"what each sublayer added at {name}")
-            top = float(max(attn.max(initial=0.0), mlp.max(initial=0.0)))
+            top = max(finite_extent(attn)[1], finite_extent(mlp)[1])
         else:
             self.attn_bars.setOpts(x=x, height=attn, width=0.6)
             self.ffn_bars.setOpts(x=[], height=[])
             self.ffn_bars.setVisible(False)
             self.bars_legend.addItem(self.attn_bars, "attention")
             self.bars_plot.setTitle(f"attention output at {name} (no FFN)")
-            top = float(attn.max(initial=0.0))
+            top = finite_extent(attn)[1]
         step = max(1, math.ceil(L / 16))
         self.bars_plot.getAxis("bottom").setTicks([[(layer, str(layer)) for layer in range(0, L, step)]])
         self.bars_plot.setXRange(-0.6, L - 0.4, padding=0)

@@ -1,0 +1,134 @@
+"""Loading a checkpoint: time and peak resident memory against the loaded model's size.
+
+For a GPT-2-small-sized model (Hugging Face GPT-2 layout, float32 safetensors, 124M parameters) and a
+Llama-3.2-1B-shaped model (16 layers, d_model 2048, 32 query / 8 KV heads, SwiGLU 8192, vocabulary
+128,256, tied; native format, bfloat16 safetensors loaded as float32): random weights are written to
+a temporary directory tensor by tensor, then a fresh Python process loads the checkpoint and reports
+its load time, its resident memory before the load and its peak (VmHWM) after it. The target
+(issue 11): peak resident memory while loading <= 1.3x the loaded model's size.
+
+    python benchmarks/load.py [--only gpt2|llama]
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+
+
+def write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype, seed: int = 0) -> None:
+    """A safetensors file of random tensors, written one tensor at a time (never the whole model in memory)."""
+    item = torch.empty((), dtype=dtype).element_size()
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        n = item
+        for s in shape:
+            n *= s
+        header[name] = {"dtype": _DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    gen = torch.Generator().manual_seed(seed)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for name, shape in shapes.items():
+            t = (torch.randn(shape, generator=gen) * 0.02).to(dtype)
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight", "norm.weight", "layernorm.weight",
+                              "ln1.weight", "ln2.weight", "ln_final.weight")):
+                t.fill_(1.0)
+            f.write(t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+
+
+def gpt2_small(directory: Path) -> None:
+    d, V, L, ctx = 768, 50257, 12, 1024
+    shapes = {"transformer.wte.weight": (V, d), "transformer.wpe.weight": (ctx, d)}
+    for i in range(L):
+        p = f"transformer.h.{i}."
+        shapes.update({p + "ln_1.weight": (d,), p + "ln_1.bias": (d,), p + "attn.c_attn.weight": (d, 3 * d),
+                       p + "attn.c_attn.bias": (3 * d,), p + "attn.c_proj.weight": (d, d), p + "attn.c_proj.bias": (d,),
+                       p + "ln_2.weight": (d,), p + "ln_2.bias": (d,), p + "mlp.c_fc.weight": (d, 4 * d),
+                       p + "mlp.c_fc.bias": (4 * d,), p + "mlp.c_proj.weight": (4 * d, d), p + "mlp.c_proj.bias": (d,)})
+    shapes.update({"transformer.ln_f.weight": (d,), "transformer.ln_f.bias": (d,)})
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": L, "n_head": 12, "n_embd": d,
+                                                       "vocab_size": V, "n_positions": ctx}))
+    write_safetensors(directory / "model.safetensors", shapes, torch.float32)
+
+
+def llama_1b(directory: Path) -> None:
+    from explorer.core.checkpoint.convert import expected_shapes
+    from explorer.core.config import ModelConfig
+
+    cfg = ModelConfig(arch="llama", vocab_size=128256, n_ctx=131072, d_model=2048, n_layers=16, n_heads=32,
+                      d_head=64, d_ff=8192, n_kv_heads=8, norm="rmsnorm", norm_eps=1e-5, positions="rotary",
+                      rotary_base=500000.0, activation="silu", gated_ffn=True, attn_bias=False, mlp_bias=False,
+                      tie_embeddings=True)
+    shapes = {k: v for k, v in expected_shapes(cfg).items() if k != "unembed.weight"}
+    directory.mkdir(parents=True)
+    tokenizer = {"type": "vocab", "tokens": [chr(ord("a") + i) for i in range(26)], "split": "chars"}
+    (directory / "config.json").write_text(json.dumps({"format": "transformer-explorer", "version": 1,
+                                                       "name": "llama-1b-shaped", "model": cfg.to_dict(),
+                                                       "tokenizer": tokenizer}))
+    write_safetensors(directory / "model.safetensors", shapes, torch.bfloat16)
+
+
+CHILD = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+import torch
+torch.set_num_threads(2)
+from explorer.core.checkpoint import load_checkpoint
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+before = status("VmRSS")
+start = time.perf_counter()
+loaded = load_checkpoint({path!r}, device="cpu", dtype="float32")
+seconds = time.perf_counter() - start
+model_bytes = sum(p.numel() * p.element_size() for p in {{id(p): p for p in loaded.model.parameters()}}.values())
+print(json.dumps({{"seconds": seconds, "before": before, "peak": status("VmHWM"), "after": status("VmRSS"),
+                  "model_bytes": model_bytes, "params": loaded.n_params}}))
+"""
+
+
+def measure(path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), path=str(path))], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    models = {"gpt2": ("GPT-2-small-sized (HF GPT-2 layout, float32 file)", gpt2_small),
+              "llama": ("Llama-3.2-1B-shaped (native, bfloat16 file -> float32)", llama_1b)}
+    with tempfile.TemporaryDirectory(prefix="load-bench-") as tmp:
+        for key, (title, write) in models.items():
+            if only and key != only:
+                continue
+            directory = Path(tmp) / key
+            write(directory)
+            file_mb = sum(f.stat().st_size for f in directory.iterdir()) / 1e6
+            r = measure(directory)
+            grew = r["peak"] - r["before"]
+            print(f"== {title}: {r['params'] / 1e6:,.1f}M parameters, model {r['model_bytes'] / 1e6:,.0f} MB, "
+                  f"files {file_mb:,.0f} MB")
+            print(f"   load {r['seconds']:.2f} s; resident before {r['before'] / 1e6:,.0f} MB, peak {r['peak'] / 1e6:,.0f} MB, "
+                  f"after {r['after'] / 1e6:,.0f} MB")
+            print(f"   peak growth while loading / model size: {grew / r['model_bytes']:.2f}x (target <= 1.3x)")
+
+
+if __name__ == "__main__":
+    main()

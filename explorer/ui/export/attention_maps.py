@@ -1,0 +1,70 @@
+"""One attention map per head (PNG, NPY, CSV), written by a generator that yields its progress and
+stops when asked: File > Export attention maps… runs it in a worker thread with a progress dialog and
+a Cancel button; ``transformer-explorer export --plots`` runs it to the end.
+
+The PNGs are drawn by ``raster.heatmap_image`` (QPainter on a QImage, allowed off the GUI thread), so
+no widget is created and no window appears.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+
+from explorer.core.display.labels import token_labels
+from explorer.core.export import write_matrix_csv, write_npy
+from explorer.ui.export.raster import heatmap_image, save_png
+
+LUT_POINTS = 256
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int  # heads written so far
+    total: int
+    layer: int
+    head: int
+    files: tuple[Path, ...]  # the files of this head
+
+
+def viridis_lut() -> np.ndarray:
+    return pg.colormap.get("viridis").getLookupTable(0.0, 1.0, LUT_POINTS, alpha=False)
+
+
+def write_attention_maps(trace: Any, directory: str | os.PathLike[str], layers: Sequence[int] | None = None,
+                         cancel: threading.Event | None = None, png: bool = True) -> Iterator[Progress]:
+    """Write ``L{l}_H{h}.png`` (unless ``png`` is False), ``.npy`` and ``.csv`` per head into
+    ``directory``; yield a ``Progress`` after each head; stop before the next head once ``cancel`` is set."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg, n = trace.config, trace.n_tokens
+    layers = list(range(cfg.n_layers) if layers is None else layers)
+    total = len(layers) * cfg.n_heads
+    labels = token_labels(trace.tokens)
+    masked = np.triu(np.ones((n, n), dtype=bool), 1) if cfg.causal else None
+    lut = viridis_lut()
+    done = 0
+    for layer in layers:
+        for head in range(cfg.n_heads):
+            if cancel is not None and cancel.is_set():
+                return
+            pattern = trace.head(layer, head, "pattern")
+            stem = directory / f"L{layer}_H{head}"
+            write_npy(stem.with_suffix(".npy"), pattern)
+            write_matrix_csv(stem.with_suffix(".csv"), pattern, labels, labels, corner="query\\key")
+            files = [stem.with_suffix(".npy"), stem.with_suffix(".csv")]
+            if png:
+                image = heatmap_image(pattern, lut, (0.0, 1.0), labels, labels, hidden=masked,
+                                      title=f"layer {layer}, head {head}: attention pattern",
+                                      row_name="query", col_name="key")
+                save_png(image, stem.with_suffix(".png"))
+                files.insert(0, stem.with_suffix(".png"))
+            done += 1
+            yield Progress(done, total, layer, head, tuple(files))

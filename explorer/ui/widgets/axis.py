@@ -1,0 +1,176 @@
+"""Plot text that never overprints: tick labels thinned to every k-th, titles elided to their width.
+
+pyqtgraph draws every explicit tick label it is given, so 12 head labels in 200 px ran together
+("H0H1H2…") and 13 layer labels in 50 px were written over each other; it also cannot rotate tick
+text. ``ThinAxis`` keeps the labels one stride apart: the smallest k for which every k-th label has
+room (the first label always kept), decided at paint time from the sizes the axis really has, so a
+resize never leaves stale, overlapping text. What is not written is in each plot's tooltips.
+
+A plot title longer than its plot is elided with "…" (full text in the tooltip) instead of forcing the
+plot wider than its widget, which clipped both ends ("…token embeddi").
+"""
+
+from __future__ import annotations
+
+import html
+
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
+
+LABEL_GAP = 4.0  # pixels between two neighbouring labels
+ORIENTATIONS = ("left", "bottom", "top", "right")
+
+
+def stride_for(rects: list[QRectF], horizontal: bool, gap: float = LABEL_GAP) -> int:
+    """The smallest k such that rects[0], rects[k], rects[2k], … do not overlap (with ``gap``)."""
+    n = len(rects)
+    for k in range(1, max(n, 1) + 1):
+        kept = rects[::k]
+        if all(_apart(a, b, horizontal, gap) for a, b in zip(kept, kept[1:], strict=False)):
+            return k
+    return max(n, 1)
+
+
+def _apart(a: QRectF, b: QRectF, horizontal: bool, gap: float) -> bool:
+    if horizontal:
+        left, right = (a, b) if a.center().x() <= b.center().x() else (b, a)
+        return left.right() + gap <= right.left()
+    top, bottom = (a, b) if a.center().y() <= b.center().y() else (b, a)
+    return top.bottom() + gap <= bottom.top()
+
+
+class ThinAxis(pg.AxisItem):
+    """An ``AxisItem`` whose tick labels are thinned to every k-th so that no two overlap."""
+
+    def __init__(self, orientation: str, **kwargs) -> None:
+        super().__init__(orientation, **kwargs)
+        self.stride = 1  # the k used at the last paint (tests and tooltips read it)
+
+    def generateDrawSpecs(self, p):
+        specs = super().generateDrawSpecs(p)
+        if specs is None:
+            return specs
+        axis_spec, tick_specs, text_specs = specs
+        if len(text_specs) < 2:
+            self.stride = 1
+            return specs
+        horizontal = self.orientation in ("top", "bottom")
+        ordered = sorted(text_specs, key=lambda s: s[0].center().x() if horizontal else s[0].center().y())
+        self.stride = stride_for([s[0] for s in ordered], horizontal)
+        return axis_spec, tick_specs, ordered[:: self.stride]
+
+    def label_rects(self) -> list[QRectF]:
+        """The rectangles of the tick labels as they are drawn now, in scene coordinates."""
+        return axis_label_rects(self)
+
+
+def axis_label_rects(axis: pg.AxisItem) -> list[QRectF]:
+    """The scene rectangles of the tick labels ``axis`` (any ``AxisItem``) draws at its current size."""
+    from PySide6.QtGui import QImage, QPainter
+
+    image = QImage(4, 4, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        if axis.style.get("tickFont") is not None:
+            painter.setFont(axis.style["tickFont"])
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    if specs is None:
+        return []
+    return [axis.mapRectToScene(rect) for rect, _flags, _text in specs[2]]
+
+
+def thin_axes(*sides: str) -> dict[str, ThinAxis]:
+    """``axisItems`` for a new ``PlotItem``/``PlotWidget``: a ``ThinAxis`` on each of ``sides``
+    (default left and bottom; pyqtgraph shows every axis it is given)."""
+    return {name: ThinAxis(name) for name in (sides or ("left", "bottom"))}
+
+
+class FittedTitle(pg.LabelItem):
+    """A plot title elided to the width it is given ("…" and the full text in the tooltip)."""
+
+    def __init__(self, text: str = "", **kwargs) -> None:
+        self.full_text = ""
+        super().__init__(text, **kwargs)
+
+    def setText(self, text, **args):
+        self.full_text = str(text)
+        super().setText(self._fitted(), **args)
+        self.text = self.full_text  # what callers read back: the whole title
+
+    def _font(self) -> QFont:
+        font = QFont(self.item.font())
+        size = str(self.opts.get("size", "") or "")
+        if size.endswith("pt"):
+            font.setPointSizeF(float(size[:-2]))
+        return font
+
+    def _fitted(self) -> str:
+        """The title as shown: as given when every line fits; else each line elided (rich text then
+        loses its colours, never its words: the tooltip has the full title)."""
+        width = self.rect().width()
+        given = self.full_text
+        if width < 40:  # not laid out yet
+            self.setToolTip("")
+            return given
+        rich = "<" in given
+        if rich:
+            document = QTextDocument()
+            document.setHtml(given)
+            lines = document.toPlainText().splitlines() or [""]
+        else:
+            lines = given.splitlines() or [""]
+        metrics = QFontMetrics(self._font())
+        room = int(width) - 8
+        if all(metrics.horizontalAdvance(line) <= room for line in lines):
+            self.setToolTip("")
+            return given if rich else html.escape(given, quote=False)
+        self.setToolTip("\n".join(lines))
+        return "<br>".join(html.escape(metrics.elidedText(line, Qt.TextElideMode.ElideRight, room), quote=False)
+                           for line in lines)
+
+    def updateMin(self):
+        super().updateMin()
+        self.setMinimumWidth(0)  # never force the plot wider than its widget: elide instead
+
+    def resizeEvent(self, ev):
+        if ev is not None and self.full_text:
+            shown = self._fitted()
+            opts = self.opts
+            color = pg.mkColor(opts["color"] if opts.get("color") is not None else pg.getConfigOption("foreground"))
+            style = [f"color: {color.name(color.NameFormat.HexArgb)}"]
+            if opts.get("size"):
+                style.append(f"font-size: {opts['size']}")
+            self.item.setHtml(f"<span style='{'; '.join(style)}'>{shown}</span>")
+        super().resizeEvent(ev)
+
+    def is_elided(self) -> bool:
+        return bool(self.toolTip())
+
+
+def fit_title(plot: pg.PlotItem) -> FittedTitle:
+    """Replace ``plot``'s title label with a ``FittedTitle`` (keeps the current title)."""
+    old = plot.titleLabel
+    if isinstance(old, FittedTitle):
+        return old
+    title = FittedTitle("", size="11pt", parent=plot)
+    plot.layout.removeItem(old)
+    old.setParentItem(None)
+    if old.scene() is not None:
+        old.scene().removeItem(old)
+    plot.layout.addItem(title, 0, 1)
+    plot.titleLabel = title
+    title.setVisible(old.isVisible())
+    title.setMaximumHeight(old.maximumHeight())
+    if old.text and old.text.strip():
+        plot.setTitle(getattr(old, "text", ""))
+    return title
+
+
+def readable(plot: pg.PlotItem | pg.PlotWidget) -> pg.PlotItem:
+    """A plot whose title is elided to its width (axes: build it with ``axisItems=thin_axes()``)."""
+    item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
+    fit_title(item)
+    return item
