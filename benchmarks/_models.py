@@ -53,3 +53,24 @@ def default_or_stand_in():
     loaded = LoadedModel(Transformer(cfg).eval(), VocabTokenizer(words, "words", "stand-in words"),
                          "shakespeare-shaped (random)", "benchmark", cfg.arch)
     return loaded, "random stand-in with the shakespeare recipe's shape (models/shakespeare not trained yet)"
+
+
+def llama_1b_loaded(device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """A Llama-3.2-1B-shaped random model (16 layers, d_model 2048, 32 query / 8 K/V heads, SwiGLU
+    8192, vocabulary 128,256, tied embeddings, rotary base 500,000), built in memory, with a stand-in
+    word tokenizer of the same vocabulary size (w0 w1 ...)."""
+    from explorer.core.config import ModelConfig
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.model import Transformer
+    from explorer.core.tokenize.base import VocabTokenizer
+
+    cfg = ModelConfig(arch="llama", vocab_size=128256, n_ctx=4096, d_model=2048, n_layers=16, n_heads=32,
+                      d_head=64, d_ff=8192, n_kv_heads=8, norm="rmsnorm", positions="rotary",
+                      rotary_base=500000.0, activation="silu", gated_ffn=True, attn_bias=False, mlp_bias=False,
+                      tie_embeddings=True)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Transformer(cfg).to(dtype).eval()
+    words = [f"w{i}" for i in range(cfg.vocab_size)]
+    return LoadedModel(model, VocabTokenizer(words, "words", "stand-in words"), "llama-3.2-1b-shaped (random)",
+                       "benchmark", "llama")

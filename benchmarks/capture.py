@@ -62,23 +62,28 @@ def best_of(fn, repeats: int) -> float:
     return min(times)
 
 
-def measure(name: str, pair, lengths: list[int], repeats: int) -> None:
+def measure(name: str, pair, lengths: list[int], repeats: int, device: str = "cpu",
+            dtype: torch.dtype = torch.float32) -> None:
     from explorer.core.trace import CaptureSpec, Recorder, capture
 
     hf, ours = pair
+    hf.to(device, dtype)
+    ours.to(device, dtype)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     vocab = ours.cfg.vocab_size
-    print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, float32, CPU, "
+    print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, {str(dtype).replace('torch.', '')}, "
+          f"{device}, "
           f"{torch.get_num_threads()} threads ==")
     print(f"{'tokens':>6} | {'hf plain':>9} {'hf +attn+hid':>13} | {'ours plain':>10} {'ours capture':>12} | "
           f"{'ratio plain':>11} {'ratio capture':>13} {'ratio hf+out':>12} | {'full trace':>10} {'compact':>9} | "
           f"{'head ms med/max':>15}")
     for n in lengths:
-        ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n))
+        ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n)).to(device)
         with torch.inference_mode():
-            t_hf = best_of(lambda: hf(ids), repeats)
-            t_hf_out = best_of(lambda: hf(ids, output_attentions=True, output_hidden_states=True), repeats)
-            t_ours = best_of(lambda: ours(ids), repeats)
-            t_cap = best_of(lambda: ours(ids, Recorder(CaptureSpec.full())), repeats)
+            t_hf = best_of(lambda: (hf(ids), sync()), repeats)
+            t_hf_out = best_of(lambda: (hf(ids, output_attentions=True, output_hidden_states=True), sync()), repeats)
+            t_ours = best_of(lambda: (ours(ids), sync()), repeats)
+            t_cap = best_of(lambda: (ours(ids, Recorder(CaptureSpec.full())), sync()), repeats)
         tokens = ["t"] * n
         full, _ = capture(ours, ids[0].tolist(), tokens, CaptureSpec.full())
         compact, _ = capture(ours, ids[0].tolist(), tokens, CaptureSpec.compact())
@@ -158,6 +163,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--llama", action="store_true", help="also measure a Llama-shaped model")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -174,8 +181,8 @@ def main() -> None:
     if args.llama or has_llama:
         models.append(("Llama-shaped", llama_pair, "llama"))
     for name, make, key in models:
-        measure(name, make(), args.lengths, args.repeats)
-        if not args.no_memory:
+        measure(name, make(), args.lengths, args.repeats, args.device, getattr(torch, args.dtype))
+        if not args.no_memory and args.device == "cpu":
             memory_table(key, max(args.lengths))
 
 

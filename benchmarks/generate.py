@@ -61,15 +61,21 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-no-cache", action="store_true", help="leave out the slow no-cache run")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
     n_new = args.new_tokens
     params = SamplingParams(temperature=0.0, max_new_tokens=n_new, stop_at_eos=False)
 
     hf, ours = gpt2_small_pair()
+    hf.to(args.device, dtype)
+    ours.to(args.device, dtype)
     loaded = LoadedModel(ours, gpt2_tokenizer(), "gpt2-small-shaped (random)", "benchmark", "gpt2")
     prompt = loaded.tokenizer.encode(PROMPT * 4)[: args.prompt_tokens]
-    print(f"GPT-2 small shape, random weights ({loaded.n_params / 1e6:.0f}M parameters), CPU, "
+    print(f"GPT-2 small shape, random weights ({loaded.n_params / 1e6:.0f}M parameters), {args.device} {args.dtype}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}; "
           f"{len(prompt)}-token prompt, {n_new} new tokens, greedy, best of {args.runs} after a warm-up; "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -86,10 +92,12 @@ def main() -> int:
     hf.generation_config.eos_token_id = None  # random weights: never stop early, like stop_at_eos=False
 
     def theirs() -> None:
-        ids = torch.tensor([prompt])
+        ids = torch.tensor([prompt], device=args.device)
         with torch.inference_mode():
             out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,
                               do_sample=False, pad_token_id=0)
+        if args.device != "cpu":
+            torch.cuda.synchronize()
         assert out.shape[1] == len(prompt) + n_new, out.shape
         tokens["transformers"] = out[0, len(prompt):].tolist()
 
@@ -113,7 +121,7 @@ def main() -> int:
     print(f"  same greedy tokens as transformers: {same}"
           + ("" if "no-cache" not in tokens else f"; cache == no cache: {tokens['cache'] == tokens['no-cache']}"))
 
-    if (models_dir() / "shakespeare" / "config.json").is_file():
+    if (models_dir() / "shakespeare" / "config.json").is_file() and args.device == "cpu":
         from explorer.core.checkpoint import load_checkpoint
 
         shakespeare = load_checkpoint("shakespeare", device="cpu")

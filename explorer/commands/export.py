@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from explorer.commands import add_model_arguments, load_model
@@ -10,16 +11,27 @@ from explorer.commands import add_model_arguments, load_model
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
-    parser.add_argument("--out", "-o", required=True, type=Path, help="the directory to write into")
+    parser.add_argument("--out", "-o", required=True, type=Path,
+                        help="the directory to write into (replaced whole when the export is complete)")
+    parser.add_argument("--per-head", action="store_true",
+                        help="also write attention/L{layer}_H{head}.npy and .csv per head (large: 13.5 MB "
+                             "of CSV per head at 1024 tokens)")
+    parser.add_argument("--compress", action="store_true", help="deflate trace.npz (smaller, much slower)")
     parser.add_argument("--plots", action="store_true",
                         help="also render every panel offscreen: one PNG per panel and per head")
 
 
 def run(args: argparse.Namespace) -> int:
-    from explorer.core.export import write_attention_files, write_trace_npz
+    from explorer.core.export import export_directory, write_attention_files, write_trace_npz
+
+    started = time.perf_counter()
+
+    def say(text: str) -> None:  # progress on stderr, so stdout stays the one-line summary
+        print(f"[{time.perf_counter() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
     loaded = load_model(args)
     trace = loaded.trace(args.prompt)
+    say(f"traced {trace.n_tokens} tokens (forward pass {trace.meta.forward_seconds:.2f} s)")
     if trace.meta.truncated_from:
         print(f"note: the prompt has {trace.meta.truncated_from} tokens; only the first "
               f"{trace.n_tokens} fit the context", file=sys.stderr)
@@ -28,12 +40,23 @@ def run(args: argparse.Namespace) -> int:
     bad = first_nonfinite(trace)
     if bad is not None:  # exported as computed, but never silently
         print(f"warning: the model's numbers are not finite: {bad.describe()}", file=sys.stderr)
-    write_trace_npz(trace, args.out / "trace.npz")
-    files = write_attention_files(trace, args.out / "attention")
-    print(f"wrote {args.out / 'trace.npz'} and {len(files)} attention files for {trace.n_tokens} tokens")
-    if args.plots:
-        from explorer.ui.export.offscreen import render_plots
+    written = []
+    # every file goes into a temporary directory that replaces args.out only when all are written
+    with export_directory(args.out) as out:
+        write_trace_npz(trace, out / "trace.npz", progress=say, compress=args.compress)
+        written.append("trace.npz")
+        from explorer.core.interop import write_trace_safetensors  # the same trace under TransformerLens' names
 
-        pngs = render_plots(loaded, trace, args.out / "plots")
-        print(f"wrote {len(pngs)} plot images to {args.out / 'plots'}")
+        write_trace_safetensors(trace, out / "trace.safetensors", args.prompt)
+        written.append("trace.safetensors")
+        if args.per_head:
+            files = write_attention_files(trace, out / "attention", progress=say)
+            written.append(f"{len(files)} attention files")
+        if args.plots:
+            from explorer.ui.export.offscreen import render_plots
+
+            pngs = render_plots(loaded, trace, out / "plots")
+            written.append(f"{len(pngs)} plot images")
+    say("done")
+    print(f"wrote {', '.join(written)} for {trace.n_tokens} tokens to {args.out}")
     return 0

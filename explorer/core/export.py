@@ -2,7 +2,12 @@
 
 Every writer goes through ``atomic_path``: the data goes to a temporary file in the target's own
 directory, which is renamed over the target only once it is complete, so an existing file is
-never left half-overwritten and a failed export leaves no half-file behind.
+never left half-overwritten and a failed export leaves no half-file behind. A multi-file export
+goes through ``export_directory``: written into a temporary sibling directory, swapped in whole.
+
+``trace.npz`` is streamed (``write_trace_npz``): each array goes into the archive a block at a
+time (a head's scores or pattern, a layer's stream or neurons), so a 1024-token trace of GPT-2
+small (1.2 GB of patterns and scores) never sits in memory as a whole.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import csv
 import io
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -81,52 +86,166 @@ def write_matrix_csv(target: str | os.PathLike[str], matrix: np.ndarray, row_lab
 
 
 def trace_arrays(trace: Trace) -> dict[str, np.ndarray]:
-    """The documented ``trace.npz`` layout (see README): whole-model arrays stacked over layers."""
+    """The documented ``trace.npz`` layout (see README) as arrays in memory: whole-model arrays
+    stacked over layers. ``write_trace_npz`` streams the same arrays without building them."""
+    return {name: _materialise(part) for name, part in trace_parts(trace)}
+
+
+def _materialise(part: ArrayPart) -> np.ndarray:
+    if part.array is not None:
+        return part.array
+    out = np.empty(part.shape, dtype=part.dtype)
+    flat = out.reshape((-1, *part.shape[part.split:]))
+    for i, block in enumerate(part.blocks()):
+        flat[i] = block
+    return out
+
+
+class ArrayPart:
+    """One array of the export: given whole (``array``), or as ``blocks()``, the sub-arrays along
+    its first ``split`` axes in C order, produced one at a time (a head's pattern, a layer's neurons)."""
+
+    def __init__(self, array: np.ndarray | None = None, shape: tuple[int, ...] = (), dtype=np.float32,
+                 blocks: Callable[[], Iterator[np.ndarray]] | None = None, split: int = 0) -> None:
+        self.array = array
+        self.shape = tuple(array.shape) if array is not None else tuple(shape)
+        self.dtype = np.dtype(array.dtype if array is not None else dtype)
+        self.blocks = blocks
+        self.split = split
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def trace_parts(trace: Trace) -> Iterator[tuple[str, ArrayPart]]:
+    """The arrays of ``trace.npz`` in order, the large ones as blocks computed one at a time."""
     cfg, n = trace.config, trace.n_tokens
     L, H = cfg.n_layers, cfg.n_heads
-    scores = np.empty((L, H, n, n), dtype=np.float32)
-    pattern = np.empty((L, H, n, n), dtype=np.float32)
-    for layer in range(L):
-        for head in range(H):
-            scores[layer, head] = trace.head(layer, head, "scores")
-            pattern[layer, head] = trace.head(layer, head, "pattern")
-    residual = np.stack([trace[f"blocks.{layer}.resid_pre"] for layer in range(L)] + [trace["resid_final"]])
+
+    def heads(kind: str) -> Iterator[np.ndarray]:
+        for layer in range(L):
+            for head in range(H):
+                yield _f32(trace.head(layer, head, kind))
+
+    def residual() -> Iterator[np.ndarray]:
+        for layer in range(L):
+            yield _f32(trace[f"blocks.{layer}.resid_pre"])
+        yield _f32(trace["resid_final"])
+
+    def norms() -> np.ndarray:
+        return np.stack([np.linalg.norm(block.astype(np.float64), axis=-1).astype(np.float32)
+                         for block in residual()])
+
+    yield "token_ids", ArrayPart(trace.token_ids.astype(np.int64))
+    yield "tokens", ArrayPart(np.array(trace.tokens, dtype=str))
+    yield "embeddings", ArrayPart(_f32(trace["embed"]))
     positions = trace["pos_embed"] if "pos_embed" in trace else np.zeros((n, cfg.d_model), np.float32)
-    arrays = {
-        "token_ids": trace.token_ids.astype(np.int64),
-        "tokens": np.array(trace.tokens, dtype=str),
-        "embeddings": trace["embed"],
-        "positions": positions,
-        "attention_scores": scores,
-        "attention": pattern,
-        "residual": residual,
-        "residual_norms": np.linalg.norm(residual.astype(np.float64), axis=-1).astype(np.float32),
-        "logits": trace["logits"],
-    }
+    yield "positions", ArrayPart(_f32(positions))
+    yield "attention_scores", ArrayPart(shape=(L, H, n, n), blocks=lambda: heads("scores"), split=2)
+    yield "attention", ArrayPart(shape=(L, H, n, n), blocks=lambda: heads("pattern"), split=2)
+    yield "residual", ArrayPart(shape=(L + 1, n, cfg.d_model), blocks=residual, split=1)
+    yield "residual_norms", ArrayPart(norms())
+    yield "logits", ArrayPart(_f32(trace["logits"]))
     if cfg.has_ffn:
-        arrays["mlp_activations"] = np.stack([trace[f"blocks.{layer}.mlp.post"] for layer in range(L)])
+        yield "mlp_activations", ArrayPart(shape=(L, n, cfg.d_ff), split=1, blocks=lambda: (
+            _f32(trace[f"blocks.{layer}.mlp.post"]) for layer in range(L)))
     else:  # attention-only models have no neurons: an empty axis keeps the documented rank
-        arrays["mlp_activations"] = np.zeros((L, n, 0), dtype=np.float32)
-    return {k: (v.astype(np.float32) if v.dtype.kind == "f" else v) for k, v in arrays.items()}
+        yield "mlp_activations", ArrayPart(np.zeros((L, n, 0), dtype=np.float32))
 
 
-def write_trace_npz(trace: Trace, target: str | os.PathLike[str]) -> None:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **trace_arrays(trace))
-    write_bytes(target, buf.getvalue())
+Progress = Callable[[str], None]
+
+
+def write_trace_npz(trace: Trace, target: str | os.PathLike[str], progress: Progress | None = None,
+                    compress: bool = False) -> None:
+    """Write ``trace.npz`` (the README's layout) atomically, streaming each array into the archive
+    a block at a time, so memory holds one head's pattern, not all of them. ``np.load`` reads it
+    as if ``np.savez`` had written it. ``compress``: deflate each member (smaller, much slower)."""
+    import zipfile
+
+    say = progress or (lambda text: None)
+    mode = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with atomic_path(target) as tmp, zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as archive:
+        for name, part in trace_parts(trace):
+            say(f"{Path(target).name}: {name} {'x'.join(map(str, part.shape))} ({part.nbytes / 2**20:.0f} MB)")
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                _write_npy(member, part)
+
+
+def _write_npy(stream, part: ArrayPart) -> None:
+    if part.array is not None:
+        np.lib.format.write_array(stream, np.asarray(part.array), allow_pickle=False)
+        return
+    header = {"descr": np.lib.format.dtype_to_descr(part.dtype), "fortran_order": False, "shape": part.shape}
+    np.lib.format.write_array_header_2_0(stream, header)
+    expected = part.shape[part.split:]
+    for block in part.blocks():
+        if block.shape != expected:
+            raise ValueError(f"block of shape {block.shape} where {expected} was expected")
+        stream.write(np.ascontiguousarray(block, dtype=part.dtype).tobytes())
+
+
+# --- a directory of files, all or nothing --------------------------------------------------------
+
+@contextlib.contextmanager
+def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside ``target``; when the block completes it takes
+    ``target``'s place in two renames (an existing export is moved aside, then removed), so
+    ``target`` is always either the old export or the new one, never a mix. On failure the
+    temporary directory is removed; leftovers of an interrupted earlier run (a killed process)
+    are removed when the next export starts. A non-empty ``target`` that is not an export
+    (no ``trace.npz``) is refused rather than replaced."""
+    import shutil
+
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"{target} exists and is not a directory")
+    if target.is_dir() and any(target.iterdir()) and not (target / "trace.npz").exists():
+        raise FileExistsError(f"{target} is not empty and holds no earlier export (no trace.npz): "
+                              "choose a new or empty directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.partial-*"):  # an interrupted earlier run
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in target.parent.glob(f".{target.name}.old-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700; an export gets ordinary permissions
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            os.replace(target, old / target.name)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_attention_files(trace: Trace, directory: str | os.PathLike[str], layers: Sequence[int] | None = None,
-                          kind: str = "pattern") -> list[Path]:
-    """One ``L{layer}_H{head}.npy`` and ``.csv`` (rows: query tokens, columns: key tokens) per head."""
+                          kind: str = "pattern", csv: bool = True, progress: Progress | None = None) -> list[Path]:
+    """One ``L{layer}_H{head}.npy`` and, with ``csv``, ``.csv`` (rows: query tokens, columns: key
+    tokens) per head. The CSVs are large (13.5 MB per head at 1024 tokens) and slow to write."""
     directory = Path(directory)
     labels = token_labels(trace.tokens)
     written = []
-    for layer in (range(trace.config.n_layers) if layers is None else layers):
+    layers = list(range(trace.config.n_layers) if layers is None else layers)
+    for i, layer in enumerate(layers):
+        if progress is not None:
+            progress(f"attention files: layer {layer} ({i + 1} of {len(layers)})")
         for head in range(trace.config.n_heads):
             matrix = trace.head(layer, head, kind)
             stem = directory / f"L{layer}_H{head}"
             write_npy(stem.with_suffix(".npy"), matrix)
-            write_matrix_csv(stem.with_suffix(".csv"), matrix, labels, labels, corner="query\\key")
-            written += [stem.with_suffix(".npy"), stem.with_suffix(".csv")]
+            written.append(stem.with_suffix(".npy"))
+            if csv:
+                write_matrix_csv(stem.with_suffix(".csv"), matrix, labels, labels, corner="query\\key")
+                written.append(stem.with_suffix(".csv"))
     return written

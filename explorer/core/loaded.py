@@ -72,8 +72,10 @@ class LoadedModel:
         ids, truncated_from = self.encode(text)
         return self.trace_ids(ids, spec, truncated_from)
 
-    def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None) -> Trace:
-        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from)
+    def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None,
+                  cancel: Any = None) -> Trace:
+        """``cancel``: a callable asked at every layer boundary (see ``capture``)."""
+        trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel)
         return trace
 
     def info(self) -> dict[str, Any]:

@@ -173,6 +173,54 @@ def weighted_values(pattern: Tensor, v: Tensor) -> Tensor:
     return pattern @ v
 
 
+# Config switches (attribute names on ModelConfig) the fused kernel cannot express: with any of them
+# on, the explicit math runs. An architecture that adds one lists its attribute here.
+UNFUSABLE_ATTENTION = ("attn_softcap", "attn_logit_softcapping", "attn_logit_softcap", "alibi")  # alibi: a bias
+
+
+def records_attention(rec: Rec, layer: int) -> bool:
+    """Whether ``rec`` stores this layer's scores or pattern (then they must be computed explicitly).
+    A recorder says so through ``records(site, layer)``; any other callable is assumed to want them."""
+    if rec is _no_capture:
+        return False
+    records = getattr(rec, "records", None)
+    if records is None:
+        return True
+    return bool(records("attn.scores", layer) or records("attn.pattern", layer))
+
+
+def fusable(cfg: ModelConfig) -> bool:
+    """Whether scaled_dot_product_attention can compute this model's attention exactly as
+    ``attention_scores`` -> ``attention_pattern`` -> ``weighted_values`` do."""
+    return not any(getattr(cfg, name, None) for name in UNFUSABLE_ATTENTION)
+
+
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None = None) -> Tensor:
+    """softmax(q k^T x scale, masked) v through the fused kernel, without materialising the scores
+    (``scale`` defaults to 1/sqrt(dh), as in ``attention_scores``).
+
+    q: [B, H, n, dh], k, v: [B, Hkv, m, dh]; ``mask`` True where a query may NOT look (as
+    ``causal_mask``), or a float bias added to the scores. Returns [B, H, n, dh], the same numbers
+    as the explicit path up to float rounding (tests/core/test_fused_attention.py).
+    """
+    n, m = q.shape[-2], k.shape[-2]
+    if k.shape[-3] != q.shape[-3]:  # grouped K/V heads
+        group = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+    if mask is None or mask.dtype != torch.bool:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if n == m and _is_causal(mask):                                    # the kernel's own causal path
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if n == 1 and not bool(mask.any()):                                # one new token sees every key
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~mask, scale=scale)  # a sliding window, a cache
+
+
+def _is_causal(mask: Tensor) -> bool:
+    n = mask.shape[-1]
+    return mask.shape[-2] == n and mask.dim() == 2 and bool(torch.equal(mask, causal_mask(n, n, mask.device)))
+
+
 def activation(name: str) -> Callable[[Tensor], Tensor]:
     return {
         "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -416,15 +464,18 @@ class Transformer(nn.Module):
         rec("attn.q", layer, q)
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
-        bias = score_bias(cfg, n, k.shape[-2], x.device)                  # ALiBi (BLOOM): [H, n, m] or None
-        scores = attention_scores(q, k, mask, cfg.attn_scale, bias)        # q.k / sqrt(dh) (+ bias): [B, H, n, m]
-        if cfg.attn_softcap is not None:                                   # Gemma 2: squash into (-cap, cap)
-            rec("attn.scores_precap", layer, scores)
-            scores = soft_cap(scores, cfg.attn_softcap, mask)
-        rec("attn.scores", layer, scores)                                  # what enters the softmax
-        pattern = attention_pattern(scores)                                # softmax per query row
-        rec("attn.pattern", layer, pattern)
-        z = weighted_values(pattern, v)                                    # [B, H, n, dh]
+        if records_attention(rec, layer) or not fusable(cfg):
+            bias = score_bias(cfg, n, k.shape[-2], x.device)              # ALiBi (BLOOM): [H, n, m] or None
+            scores = attention_scores(q, k, mask, cfg.attn_scale, bias)    # q.k / sqrt(dh) (+ bias): [B, H, n, m]
+            if cfg.attn_softcap is not None:                               # Gemma 2: squash into (-cap, cap)
+                rec("attn.scores_precap", layer, scores)
+                scores = soft_cap(scores, cfg.attn_softcap, mask)
+            rec("attn.scores", layer, scores)                              # what enters the softmax
+            pattern = attention_pattern(scores)                            # softmax per query row
+            rec("attn.pattern", layer, pattern)
+            z = weighted_values(pattern, v)                                # [B, H, n, dh]
+        else:  # nobody looks at the n x m scores: the same math in one fused kernel
+            z = fused_attention(q, k, v, mask, cfg.attn_scale)             # [B, H, n, dh]
         rec("attn.z", layer, z)
         attn_out = blk.attn.W_O(z.transpose(1, 2).reshape(B, n, H * dh))   # concat heads, W_O: [B, n, d]
         if blk.ln1_out is not None:                                        # Gemma 2/3, OLMo 2: norm the output

@@ -155,11 +155,20 @@ def to_numpy(t: torch.Tensor, dtype: str = "float32") -> np.ndarray:
 class Recorder:
     """Collects the tensors a ``CaptureSpec`` asks for, as numpy arrays of batch element 0."""
 
-    def __init__(self, spec: CaptureSpec) -> None:
+    def __init__(self, spec: CaptureSpec, cancel: Callable[[], bool] | None = None) -> None:
         self.spec = spec
         self.arrays: dict[str, np.ndarray] = {}
+        self._cancelled = cancel  # consulted at every layer boundary: a stale forward pass stops there
+
+    def records(self, site: str, layer: int | None) -> bool:
+        """Whether ``site`` of ``layer`` is stored (the forward pass skips computing what nobody records)."""
+        return self.spec.wants(kind_of(site), layer)
 
     def __call__(self, site: str, layer: int | None, tensor: torch.Tensor) -> None:
+        if site == "resid_pre" and self._cancelled is not None and self._cancelled():
+            from explorer.core.cancel import Cancelled
+
+            raise Cancelled()
         if self.spec.wants(kind_of(site), layer):
             self.arrays[_key(site, layer)] = _readonly(to_numpy(tensor[0], self.spec.dtype))
 
@@ -226,9 +235,20 @@ class Trace:
                 self._derived.move_to_end(key)
                 return self._derived[key]
             if key not in self:
-                raise KeyError(f"{key!r} is neither captured nor derivable in this trace")
+                raise KeyError(self._missing(key))
             self._derive(key)
             return self._derived[key]
+
+    @property
+    def has_model(self) -> bool:
+        """False for a trace read from a file: what only the weights can give is not available."""
+        return self._model is not None
+
+    def _missing(self, key: str) -> str:
+        if self._model is None and (key == "logits" or _BLOCK_KEY.match(key)):
+            return (f"{key!r} is not in this trace, and deriving it needs the model's weights, which this "
+                    "trace does not have (it was opened from a file); open the model, or export it with the trace")
+        return f"{key!r} is neither captured nor derivable in this trace"
 
     def get(self, key: str, default: Any = None) -> Any:
         try:
@@ -247,10 +267,17 @@ class Trace:
         A UI worker calls it first, so that the GUI thread later gets the value without waiting;
         the value must be derived from the trace alone, since the trace never changes.
         """
-        with self._lock:
-            if key not in self._memo:
-                self._memo[key] = compute()
+        try:
             return self._memo[key]
+        except KeyError:
+            pass
+        value = compute()  # outside the lock: another thread reading a ready memo never waits on this
+        with self._lock:
+            return self._memo.setdefault(key, value)
+
+    def memo_get(self, key: Any, default: Any = None) -> Any:
+        """The memoised value if it is ready, else ``default`` (never computes, never waits)."""
+        return self._memo.get(key, default)
 
     def head(self, layer: int, head: int, kind: str = "pattern") -> np.ndarray:
         """One head's ``scores`` or ``pattern`` [n, n], computed from q and k if not stored."""
@@ -440,17 +467,20 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
 
 def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
             spec: CaptureSpec | None = None, model_name: str = "",
-            truncated_from: int | None = None) -> tuple[Trace, np.ndarray]:
+            truncated_from: int | None = None,
+            cancel: Callable[[], bool] | None = None) -> tuple[Trace, np.ndarray]:
     """Run one forward pass over ``token_ids`` recording what ``spec`` asks for.
 
-    Returns the Trace and the logits [n, V] (float32) that the forward pass computed.
+    Returns the Trace and the logits [n, V] (float32) that the forward pass computed. ``cancel``
+    is asked before every block; when it says so the pass stops there with
+    ``explorer.core.cancel.Cancelled`` (a stale trace is abandoned, not finished).
     """
     import torch
 
     spec = spec or CaptureSpec.full()
     param = next(model.parameters())
     ids = torch.as_tensor(list(token_ids), dtype=torch.long, device=param.device)[None]
-    recorder = Recorder(spec)
+    recorder = Recorder(spec, cancel)
     t0 = time.perf_counter()
     with torch.inference_mode():
         logits = model(ids, recorder)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, QThreadPool, Signal
+from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.paths import resources_dir
+from explorer.ui.about import show_about
 from explorer.ui.docks import (
     PanelDock,
     add_generation_dock,
@@ -41,7 +42,9 @@ from explorer.ui.docks import (
 )
 from explorer.ui.export import window_actions
 from explorer.ui.generation import GenerationPane
+from explorer.ui.open_trace import add_open_trace_action
 from explorer.ui.panels.base import Panel
+from explorer.ui.progressive import ProgressiveWork
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.widgets.prompt_editor import PromptEditor
@@ -61,6 +64,7 @@ from explorer.ui.workers import (
 log = logging.getLogger(__name__)
 
 APP_NAME = "Transformer Explorer"
+CLOSE_WAIT_MS = 1000  # closing waits at most this long for cancelled work to reach a layer boundary
 
 
 def sample_prompts() -> list[str]:
@@ -109,6 +113,9 @@ class MainWindow(QMainWindow):
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
         self.loader = ModelLoader(self)
         self.controller = TraceController(self._preparers, debounce_ms, self)
+        self.progressive = ProgressiveWork(self)  # the panels' expensive views (explorer.ui.progressive)
+        self._closing = False
+        self._trim_pending = False
         self.prompt = PromptEditor(self)
         self.setCentralWidget(self.prompt)
         self.docks = self._build_docks()
@@ -142,6 +149,7 @@ class MainWindow(QMainWindow):
             except Exception:  # noqa: BLE001 - one broken panel must not stop the window
                 log.exception("skipping panel %s: its constructor failed", cls.__name__)
                 continue
+            panel.progressive = self.progressive
             dock = PanelDock(panel, self)
             dock.visibilityChanged.connect(lambda visible, d=dock: self._on_dock_visible(d, visible))
             docks.append(dock)
@@ -174,6 +182,7 @@ class MainWindow(QMainWindow):
         self._action(file, "&Open checkpoint…", self.open_checkpoint_dialog, QKeySequence.StandardKey.Open,
                      "Open a checkpoint: pick its config.json or weights file")
         self._action(file, "Open checkpoint &folder…", self.open_folder_dialog, "Ctrl+Shift+O")
+        add_open_trace_action(self, file)  # File > Open trace… (explorer.ui.open_trace)
         self.hub_action = self._action(file, "Open from &Hugging Face cache…", self.open_hub_dialog, None,
                                        "Pick a model already downloaded to the Hugging Face cache (offline)")
         file.addMenu(self.menus.recent_menu)
@@ -207,13 +216,13 @@ class MainWindow(QMainWindow):
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "&What am I looking at?", self.toggle_focused_explanation,
                      QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
-        self._action(help_menu, "&About", lambda: QMessageBox.about(
-            self, APP_NAME, f"<b>{APP_NAME}</b><p>Look inside a transformer language model: every number "
-            "of one forward pass, computed offline on this machine.</p>"))
+        self._action(help_menu, "&About", lambda: show_about(self))  # versions + Copy (explorer.ui.about)
 
     def _connect(self) -> None:
         self.prompt.text_edited.connect(self.controller.set_text)
         self.controller.trace_ready.connect(self._on_trace_ready)
+        self.controller.requested.connect(lambda _id: self.progressive.cancel_all())  # a newer trace comes
+        self.progressive.busy_changed.connect(lambda busy: None if busy else self._release_memory())
         self.controller.failed.connect(self._on_trace_failed)
         self.loader.stage.connect(self.status.set_loading)
         self.loader.progress.connect(self.status.set_progress)
@@ -268,6 +277,8 @@ class MainWindow(QMainWindow):
         return self.source if self.source and Path(self.source).exists() else str(Path.home())
 
     def _on_model_loaded(self, result: LoadResult) -> None:
+        if self._closing:  # a load that finishes after the window closed starts nothing
+            return
         loaded, request = result.model, result.request
         if result.errors:
             message = "\n".join(result.errors) + f"\n\nLoaded {loaded.name} instead."
@@ -297,6 +308,8 @@ class MainWindow(QMainWindow):
         self.model_loaded.emit(loaded)
 
     def _on_load_failed(self, message: str, request: LoadRequest) -> None:
+        if self._closing:
+            return
         if self._model_request is not None:  # keep the model that is there, and show its settings again
             self.device_controls.set_values(self._model_request.device, self._model_request.dtype)
         self.status.set_loading(None)
@@ -343,7 +356,8 @@ class MainWindow(QMainWindow):
         self.prompt.edit.selectAll()
 
     def _shows(self, dock: PanelDock) -> bool:
-        return not dock.isHidden() and (not self.isVisible() or dock.isVisible())
+        # a tab behind another one is "visible" to Qt; its dock's visibilityChanged says it is not on screen
+        return not dock.isHidden() and (not self.isVisible() or (dock.isVisible() and dock.panel.on_screen))
 
     def _preparers(self) -> list:
         """Every shown panel's ``prepare``, bound to its snapshot taken now, on the GUI thread."""
@@ -354,18 +368,48 @@ class MainWindow(QMainWindow):
         self.trace = trace
         cfg = trace.config
         self.selection.clamp(cfg.n_layers, cfg.n_heads, trace.n_tokens)
+        shown = []
         for dock in self.docks:
             if self._shows(dock):
-                self._show_panel(dock.panel, trace)
+                shown.append(dock)
                 self._stale.discard(dock)
             else:
                 self._stale.add(dock)
-        self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.prompt.show_tokens(trace.n_tokens, trace.meta.truncated_from)
+        self._draw_panels(result, shown)
+
+    def _draw_panels(self, result: TraceResult, docks: list[PanelDock]) -> None:
+        """Draw the shown panels one per turn of the event loop, so the window repaints and answers
+        between them (the longest stall is one panel's drawing, not all of them)."""
+        trace = result.trace
+        if trace is not self.trace:  # a newer trace arrived meanwhile: it draws the panels
+            return
+        if docks:
+            self._show_panel(docks[0].panel, trace)
+        if len(docks) > 1:
+            QTimer.singleShot(0, lambda: self._draw_panels(result, docks[1:]))
+            return
+        self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
         found = nonfinite(trace)
         self.status.set_warning(None if found is None else f"The model's numbers are not finite: {found.describe()}")
         self.trace_applied.emit(trace)
+        self._trim_pending = True
+        self._release_memory()
+
+    def _release_memory(self, _busy: bool = False) -> None:
+        """The previous trace is dropped: hand its freed blocks back to the OS (explorer.core.memory)
+        once the panels' background work is done too (trimming holds the allocator's lock, so not
+        while the GUI thread draws), off the GUI thread, so a long session's memory stays flat."""
+        if self._closing or self.progressive.busy or not self.controller.is_idle():
+            self._trim_pending = True  # again when the lane goes idle (busy_changed)
+            return
+        if _busy or not getattr(self, "_trim_pending", True):
+            return
+        self._trim_pending = False
+        from explorer.core.memory import release_freed_memory
+
+        run_in_background(release_freed_memory)
 
     def _show_panel(self, panel: Panel, trace: Any) -> None:
         try:
@@ -379,6 +423,7 @@ class MainWindow(QMainWindow):
         self.status.notice(message)
 
     def _on_dock_visible(self, dock: PanelDock, visible: bool) -> None:
+        dock.panel.set_on_screen(visible)
         if not visible or dock not in self._stale or self.trace is None:
             return
         trace = self.trace
@@ -473,9 +518,14 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         self.save_window()
+        self._closing = True
         if self.attention_export is not None:  # stop before the next head; the worker ends in ms
             self.attention_export.cancel.set()
-        self.controller.debounce.stop()
         self.loader.cancel_all()  # a load stops at its next tensor and is never applied
-        QThreadPool.globalInstance().waitForDone(30_000)  # a forward pass cannot be interrupted
+        self.controller.shutdown()  # a running forward pass stops at its next layer boundary
+        self.progressive.shutdown()  # so do the panels' background views
+        stop = getattr(self.generation, "stop", None)
+        if callable(stop):
+            stop()
+        QThreadPool.globalInstance().waitForDone(CLOSE_WAIT_MS)
         super().closeEvent(event)

@@ -22,6 +22,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from superqt.utils import create_worker
 
+from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.errors import ExplorerError, InternalError, LoadCancelled
 from explorer.core.trace import CaptureSpec, Trace
 
@@ -223,6 +224,7 @@ class TraceRequest:
     spec: CaptureSpec | None = None
     requested_at: float = field(default_factory=time.perf_counter)
     ids: tuple[int, ...] | None = None  # exact token ids for ``text`` (generated text), else encode it
+    cancel: Cancel = field(default_factory=Cancel, compare=False)  # set: stale, stop at the next layer
 
 
 @dataclass(frozen=True)
@@ -240,15 +242,20 @@ def nonfinite(trace: Trace) -> Any:
 
 
 def run_trace(request: TraceRequest) -> TraceResult:
-    """Encode, run the forward pass, then let every visible panel prepare what it will draw."""
+    """Encode, run the forward pass, then let every visible panel prepare what it will draw (the
+    cheap part: expensive views are computed later, per panel, by ``explorer.ui.progressive``).
+
+    Raises ``Cancelled`` at the next layer boundary (or between panels) once ``request.cancel`` is set."""
     t0 = time.perf_counter()
     if request.ids is not None:
         ids, truncated_from = list(request.ids), None
     else:
         ids, truncated_from = request.model.encode(request.text)
-    trace = request.model.trace_ids(ids, request.spec, truncated_from)
+    request.cancel.check()
+    trace = request.model.trace_ids(ids, request.spec, truncated_from, cancel=request.cancel)
     nonfinite(trace)  # computed here, read on the GUI thread
     for prepare in request.preparers:
+        request.cancel.check()
         prepare(trace)
     return TraceResult(request, trace, time.perf_counter() - t0)
 
@@ -268,13 +275,19 @@ class TraceController(QObject):
     failed(str)
         The newest request failed: the message for the user.
     dropped(int)
-        A stale result was discarded (its request id).
+        A stale result was discarded, or its pass abandoned at a layer boundary (its request id).
+    requested(int)
+        A new request was made (its id): whatever was computed for older traces is stale now.
     busy_changed(bool)
+
+    A running pass that becomes stale (a newer request, ``shutdown``) is cancelled: it stops at its
+    next layer boundary instead of running to the end.
     """
 
     trace_ready = Signal(object)
     failed = Signal(str)
     dropped = Signal(int)
+    requested = Signal(int)
     busy_changed = Signal(bool)
 
     def __init__(self, preparers: Callable[[], Sequence[Preparer]] = tuple, debounce_ms: int = 150,
@@ -330,11 +343,22 @@ class TraceController(QObject):
         self._latest += 1
         ids = self._pinned[1] if self._pinned is not None and self._pinned[0] == self.text else None
         request = TraceRequest(self._latest, self.model, self.text, tuple(self._preparers()), self.spec, ids=ids)
+        self.requested.emit(request.id)
         if self._running is None:
             self._start(request)
         else:
+            self._running.cancel.set()  # stale now: it stops at its next layer boundary
             self._pending = request
         return request.id
+
+    def shutdown(self) -> None:
+        """Stop everything (the window closes): no new pass starts, the running one is cancelled."""
+        self.debounce.stop()
+        self.model = None
+        self._pending = None
+        self._latest += 1  # nothing running now is ever applied
+        if self._running is not None:
+            self._running.cancel.set()
 
     def _start(self, request: TraceRequest) -> None:
         was_busy = self.busy
@@ -355,6 +379,10 @@ class TraceController(QObject):
             self.dropped.emit(result.request.id)
 
     def _on_errored(self, exc: BaseException) -> None:
+        if isinstance(exc, Cancelled):
+            if self._running is not None:
+                self.dropped.emit(self._running.id)
+            return
         if self._running is not None and self._running.id == self._latest:
             if not isinstance(exc, ExplorerError):
                 log.error("trace failed", exc_info=exc)

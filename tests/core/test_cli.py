@@ -18,7 +18,8 @@ def test_info_describes_the_model(tiny_gpt2_dir, capsys):
 
 def test_export_writes_documented_arrays(tiny_gpt2_dir, tmp_path, capsys):
     prompt = "Hello world, hello again"
-    assert main(["export", "--checkpoint", str(tiny_gpt2_dir), "--prompt", prompt, "--out", str(tmp_path)]) == 0
+    assert main(["export", "--checkpoint", str(tiny_gpt2_dir), "--prompt", prompt, "--out", str(tmp_path),
+                 "--per-head"]) == 0
     data = np.load(tmp_path / "trace.npz")
     assert set(data.files) == DOCUMENTED
     n, L, H, d = len(data["token_ids"]), 3, 4, 64

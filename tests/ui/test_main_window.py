@@ -29,12 +29,16 @@ def wrap_trace_ids(monkeypatch, loaded, before=None):
     return calls
 
 
-def test_window_opens_with_model_and_every_panel_filled(window, tiny_loaded):
+def test_window_opens_with_model_and_every_panel_filled(qtbot, window, tiny_loaded):
     assert window.loaded.name == "tiny-a"
     assert window.panels, "no panel could be built"
     assert any(isinstance(p, TokenizationPanel) for p in window.panels)
-    for panel in window.panels:
-        assert panel.trace is window.trace, f"{panel.title} was not given the trace"
+    for dock in window.docks:  # every panel on screen has it; one behind another tab gets it when shown
+        if dock.panel.on_screen:
+            assert dock.panel.trace is window.trace, f"{dock.panel.title} was not given the trace"
+    for dock in window.docks:
+        dock.raise_()
+        qtbot.waitUntil(lambda d=dock: d.panel.trace is window.trace, timeout=10_000)
     text = window.prompt.text()
     assert text and window.trace.n_tokens == len(tiny_loaded.tokenizer.encode(text))
     assert window.status.fields["model"].text() == "<b>tiny-a</b>"
@@ -49,7 +53,8 @@ def test_loading_another_checkpoint_replaces_the_model(qtbot, window, other_chec
     assert window.loaded.name == "tiny-b"
     assert window.trace.config.n_layers == 3
     assert window.layer_head.layer.maximum() == 2 and window.layer_head.head.maximum() == 3
-    assert all(panel.trace is window.trace for panel in window.panels)
+    assert all(dock.panel.trace is window.trace for dock in window.docks if dock.panel.on_screen)
+    assert sum(dock.panel.on_screen for dock in window.docks) < len(window.docks)  # tabs behind: nothing yet
 
 
 def test_a_bad_checkpoint_shows_the_loaders_message_and_keeps_the_model(qtbot, window, bad_checkpoint,

@@ -110,6 +110,8 @@ def test_attention_prepare_follows_the_snapshots_statistics_option(qtbot, fresh_
 
 def test_the_window_binds_each_panels_snapshot_when_the_trace_is_requested(qtbot, window):
     neurons = next(p for p in window.panels if isinstance(p, NeuronsPanel))
+    neurons.parentWidget().raise_()  # its tab in front: only panels on screen prepare anything
+    qtbot.waitUntil(lambda: neurons.on_screen)
     window.selection.set_layer(1)
     preparers = window._preparers()  # what TraceController.request hands the worker
     assert any(p.func.__self__ is neurons and p.keywords["snapshot"].layer == 1 for p in preparers)

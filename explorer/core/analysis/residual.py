@@ -14,7 +14,9 @@ positions) and boundary L being ``resid_final`` (after the last block, before th
   block barely turned it).
 * ``logit_lens``: every boundary read through the model's own final norm and un-embedding
   (``Transformer.final_logits``), as if the model stopped there. The last boundary is the
-  model's real output. Early boundaries were never trained to be read this way.
+  model's real output. Early boundaries were never trained to be read this way. It costs one
+  n x V matmul per boundary, so the UI fills it progressively: ``empty_lens`` then
+  ``lens_columns`` for a few positions at a time (the selected one first), ``LogitLens.fill``.
 
 Everything reads the Trace only; the logit lens also runs the final norm and un-embedding of
 ``trace._model`` (no forward pass through any block), a block of positions at a time so that
@@ -105,6 +107,10 @@ class LogitLens:
         ``[B, n]``: entropy of each predicted distribution in nats (float32).
     labels
         The B row labels (``boundary_labels``).
+    filled
+        ``[n]`` bool: which positions are computed. A lens filled progressively (``empty_lens``,
+        ``lens_columns``, ``LogitLens.fill``) starts all False; ``logit_lens`` returns it all True.
+        Values of unfilled positions are zeros and mean nothing.
     """
 
     ids: np.ndarray
@@ -114,10 +120,26 @@ class LogitLens:
     target_ranks: np.ndarray
     entropy: np.ndarray
     labels: tuple[str, ...]
+    filled: np.ndarray
 
     @property
     def n_boundaries(self) -> int:
         return int(self.ids.shape[0])
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.filled.all())
+
+    def fill(self, block: LensBlock) -> None:
+        """Write a block of computed positions in (one thread at a time: the UI does it on the GUI thread)."""
+        a, b = block.start, block.stop
+        self.ids[:, a:b], self.probs[:, a:b], self.logits[:, a:b] = block.ids, block.probs, block.logits
+        self.entropy[:, a:b] = block.entropy
+        t_stop = min(b, self.target_probs.shape[1])
+        if t_stop > a:
+            self.target_probs[:, a:t_stop] = block.target_probs[:, : t_stop - a]
+            self.target_ranks[:, a:t_stop] = block.target_ranks[:, : t_stop - a]
+        self.filled[a:b] = True
 
     def first_correct_boundary(self) -> np.ndarray:
         """Per position i < n - 1, the first boundary whose top prediction is the real next token
@@ -126,6 +148,41 @@ class LogitLens:
         stays = np.flip(np.logical_and.accumulate(np.flip(correct, 0), axis=0), 0)
         first = np.argmax(stays, axis=0)
         return np.where(stays[-1] if stays.size else np.zeros(0, bool), first, -1).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class LensBlock:
+    """The lens at positions ``start .. stop - 1`` (arrays as in ``LogitLens``, over those columns;
+    the target arrays cover the positions among them that have a next token)."""
+
+    start: int
+    stop: int
+    ids: np.ndarray
+    probs: np.ndarray
+    logits: np.ndarray
+    target_probs: np.ndarray
+    target_ranks: np.ndarray
+    entropy: np.ndarray
+
+
+def empty_lens(trace: Trace, top: int = 1, vocab_size: int | None = None) -> LogitLens | None:
+    """A lens of the right shape with no position computed yet (None when the trace has no model)."""
+    model = getattr(trace, "_model", None)
+    if model is None:
+        return None
+    B, n = trace.config.n_layers + 1, trace.n_tokens
+    top = _top_of(model, top, vocab_size)
+    return LogitLens(ids=np.zeros((B, n, top), np.int64), probs=np.zeros((B, n, top), np.float32),
+                     logits=np.zeros((B, n, top), np.float32),
+                     target_probs=np.zeros((B, max(n - 1, 0)), np.float32),
+                     target_ranks=np.zeros((B, max(n - 1, 0)), np.int64), entropy=np.zeros((B, n), np.float32),
+                     labels=tuple(boundary_labels(trace.config.n_layers)), filled=np.zeros(n, bool))
+
+
+def _top_of(model, top: int, vocab_size: int | None) -> int:
+    V = int(model.unembed.weight.shape[0])
+    limit = V if vocab_size is None else max(1, min(int(vocab_size), V))
+    return max(1, min(int(top), limit))
 
 
 def logit_lens(trace: Trace, top: int = 1, vocab_size: int | None = None,
@@ -138,66 +195,78 @@ def logit_lens(trace: Trace, top: int = 1, vocab_size: int | None = None,
     get probability 0). The last row is the model's own output distribution. Work proceeds one
     boundary and at most ``chunk_elements`` logits at a time. None when the trace has no model.
     """
-    model = getattr(trace, "_model", None)
-    if model is None:
-        return None
+    lens = empty_lens(trace, top, vocab_size)
+    if lens is not None:
+        lens.fill(lens_columns(trace, 0, trace.n_tokens, top, vocab_size, chunk_elements))
+    return lens
+
+
+def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: int | None = None,
+                 chunk_elements: int = LENS_CHUNK_ELEMENTS, check=None) -> LensBlock:
+    """The lens at positions ``start .. stop - 1`` only, every boundary (the same numbers as
+    ``logit_lens`` there). ``check()`` is called between boundaries (it may raise to abandon the work)."""
     import torch
 
     from explorer.core.trace import as_tensor
 
+    model = trace._model
     cfg, n = trace.config, trace.n_tokens
+    start, stop = max(0, int(start)), min(n, int(stop))
+    c = max(stop - start, 0)
     B = cfg.n_layers + 1
     param = next(model.parameters())
     V = int(model.unembed.weight.shape[0])
     limit = V if vocab_size is None else max(1, min(int(vocab_size), V))
-    top = max(1, min(int(top), limit))
+    top = _top_of(model, top, vocab_size)
     chunk = max(1, int(chunk_elements) // V)
-    targets = torch.as_tensor(np.array(trace.token_ids[1:]), dtype=torch.long, device=param.device)
+    t_end = min(stop, n - 1)  # positions with a real next token
+    tc = max(t_end - start, 0)
+    targets = torch.as_tensor(np.array(trace.token_ids[start + 1:t_end + 1]), dtype=torch.long, device=param.device)
 
-    ids = np.zeros((B, n, top), dtype=np.int64)
-    probs = np.zeros((B, n, top), dtype=np.float32)
-    logits = np.zeros((B, n, top), dtype=np.float32)
-    target_probs = np.zeros((B, max(n - 1, 0)), dtype=np.float32)
-    target_ranks = np.zeros((B, max(n - 1, 0)), dtype=np.int64)
-    entropy = np.zeros((B, n), dtype=np.float32)
+    ids = np.zeros((B, c, top), dtype=np.int64)
+    probs = np.zeros((B, c, top), dtype=np.float32)
+    logits = np.zeros((B, c, top), dtype=np.float32)
+    target_probs = np.zeros((B, tc), dtype=np.float32)
+    target_ranks = np.zeros((B, tc), dtype=np.int64)
+    entropy = np.zeros((B, c), dtype=np.float32)
     keys = [f"blocks.{layer}.resid_pre" for layer in range(cfg.n_layers)] + ["resid_final"]
     with torch.inference_mode():
         vocab_ids = torch.arange(V, device=param.device)
         for b, key in enumerate(keys):
+            if check is not None:
+                check()
             stream = trace[key]
-            for start in range(0, n, chunk):
-                stop = min(n, start + chunk)
-                x = as_tensor(stream[start:stop]).to(device=param.device, dtype=param.dtype)[None]
+            for lo in range(start, stop, chunk):
+                hi = min(stop, lo + chunk)
+                i, j = lo - start, hi - start
+                x = as_tensor(stream[lo:hi]).to(device=param.device, dtype=param.dtype)[None]
                 raw = model.final_logits(x)[0].float()                 # [c, V]
                 if limit < V:
                     raw[:, limit:] = float("-inf")
                 p = torch.softmax(raw, dim=-1)                          # max-subtracted: stable in float32
                 top_ids = top_k_rows(raw, top)
                 top_p = p.gather(-1, top_ids)
-                ids[b, start:stop] = _np(top_ids)
-                probs[b, start:stop] = _np(top_p)
-                logits[b, start:stop] = _np(raw.gather(-1, top_ids))
+                ids[b, i:j] = _np(top_ids)
+                probs[b, i:j] = _np(top_p)
+                logits[b, i:j] = _np(raw.gather(-1, top_ids))
                 # entropy -sum p ln p = lse - sum p * logit, with lse = logit - ln p of the top token
                 lse = raw.gather(-1, top_ids[:, :1])[:, 0] - top_p[:, 0].log()
                 finite = raw if limit == V else raw.nan_to_num(neginf=0.0)  # removed ids: p = 0
-                entropy[b, start:stop] = _np((lse - torch.linalg.vecdot(p, finite)).clamp_min(0.0))
-                # the real next token of positions start .. min(stop, n - 1) - 1
-                t_stop = min(stop, n - 1)
-                if t_stop > start:
-                    rows = raw[: t_stop - start]
-                    t = targets[start:t_stop, None]
+                entropy[b, i:j] = _np((lse - torch.linalg.vecdot(p, finite)).clamp_min(0.0))
+                # the real next token of positions lo .. min(hi, n - 1) - 1
+                t_hi = min(hi, n - 1)
+                if t_hi > lo:
+                    rows = raw[: t_hi - lo]
+                    t = targets[lo - start:t_hi - start, None]
                     t_logit = rows.gather(-1, t)                        # [c, 1]
                     rank = (rows > t_logit).sum(-1)
                     tied = (rows == t_logit).sum(-1) > 1
                     if bool(tied.any()):                                # equal logits: lower ids rank first
                         rank += ((rows == t_logit) & (vocab_ids[None] < t)).sum(-1)
-                    target_ranks[b, start:t_stop] = _np(rank)
-                    target_probs[b, start:t_stop] = _np(p[: t_stop - start].gather(-1, t)[:, 0])
-    return LogitLens(ids=ids, probs=probs, logits=logits, target_probs=target_probs, target_ranks=target_ranks,
-                     entropy=entropy, labels=tuple(boundary_labels(cfg.n_layers)))
+                    target_ranks[b, i:t_hi - start] = _np(rank)
+                    target_probs[b, i:t_hi - start] = _np(p[: t_hi - lo].gather(-1, t)[:, 0])
+    return LensBlock(start, stop, ids, probs, logits, target_probs, target_ranks, entropy)
 
 
 def _np(t) -> np.ndarray:  # a torch tensor -> numpy on the CPU
     return t.detach().cpu().numpy()
-
-

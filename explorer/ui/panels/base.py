@@ -29,6 +29,7 @@ from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
 from explorer.ui.explanations import ExplanationWindow
 from explorer.ui.export.menu import Exportable, attach_export_menu
+from explorer.ui.progressive import Job, ProgressiveWork, lane
 from explorer.ui.selection import Selection
 
 __all__ = ["Exportable", "Panel", "PanelSnapshot"]
@@ -56,6 +57,9 @@ class Panel(QWidget):
         self.trace: Trace | None = None
         self._exportables: list[Exportable] = []
         self.tokenizer: Any = None  # the model's Tokenizer, set by the window (see set_tokenizer)
+        self.progressive: ProgressiveWork | None = None  # the window's lane (else the application's)
+        self._deferred: dict[Any, Job] = {}  # expensive views asked for while hidden: run when shown
+        self.on_screen = True  # set by the window (set_on_screen): False while behind another tab
         self.body = QVBoxLayout(self)
         self.body.setContentsMargins(4, 4, 4, 4)
         self._build_explanation()
@@ -105,8 +109,66 @@ class Panel(QWidget):
     def tokenizer_changed(self) -> None:
         """A new model (and so ``self.tokenizer``) was loaded; the next trace follows."""
 
+    # --- progressive views (explorer.ui.progressive) ---------------------------------------------
+    def later(self, key: Any, compute: Callable[[Callable[[], None]], Any], apply: Callable[[Any], None],
+              priority: int = 0) -> Job:
+        """Compute an expensive view of the current trace in the background and ``apply`` it here.
+
+        ``compute(check)`` runs on a worker thread (same rules as ``prepare``: the trace and values
+        captured now, no widgets) and calls ``check()`` at its boundaries, which raises when the job
+        is stale. ``apply(value)`` runs on the GUI thread, only if this panel still shows the same
+        trace and no newer job with the same ``key`` was asked for. While the panel is hidden the
+        job waits and computes nothing."""
+        job = Job(self, key, self.trace, compute, apply, priority)
+        work = self._lane()
+        if self._hidden_in_window():
+            work.cancel_owner_key(self, key)
+            self._deferred[key] = job
+            return job
+        self._deferred.pop(key, None)
+        return work.submit(job)
+
+    def now_or_later(self, key: Any, cheap: bool, compute: Callable[[Callable[[], None]], Any],
+                     apply: Callable[[Any], None], priority: int = 0) -> None:
+        """``apply(compute())`` at once when ``cheap`` (a small model), else ``later``."""
+        if cheap:
+            self._lane().cancel_owner_key(self, key)
+            self._deferred.pop(key, None)
+            apply(compute(lambda: None))
+        else:
+            self.later(key, compute, apply, priority)
+
+    def computing(self) -> bool:
+        """Whether a view of this panel is still being computed (or waits for the panel to be shown)."""
+        return bool(self._deferred) or bool(self._lane().pending(self))
+
+    def _lane(self) -> ProgressiveWork:
+        return self.progressive if self.progressive is not None else lane()
+
+    def _hidden_in_window(self) -> bool:
+        return not self.on_screen
+
+    def set_on_screen(self, visible: bool) -> None:
+        """The window says whether this panel can be seen (a tab behind another one cannot, though
+        Qt still calls it visible): hidden, its background views stop and wait; shown, they go on."""
+        if visible == self.on_screen:
+            return
+        self.on_screen = visible
+        if not visible:
+            for job in self._lane().cancel_owner(self):  # hidden: compute nothing until shown again
+                if job.trace is self.trace:
+                    self._deferred[job.key] = Job(self, job.key, job.trace, job.compute, job.apply, job.priority)
+            return
+        deferred, self._deferred = self._deferred, {}
+        for job in deferred.values():
+            if job.trace is self.trace:
+                self._lane().submit(job)
+
     # --- shared machinery --------------------------------------------------------------------
     def set_trace(self, trace: Trace) -> None:
+        if self.trace is not trace:  # the old trace's views are stale
+            self._lane().cancel_owner(self)
+            self._deferred.clear()
         self.trace = trace
         self.show_trace(trace)
 

@@ -23,6 +23,7 @@ from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
 
 N_NEIGHBOURS = 10
+NEIGHBOURS_NOW_MACS = 2**22  # V x d under this: neighbours at once; else progressively (explorer.ui.progressive)
 NO_POSITIONS_NOTE = {
     "rotary": "Rotary positions rotate Q and K inside attention; nothing is added here.",
     "none": "This model has no positional information: nothing is added here, "
@@ -260,7 +261,17 @@ class EmbeddingsPanel(Panel):
             return
         index = self.selected_token
         label = self._labels[index]
-        result = nearest_vocab_neighbours(self.trace, index, N_NEIGHBOURS)
+        cfg, trace = self.trace.config, self.trace
+        if cfg.vocab_size * cfg.d_model > NEIGHBOURS_NOW_MACS:  # a real vocabulary: in the background
+            self.neighbours.setRowCount(0)
+            self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {label!r}</b>: computing\u2026")
+            self.later(("neighbours",), lambda check: nearest_vocab_neighbours(trace, index, N_NEIGHBOURS),
+                       lambda result: self._show_neighbours(index, result) if self.selected_token == index else None)
+            return
+        self._show_neighbours(index, nearest_vocab_neighbours(trace, index, N_NEIGHBOURS))
+
+    def _show_neighbours(self, index: int, result: tuple[np.ndarray, np.ndarray] | None) -> None:
+        label = self._labels[index]
         self.neighbours.setRowCount(0)
         if result is None:
             self.neighbours_title.setText("Nearest vocabulary neighbours need the loaded model's W_E.")

@@ -19,7 +19,9 @@ from explorer.core.display.levels import finite_levels
 from explorer.core.display.labels import token_labels
 from explorer.ui.panels.attention.views import (
     OUTLINE,
+    MAX_TILE,
     StatisticHeatmap,
+    all_heads_cheap,
     head_source,
     mosaic_of,
     quoted,
@@ -107,6 +109,16 @@ class AttentionOverview:
 
     def _draw_overview(self) -> None:
         trace, cfg = self.trace, self.trace.config
+        if trace.memo_get(("attention.mosaic", MAX_TILE)) is None and not all_heads_cheap(trace):
+            # every head of a long prompt: in the background, drawn when ready (explorer.ui.progressive)
+            self.geometry = None
+            self.overview_image.clear()
+            self.overview_plot.setTitle("all heads: computing\u2026")
+            self.info.setText(f"{cfg.n_layers} layers \u00d7 {cfg.n_heads} heads \u00b7 {trace.n_tokens} tokens")
+            self.later(("mosaic",), lambda check: mosaic_of(trace, check), lambda _: self._draw_overview(),
+                       priority=2)
+            return
+        self.overview_plot.setTitle("all heads")
         self.mosaic, self.geometry = mosaic_of(trace)
         geo = self.geometry
         levels = (0.0, finite_levels(self.mosaic)[1])
@@ -140,7 +152,14 @@ class AttentionOverview:
     def _draw_statistics(self) -> None:
         if self.trace is None or not self.stats_toggle.isChecked():
             return
-        cfg = self.trace.config
+        cfg, trace, name = self.trace.config, self.trace, self.statistic
+        if name not in self._statistics and not all_heads_cheap(trace) \
+                and trace.memo_get(("attention.statistic", name)) is None:
+            self.statistics.plot.setTitle(f"{analysis.STATISTIC_LABELS[name]}: computing\u2026")
+            self.statistics.set_data(np.full((cfg.n_layers, cfg.n_heads), np.nan, np.float32))
+            self.later(("statistic",), lambda check: statistic_of(trace, name),
+                       lambda _: self._draw_statistics() if self.statistic == name else None, priority=3)
+            return
         values = self.statistic_values()
         label = analysis.STATISTIC_LABELS[self.statistic]
         levels = statistic_levels(self.statistic, values, self.trace.n_tokens)
@@ -168,7 +187,9 @@ class AttentionOverview:
         else:
             text = (f"L{layer} H{head}: query {quoted(tokens[query])} ({query}) \u2192 "
                     f"key {quoted(tokens[key])} ({key}): weight {format_value(value)}")
-        if self.stats_toggle.isChecked():
+        name = self.statistic
+        ready = name in self._statistics or self.trace.memo_get(("attention.statistic", name)) is not None
+        if self.stats_toggle.isChecked() and ready:
             stat = self.statistic_values()[layer, head]
             shown = format_value(stat) if math.isfinite(stat) else "undefined"
             text += f"\n{analysis.STATISTIC_LABELS[self.statistic]}: {shown}"

@@ -43,6 +43,7 @@ from explorer.ui.panels.attention.views import (
     KINDS,
     QUERY_OUTLINE,
     AttentionHeatmap,
+    all_heads_cheap,
     layer_patterns_fit,
     mosaic_of,
     quoted,
@@ -121,7 +122,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addWidget(self.stat_box)
         row.addStretch(1)
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
         row.addWidget(self.info)
         self.body.addLayout(row)
@@ -164,7 +165,7 @@ class AttentionPanel(AttentionOverview, Panel):
         """Every layer's [H, n, n] pattern when they fit ``LAYER_PATTERN_BUDGET`` (one batched
         computation per layer, done by the worker); otherwise nothing: long prompts are drawn head
         by head from the stored q and k, and each tile is downsampled at once."""
-        if not layer_patterns_fit(trace):
+        if not layer_patterns_fit(trace) or not all_heads_cheap(trace):
             return []
         return [f"blocks.{layer}.attn.pattern" for layer in range(trace.config.n_layers)]
 
@@ -172,6 +173,10 @@ class AttentionPanel(AttentionOverview, Panel):
         """On the worker thread: the patterns (when they fit), the mosaic and, if the snapshot shows
         them, the statistic."""
         super().prepare(trace, snapshot)
+        if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (show_trace)
+            cfg = trace.config
+            trace.head(min(snapshot.layer, cfg.n_layers - 1), min(snapshot.head, cfg.n_heads - 1))
+            return
         mosaic_of(trace)
         if snapshot.statistics_on:
             statistic_of(trace, snapshot.statistic)

@@ -20,6 +20,7 @@ from explorer.ui.widgets.heatmap import Heatmap, format_value
 
 KINDS = {"pattern": ("pattern", "viridis", False), "scores": ("scaled score", "CET-D1", True)}
 MAX_TILE = 64  # overview tile side in pixels; longer prompts are block-averaged (exact in the detail)
+ALL_HEADS_NOW_MACS = 2**28  # all heads' q.k cheaper than this: mosaic and statistics with the trace
 LAYER_PATTERN_BUDGET = 64 * 2**20  # bytes of all layers' [H, n, n] patterns worth precomputing in the worker
 OUTLINE = pg.mkPen("#ff2d55", width=2.5, cosmetic=True)
 QUERY_OUTLINE = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)
@@ -73,6 +74,13 @@ class StatisticHeatmap(Heatmap):
 
 
 
+def all_heads_cheap(trace: Trace) -> bool:
+    """Whether work over every head (the mosaic, a statistic) is cheap enough to do with the trace
+    (multiply-adds of all heads' q.k under ``ALL_HEADS_NOW_MACS``); else it is done progressively."""
+    cfg, n = trace.config, trace.n_tokens
+    return cfg.n_layers * cfg.n_heads * n * n * cfg.d_head <= ALL_HEADS_NOW_MACS
+
+
 def head_source(trace: Trace):
     """``(layer, head) -> [n, n] pattern``: from every layer's precomputed patterns when they fit
     ``LAYER_PATTERN_BUDGET``, else one head at a time from the stored q and k."""
@@ -81,11 +89,19 @@ def head_source(trace: Trace):
     return lambda layer, head: trace.head(layer, head, "pattern")
 
 
-def mosaic_of(trace: Trace) -> tuple[np.ndarray, MosaicGeometry]:
-    """Every head's pattern tiled into one image (block-averaged beyond ``MAX_TILE``), once per trace."""
+def mosaic_of(trace: Trace, check=None) -> tuple[np.ndarray, MosaicGeometry]:
+    """Every head's pattern tiled into one image (block-averaged beyond ``MAX_TILE``), once per trace.
+    ``check()`` is called before each head (it raises when the work is stale)."""
     cfg = trace.config
+    source = head_source(trace)
+
+    def checked(layer: int, head: int) -> np.ndarray:
+        if check is not None:
+            check()
+        return source(layer, head)
+
     return trace.memo(("attention.mosaic", MAX_TILE), lambda: tile_heads(
-        head_source(trace), max_tile=MAX_TILE, n_layers=cfg.n_layers, n_heads=cfg.n_heads))
+        checked, max_tile=MAX_TILE, n_layers=cfg.n_layers, n_heads=cfg.n_heads))
 
 
 def statistic_of(trace: Trace, name: str) -> np.ndarray:

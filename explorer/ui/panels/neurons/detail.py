@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QVBoxLayout, QWid
 from explorer.core.analysis.neurons import activation_histogram, top_neurons
 from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
-from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, vocab_effect_of
+from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, VOCAB_K, VOCAB_NOW_MACS, vocab_effect_of
 from explorer.ui.panels.neurons.widgets import (
     BAR_HIST,
     BAR_NEGATIVE,
@@ -25,6 +25,8 @@ from explorer.ui.panels.neurons.widgets import (
     table,
 )
 from explorer.ui.widgets.plots import fixed_plot
+
+_MISSING = object()
 
 VOCAB_CAPTION = ("Direct path only: the neuron's output direction W_out[:, k], scaled by the final norm's "
                  "\u03b3 and read through the un-embedding W_U, gives one logit change per unit of activation. "
@@ -61,7 +63,7 @@ class NeuronDetail:
         self.vocab.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
         self.vocab_caption = QLabel(VOCAB_CAPTION)
         self.vocab_caption.setWordWrap(True)
-        self.vocab_caption.setStyleSheet("color: #555; font-size: 11px")
+        self.vocab_caption.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
         vocab_box = QWidget()
         column = QVBoxLayout(vocab_box)
         column.setContentsMargins(0, 0, 0, 0)
@@ -169,7 +171,18 @@ class NeuronDetail:
         j = self.selected_neuron
         if j is None:
             return
-        result = vocab_effect_of(self.trace, self._layer, j, self._vocab_size())
+        trace, layer, vocab = self.trace, self._layer, self._vocab_size()
+        cfg = trace.config
+        key = ("neurons.vocab", layer, j, VOCAB_K, vocab)
+        if trace.memo_get(key, _MISSING) is _MISSING and cfg.vocab_size * cfg.d_model > VOCAB_NOW_MACS:
+            self._vocab = None
+            self.vocab.setRowCount(0)
+            self.vocab_title.setText(f"<b>L{layer} neuron #{j}: vocabulary it promotes and suppresses</b>: "
+                                     "computing\u2026")
+            self.later(("vocab",), lambda check: vocab_effect_of(trace, layer, j, vocab),
+                       lambda _: self._draw_vocab() if (self._layer, self.selected_neuron) == (layer, j) else None)
+            return
+        result = vocab_effect_of(trace, layer, j, vocab)
         self._vocab = result
         self.vocab.setRowCount(0)
         if result is None:

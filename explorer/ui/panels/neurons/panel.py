@@ -39,6 +39,7 @@ from explorer.ui.panels.neurons.detail import NeuronDetail
 from explorer.ui.panels.neurons.views import (
     DEFAULT_TOP_K,
     ORDERS,
+    VOCAB_NOW_MACS,
     LayerView,
     layer_of,
     layer_view,
@@ -121,7 +122,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         row.addWidget(self.reset_zoom)
         row.addStretch(1)
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
         row.addWidget(self.info)
         self.controls = QWidget()
@@ -131,7 +132,7 @@ class NeuronsPanel(NeuronDetail, Panel):
 
         self.note = QLabel()
         self.note.setWordWrap(True)
-        self.note.setStyleSheet("font-size: 14px; padding: 16px; color: #333")
+        self.note.setStyleSheet("font-size: 14px; padding: 16px")
         self.note.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.note.setVisible(False)
         self.body.addWidget(self.note, 1)  # takes the room of the hidden plots, text at the top
@@ -195,7 +196,8 @@ class NeuronsPanel(NeuronDetail, Panel):
             return
         top_ids(trace, layer, view, snapshot.top_k)
         neuron = neuron_for(view, layer, snapshot.token, snapshot.neuron, snapshot.neuron_layer)
-        if neuron is not None:
+        cfg = trace.config
+        if neuron is not None and cfg.vocab_size * cfg.d_model <= VOCAB_NOW_MACS:  # else progressive (detail.py)
             vocab_size = getattr(snapshot.tokenizer, "vocab_size", None) if snapshot.tokenizer is not None else None
             vocab_effect_of(trace, layer, neuron, vocab_size)
 

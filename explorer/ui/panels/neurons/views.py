@@ -24,6 +24,7 @@ ORDERS = {"index": "index", "max": "most active", "variance": "variance"}  # neu
 DEFAULT_TOP_K = 64
 TOP_TOKEN_NEURONS = 20  # rows of the selected token's ranked list
 VOCAB_K = 10  # promoted and suppressed tokens listed
+VOCAB_NOW_MACS = 2**22  # d_model x V under this: a neuron's vocabulary effect with the trace; else in the background
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,12 @@
 """The residual panel's logit lens: every layer boundary read through the final norm and the
-un-embedding, computed once per trace (``lens_of``, ``lens_texts_of``: on the worker thread in
-``prepare``, for the tokenizer of the panel's snapshot) and drawn as a heatmap of the top prediction's
+un-embedding, kept with the trace (``lens_of``) and drawn as a heatmap of the top prediction's
 probability with its text in each cell; the tooltip lists the top five and the real next token.
+
+A small lens (``LENS_NOW_MACS``) is computed whole on the worker thread in ``prepare``. A large one
+(GPT-2 small at 256 tokens is 13 x 256 x 50,257 x 768 multiply-adds, several times the forward pass)
+is filled progressively (``explorer.ui.progressive``): the selected position across every layer
+first, then blocks of positions nearest to it, each drawn as it arrives, with "computing…" in the
+title and blank cells until then; a newer trace or a hidden panel stops it.
 
 ``LogitLensView`` is mixed into ``ResidualPanel``: the widgets and state it uses are the panel's.
 """
@@ -24,6 +29,9 @@ LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists th
 LENS_ROW_PX = 18  # a lens row's height when its cells carry text
 TEXT_MAX_TOKENS = 40  # the lens writes each cell's top token while there are at most this many tokens…
 TEXT_MAX_ROWS = 25  # …and boundaries; beyond that, colours only (the tooltip still names the tokens)
+LENS_NOW_MACS = 2**28  # a lens cheaper than this is computed with the trace, on the worker…
+LENS_BLOCK_MACS = 2**36  # …a larger one progressively, in blocks of positions of about this much work…
+LENS_BLOCK_MIN = 64  # …and at least this many positions: fewer rows per matmul re-read the un-embedding for little work
 NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the real next token
 
 
@@ -41,15 +49,33 @@ def display_text(tokenizer: Any, token_id: int) -> str:
     return f"#{token_id}"
 
 
+def lens_cost(trace: Trace) -> int:
+    """Multiply-adds of the whole lens: boundaries x positions x vocabulary x d_model."""
+    cfg = trace.config
+    return (cfg.n_layers + 1) * trace.n_tokens * cfg.vocab_size * cfg.d_model
+
+
+def block_positions(trace: Trace) -> int:
+    """Positions per progressive lens job: about ``LENS_BLOCK_MACS`` of work, at least ``LENS_BLOCK_MIN``
+    (each boundary's matmul reads the whole un-embedding: a few rows at a time would make it memory-bound).
+    A job stops at its next boundary when it is stale."""
+    cfg = trace.config
+    return max(LENS_BLOCK_MIN, LENS_BLOCK_MACS // ((cfg.n_layers + 1) * cfg.vocab_size * cfg.d_model))
+
+
 def lens_of(trace: Trace, tokenizer: Any) -> core.LogitLens | None:
+    """The trace's lens: computed whole when it is cheap (``LENS_NOW_MACS``), else an empty one that
+    the panel fills progressively (``ResidualPanel._schedule_lens``) and keeps with the trace."""
     vocab = vocab_size_of(tokenizer)
-    return trace.memo(("residual.lens", LENS_TOP, vocab),
-                      lambda: core.logit_lens(trace, top=LENS_TOP, vocab_size=vocab))
+    if lens_cost(trace) <= LENS_NOW_MACS:
+        return trace.memo(("residual.lens", LENS_TOP, vocab),
+                          lambda: core.logit_lens(trace, top=LENS_TOP, vocab_size=vocab))
+    return trace.memo(("residual.lens", LENS_TOP, vocab), lambda: core.empty_lens(trace, LENS_TOP, vocab))
 
 
 def lens_texts_of(trace: Trace, lens: core.LogitLens | None, tokenizer: Any) -> list[list[str]]:
-    """Each lens cell's top prediction as written in the cell."""
-    if lens is None:
+    """Each lens cell's top prediction as written in the cell (a complete lens; [] otherwise)."""
+    if lens is None or not lens.complete:
         return []
 
     def compute() -> list[list[str]]:
@@ -72,19 +98,27 @@ class LogitLensView:
             self.lens_marks.setPath(QPainterPath())
             self.next_token_hits = np.zeros((0, 0), dtype=bool)
             return
+        filled = lens.filled
         top1 = lens.probs[..., 0]
+        if not lens.complete:  # positions still being computed: no colour (NaN) and no text yet
+            top1 = np.where(filled[None, :], top1, np.nan).astype(np.float32)
         self.lens_map.set_data(top1, list(lens.labels), self._token_axis(), levels=(0.0, 1.0),
                                value_name="top-1 probability")
         B, n = top1.shape
         hits = np.zeros((B, n), dtype=bool)
         if n > 1:
-            hits[:, :-1] = lens.ids[:, :-1, 0] == np.asarray(trace.token_ids[1:])[None, :]
+            hits[:, :-1] = (lens.ids[:, :-1, 0] == np.asarray(trace.token_ids[1:])[None, :]) & filled[None, :-1]
         self.next_token_hits = hits
         legible = n <= TEXT_MAX_TOKENS and B <= TEXT_MAX_ROWS
         # rows tall enough for readable text (the panel scrolls when that is more than it has)
         self.lens_map.setMinimumHeight(min(B * LENS_ROW_PX + 80, 640) if legible else 150)
         self.lens_cells.setVisible(legible)
         if legible:
+            if not lens.complete:
+                self.lens_texts = [[visible_text(self.token_text(int(lens.ids[b, i, 0]))) if filled[i] else ""
+                                    for i in range(n)] for b in range(B)]
+            else:  # complete (perhaps just now, by its last block): every cell's text
+                self.lens_texts = lens_texts_of(trace, lens, self.tokenizer)
             self.lens_cells.set_cells(self.lens_texts, hits, dark_cells(self.lens_map.colormap, top1, (0.0, 1.0)))
         else:
             self.lens_cells.set_cells([], np.zeros((0, 0), bool), np.zeros((0, 0), bool))
@@ -95,13 +129,46 @@ class LogitLensView:
         self.lens_marks.setPath(path)
         what = "top prediction (text) and its probability (colour)" if legible else \
             "top prediction's probability (hover for the tokens)"
+        if not lens.complete:
+            what = f"computing\u2026 {int(filled.sum())} of {n} positions; " + what
         self.lens_map.plot.setTitle(f"logit lens: {what}; <span style='color:{NEXT_TOKEN}'>\u25a1</span> "
                                     "= the real next token")
+
+    def _schedule_lens(self) -> None:
+        """Ask for the positions of a progressive lens that are not computed yet: the selected one
+        first, then blocks of positions nearest to it first (each drawn when it arrives)."""
+        lens, trace = self.lens, self.trace
+        if lens is None or trace is None or lens.complete:
+            return
+        vocab = vocab_size_of(self.tokenizer)
+        n, step, selected = trace.n_tokens, block_positions(trace), self.selected_token
+        if not lens.filled[selected]:
+            self._lens_job(("lens", "selected"), selected, selected + 1, vocab, priority=0)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            if not lens.filled[start:stop].all():
+                distance = 0 if start <= selected < stop else min(abs(start - selected), abs(stop - 1 - selected))
+                self._lens_job(("lens", start), start, stop, vocab, priority=1 + distance)
+
+    def _lens_job(self, key, start: int, stop: int, vocab: int | None, priority: int) -> None:
+        trace, lens = self.trace, self.lens
+
+        def compute(check) -> core.LensBlock:
+            return core.lens_columns(trace, start, stop, LENS_TOP, vocab, check=check)
+
+        def apply(block: core.LensBlock) -> None:
+            if self.lens is lens:
+                lens.fill(block)
+                self._draw_lens()
+
+        self.later(key, compute, apply, priority)
 
 
     def lens_cell_text(self, row: int, col: int) -> str:
         """The tooltip of a lens cell: the top five predictions there and how the real next token fares."""
         lens, trace = self.lens, self.trace
+        if not lens.filled[col]:
+            return f"{self._where(lens.labels[row], col)}: computing\u2026"
         lines = [f"{self._where(lens.labels[row], col)}: predicts the next token"]
         for k in range(lens.ids.shape[2]):
             token_id = int(lens.ids[row, col, k])

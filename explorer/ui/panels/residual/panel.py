@@ -79,7 +79,7 @@ class ResidualPanel(LogitLensView, Panel):
 
         row = QHBoxLayout()
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
         row.addWidget(self.info, 1)
         self.body.addLayout(row)
@@ -169,7 +169,7 @@ class ResidualPanel(LogitLensView, Panel):
         self._norms(trace)
         self._contributions(trace)
         self._cosine(trace)
-        lens_texts_of(trace, lens_of(trace, snapshot.tokenizer), snapshot.tokenizer)
+        lens_texts_of(trace, lens_of(trace, snapshot.tokenizer), snapshot.tokenizer)  # large: only an empty lens
 
     @staticmethod
     def _norms(trace: Trace) -> np.ndarray:
@@ -199,10 +199,12 @@ class ResidualPanel(LogitLensView, Panel):
         self._draw_cosine()
         self._draw_lens()
         self._draw_token()
+        self._schedule_lens()
 
     def selection_changed(self, what: str) -> None:
         if what == "token":
             self._draw_token()
+            self._schedule_lens()  # the newly selected position first
 
     def tokenizer_changed(self) -> None:
         self._texts = {}

@@ -1,0 +1,176 @@
+"""Progressive, demand-driven views: a panel's expensive work runs after its cheap drawing, in the
+background, only while the panel is shown, newest selection first, and never lands on a stale view.
+
+After a forward pass the window applies the trace at once: each shown panel draws what is cheap and,
+for each expensive view (the logit lens grid, a neuron's vocabulary effect, statistics over all
+heads), shows "computing…" and calls ``Panel.later(key, compute, apply)``. Those jobs go to one
+background lane (``ProgressiveWork``), which runs one at a time (so they never fight each other or
+the next forward pass for the CPU), highest priority first, each through ``compute(check)`` on a
+worker thread and ``apply(value)`` on the GUI thread.
+
+A job is *stale*, and is cancelled (``check()`` raises ``Cancelled`` at its next boundary) and never
+applied, when:
+
+* its panel shows another trace (a newer edit), or the same ``key`` was asked for again (a newer
+  selection: the lens column of another token, another neuron);
+* its panel is hidden (a tab behind another one): the job waits, computing nothing, and runs again
+  when the panel is shown;
+* a new trace is requested (``cancel_all``) or the window closes (``shutdown``).
+
+``apply`` runs only when the panel still shows the job's trace and the job is still the newest for
+its key, so a view never shows numbers of an older prompt or selection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+from superqt.utils import create_worker
+
+from explorer.core.cancel import Cancel, Cancelled
+
+log = logging.getLogger(__name__)
+
+_order = itertools.count()
+
+
+@dataclass(eq=False)
+class Job:
+    """One expensive view of one panel: ``compute(check)`` on the worker, ``apply(value)`` on the GUI thread."""
+
+    owner: Any  # the panel (a QWidget with ``trace``)
+    key: Any
+    trace: Any
+    compute: Callable[[Callable[[], None]], Any]
+    apply: Callable[[Any], None]
+    priority: int = 0  # lower runs first
+    cancel: Cancel = field(default_factory=Cancel)
+    order: int = field(default_factory=lambda: next(_order))
+
+    def current(self) -> bool:
+        """Whether the result still belongs on screen: the panel shows this job's trace."""
+        return getattr(self.owner, "trace", None) is self.trace and not self.cancel.is_set()
+
+
+class ProgressiveWork(QObject):
+    """One background lane for the panels' expensive views (see the module docstring).
+
+    Signals: ``busy_changed(bool)``, ``applied(object)`` (a job's result reached its panel).
+    """
+
+    busy_changed = Signal(bool)
+    applied = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._queue: list[Job] = []
+        self._running: Job | None = None
+        self._worker: Any = None
+        self._closed = False
+        self.computed: list[tuple[Any, Any]] = []  # (owner, key) of every job computed: tests read it
+
+    # --- asking ------------------------------------------------------------------------------
+    def submit(self, job: Job) -> Job:
+        """Queue ``job``; an older job of the same panel and key is cancelled (it is stale)."""
+        if self._closed:
+            job.cancel.set()
+            return job
+        self._drop(lambda j: j.owner is job.owner and j.key == job.key)
+        self._queue.append(job)
+        self._next()
+        return job
+
+    def cancel_owner(self, owner: Any) -> list[Job]:
+        """Cancel every job of ``owner``; returns the ones that had not finished (to run again later)."""
+        return self._drop(lambda j: j.owner is owner)
+
+    def cancel_owner_key(self, owner: Any, key: Any) -> list[Job]:
+        return self._drop(lambda j: j.owner is owner and j.key == key)
+
+    def cancel_all(self) -> None:
+        self._drop(lambda j: True)
+
+    def shutdown(self) -> None:
+        """The window closes: cancel everything and accept nothing more."""
+        self._closed = True
+        self.cancel_all()
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None or bool(self._queue)
+
+    def pending(self, owner: Any | None = None) -> list[Job]:
+        jobs = ([self._running] if self._running is not None else []) + self._queue
+        return [j for j in jobs if not j.cancel.is_set() and (owner is None or j.owner is owner)]
+
+    # --- running -----------------------------------------------------------------------------
+    def _drop(self, which: Callable[[Job], bool]) -> list[Job]:
+        dropped = [j for j in self._queue if which(j)]
+        self._queue = [j for j in self._queue if not which(j)]
+        if self._running is not None and which(self._running) and not self._running.cancel.is_set():
+            dropped.append(self._running)
+        for job in dropped:
+            job.cancel.set()
+        if not self.busy:
+            self.busy_changed.emit(False)
+        return dropped
+
+    def _next(self) -> None:
+        if self._running is not None or self._closed:
+            return
+        self._queue = [j for j in self._queue if not j.cancel.is_set()]
+        if not self._queue:
+            return
+        self._queue.sort(key=lambda j: (j.priority, j.order))
+        job = self._queue.pop(0)
+        self._running = job
+        worker = create_worker(_run, job, _start_thread=False, _ignore_errors=True)
+        worker.returned.connect(lambda value, j=job: self._on_returned(j, value))
+        worker.errored.connect(lambda exc, j=job: self._on_errored(j, exc))
+        worker.finished.connect(lambda j=job: self._on_finished(j))
+        self._worker = worker
+        self.busy_changed.emit(True)
+        worker.start()
+
+    def _on_returned(self, job: Job, value: Any) -> None:
+        self.computed.append((job.owner, job.key))
+        if not job.current():
+            return
+        try:
+            job.apply(value)
+        except Exception:
+            log.exception("applying %r failed", job.key)
+            return
+        self.applied.emit(job)
+
+    def _on_errored(self, job: Job, exc: BaseException) -> None:
+        if not isinstance(exc, Cancelled):
+            log.error("computing %r failed", job.key, exc_info=exc)
+
+    def _on_finished(self, job: Job) -> None:
+        if self._running is job:
+            self._running, self._worker = None, None
+        self._next()
+        if not self.busy:
+            self.busy_changed.emit(False)
+
+
+def _run(job: Job) -> Any:
+    job.cancel.check()
+    return job.compute(job.cancel.check)
+
+
+_LANE: ProgressiveWork | None = None
+
+
+def lane() -> ProgressiveWork:
+    """The application's one lane (made on first use, on the GUI thread)."""
+    global _LANE
+    if _LANE is None:
+        _LANE = ProgressiveWork()
+    return _LANE

@@ -1,0 +1,168 @@
+"""Progressive views (explorer.ui.progressive): expensive views are computed after the cheap drawing,
+only for shown panels, the current selection first; stale work is abandoned and never drawn."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QObject
+
+from explorer.core.analysis import residual as core
+from explorer.ui.panels.residual import ResidualPanel
+from explorer.ui.panels.residual import lens as residual_lens
+from explorer.ui.progressive import Job, ProgressiveWork
+from explorer.ui.selection import Selection
+
+PROMPT = "The cat sat on the mat, and the dog sat on the log by the door."
+
+
+class Owner(QObject):
+    trace = None
+
+
+def test_a_job_for_an_old_trace_or_an_old_key_is_never_applied(qtbot):
+    work = ProgressiveWork()
+    owner = Owner()
+    owner.trace = "A"
+    release = threading.Event()
+    applied = []
+
+    def slow(check):
+        release.wait(10)
+        check()  # the boundary where a stale job stops
+        return "old"
+
+    work.submit(Job(owner, "view", "A", slow, applied.append))
+    work.submit(Job(owner, "view", "A", lambda check: "newer selection", applied.append))  # same key: replaces
+    other = work.submit(Job(owner, "other", "A", lambda check: "other view", applied.append))
+    owner.trace = "B"  # a newer trace is shown: every job of "A" is stale
+    release.set()
+    qtbot.waitUntil(lambda: not work.busy, timeout=10_000)
+    assert applied == []
+    assert other.cancel.is_set() is False  # not cancelled, but its trace is no longer shown: not applied
+
+    owner.trace = "C"
+    work.submit(Job(owner, "view", "C", lambda check: "current", applied.append))
+    qtbot.waitUntil(lambda: applied == ["current"], timeout=10_000)
+
+
+def test_jobs_run_by_priority_and_cancel_all_stops_them(qtbot):
+    work = ProgressiveWork()
+    owner = Owner()
+    owner.trace = "T"
+    gate = threading.Event()
+    order = []
+    work.submit(Job(owner, "first", "T", lambda check: gate.wait(10), lambda v: order.append("first")))
+    for name, priority in (("late", 5), ("soon", 1), ("middle", 3)):
+        work.submit(Job(owner, name, "T", lambda check, n=name: n, lambda v: order.append(v), priority))
+    gate.set()
+    qtbot.waitUntil(lambda: not work.busy, timeout=10_000)
+    assert order == ["first", "soon", "middle", "late"]
+
+    gate.clear()
+    work.submit(Job(owner, "blocked", "T", lambda check: (gate.wait(10), check()), order.append))
+    work.submit(Job(owner, "queued", "T", lambda check: "queued", order.append))
+    work.cancel_all()
+    gate.set()
+    qtbot.waitUntil(lambda: not work.busy, timeout=10_000)
+    assert order == ["first", "soon", "middle", "late"]
+
+
+@pytest.fixture
+def progressive_lens(monkeypatch):
+    """Make even the tiny model's lens progressive, in blocks of 4 positions."""
+    monkeypatch.setattr(residual_lens, "LENS_NOW_MACS", 0)
+    monkeypatch.setattr(residual_lens, "block_positions", lambda trace: 4)
+
+
+def shown_panel(qtbot, loaded, work):
+    panel = ResidualPanel(Selection())
+    panel.progressive = work
+    qtbot.addWidget(panel)
+    panel.set_tokenizer(loaded.tokenizer)
+    panel.resize(900, 700)
+    panel.show()
+    qtbot.waitExposed(panel)
+    return panel
+
+
+def test_the_lens_fills_progressively_selected_token_first_with_exact_values(qtbot, tiny_loaded, progressive_lens):
+    work = ProgressiveWork()
+    panel = shown_panel(qtbot, tiny_loaded, work)
+    trace = tiny_loaded.trace(PROMPT)
+    panel.selection.clamp(trace.config.n_layers, trace.config.n_heads, trace.n_tokens)
+    panel.selection.set_token(9)
+    panel.prepare(trace, panel.snapshot())
+    assert trace.memo_get(("residual.lens", residual_lens.LENS_TOP, tiny_loaded.tokenizer.vocab_size)).filled.sum() == 0
+    panel.set_trace(trace)
+    assert not panel.lens.complete and "computing" in panel.lens_map.plot.titleLabel.text
+    assert np.isnan(panel.lens_map.matrix).all()  # nothing shown before it is computed
+    assert panel.computing()
+    qtbot.waitUntil(lambda: not panel.computing(), timeout=30_000)
+    keys = [key for owner, key in work.computed if owner is panel]
+    assert keys[0] == ("lens", "selected")  # the selected position across every layer first
+    assert keys[1] == ("lens", 8)  # then the block holding it
+    whole = core.logit_lens(trace, top=residual_lens.LENS_TOP, vocab_size=tiny_loaded.tokenizer.vocab_size)
+    assert panel.lens.complete
+    for name in ("ids", "target_ranks"):
+        np.testing.assert_array_equal(getattr(panel.lens, name), getattr(whole, name))
+    for name in ("probs", "logits", "target_probs", "entropy"):  # blocks of rows: BLAS may round differently
+        np.testing.assert_allclose(getattr(panel.lens, name), getattr(whole, name), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[..., 0], rtol=1e-5, atol=1e-6)
+    assert "computing" not in panel.lens_map.plot.titleLabel.text
+    assert all(text for row in panel.lens_texts for text in row)  # every cell has its text once complete
+    # the last boundary is the model's own prediction
+    final = trace["logits"].argmax(-1)
+    np.testing.assert_array_equal(panel.lens.ids[-1, :, 0], final)
+
+
+def test_a_newer_trace_abandons_the_old_lens_and_never_draws_it(qtbot, tiny_loaded, progressive_lens, monkeypatch):
+    work = ProgressiveWork()
+    panel = shown_panel(qtbot, tiny_loaded, work)
+    old, new = tiny_loaded.trace(PROMPT), tiny_loaded.trace("A different prompt with other words in it.")
+    gate = threading.Event()
+    original = core.lens_columns
+
+    def gated(trace, *args, **kwargs):
+        if trace is old:
+            gate.wait(10)
+        return original(trace, *args, **kwargs)
+
+    monkeypatch.setattr(core, "lens_columns", gated)
+    panel.selection.clamp(2, 2, old.n_tokens)
+    panel.set_trace(old)
+    qtbot.waitUntil(lambda: work.busy, timeout=5_000)
+    old_lens = panel.lens
+    panel.set_trace(new)  # a newer edit while the old lens is being computed
+    gate.set()
+    qtbot.waitUntil(lambda: not panel.computing(), timeout=30_000)
+    assert panel.lens is not old_lens and panel.lens.complete
+    assert not old_lens.filled.any()  # the old trace's blocks were never written, let alone drawn
+    whole = core.logit_lens(new, top=residual_lens.LENS_TOP, vocab_size=tiny_loaded.tokenizer.vocab_size)
+    np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[..., 0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_hidden_tab_computes_nothing_until_shown(qtbot, make_window, tiny_checkpoint, progressive_lens):
+    window = make_window()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.open_checkpoint(str(tiny_checkpoint))
+    residual = next(d for d in window.docks if isinstance(d.panel, ResidualPanel))
+    front = next(d for d in window.docks[1:] if d is not residual)  # the tabs share one area (docks.py)
+    if residual not in window.tabifiedDockWidgets(front):
+        window.tabifyDockWidget(front, residual)
+    front.raise_()
+    qtbot.waitUntil(lambda: not residual.panel.on_screen, timeout=5_000)  # Qt still says "visible"
+    window.progressive.computed.clear()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.set_prompt(PROMPT)
+    qtbot.waitUntil(lambda: not window.progressive.busy, timeout=30_000)
+    assert all(owner is not residual.panel for owner, _ in window.progressive.computed)
+    vocab = window.loaded.tokenizer.vocab_size
+    lens = window.trace.memo_get(("residual.lens", residual_lens.LENS_TOP, vocab))
+    assert lens is None or not lens.filled.any()
+    residual.raise_()  # the tab is shown: now it computes, for the current trace
+    qtbot.waitUntil(lambda: residual.panel.trace is window.trace and residual.panel.lens is not None
+                    and residual.panel.lens.complete, timeout=30_000)
+    assert any(owner is residual.panel for owner, _ in window.progressive.computed)
