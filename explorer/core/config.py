@@ -23,7 +23,9 @@ QK_NORMS = ("none", "head", "per_head", "full")
 # RoPE scaling types (explorer/core/rope.py computes them) and the keys each needs
 ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor", "max_position_embeddings"),
                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-                     "yarn": ("original_max_position_embeddings",)}
+                     "yarn": ("original_max_position_embeddings",),
+                     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings",
+                                  "max_position_embeddings")}
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
 
@@ -173,6 +175,13 @@ class ModelConfig:
     token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
     embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
     mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
+    # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c; BLOOM also uses 16b's embed_norm)
+    alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
+    alibi_before_scale: bool = False  # Falcon-RW: the penalty is added before the scale, (q.k + bias) / sqrt(d_head)
+    rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
+    shared_norm: bool = False  # parallel block whose attention and FFN read one norm (Phi, GPT-J, Falcon)
+    unembed_bias: bool = False  # Phi, GPT-J: the un-embedding adds a bias per vocabulary entry
+    d_embed: int | None = None  # OPT-350m: embeddings narrower than d_model, projected in and out
 
     def __post_init__(self) -> None:
         problems = _type_problems(self) or _range_problems(self)
@@ -180,8 +189,9 @@ class ModelConfig:
             # JSON gives lists: keep the frozen config hashable and comparable
             object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
             scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
-            object.__setattr__(self, "rope_scaling", tuple(sorted((str(k), v) for k, v in scaling)))
-            problems = self._problems_16a()
+            object.__setattr__(self, "rope_scaling", tuple(sorted(  # LongRoPE's per-frequency factors: tuples
+                (str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling)))
+            problems = self._problems_16a() + self._problems_16c()
         if problems:
             raise CheckpointError("invalid model configuration: " + "; ".join(problems))
         check = LOAD_CHECK.get()
@@ -204,6 +214,18 @@ class ModelConfig:
             problems.append(f"RoPE scaling type {kind!r} is not one of {tuple(ROPE_SCALING_KEYS)}")
         elif missing := [k for k in ROPE_SCALING_KEYS[kind] if self.rope.get(k) is None]:
             problems.append(f"RoPE scaling {kind!r} needs {', '.join(missing)}")
+        return problems
+
+    def _problems_16c(self) -> list[str]:
+        problems = [f"{name} must be true or false (got {getattr(self, name)!r:.60})" for name in
+                    ("alibi", "alibi_before_scale", "rotary_interleaved", "shared_norm", "unembed_bias")
+                    if not isinstance(getattr(self, name), bool)]
+        if self.shared_norm is True and not self.parallel_residual:
+            problems.append("shared_norm needs parallel_residual (one norm feeds attention and FFN side by side)")
+        d_embed = self.d_embed
+        if d_embed is not None and (isinstance(d_embed, bool) or not isinstance(d_embed, int)
+                                    or not 1 <= d_embed <= INT_BOUNDS["d_model"][1]):
+            problems.append(f"d_embed must be a positive integer up to {INT_BOUNDS['d_model'][1]} (got {d_embed!r:.60})")
         return problems
 
     @property
@@ -241,8 +263,9 @@ class ModelConfig:
         ffn = "attention only" if not self.has_ffn else (
             f"{'gated ' if self.gated_ffn else ''}{self.activation} FFN d_ff={self.d_ff}")
         heads = f"{self.n_heads} heads" + (f" ({self.kv_heads} K/V heads)" if self.kv_heads != self.n_heads else "")
+        positions = "ALiBi positions" if self.alibi else f"{self.positions} positions"
         return (f"{self.arch}: {self.n_layers} layers, d_model={self.d_model}, {heads} of d_head={self.d_head}, "
-                f"{ffn}, {norm}, {self.positions} positions, {'causal' if self.causal else 'bidirectional'}"
+                f"{ffn}, {norm}, {positions}, {'causal' if self.causal else 'bidirectional'}"
                 + self._describe_16a())
 
     def _describe_16a(self) -> str:

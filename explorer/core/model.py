@@ -48,9 +48,9 @@ def rotary_angles(positions: Tensor, rotary_dim: int, base: float,
     """cos and sin of the rotation angles pos * base^(-2i/r), laid out as [n, r] (each frequency twice).
 
     ``scaling``: a RoPE scaling variant (explorer/core/rope.py) changes the frequencies; YaRN also
-    scales cos and sin. Dynamic scaling depends on the sequence length: the last position + 1.
+    scales cos and sin. Dynamic scaling and LongRoPE depend on the sequence length: the last position + 1.
     """
-    dynamic = scaling is not None and scaling.get("rope_type") == "dynamic" and positions.numel()
+    dynamic = scaling is not None and scaling.get("rope_type") in ("dynamic", "longrope") and positions.numel()
     seq_len = int(positions.max()) + 1 if dynamic else None  # (reading it waits for the device)
     inv_freq, factor = inverse_frequencies(rotary_dim, base, scaling, seq_len)
     angles = positions.float()[:, None] * inv_freq[None, :].to(positions.device)  # [n, r/2]
@@ -70,6 +70,20 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
 
 
+def apply_rotary_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """GPT-J's rotary: rotate adjacent pairs (x_2i, x_2i+1) of the first r dimensions.  x: [B, h, n, dh]
+
+    The same angles as ``apply_rotary`` (cos, sin: [n, r], each frequency twice), laid out pairwise."""
+    r = cos.shape[-1]
+    cos = cos[..., : r // 2].repeat_interleave(2, dim=-1).to(x.dtype)   # [n, r]: c0 c0 c1 c1 ...
+    sin = sin[..., : r // 2].repeat_interleave(2, dim=-1).to(x.dtype)
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    even, odd = x_rot[..., 0::2], x_rot[..., 1::2]
+    turned = torch.stack([-odd, even], dim=-1).flatten(-2)              # (x0, x1) -> (-x1, x0) per pair
+    x_rot = x_rot * cos + turned * sin
+    return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
+
+
 def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu",
                 window: int | None = None) -> Tensor:
     """True where a query may NOT look: keys after the query's own position and, with a sliding
@@ -82,16 +96,51 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu",
 
 
 def layer_window(cfg: ModelConfig, layer: int) -> int | None:
-    """The sliding window of a layer (Gemma 2/3's local layers), None where it sees every earlier key."""
+    """The sliding window of a layer (Gemma 2/3, Mistral, Phi-3, GPT-Neo's local layers), None where it sees every earlier key."""
     return cfg.sliding_window if layer in cfg.sliding_layers else None
 
 
-def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | None = None) -> Tensor:
-    """Scaled dot products of every query with every key, masked entries -inf.
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's per-head slopes m_h: a geometric sequence 2^(-8/H'), 2^(-16/H'), ... (H' = the power of two
+    at or below H; the remaining heads take every other slope of the sequence for 2H').  [H]"""
+    def geometric(count: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(count) - 3)))
+        return [start ** (i + 1) for i in range(count)]
 
-    q: [..., H, n, dh], k: [..., Hkv, m, dh] (K/V heads are shared by H/Hkv query heads).
-    ``scale`` defaults to 1/sqrt(dh); some families set their own (Gemma 2, Granite).
-    Returns [..., H, n, m].
+    p = 2 ** math.floor(math.log2(n_heads))
+    slopes = geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(n_heads: int, n_queries: int, n_keys: int, device: torch.device | str = "cpu",
+               heads: slice = slice(None)) -> Tensor:
+    """ALiBi: -m_h * (i - j), the penalty head h adds to a query at i looking back at key j.  [H, n, m]
+    (``heads``: only those heads' rows, for a view of one head)."""
+    offset = n_keys - n_queries
+    distance = (torch.arange(n_queries, device=device)[:, None] + offset
+                - torch.arange(n_keys, device=device)[None, :])            # i - j: [n, m]
+    return -alibi_slopes(n_heads)[heads].to(device)[:, None, None] * distance.float()
+
+
+def score_bias(cfg: ModelConfig, n_queries: int, n_keys: int, device: torch.device | str = "cpu",
+               heads: slice = slice(None)) -> Tensor | None:
+    """What a layer adds to its scaled scores: ALiBi's bias (BLOOM), scaled along with q.k where the
+    model adds it before the scale (Falcon-RW); None for every other model.  [H, n, m]"""
+    if not cfg.alibi:
+        return None
+    bias = alibi_bias(cfg.n_heads, n_queries, n_keys, device, heads)
+    if cfg.alibi_before_scale:
+        bias = bias * (1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else cfg.attn_scale)
+    return bias
+
+
+def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | None = None,
+                     bias: Tensor | None = None) -> Tensor:
+    """Scaled dot products of every query with every key (q.k * scale + bias), masked entries -inf.
+
+    q: [..., H, n, dh], k: [..., Hkv, m, dh] (K/V heads are shared by H/Hkv query heads);
+    ``scale`` defaults to 1/sqrt(dh); some families set their own (Gemma 2, Granite, GPT-Neo).
+    ``bias``: [H, n, m] (ALiBi) or None. Returns [..., H, n, m].
     """
     if k.shape[-3] != q.shape[-3]:
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
@@ -99,6 +148,8 @@ def attention_scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | N
     # fresh product can be masked in place
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q * scale) @ k.transpose(-1, -2)
+    if bias is not None:
+        scores.add_(bias.to(scores.dtype))
     if mask is not None:
         scores.masked_fill_(mask, float("-inf"))
     return scores
@@ -127,7 +178,7 @@ def weighted_values(pattern: Tensor, v: Tensor) -> Tensor:
 
 # Config switches (attribute names on ModelConfig) the fused kernel cannot express: with any of them
 # on, the explicit math runs. An architecture that adds one lists its attribute here.
-UNFUSABLE_ATTENTION = ("attn_softcap", "attn_logit_softcapping", "attn_logit_softcap")
+UNFUSABLE_ATTENTION = ("attn_softcap", "attn_logit_softcapping", "attn_logit_softcap", "alibi")  # alibi: a bias
 
 
 def records_attention(rec: Rec, layer: int) -> bool:
@@ -263,7 +314,7 @@ class Block(nn.Module):
         norm_out = has_norm and cfg.norm_placement in ("sandwich", "output")  # on each sublayer's output
         self.ln1 = make_norm(cfg, cfg.d_model) if norm_in else None
         self.attn = Attention(cfg)
-        self.ln2 = make_norm(cfg, cfg.d_model) if norm_in and cfg.has_ffn else None
+        self.ln2 = make_norm(cfg, cfg.d_model) if norm_in and cfg.has_ffn and not cfg.shared_norm else None
         self.mlp = FFN(cfg) if cfg.has_ffn else None
         self.ln1_out = make_norm(cfg, cfg.d_model) if norm_out else None
         self.ln2_out = make_norm(cfg, cfg.d_model) if norm_out and cfg.has_ffn else None
@@ -311,7 +362,11 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        d_embed = cfg.d_embed or cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d_embed)
+        # OPT-350m: token embeddings narrower than the residual stream, projected in and back out
+        self.project_in = nn.Linear(d_embed, cfg.d_model, bias=False) if d_embed != cfg.d_model else None
+        self.project_out = nn.Linear(cfg.d_model, d_embed, bias=False) if d_embed != cfg.d_model else None
         self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.positions == "learned" else None
         if cfg.positions == "sinusoidal":
             self.register_buffer("sinusoid", sinusoidal_positions(cfg.n_ctx, cfg.d_model), persistent=False)
@@ -320,7 +375,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_final = make_norm(cfg, cfg.d_model) if cfg.final_norm and cfg.norm != "none" else None
         self.mlm = MLMHead(cfg) if cfg.mlm_head else None
-        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.unembed = nn.Linear(d_embed, cfg.vocab_size, bias=cfg.unembed_bias)
         if cfg.tie_embeddings:
             self.unembed.weight = self.embed.weight
 
@@ -339,6 +394,8 @@ class Transformer(nn.Module):
         positions = torch.arange(start, start + n, device=token_ids.device)
 
         x = self.embed(token_ids)                                          # [B, n, d]
+        if self.project_in is not None:
+            x = self.project_in(x)                                         # [B, n, d_embed] -> [B, n, d]
         rec("embed", None, x)
         if cfg.embed_scale != 1.0:                                         # Gemma: times sqrt(d); Granite
             x = x * torch.tensor(cfg.embed_scale, dtype=x.dtype)
@@ -350,7 +407,7 @@ class Transformer(nn.Module):
             segment = self.type_embed.weight[0].expand(1, n, -1)           # [1, n, d]
             rec("type_embed", None, segment)
             x = x + segment
-        if self.ln_embed is not None:                                      # BERT: normalise the summed embeddings
+        if self.ln_embed is not None:                                      # BERT, BLOOM: normalise the embeddings
             x = self.ln_embed(x, rec, "ln_embed")
 
         # a mask per window size (sliding layers see only the last W keys) and rotary angles per
@@ -374,6 +431,8 @@ class Transformer(nn.Module):
     def unembed_step(self, x: Tensor) -> Tensor:
         """Residual stream (after the final norm) -> logits; an MLM head transforms it first and adds a bias.
         (Granite's scale and Gemma 2's soft-cap apply to what comes out: ``output_logits``.)"""
+        if self.project_out is not None:                                   # OPT-350m: [B, n, d] -> [B, n, d_embed]
+            x = self.project_out(x)
         if self.mlm is None:
             return output_logits(self.cfg, self.unembed(x))
         h = self.mlm.norm(activation(self.cfg.activation)(self.mlm.dense(x)))  # dense, act, norm: [B, n, d]
@@ -401,14 +460,16 @@ class Transformer(nn.Module):
         if cfg.qk_norm in ("head", "per_head"):                            # Qwen3, Gemma 3: norm each head's q, k
             q, k = blk.attn.q_norm(q, rec, "attn.q_norm", layer), blk.attn.k_norm(k, rec, "attn.k_norm", layer)
         if rotary is not None:  # rotary positions turn q and k by an angle that grows with position
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+            turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
+            q, k = turn(q, *rotary), turn(k, *rotary)
         if cache is not None:
             k, v = cache.extend(layer, k, v)                               # [B, Hkv, m, dh]
         rec("attn.q", layer, q)
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
         if records_attention(rec, layer) or not fusable(cfg):
-            scores = attention_scores(q, k, mask, cfg.attn_scale)          # q.k / sqrt(dh) (or x scale): [B, H, n, m]
+            bias = score_bias(cfg, n, k.shape[-2], x.device)              # ALiBi (BLOOM): [H, n, m] or None
+            scores = attention_scores(q, k, mask, cfg.attn_scale, bias)    # q.k / sqrt(dh) (+ bias): [B, H, n, m]
             if cfg.attn_softcap is not None:                               # Gemma 2: squash into (-cap, cap)
                 rec("attn.scores_precap", layer, scores)
                 scores = soft_cap(scores, cfg.attn_softcap, mask)
@@ -435,7 +496,9 @@ class Transformer(nn.Module):
 
         # FFN: expand to d_ff, non-linearity, contract back to d
         ffn_in = x if cfg.parallel_residual else mid
-        if pre_norm or cfg.parallel_residual:
+        if cfg.shared_norm:                                                # one norm feeds both sublayers
+            ffn_in = h
+        elif pre_norm or cfg.parallel_residual:
             ffn_in = blk.ln2(ffn_in, rec, "ln2", layer)
         if blk.mlp.W_gate is not None:                                     # gated: act(x W_gate) * (x W_in)
             pre = blk.mlp.W_gate(ffn_in)

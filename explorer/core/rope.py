@@ -12,7 +12,9 @@ angles agree to the last bit or two:
 * ``llama3`` (Llama 3.1/3.2): low frequencies (long wavelengths) divided by ``factor``, high ones
   kept, the band between blended smoothly;
 * ``yarn``: a per-frequency blend of interpolated and original frequencies, and an
-  ``attention_factor`` that scales cos and sin (and so the attention scores).
+  ``attention_factor`` that scales cos and sin (and so the attention scores);
+* ``longrope`` (Phi-3/3.5/4-mini): a factor per frequency, short or long by the sequence length,
+  and an attention factor like YaRN's.
 
 ``scaling`` is a plain mapping with the checkpoint's keys (``rope_type``, ``factor``,
 ``low_freq_factor``, ``original_max_position_embeddings``, ``beta_fast``, ...), plus
@@ -83,6 +85,21 @@ def _yarn(rotary_dim: int, base: float, s: Mapping[str, Any]) -> tuple[Tensor, f
     return inv_freq, float(attention_factor)
 
 
+def _longrope(rotary_dim: int, base: float, s: Mapping[str, Any], seq_len: int | None) -> tuple[Tensor, float]:
+    """LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini): each frequency divided by its own factor, the short
+    factors within the original context, the long ones beyond it (the sequence length decides, so with a
+    cache a token keeps the rotation it got when computed, as in transformers); cos and sin are scaled by
+    sqrt(1 + ln(factor) / ln(original context)) unless the config gives ``attention_factor``."""
+    original = s["original_max_position_embeddings"]
+    factor = s.get("factor") or s["max_position_embeddings"] / original
+    attention_factor = s.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    ext = torch.tensor(s["long_factor"] if seq_len and seq_len > original else s["short_factor"], dtype=torch.float32)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim
+    return 1.0 / (ext * base ** exponents), float(attention_factor)
+
+
 def inverse_frequencies(rotary_dim: int, base: float, scaling: Mapping[str, Any] | None = None,
                         seq_len: int | None = None) -> tuple[Tensor, float]:
     """(inv_freq [r/2] float32, attention factor that multiplies cos and sin).
@@ -107,5 +124,7 @@ def inverse_frequencies(rotary_dim: int, base: float, scaling: Mapping[str, Any]
         length = torch.tensor(seq_len)  # an integer tensor, as transformers computes it
         grown = base * ((s["factor"] * length / context) - (s["factor"] - 1)) ** (rotary_dim / (rotary_dim - 2))
         return _plain(rotary_dim, grown), 1.0
+    if kind == "longrope":
+        return _longrope(rotary_dim, base, s, seq_len)
     raise ValueError(f"unknown RoPE scaling type {kind!r}; known: {', '.join(SCALING_TYPES)}")
 

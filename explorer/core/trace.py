@@ -14,7 +14,7 @@ key                             shape               what
 ``blocks.{l}.attn.q/k/v``       [H or Hkv, n, dh]   per-head queries, keys, values (q, k after rotary)
 ``blocks.{l}.attn.q_norm.*``    [H, n] or [n]       statistics of the q (k: ``k_norm``) norm, where there is one
 ``blocks.{l}.attn.scores``      [H, n, n]           what enters the softmax: q.k * scale (1/sqrt(dh) unless the
-                                                    config says), soft-capped if capped; masked (causal,
+                                                    config says) + ALiBi bias (BLOOM), soft-capped if capped; masked (causal,
                                                     sliding window) entries -inf
 ``blocks.{l}.attn.scores_precap`` [H, n, n]         the scores before the soft cap (soft-capped models only)
 ``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1
@@ -299,7 +299,8 @@ class Trace:
         q = self[f"blocks.{layer}.attn.q"]
         k = self[f"blocks.{layer}.attn.k"]
         group = q.shape[0] // k.shape[0]
-        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1], layer)
+        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1],
+                                                   layer, slice(head, head + 1))
         with self._lock:  # one computation serves both views: a user flips between them
             self._remember(f"blocks.{layer}.attn.head{head}.scores", scores[0])
             self._remember(f"blocks.{layer}.attn.head{head}.pattern", pattern[0])
@@ -335,18 +336,21 @@ class Trace:
             keys.append("logits")
         return keys
 
-    def _score_views(self, layer: int, q: np.ndarray, k: np.ndarray) -> dict[str, np.ndarray]:
-        """scores, pattern (and scores_precap when soft-capped) from q and k, the forward pass's way:
-        the same functions, the layer's own mask (sliding window), scale and cap."""
+    def _score_views(self, layer: int, q: np.ndarray, k: np.ndarray,
+                     heads: slice = slice(None)) -> dict[str, np.ndarray]:
+        """scores, pattern (and scores_precap when soft-capped) of ``heads`` of ``layer`` from their q and k,
+        the forward pass's way: the same functions, the layer's own mask (sliding window), bias (ALiBi),
+        scale and cap."""
         import torch
 
-        from explorer.core.model import attention_pattern, attention_scores, layer_window, soft_cap
+        from explorer.core.model import attention_pattern, attention_scores, layer_window, score_bias, soft_cap
 
-        cfg = self.config
-        mask = _cpu_causal_mask(q.shape[-2], k.shape[-2], layer_window(cfg, layer)) if cfg.causal else None
+        cfg, n, m = self.config, q.shape[-2], k.shape[-2]
+        mask = _cpu_causal_mask(n, m, layer_window(cfg, layer)) if cfg.causal else None
         views = {}
         with torch.inference_mode():
-            scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale)
+            bias = score_bias(cfg, n, m, heads=heads)
+            scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale, bias)
             if cfg.attn_softcap is not None:
                 views["scores_precap"] = _readonly(scores.numpy())
                 scores = soft_cap(scores, cfg.attn_softcap, mask)
@@ -354,8 +358,9 @@ class Trace:
         views["scores"] = _readonly(scores.numpy())
         return views
 
-    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray, layer: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        views = self._score_views(layer, q, k)
+    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray, layer: int = 0,
+                            heads: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        views = self._score_views(layer, q, k, heads)
         return views["scores"], views["pattern"]
 
     def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str, layer: int = 0) -> np.ndarray:
@@ -433,7 +438,7 @@ def _norm_sites(cfg: ModelConfig) -> list[str]:
         return []
     sites = []
     if cfg.norm_placement != "output":
-        sites += ["ln1"] + (["ln2"] if cfg.has_ffn else [])
+        sites += ["ln1"] + (["ln2"] if cfg.has_ffn and not cfg.shared_norm else [])  # shared: one norm
     if cfg.norm_placement in ("sandwich", "output"):
         sites += ["ln1_out"] + (["ln2_out"] if cfg.has_ffn else [])
     if cfg.qk_norm != "none":

@@ -127,6 +127,20 @@ def test_no_added_positions_show_a_note(qtbot, positions):
     assert not panel.curves_box.isVisibleTo(panel)
 
 
+def test_alibi_model_says_where_its_positions_are(qtbot):
+    """BLOOM adds nothing here (ALiBi acts on the scores) and normalises the embedding before block 0."""
+    cfg = ModelConfig(vocab_size=40, n_ctx=32, d_model=16, n_layers=1, n_heads=2, d_head=8, d_ff=32,
+                      positions="none", alibi=True, embed_norm=True)
+    torch.manual_seed(0)
+    ids = [5, 9, 5, 2, 31]
+    trace, _ = capture(Transformer(cfg).eval(), ids, [f"t{i}" for i in ids], CaptureSpec.full())
+    panel, _ = _panel(qtbot, trace)
+    assert "ALiBi" in panel.pos_note.text() and "invisible" not in panel.pos_note.text()
+    assert "LayerNorm" in panel.sum_map.plot.titleLabel.text
+    np.testing.assert_array_equal(panel.sum_map.matrix, trace["blocks.0.resid_pre"])
+    assert not np.allclose(panel.sum_map.matrix, trace["embed"])  # the normalised embedding enters block 0
+
+
 def test_worked_example_has_no_positions(qtbot):
     loaded = load_checkpoint("worked-example", device="cpu")
     trace = loaded.trace("Today is sunday")

@@ -146,6 +146,8 @@ def neuron_vocab_effect(trace: Trace, layer: int, neuron: int, k: int = 10, fold
         gain = model.ln_final.gain() if fold_norm and getattr(model, "ln_final", None) is not None else None
         if gain is not None:  # (Gemma: 1 + w; OLMo's norm has no weight)
             direction = direction * gain.float()
+        if getattr(model, "project_out", None) is not None:          # OPT-350m: into the embedding space
+            direction = model.project_out.weight.float() @ direction   # [d_embed]
         W_U = model.unembed.weight                                    # [V, d]
         if vocab_size is not None:
             W_U = W_U[: max(1, int(vocab_size))]

@@ -5,7 +5,8 @@ package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
 * Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``bert``, ...);
+  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``bert``, ``phi3``,
+  ``phi``, ``gpt_neo``, ``opt``, ``bloom``, ``falcon``, ``gptj``, ...);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
 * built-in names: ``worked-example`` and each directory under ``models/``;
 * the Hugging Face cache (``hub_cache``): a ``models--org--name`` folder, a snapshot in one, or a
@@ -26,14 +27,21 @@ from typing import Any
 from explorer.core import worked_example
 from explorer.core.checkpoint import (
     bert,
+    bloom,
+    falcon,
     gemma,
     gpt2,
+    gpt_neo,
+    gptj,
     granite,
     hub_cache,
     llama,
     nanogpt,
     neox,
     olmo,
+    opt,
+    phi,
+    phi3,
     qwen,
     stablelm,
 )
@@ -62,6 +70,13 @@ HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] =
     **stablelm.LOADERS,
     **granite.LOADERS,
     **bert.LOADERS,
+    **phi.LOADERS,
+    **phi3.LOADERS,
+    **gpt_neo.LOADERS,
+    **opt.LOADERS,
+    **bloom.LOADERS,
+    **falcon.LOADERS,
+    **gptj.LOADERS,
 }
 
 

@@ -121,14 +121,21 @@ def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None 
     out = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
     out["rope_type"] = kind
     context = get_int(hf, family, "max_position_embeddings", 2048)
-    if kind in ("llama3", "yarn"):
+    if kind in ("llama3", "yarn", "longrope"):
         if hf.get("original_max_position_embeddings") is not None:  # transformers gives it priority
             out["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
         out.setdefault("original_max_position_embeddings", context)
-    if kind in ("dynamic", "yarn"):
+    if kind in ("dynamic", "yarn", "longrope"):
         out["max_position_embeddings"] = context
     for key in ROPE_SCALING_KEYS[kind]:
         value = out.get(key)
+        if key in ("short_factor", "long_factor"):  # LongRoPE: one positive factor per frequency
+            if not isinstance(value, list) or not value or any(
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+                    for v in value):
+                raise CheckpointError(f"{where(family)}: LongRoPE's {key} should be a list of positive "
+                                      f"numbers (got {value!r:.80})")
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise CheckpointError(f"{where(family)}: RoPE scaling {kind!r} needs a positive number {key} "
                                   f"(got {value!r})")
@@ -163,6 +170,28 @@ def number(hf: dict[str, Any], family: str, key: str, default: Any = None) -> fl
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise CheckpointError(f"{where(family)}: {key} should be a positive number (got {value!r:.60})")
     return float(value)
+
+
+# --- helpers of the families added for issue 16c (Phi, Phi-3, GPT-Neo, GPT-J, OPT, BLOOM, Falcon)
+
+def rotary_dim(d_head: int, partial: float | None, family: str) -> int | None:
+    """How many dimensions of each head rotate (None: all of them), as transformers rounds it."""
+    if partial is None or partial == 1.0:
+        return None
+    dim = int(d_head * partial)
+    if dim <= 0 or dim % 2 or dim > d_head:
+        raise CheckpointError(f"{family}: the rotary part of each head ({dim} of {d_head} dimensions) "
+                              "must be even, positive and fit the head")
+    return dim
+
+
+def positive_window(hf: dict[str, Any], family: str, key: str) -> int | None:
+    window = hf.get(key)
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise CheckpointError(f"{family} config.json: {key} should be a positive integer (got {window!r})")
+    return window
 
 
 # --- tensors --------------------------------------------------------------------------------

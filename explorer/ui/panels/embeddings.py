@@ -28,6 +28,8 @@ NO_POSITIONS_NOTE = {
     "rotary": "Rotary positions rotate Q and K inside attention; nothing is added here.",
     "none": "This model has no positional information: nothing is added here, "
             "so the order of the tokens is invisible except through the causal mask.",
+    "alibi": "ALiBi: nothing is added here; each attention head penalises its scores by its slope "
+             "times the distance between query and key (see the attention panel's scores).",
 }
 SPACES = ("token embeddings", "positions", "sum (enters block 0)")
 CURVE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -178,10 +180,13 @@ class EmbeddingsPanel(Panel):
         else:
             self.pos_map.set_data(np.zeros((0, 0), np.float32))
             scaled = f" \u00d7 {cfg.embed_scale:.4g}" if cfg.embed_scale != 1.0 else ""  # Gemma: sqrt(d)
-            self.sum_map.plot.setTitle(f"what enters block 0 (= the token embeddings{scaled})" if scaled
-                                       else "what enters block 0 (= the token embeddings: no positions added)")
+            if cfg.embed_norm:  # BLOOM
+                self.sum_map.plot.setTitle("what enters block 0 (the token embeddings after a LayerNorm)")
+            else:
+                self.sum_map.plot.setTitle(f"what enters block 0 (= the token embeddings{scaled})" if scaled
+                                           else "what enters block 0 (= the token embeddings: no positions added)")
         self.pos_map.setVisible(has_pos)
-        self.pos_note.setText(NO_POSITIONS_NOTE.get(cfg.positions, ""))
+        self.pos_note.setText(NO_POSITIONS_NOTE.get("alibi" if cfg.alibi else cfg.positions, ""))
         self.pos_note.setVisible(not has_pos)
 
         self.space_combo.blockSignals(True)

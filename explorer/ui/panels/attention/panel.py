@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.analysis import attention as analysis
-from explorer.core.display.labels import token_labels
+from explorer.core.display.labels import scores_formula, token_labels
 from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.trace import Trace
@@ -98,7 +98,8 @@ class AttentionPanel(AttentionOverview, Panel):
         self.kind_buttons: dict[str, QToolButton] = {}
         for kind, text, tip in (("pattern", "pattern", "softmax weights: each row sums to 1"),
                                 ("scores", "scores",
-                                 "q\u00b7k / \u221ad_head before the softmax; masked cells hatched")):
+                                 "q\u00b7k / \u221ad_head (plus ALiBi's bias where the model has one) before the "
+                                 "softmax; masked cells hatched")):
             button = QToolButton()
             button.setText(text)
             button.setToolTip(tip)
@@ -275,12 +276,9 @@ class AttentionPanel(AttentionOverview, Panel):
         tokens = list(self.trace.tokens)
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
         layer, head = self.layer_head()
-        cfg = self.trace.config  # the family's own scale, cap and window, as the forward pass applies them
-        scaled = "q\u00b7k/\u221ad_head" if cfg.attn_scale is None else f"q\u00b7k\u00d7{cfg.attn_scale:.3g}"
-        capped = f", capped at \u00b1{cfg.attn_softcap:g}" if cfg.attn_softcap else ""
-        what = "attention pattern" if self.kind == "pattern" else f"scores {scaled}{capped}"
-        window = f", sliding window {cfg.sliding_window}" if layer in cfg.sliding_layers else ""
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}{window}")  # the axes say query and key
+        cfg = self.trace.config  # the family's own scale, bias, cap and window, as the forward pass applies them
+        what = "attention pattern" if self.kind == "pattern" else scores_formula(cfg, layer)
+        self.detail.plot.setTitle(f"L{layer} H{head}: {what}")  # the axes say query and key
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
