@@ -88,7 +88,11 @@ def apply_plot_colours(app: QApplication | None = None) -> None:
 def follow_system(app: QApplication, scheme: str | None = None) -> None:
     """Apply ``scheme`` (default: the environment's, else the system's) and keep following changes."""
     force_scheme(app, scheme or os.environ.get(ENV, "auto"))
-    apply_plot_colours(app)
+    # plots made from now on take these colours; existing widgets are only walked when the system's
+    # scheme changes (walking allWidgets() while earlier windows are being torn down is not safe)
+    background, foreground = plot_colours(app.palette())
+    pg.setConfigOptions(background=background, foreground=foreground)
     hints = app.styleHints()
-    if hasattr(hints, "colorSchemeChanged"):
+    if hasattr(hints, "colorSchemeChanged") and not app.property("explorer-follows-scheme"):
+        app.setProperty("explorer-follows-scheme", True)  # connect once, however often a window is opened
         hints.colorSchemeChanged.connect(lambda _scheme: apply_plot_colours(app))

@@ -9,6 +9,7 @@ import torch
 
 import explorer
 from explorer.core.interop import write_trace_safetensors
+from explorer.ui.docks import dock_of
 
 PROMPT = "Hello world, the model in my notebook"
 
@@ -63,7 +64,9 @@ def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path
     assert window.controller.request("more text") == 0  # nothing to run it with
     residual = next(p for p in window.panels if type(p).__name__ == "ResidualPanel")
     neurons = next(p for p in window.panels if type(p).__name__ == "NeuronsPanel")
-    assert all(p.trace is shown for p in (residual, neurons))
+    for panel in (residual, neurons):  # a hidden tab is drawn when it is shown (progressive panels)
+        dock_of(panel).raise_()
+        qtbot.waitUntil(lambda panel=panel: panel.trace is shown, timeout=30_000)
     # opening a model again makes the prompt editable
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.open_checkpoint(str(other_checkpoint))
