@@ -215,7 +215,13 @@ def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as exc:  # name the file as the user asked for it, not its temporary place
+            name = exc.filename
+            if isinstance(name, str) and Path(name).is_relative_to(tmp):
+                exc.filename = str(target / Path(name).relative_to(tmp))
+            raise
         tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700; an export gets ordinary permissions
         old = None
         if target.exists():

@@ -74,7 +74,7 @@ def test_export_command_writes_per_head_files_only_when_asked(tiny_gpt2_dir, tmp
     assert main(["export", "-c", str(tiny_gpt2_dir), "--prompt", PROMPT, "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["trace.npz"]
     captured = capsys.readouterr()
-    assert "trace.npz" in captured.out and "attention" in captured.err  # progress on stderr
+    assert "trace.npz" in captured.out and "attention" in captured.out and captured.err == ""  # progress
     assert main(["export", "-c", str(tiny_gpt2_dir), "--prompt", PROMPT, "--out", str(out), "--per-head"]) == 0
     assert (out / "attention" / "L0_H0.csv").exists() and (out / "attention" / "L0_H0.npy").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
