@@ -108,6 +108,8 @@ def test_an_encoder_fills_in_masks_and_cannot_generate(qtbot, make_window, tiny_
     assert "it fills in masked tokens rather than continuing text" in pane.status.text()
     assert pane.generate() is False
     panel = next(p for p in window.panels if p.title == "Masked tokens")
+    next(d for d in window.docks if d.panel is panel).raise_()  # a tab behind another one draws nothing
+    qtbot.waitUntil(lambda: panel.on_screen)
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.set_prompt("the cat [MASK] on the [MASK].")
     assert panel.positions == [3, 6]  # [CLS] the cat [MASK] on the [MASK] . [SEP]
