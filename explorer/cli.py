@@ -18,7 +18,7 @@ from pathlib import Path
 
 COMMANDS = {
     "info": "describe a checkpoint: architecture, parameters, vocabulary, context, device",
-    "export": "run a prompt and write trace.npz and per-head attention files",
+    "export": "run a prompt and write trace.npz, trace.safetensors and per-head attention files",
     "generate": "continue a prompt, printing the continuation (and optionally each step)",
     "train": "train one of the built-in models (shakespeare, induction) from scratch",
 }

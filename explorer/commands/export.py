@@ -45,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     with export_directory(args.out) as out:
         write_trace_npz(trace, out / "trace.npz", progress=say, compress=args.compress)
         written.append("trace.npz")
+        from explorer.core.interop import write_trace_safetensors  # the same trace under TransformerLens' names
+
+        write_trace_safetensors(trace, out / "trace.safetensors", args.prompt)
+        written.append("trace.safetensors")
         if args.per_head:
             files = write_attention_files(trace, out / "attention", progress=say)
             written.append(f"{len(files)} attention files")

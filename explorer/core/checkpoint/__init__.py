@@ -127,6 +127,10 @@ def _kind(path: Path) -> str:
 
 
 def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
+    if str(source).startswith("memory:"):  # a model held by a notebook (explorer.show): in_memory.register
+        from explorer.core.checkpoint.in_memory import load_registered
+
+        return load_registered(str(source), device, dtype)
     if str(source) == worked_example.NAME:
         model, tokenizer = worked_example.build()
         return LoadedModel(finish(model, device, dtype), tokenizer, worked_example.NAME, "built-in", "worked-example")

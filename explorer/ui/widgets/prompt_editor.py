@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QSignalBlocker, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
 _NOTICE_STYLE = "QLabel { background: #fff3bf; color: #5c3c00; border-radius: 3px; padding: 1px 6px; }"
@@ -57,11 +57,20 @@ class PromptEditor(QWidget):
         return self.edit.toPlainText()
 
     def set_text(self, text: str) -> None:
-        """Replace the text without emitting ``text_edited`` (the caller runs it itself)."""
+        """Replace the text without emitting ``text_edited`` (the caller runs it itself).
+
+        The replacement is one step of the editor's undo history (``setPlainText`` would clear it),
+        so Ctrl+Z brings back what was there before a sample prompt, a model change or a click on a
+        generated token."""
         if text == self.text():
             return
         with QSignalBlocker(self.edit):
-            self.edit.setPlainText(text)
+            cursor = QTextCursor(self.edit.document())
+            cursor.beginEditBlock()
+            cursor.select(QTextCursor.SelectionType.Document)
+            cursor.insertText(text)
+            cursor.endEditBlock()
+            self.edit.setTextCursor(cursor)  # the caret at the end of the new text
 
     def show_tokens(self, n_tokens: int, truncated_from: int | None = None) -> None:
         """The token count of the analysed prompt and, if it was cut to the context, a notice."""

@@ -121,7 +121,7 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addWidget(self.stat_box)
         row.addStretch(1)
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
         row.addWidget(self.info)
         self.body.addLayout(row)

@@ -63,7 +63,7 @@ class NeuronDetail:
         self.vocab.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
         self.vocab_caption = QLabel(VOCAB_CAPTION)
         self.vocab_caption.setWordWrap(True)
-        self.vocab_caption.setStyleSheet("color: #555; font-size: 11px")
+        self.vocab_caption.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
         vocab_box = QWidget()
         column = QVBoxLayout(vocab_box)
         column.setContentsMargins(0, 0, 0, 0)

@@ -122,7 +122,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         row.addWidget(self.reset_zoom)
         row.addStretch(1)
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
         row.addWidget(self.info)
         self.controls = QWidget()
@@ -132,7 +132,7 @@ class NeuronsPanel(NeuronDetail, Panel):
 
         self.note = QLabel()
         self.note.setWordWrap(True)
-        self.note.setStyleSheet("font-size: 14px; padding: 16px; color: #333")
+        self.note.setStyleSheet("font-size: 14px; padding: 16px")
         self.note.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.note.setVisible(False)
         self.body.addWidget(self.note, 1)  # takes the room of the hidden plots, text at the top

@@ -79,7 +79,7 @@ class ResidualPanel(LogitLensView, Panel):
 
         row = QHBoxLayout()
         self.info = QLabel()
-        self.info.setStyleSheet("color: #555")
+        self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
         row.addWidget(self.info, 1)
         self.body.addLayout(row)

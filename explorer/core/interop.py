@@ -1,0 +1,310 @@
+"""A trace as safetensors under TransformerLens' hook names, and back.
+
+``write_trace_safetensors`` writes every key a ``Trace`` can give (stored or derived) under the name
+TransformerLens' ``HookedTransformer`` gives the same activation, with a leading batch axis of 1 and
+TransformerLens' axis order, so that ``cache["blocks.0.attn.hook_pattern"]`` and the file's tensor of
+that name can be compared directly. The metadata (``__metadata__``, strings only) holds the prompt,
+the token ids and strings, the model name and configuration, and what the capture stored.
+``read_trace_safetensors`` turns such a file back into a ``Trace`` without a model, for the app's
+File > Open trace: whatever was exported is there, whatever needs the weights is not.
+
+The file is written by a small streaming writer (the safetensors layout: an 8-byte header length, a
+JSON header of names, dtypes, shapes and byte offsets, then the raw bytes): the header is computed
+from the configuration alone, then one array at a time is produced and written, so a long prompt on a
+large model never holds every layer's n x n patterns at once. It is read back with the
+``safetensors`` package, which never executes anything from a file.
+
+The mapping (L layers; ``rot`` for models with rotary positions) is ``TL_NAMES`` below and the
+README's table. TransformerLens' ``from_pretrained`` folds and centres weights, which changes the
+residual stream; compare against ``HookedTransformer.from_pretrained_no_processing``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from explorer.core.config import ModelConfig
+from explorer.core.errors import ExplorerError
+from explorer.core.trace import Trace, TraceMeta
+
+FORMAT = "transformer-explorer-trace"
+FORMAT_VERSION = "1"
+EXTRA = "explorer."  # prefix of what TransformerLens has no hook for (raw norm statistics, ...)
+
+# our site (inside block l) -> TransformerLens hook, and how our axes become TL's (after batch)
+TL_NAMES: dict[str, str] = {
+    "resid_pre": "hook_resid_pre",
+    "attn.q": "attn.hook_q",             # attn.hook_rot_q when positions are rotary (q is after rotation)
+    "attn.k": "attn.hook_k",             # attn.hook_rot_k likewise
+    "attn.v": "attn.hook_v",
+    "attn.scores": "attn.hook_attn_scores",
+    "attn.pattern": "attn.hook_pattern",
+    "attn.z": "attn.hook_z",
+    "attn.out": "hook_attn_out",
+    "resid_mid": "hook_resid_mid",       # explorer.blocks.{l}.resid_mid for parallel attention + MLP
+    "mlp.pre": "mlp.hook_pre",
+    "mlp.post": "mlp.hook_post",
+    "mlp.out": "hook_mlp_out",
+}
+_HEAD_MAJOR = ("attn.q", "attn.k", "attn.v", "attn.z")  # ours [H, n, dh] -> TL [batch, pos, H, dh]
+_STATS = ("mean", "var", "mean_square")
+_FLOAT = np.dtype(np.float32)
+
+
+class TraceFileError(ExplorerError):
+    """A trace file that cannot be read back (not ours, damaged, or inconsistent with its config)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    produce: Callable[[], np.ndarray]
+
+
+def tl_name(key: str, cfg: ModelConfig) -> str | None:
+    """TransformerLens' name for one of our trace keys (None for norm statistics: see ``hook_scale``)."""
+    if key in ("embed", "pos_embed"):
+        return f"hook_{key}"
+    if key == "logits":
+        return "logits"
+    match = re.match(r"^blocks\.(\d+)\.(.+)$", key)
+    if not match or match.group(2) not in TL_NAMES:
+        return None
+    layer, site = match.groups()
+    if site == "resid_mid" and cfg.parallel_residual:
+        return f"{EXTRA}blocks.{layer}.resid_mid"
+    name = TL_NAMES[site]
+    if cfg.positions == "rotary" and site in ("attn.q", "attn.k"):
+        name = name.replace("hook_", "hook_rot_")
+    return f"blocks.{layer}.{name}"
+
+
+def _tl_layout(site: str, array: np.ndarray) -> np.ndarray:
+    if site in _HEAD_MAJOR:
+        array = array.transpose(1, 0, 2)
+    return np.ascontiguousarray(array[None], dtype=_FLOAT)
+
+
+def _site(key: str) -> str:
+    match = re.match(r"^blocks\.\d+\.(.+)$", key)
+    return match.group(1) if match else key
+
+
+def _shape_of(key: str, cfg: ModelConfig, n: int) -> tuple[int, ...]:
+    """Our shape of ``key`` for n tokens (from the configuration, without computing anything)."""
+    site = _site(key)
+    if site in ("attn.q", "attn.z"):
+        return (cfg.n_heads, n, cfg.d_head)
+    if site in ("attn.k", "attn.v"):
+        return (cfg.kv_heads, n, cfg.d_head)
+    if site in ("attn.scores", "attn.pattern"):
+        return (cfg.n_heads, n, n)
+    if site in ("mlp.pre", "mlp.post"):
+        return (n, cfg.d_ff)
+    if site == "logits":
+        return (n, cfg.vocab_size)
+    if site.split(".")[-1] in _STATS:
+        return (n,)
+    return (n, cfg.d_model)
+
+
+def _tl_shape(site: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if site in _HEAD_MAJOR:
+        shape = (shape[1], shape[0], shape[2])
+    return (1, *shape)
+
+
+def _scale(trace: Trace, prefix: str) -> np.ndarray:
+    """TransformerLens' ``hook_scale`` [1, n, 1]: sqrt(var + eps) (LayerNorm), sqrt(mean(x^2) + eps) (RMSNorm)."""
+    key = f"{prefix}.var" if trace.config.norm == "layernorm" else f"{prefix}.mean_square"
+    stat = np.asarray(trace[key], dtype=np.float64)
+    return np.sqrt(stat + trace.config.norm_eps).astype(np.float32)[None, :, None]
+
+
+def trace_entries(trace: Trace) -> list[Entry]:
+    """Every tensor the file will hold, in order, with its shape known before anything is computed."""
+    cfg, n = trace.config, trace.n_tokens
+    available = trace.keys()
+    entries = [Entry("tokens", (1, n), np.dtype(np.int64), lambda: trace.token_ids[None].astype(np.int64))]
+    scaled: set[str] = set()
+
+    def add_key(key: str) -> None:
+        name = tl_name(key, cfg)
+        site = _site(key)
+        if name is not None:
+            entries.append(Entry(name, _tl_shape(site, _shape_of(key, cfg, n)), _FLOAT,
+                                 lambda k=key, s=site: _tl_layout(s, trace[k])))
+        elif site.split(".")[-1] in _STATS:  # a norm statistic: TL's hook_scale once, ours kept as extras
+            prefix = key.rsplit(".", 1)[0]
+            if prefix not in scaled:
+                scaled.add(prefix)
+                entries.append(Entry(f"{prefix}.hook_scale", (1, n, 1), _FLOAT, lambda p=prefix: _scale(trace, p)))
+            entries.append(Entry(EXTRA + key, (n,), _FLOAT,
+                                 lambda k=key: np.ascontiguousarray(trace[k], dtype=_FLOAT)))
+
+    for key in available:
+        if not key.startswith("blocks.") and key not in ("resid_final", "logits"):
+            add_key(key)
+    for layer in range(cfg.n_layers):
+        for key in available:
+            if key.startswith(f"blocks.{layer}."):
+                add_key(key)
+        after = f"blocks.{layer + 1}.resid_pre" if layer + 1 < cfg.n_layers else "resid_final"
+        if after in available:  # TL's hook_resid_post: the stream leaving the block
+            entries.append(Entry(f"blocks.{layer}.hook_resid_post", (1, n, cfg.d_model), _FLOAT,
+                                 lambda k=after: _tl_layout("resid", trace[k])))
+    if "logits" in available:
+        entries.append(Entry("logits", (1, n, cfg.vocab_size), _FLOAT, lambda: _tl_layout("logits", trace["logits"])))
+    return entries
+
+
+def capture_settings(trace: Trace) -> dict[str, Any]:
+    """What the capture stored (the rest was derived for the export), read off the stored arrays."""
+    from explorer.core.trace import kind_of
+
+    kinds, layers, dtypes = set(), set(), set()
+    for key in trace.stored_keys():
+        match = re.match(r"^blocks\.(\d+)\.(.+)$", key)
+        kinds.add(kind_of(match.group(2) if match else key))
+        if match:
+            layers.add(int(match.group(1)))
+        dtypes.add(str(trace._arrays[key].dtype))
+    return {"stored_kinds": sorted(kinds), "stored_layers": sorted(layers), "storage_dtype": sorted(dtypes)}
+
+
+def trace_metadata(trace: Trace, prompt: str | None = None) -> dict[str, str]:
+    from explorer.core.trace import KINDS
+
+    meta = trace.meta
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "naming": "TransformerLens HookedTransformer",
+        "model_name": meta.model_name, "prompt": prompt if prompt is not None else "",
+        "token_ids": json.dumps([int(i) for i in trace.token_ids]),
+        "tokens": json.dumps(list(trace.tokens), ensure_ascii=False),
+        "config": json.dumps(trace.config.to_dict()),
+        "capture": json.dumps({**capture_settings(trace), "kinds": list(KINDS)}),
+        "device": meta.device, "dtype": meta.dtype,
+        "truncated_from": "" if meta.truncated_from is None else str(meta.truncated_from),
+        "exported_dtype": "float32",
+    }
+
+
+_DTYPE_CODES = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64", np.dtype(np.float16): "F16"}
+
+
+def _header(entries: list[Entry], metadata: dict[str, str]) -> bytes:
+    header: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for e in entries:
+        size = int(np.prod(e.shape, dtype=np.int64)) * e.dtype.itemsize
+        header[e.name] = {"dtype": _DTYPE_CODES[e.dtype], "shape": list(e.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return raw + b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+
+
+def write_trace_safetensors(trace: Trace, target: str | os.PathLike[str], prompt: str | None = None) -> Path:
+    """Write ``trace`` as safetensors under TransformerLens' names (atomically; one array in memory at a time)."""
+    from explorer.core.export import atomic_path
+
+    entries = trace_entries(trace)
+    header = _header(entries, trace_metadata(trace, prompt))
+    target = Path(target)
+    with atomic_path(target) as tmp, open(tmp, "wb") as out:
+        out.write(struct.pack("<Q", len(header)))
+        out.write(header)
+        for e in entries:
+            array = e.produce()
+            if array.shape != e.shape or array.dtype != e.dtype:
+                raise RuntimeError(f"{e.name}: produced {array.shape} {array.dtype}, declared {e.shape} {e.dtype}")
+            out.write(np.ascontiguousarray(array).tobytes())
+    return target
+
+
+# --- reading back --------------------------------------------------------------------------------
+
+def _our_key(name: str, cfg: ModelConfig) -> tuple[str, str] | None:
+    """(our key, our site) for a name in our files; None for what is not read back (hook_scale, tokens)."""
+    if name in ("hook_embed", "hook_pos_embed"):
+        return name.removeprefix("hook_"), name.removeprefix("hook_")
+    if name == "logits":
+        return "logits", "logits"
+    if name.startswith(EXTRA):
+        key = name.removeprefix(EXTRA)
+        return key, _site(key)
+    match = re.match(r"^blocks\.(\d+)\.(.+)$", name)
+    if not match:
+        return None
+    layer, hook = int(match.group(1)), match.group(2).replace("hook_rot_", "hook_")
+    if hook == "hook_resid_post" and layer == cfg.n_layers - 1:
+        return "resid_final", "resid_final"
+    for site, tl in TL_NAMES.items():
+        if tl == hook:
+            return f"blocks.{layer}.{site}", site
+    return None
+
+
+def _from_file(site: str, array: np.ndarray) -> np.ndarray:
+    """Our layout of a tensor in the file: TL's layout less the batch axis (norm statistics are ours already)."""
+    if site.split(".")[-1] in _STATS:
+        return np.ascontiguousarray(array)
+    if array.ndim < 2 or array.shape[0] != 1:
+        raise ValueError(f"expected a leading batch axis of 1, got shape {tuple(array.shape)}")
+    array = array[0]
+    if site in _HEAD_MAJOR:
+        array = array.transpose(1, 0, 2)
+    return np.ascontiguousarray(array)
+
+
+def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
+    """A ``Trace`` without a model from a file ``write_trace_safetensors`` wrote (File > Open trace).
+
+    Everything exported is there; what needs the weights (a logit lens, a neuron's vocabulary effect,
+    nearest vocabulary neighbours, re-running a block) is not, and the Trace says so when asked.
+    """
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT:
+                raise TraceFileError(f"{path.name} is not a Transformer Explorer trace (no '{FORMAT}' metadata)")
+            cfg = ModelConfig.from_dict(json.loads(meta["config"]))
+            token_ids, tokens = json.loads(meta["token_ids"]), json.loads(meta["tokens"])
+            n = len(token_ids)
+            if not isinstance(tokens, list) or len(tokens) != n:
+                raise TraceFileError(f"{path.name}: {n} token ids but {len(tokens)} token strings")
+            arrays: dict[str, np.ndarray] = {}
+            for name in f.keys():
+                mapped = _our_key(name, cfg)
+                if mapped is None:
+                    continue
+                key, site = mapped
+                value = _from_file(site, f.get_tensor(name))
+                expected = _shape_of(key, cfg, n)
+                if tuple(value.shape) != expected:
+                    raise TraceFileError(f"{path.name}: {name} gives {key} the shape {tuple(value.shape)}; "
+                                         f"the configuration implies {expected}")
+                value.flags.writeable = False
+                arrays[key] = value
+    except ExplorerError as exc:
+        raise exc if isinstance(exc, TraceFileError) else TraceFileError(f"{path.name}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: one line for the user
+        raise TraceFileError(f"cannot read {path.name} as a trace: {type(exc).__name__}: {exc}") from None
+    truncated = meta.get("truncated_from") or None
+    trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
+                           dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
+                           extra={"source_file": str(path), "prompt": meta.get("prompt", "")})
+    return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)

@@ -1,0 +1,89 @@
+"""Help > About: what the app is, and the versions of everything it runs on, with a Copy button.
+
+The engine's versions (Python, torch and CUDA, numpy, ...) come from
+``explorer.core.device.runtime_versions``; the Qt side (Qt, PySide6, pyqtgraph, superqt) and the
+loaded model's device are added here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6 import __version__ as pyside_version
+from PySide6.QtCore import Qt, qVersion
+from PySide6.QtGui import QGuiApplication, QIcon
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QVBoxLayout,
+    QWidget,
+)
+
+from explorer.ui.icon import app_icon
+
+APP_NAME = "Transformer Explorer"
+
+
+def versions(loaded: Any = None) -> dict[str, str]:
+    from explorer.core.device import runtime_versions
+
+    info = runtime_versions()
+    try:
+        import superqt
+
+        superqt_version = getattr(superqt, "__version__", "?")
+    except ImportError:  # pragma: no cover - a dependency
+        superqt_version = "not installed"
+    info.update({"Qt": qVersion(), "PySide6": pyside_version, "pyqtgraph": pg.__version__, "superqt": superqt_version,
+                 "platform": QGuiApplication.platformName() or "?"})
+    if loaded is not None:
+        info["model"] = f"{loaded.name} on {loaded.device} ({str(loaded.dtype).replace('torch.', '')})"
+    return info
+
+
+def versions_text(loaded: Any = None) -> str:
+    info = versions(loaded)
+    width = max(len(k) for k in info)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in info.items())
+
+
+class AboutDialog(QDialog):
+    def __init__(self, loaded: Any = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"About {APP_NAME}")
+        self.text = versions_text(loaded)
+        icon = QLabel(self)
+        icon.setPixmap(app_icon().pixmap(96, 96))
+        title = QLabel(f"<h2>{APP_NAME}</h2><p>Look inside a transformer language model: every number of one "
+                       "forward pass, computed offline on this machine.</p><p>MIT licence.</p>", self)
+        title.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
+        top.addWidget(title, 1)
+        rows = "".join(f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in versions(loaded).items())
+        self.table = QLabel(f"<table>{rows}</table>", self)
+        self.table.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        self.copy_button = buttons.addButton("Copy", QDialogButtonBox.ButtonRole.ActionRole)
+        self.copy_button.setToolTip("Copy these versions, e.g. for a bug report")
+        self.copy_button.clicked.connect(self.copy)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.table)
+        layout.addWidget(buttons)
+        self.setWindowIcon(QIcon(app_icon()))
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.text)
+        self.copy_button.setText("Copied")
+
+
+def show_about(window: Any) -> AboutDialog:
+    dialog = AboutDialog(getattr(window, "loaded", None), window)
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    dialog.show()
+    return dialog
