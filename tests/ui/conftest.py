@@ -61,6 +61,21 @@ def settings(tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def _no_blocking_message_boxes(monkeypatch):
+    """A modal QMessageBox that a test did not stub would wait for a click forever (offscreen, no one
+    clicks): fail the test at once, naming the dialog. A test that expects one stubs it itself."""
+    from PySide6.QtWidgets import QMessageBox
+
+    def unexpected(kind):
+        def fail(parent, title, text, *args, **kwargs):
+            raise AssertionError(f"unexpected modal QMessageBox.{kind}: {title!r}: {text!r}")
+        return fail
+
+    for kind in ("question", "warning", "information", "critical"):
+        monkeypatch.setattr(QMessageBox, kind, unexpected(kind))
+
+
+@pytest.fixture(autouse=True)
 def _no_dangling_workers():
     """Workers left running when a test ends make later tests flaky: wait for them."""
     yield

@@ -100,7 +100,11 @@ def test_programmatic_prompt_changes_keep_the_undo_history(qtbot, window):
     assert "".join(window.trace.tokens) == before  # the undone text is analysed again
 
 
-def test_device_and_precision_are_remembered(qtbot, window, settings):
+def test_device_and_precision_are_remembered(qtbot, window, settings, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    # worked-example cannot read the tiny model's prompt: the window asks, and the user accepts its sample
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     app_module.remember_device(window)
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.open_checkpoint("worked-example", device="cpu", dtype="float32")
