@@ -119,7 +119,9 @@ def test_an_encoder_fills_in_masks_and_cannot_generate(qtbot, make_window, tiny_
     assert window.selection.token == 6
 
 
-def test_the_masked_panel_explains_itself_for_a_decoder(window):
+def test_the_masked_panel_explains_itself_for_a_decoder(qtbot, window):
     panel = next(p for p in window.panels if p.title == "Masked tokens")
+    next(d for d in window.docks if d.panel is panel).raise_()  # a tab behind another one is drawn when shown
+    qtbot.waitUntil(lambda: panel.trace is window.trace, timeout=30_000)
     assert "continues text instead" in panel.status.text() and panel.table.rowCount() == 0
     assert panel.explanation_path().is_file()
