@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
 
-    def say(text: str) -> None:  # progress on stderr, so stdout stays the one-line summary
-        print(f"[{time.perf_counter() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
+    def say(text: str) -> None:  # progress on stdout: stderr carries only a failure's one line
+        print(f"[{time.perf_counter() - started:6.1f} s] {text}", flush=True)
 
     interventions = interventions_from(args)  # a bad spec fails before the model loads
     loaded = load_model(args)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -152,10 +151,6 @@ def trace_parts(trace: Trace) -> Iterator[tuple[str, ArrayPart]]:
     yield "residual", ArrayPart(shape=(L + 1, n, cfg.d_model), blocks=residual, split=1)
     yield "residual_norms", ArrayPart(norms())
     yield "logits", ArrayPart(_f32(trace["logits"]))
-    if trace.interventions:  # the run was changed: say how (JSON text), so the file cannot pass for a clean run
-        from explorer.core.interventions.spec import describe_all
-
-        yield "interventions", ArrayPart(np.array(json.dumps(describe_all(trace.interventions))))
     if cfg.has_ffn:
         yield "mlp_activations", ArrayPart(shape=(L, n, cfg.d_ff), split=1, blocks=lambda: (
             _f32(trace[f"blocks.{layer}.mlp.post"]) for layer in range(L)))
@@ -222,10 +217,10 @@ def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         try:
             yield tmp
-        except OSError as exc:  # name the file the user asked for, not its temporary twin
-            name = str(exc.filename or "")
-            if exc.errno is not None and name.startswith(str(tmp)):
-                raise type(exc)(exc.errno, exc.strerror, str(target) + name[len(str(tmp)):]) from None
+        except OSError as exc:  # name the file as the user asked for it, not its temporary place
+            name = exc.filename
+            if isinstance(name, str) and Path(name).is_relative_to(tmp):
+                exc.filename = str(target / Path(name).relative_to(tmp))
             raise
         tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700; an export gets ordinary permissions
         old = None

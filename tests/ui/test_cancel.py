@@ -100,7 +100,7 @@ def test_a_load_that_finishes_after_closing_starts_no_trace(qtbot, make_window, 
     gate = threading.Event()
     original = workers.load_model_steps
 
-    def slow_load(request, *args, **kwargs):  # (progress, cancel): passed through
+    def slow_load(request, *args, **kwargs):
         result = yield from original(request, *args, **kwargs)
         gate.wait(30)
         return result

@@ -9,8 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from explorer.ui.docks import dock_of
 from PySide6.QtWidgets import QFileDialog
 
 from explorer.ui.widgets.hub_dialog import HubCacheDialog
@@ -110,10 +108,10 @@ def test_an_encoder_fills_in_masks_and_cannot_generate(qtbot, make_window, tiny_
     assert "it fills in masked tokens rather than continuing text" in pane.status.text()
     assert pane.generate() is False
     panel = next(p for p in window.panels if p.title == "Masked tokens")
-    dock_of(panel).raise_()  # a hidden tab is drawn when it is shown (progressive panels)
+    next(d for d in window.docks if d.panel is panel).raise_()  # a tab behind another one draws nothing
+    qtbot.waitUntil(lambda: panel.on_screen)
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.set_prompt("the cat [MASK] on the [MASK].")
-    qtbot.waitUntil(lambda: panel.trace is window.trace, timeout=30_000)
     assert panel.positions == [3, 6]  # [CLS] the cat [MASK] on the [MASK] . [SEP]
     assert panel.table.rowCount() == 2 and "[MASK]" in panel.table.item(0, 1).text()
     assert len(panel.table.item(0, 2).text().split("   ")) == 5
@@ -123,7 +121,7 @@ def test_an_encoder_fills_in_masks_and_cannot_generate(qtbot, make_window, tiny_
 
 def test_the_masked_panel_explains_itself_for_a_decoder(qtbot, window):
     panel = next(p for p in window.panels if p.title == "Masked tokens")
-    dock_of(panel).raise_()  # a hidden tab is drawn when it is shown (progressive panels)
+    next(d for d in window.docks if d.panel is panel).raise_()  # a tab behind another one is drawn when shown
     qtbot.waitUntil(lambda: panel.trace is window.trace, timeout=30_000)
     assert "continues text instead" in panel.status.text() and panel.table.rowCount() == 0
     assert panel.explanation_path().is_file()

@@ -11,7 +11,6 @@ import pytest
 
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
 from explorer.core.analysis.neurons import top_neurons
-from explorer.ui.docks import dock_of
 from explorer.ui.panels.attention import AttentionPanel, AttentionSnapshot
 from explorer.ui.panels.base import PanelSnapshot
 from explorer.ui.panels.neurons import VOCAB_K, NeuronsPanel, NeuronsSnapshot
@@ -111,7 +110,7 @@ def test_attention_prepare_follows_the_snapshots_statistics_option(qtbot, fresh_
 
 def test_the_window_binds_each_panels_snapshot_when_the_trace_is_requested(qtbot, window):
     neurons = next(p for p in window.panels if isinstance(p, NeuronsPanel))
-    dock_of(neurons).raise_()  # its tab in front: only panels on screen prepare anything
+    next(d for d in window.docks if d.panel is neurons).raise_()  # its tab in front: only panels on screen prepare
     qtbot.waitUntil(lambda: neurons.on_screen)
     window.selection.set_layer(1)
     preparers = window._preparers()  # what TraceController.request hands the worker
