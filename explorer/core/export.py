@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -151,6 +152,10 @@ def trace_parts(trace: Trace) -> Iterator[tuple[str, ArrayPart]]:
     yield "residual", ArrayPart(shape=(L + 1, n, cfg.d_model), blocks=residual, split=1)
     yield "residual_norms", ArrayPart(norms())
     yield "logits", ArrayPart(_f32(trace["logits"]))
+    if trace.interventions:  # the run was changed: say how (JSON text), so the file cannot pass for a clean run
+        from explorer.core.interventions.spec import describe_all
+
+        yield "interventions", ArrayPart(np.array(json.dumps(describe_all(trace.interventions))))
     if cfg.has_ffn:
         yield "mlp_activations", ArrayPart(shape=(L, n, cfg.d_ff), split=1, blocks=lambda: (
             _f32(trace[f"blocks.{layer}.mlp.post"]) for layer in range(L)))
