@@ -151,11 +151,7 @@ def _head(t: Tensors, out: dict[str, torch.Tensor], shapes: dict[str, tuple[int,
         else:
             out["mlm.bias"] = t.take(decoder_bias, shapes["mlm.bias"])
     decoder = f"{names['decoder']}.weight"
-    if cfg.tie_embeddings:
-        t.sd.pop(decoder, None)  # the tied copy of the embeddings
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take(decoder, shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes, decoder)
     t.finish()
 
 

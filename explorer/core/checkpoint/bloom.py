@@ -75,11 +75,7 @@ def convert_bloom(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
         for name, w_part, b_part in zip(("W_Q", "W_K", "W_V"), split_per_head_qkv(w, H, dh),
                                         split_per_head_qkv(b, H, dh)):
             out[q + f"attn.{name}.weight"], out[q + f"attn.{name}.bias"] = w_part, b_part
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     t.finish()
     return out
 

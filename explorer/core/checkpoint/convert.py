@@ -216,6 +216,15 @@ class Tensors:
                                   f"the config implies {tuple(shape)}")
         return t
 
+    def unembedding(self, out: dict[str, torch.Tensor], cfg: ModelConfig, shapes: dict[str, tuple[int, ...]],
+                    name: str = "lm_head.weight") -> torch.Tensor:
+        """The un-embedding matrix: the embedding itself when tied (a tied copy some writers save under
+        ``name`` is dropped), else the checkpoint's ``name``, shape-checked."""
+        if cfg.tie_embeddings:
+            self.sd.pop(name, None)
+            return out["embed.weight"]
+        return self.take(name, shapes["unembed.weight"])
+
     def finish(self) -> None:
         if self.sd:
             raise CheckpointError(f"{self.family} checkpoint has unexpected tensors: {', '.join(sorted(self.sd)[:6])}"

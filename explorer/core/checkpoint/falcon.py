@@ -126,11 +126,7 @@ def convert_falcon(weights: dict[str, torch.Tensor], cfg: ModelConfig, new_arch:
                 out[q + f"attn.{name}.{kind}"] = part
     for kind in ("weight", "bias"):
         out[f"ln_final.{kind}"] = t.take(f"ln_f.{kind}", shapes[f"ln_final.{kind}"])
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     t.finish()
     return out
 

@@ -93,11 +93,7 @@ def convert_gpt_neo(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[
             out[q + f"attn.{ours}.bias"] = w.new_zeros(shapes[q + f"attn.{ours}.bias"])
     for kind in ("weight", "bias"):
         out[f"ln_final.{kind}"] = t.take(f"transformer.ln_f.{kind}", shapes[f"ln_final.{kind}"])
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     t.finish()
     return out
 

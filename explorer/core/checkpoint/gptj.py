@@ -64,11 +64,7 @@ def convert_gptj(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
             out[f"blocks.{i}.{ours}"] = t.take(f"transformer.h.{i}.{theirs}", shapes[f"blocks.{i}.{ours}"])
     for kind in ("weight", "bias"):
         out[f"ln_final.{kind}"] = t.take(f"transformer.ln_f.{kind}", shapes[f"ln_final.{kind}"])
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     out["unembed.bias"] = t.take("lm_head.bias", shapes["unembed.bias"])
     t.finish()
     return out

@@ -117,11 +117,7 @@ def convert_llama(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: st
     for kind in ("weight", "bias"):
         if f"ln_final.{kind}" in shapes:
             out[f"ln_final.{kind}"] = t.take(f"model.norm.{kind}", shapes[f"ln_final.{kind}"])
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)  # some writers save the tied copy too
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     t.finish()
     return out
 

@@ -129,11 +129,7 @@ def convert_nanogpt(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
             if q + ours + ".bias" in shapes:
                 out[q + ours + ".bias"] = t.take(p + theirs + ".bias", shapes[q + ours + ".bias"])
     norm("transformer.ln_f", "ln_final")
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     t.finish()
     return out
 

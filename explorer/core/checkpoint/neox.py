@@ -76,11 +76,7 @@ def convert_neox(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
     for kind in ("weight", "bias"):
         out[f"ln_final.{kind}"] = t.take(f"gpt_neox.final_layer_norm.{kind}", shapes[f"ln_final.{kind}"])
     head = "embed_out.weight" if "embed_out.weight" in t.sd else "lm_head.weight"  # older / newer name
-    if cfg.tie_embeddings:
-        t.sd.pop(head, None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take(head, shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes, head)
     t.finish()
     return out
 

@@ -79,11 +79,7 @@ def convert_opt(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str,
     if cfg.final_norm:
         for kind in ("weight", "bias"):
             out[f"ln_final.{kind}"] = t.take(p + f"final_layer_norm.{kind}", shapes[f"ln_final.{kind}"])
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     t.finish()
     return out
 

@@ -107,11 +107,7 @@ def convert_phi3(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
         out[q + "ln1.weight"] = t.take(p + "input_layernorm.weight", shapes[q + "ln1.weight"])
         out[q + "ln2.weight"] = t.take(p + "post_attention_layernorm.weight", shapes[q + "ln2.weight"])
     out["ln_final.weight"] = t.take("model.norm.weight", shapes["ln_final.weight"])
-    if cfg.tie_embeddings:
-        t.sd.pop("lm_head.weight", None)
-        out["unembed.weight"] = out["embed.weight"]
-    else:
-        out["unembed.weight"] = t.take("lm_head.weight", shapes["unembed.weight"])
+    out["unembed.weight"] = t.unembedding(out, cfg, shapes)
     t.finish()
     return out
 

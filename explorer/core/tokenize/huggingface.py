@@ -1,6 +1,7 @@
 """Tokenizers found next to a Hugging Face checkpoint, read from local files with the ``tokenizers`` library.
 
-The ids are the ones ``transformers.AutoTokenizer.from_pretrained(directory)(text)["input_ids"]``
+Only local files are read (nothing is downloaded; ``transformers`` is not imported). The ids are
+the ones ``transformers.AutoTokenizer.from_pretrained(directory)(text)["input_ids"]``
 gives, because the same Rust library runs the same pipeline:
 
 * ``tokenizer.json`` (every model ``tokenizers`` knows: byte-level BPE, SentencePiece-style BPE
