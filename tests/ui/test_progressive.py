@@ -166,3 +166,52 @@ def test_a_hidden_tab_computes_nothing_until_shown(qtbot, make_window, tiny_chec
     qtbot.waitUntil(lambda: residual.panel.trace is window.trace and residual.panel.lens is not None
                     and residual.panel.lens.complete, timeout=30_000)
     assert any(owner is residual.panel for owner, _ in window.progressive.computed)
+
+
+def test_a_long_prompt_lens_computes_the_window_around_the_selection_only(qtbot, tiny_loaded, progressive_lens):
+    """Past LENS_WINDOW tokens the lens shows (and computes) a window around the selected token; the
+    window moves when the selection leaves it, computing only what was not seen; "whole prompt" fills
+    the rest. Every value is the whole lens's."""
+    work = ProgressiveWork()
+    panel = shown_panel(qtbot, tiny_loaded, work)
+    trace = tiny_loaded.trace(" ".join([PROMPT] * 4))
+    n, W = trace.n_tokens, residual_lens.LENS_WINDOW
+    assert n > 2 * W
+    whole = core.logit_lens(trace, top=residual_lens.LENS_TOP, vocab_size=tiny_loaded.tokenizer.vocab_size)
+    panel.selection.clamp(trace.config.n_layers, trace.config.n_heads, n)
+    panel.selection.set_token(30)
+    panel.set_trace(trace)
+    assert panel.lens_whole.isVisible() and not panel.lens_whole.isChecked()
+    qtbot.waitUntil(lambda: not panel.computing(), timeout=30_000)
+    a, b = panel._lens_shown
+    assert b - a == W and a <= 30 < b
+    assert panel.lens.filled[a:b].all() and panel.lens.filled.sum() == W  # nothing outside the window
+    assert panel.lens_map.matrix.shape == (trace.config.n_layers + 1, W)
+    np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[:, a:b, 0], rtol=1e-5, atol=1e-6)
+    assert f"positions {a}\u2013{b - 1} of {n}" in panel.lens_map.plot.titleLabel.text
+    assert panel.lens_map._col_labels == list(trace.tokens[a:b])
+    # a tooltip and a click name the real position, not the column
+    assert f"({a + 2})" in panel.lens_cell_text(0, 2)
+    panel.lens_map.cell_clicked.emit(0, 3)
+    assert panel.selection.token == a + 3 and panel._lens_shown == (a, b)  # inside: the window stays
+
+    # the selection leaves the window: it moves, and only the new positions are computed
+    seen = panel.lens.filled.copy()
+    work.computed.clear()
+    panel.selection.set_token(n - 1)
+    assert panel._lens_shown == (n - W, n)
+    qtbot.waitUntil(lambda: not panel.computing(), timeout=30_000)
+    assert panel.lens.filled[n - W:].all()
+    assert panel.lens.filled.sum() == seen.sum() + np.count_nonzero(~seen[n - W:])
+    np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[:, n - W:, 0], rtol=1e-5, atol=1e-6)
+    probs, rows, cols = panel._lens_probs_data()
+    assert probs.shape == (trace.config.n_layers + 1, W) and len(cols) == W and not np.isnan(probs).any()
+
+    # "whole prompt": every position, exact
+    panel.lens_whole.setChecked(True)
+    assert panel._lens_shown == (0, n)
+    qtbot.waitUntil(lambda: not panel.computing(), timeout=30_000)
+    assert panel.lens.complete
+    np.testing.assert_array_equal(panel.lens.ids, whole.ids)
+    np.testing.assert_array_equal(panel.lens.target_ranks, whole.target_ranks)
+    np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[..., 0], rtol=1e-5, atol=1e-6)

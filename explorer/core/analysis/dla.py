@@ -74,8 +74,8 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     n = trace.n_tokens
     p = position % n
     L, H, dh = cfg.n_layers, cfg.n_heads, cfg.d_head
-    W_U = _param(model.unembed.weight)
-    u = logit_scale * (W_U[target] - (W_U[distractor] if distractor is not None else 0.0))   # [d]
+    W_U = model.unembed.weight  # only the target's (and distractor's) rows: the whole matrix is V x d
+    u = logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))   # [d]
 
     resid_final = trace["resid_final"][p].astype(np.float64)
     if model.ln_final is None:

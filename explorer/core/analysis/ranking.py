@@ -48,13 +48,20 @@ def rank_of(scores: np.ndarray, token_id: int) -> int:
 
 def top_k_rows(raw, k: int):
     """Row-wise :func:`top_k_ids` for a torch tensor [c, V] -> [c, k] (torch.topk's order among
-    equal values is unspecified, so ties at or inside the cut fall back to a stable sort)."""
+    equal values is unspecified, so a row with ties at or inside the cut is ranked again by
+    ``top_k_ids``; the others keep torch.topk's answer)."""
     import torch
 
     values, idx = torch.topk(raw, k, dim=-1)
     kth = values[:, -1:]
-    cut_tie = (raw == kth).sum(-1) > (values == kth).sum(-1)          # an equal value left outside
-    inner_tie = values[:, 1:] == values[:, :-1]
-    if bool(cut_tie.any()) or bool(inner_tie.any()):
-        return torch.argsort(-raw, dim=-1, stable=True)[:, :k]
+    inner_tie = (values[:, 1:] == values[:, :-1]).any(-1)
+    if raw.device.type == "cpu":  # numpy's comparisons are several times torch's on the CPU
+        a, cut = raw.numpy(), kth.numpy()
+        cut_tie = np.count_nonzero(a == cut, axis=-1) > np.count_nonzero(values.numpy() == cut, axis=-1)
+        tied = np.flatnonzero(cut_tie | inner_tie.numpy())
+    else:
+        tied = torch.nonzero(((raw == kth).sum(-1) > (values == kth).sum(-1)) | inner_tie).flatten().tolist()
+    for row in tied:  # equal values (rare): lower ids first
+        row_values = raw[row].float().cpu().numpy()
+        idx[row] = torch.as_tensor(top_k_ids(row_values, k), device=idx.device)
     return idx

@@ -51,9 +51,16 @@ def residual_stack(trace: Trace) -> np.ndarray:
     return np.stack([np.asarray(a, dtype=np.float32) for a in arrays])
 
 
+def _boundaries(trace: Trace):
+    """The stream at each boundary in float64, one at a time (no [L+1, n, d] stack is built)."""
+    L = trace.config.n_layers
+    for key in [f"blocks.{layer}.resid_pre" for layer in range(L)] + ["resid_final"]:
+        yield np.asarray(trace[key], dtype=np.float64)
+
+
 def residual_norms(trace: Trace) -> np.ndarray:
     """L2 norm of the stream at every boundary and position (computed in float64).  float32 [L+1, n]"""
-    return np.linalg.norm(residual_stack(trace).astype(np.float64), axis=-1).astype(np.float32)
+    return np.stack([np.sqrt(np.einsum("nd,nd->n", x, x)) for x in _boundaries(trace)]).astype(np.float32)
 
 
 def sublayer_contributions(trace: Trace) -> dict[str, np.ndarray]:
@@ -75,16 +82,20 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarity of corresponding vectors along the last axis (0 where either is all zeros)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    denom = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
-    dots = (a * b).sum(axis=-1)
+    denom = np.sqrt(np.einsum("...d,...d->...", a, a) * np.einsum("...d,...d->...", b, b))
+    dots = np.einsum("...d,...d->...", a, b)
     cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
     return np.clip(cos, -1.0, 1.0)
 
 
 def consecutive_cosine(trace: Trace) -> np.ndarray:
     """Cosine similarity between the stream entering and leaving each block.  float32 [L, n]"""
-    stack = residual_stack(trace)
-    return cosine_rows(stack[:-1], stack[1:]).astype(np.float32)
+    rows, before = [], None
+    for after in _boundaries(trace):
+        if before is not None:
+            rows.append(cosine_rows(before, after))
+        before = after
+    return np.stack(rows).astype(np.float32) if rows else np.zeros((0, trace.n_tokens), np.float32)
 
 
 def _row_norms(a: np.ndarray) -> np.ndarray:
@@ -204,7 +215,12 @@ def logit_lens(trace: Trace, top: int = 1, vocab_size: int | None = None,
 def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: int | None = None,
                  chunk_elements: int = LENS_CHUNK_ELEMENTS, check=None) -> LensBlock:
     """The lens at positions ``start .. stop - 1`` only, every boundary (the same numbers as
-    ``logit_lens`` there). ``check()`` is called between boundaries (it may raise to abandon the work)."""
+    ``logit_lens`` there). ``check()`` is called between chunks (it may raise to abandon the work).
+
+    Every (boundary, position) row goes through one matmul per chunk of rows, so a few positions
+    read the un-embedding once rather than once per boundary. No [rows, V] softmax is kept: with
+    m the row's largest logit and s = sum exp(logit - m), a probability is exp(logit - m - ln s)
+    and the entropy is m + ln s - sum exp(logit - m) * logit / s (all float32, max-subtracted)."""
     import torch
 
     from explorer.core.trace import as_tensor
@@ -219,53 +235,65 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
     limit = V if vocab_size is None else max(1, min(int(vocab_size), V))
     top = _top_of(model, top, vocab_size)
     chunk = max(1, int(chunk_elements) // V)
-    t_end = min(stop, n - 1)  # positions with a real next token
-    tc = max(t_end - start, 0)
-    targets = torch.as_tensor(np.array(trace.token_ids[start + 1:t_end + 1]), dtype=torch.long, device=param.device)
+    tc = max(min(stop, n - 1) - start, 0)  # positions with a real next token: start .. start + tc - 1
 
-    ids = np.zeros((B, c, top), dtype=np.int64)
-    probs = np.zeros((B, c, top), dtype=np.float32)
-    logits = np.zeros((B, c, top), dtype=np.float32)
-    target_probs = np.zeros((B, tc), dtype=np.float32)
-    target_ranks = np.zeros((B, tc), dtype=np.int64)
-    entropy = np.zeros((B, c), dtype=np.float32)
+    ids = np.zeros((B * c, top), dtype=np.int64)
+    probs = np.zeros((B * c, top), dtype=np.float32)
+    logits = np.zeros((B * c, top), dtype=np.float32)
+    entropy = np.zeros(B * c, dtype=np.float32)
+    t_probs = np.zeros((B, c), dtype=np.float32)
+    t_ranks = np.zeros((B, c), dtype=np.int64)
     keys = [f"blocks.{layer}.resid_pre" for layer in range(cfg.n_layers)] + ["resid_final"]
+    if c == 0:
+        return LensBlock(start, stop, ids.reshape(B, 0, top), probs.reshape(B, 0, top), logits.reshape(B, 0, top),
+                         np.zeros((B, 0), np.float32), np.zeros((B, 0), np.int64), entropy.reshape(B, 0))
     with torch.inference_mode():
-        vocab_ids = torch.arange(V, device=param.device)
-        for b, key in enumerate(keys):
+        stream = torch.cat([as_tensor(trace[key][start:stop]) for key in keys]).to(param.device, param.dtype)
+        following = np.zeros(c, dtype=np.int64)
+        following[:tc] = np.asarray(trace.token_ids[start + 1:start + 1 + tc], dtype=np.int64)
+        rows_next = torch.as_tensor(np.tile(following, B), device=param.device)         # [B * c]
+        has_next = torch.as_tensor(np.tile(np.arange(c) < tc, B), device=param.device)  # [B * c]
+        for lo in range(0, B * c, chunk):
             if check is not None:
                 check()
-            stream = trace[key]
-            for lo in range(start, stop, chunk):
-                hi = min(stop, lo + chunk)
-                i, j = lo - start, hi - start
-                x = as_tensor(stream[lo:hi]).to(device=param.device, dtype=param.dtype)[None]
-                raw = model.final_logits(x)[0].float()                 # [c, V]
-                if limit < V:
-                    raw[:, limit:] = float("-inf")
-                p = torch.softmax(raw, dim=-1)                          # max-subtracted: stable in float32
-                top_ids = top_k_rows(raw, top)
-                top_p = p.gather(-1, top_ids)
-                ids[b, i:j] = _np(top_ids)
-                probs[b, i:j] = _np(top_p)
-                logits[b, i:j] = _np(raw.gather(-1, top_ids))
-                # entropy -sum p ln p = lse - sum p * logit, with lse = logit - ln p of the top token
-                lse = raw.gather(-1, top_ids[:, :1])[:, 0] - top_p[:, 0].log()
-                finite = raw if limit == V else raw.nan_to_num(neginf=0.0)  # removed ids: p = 0
-                entropy[b, i:j] = _np((lse - torch.linalg.vecdot(p, finite)).clamp_min(0.0))
-                # the real next token of positions lo .. min(hi, n - 1) - 1
-                t_hi = min(hi, n - 1)
-                if t_hi > lo:
-                    rows = raw[: t_hi - lo]
-                    t = targets[lo - start:t_hi - start, None]
-                    t_logit = rows.gather(-1, t)                        # [c, 1]
-                    rank = (rows > t_logit).sum(-1)
-                    tied = (rows == t_logit).sum(-1) > 1
-                    if bool(tied.any()):                                # equal logits: lower ids rank first
-                        rank += ((rows == t_logit) & (vocab_ids[None] < t)).sum(-1)
-                    target_ranks[b, i:t_hi - start] = _np(rank)
-                    target_probs[b, i:t_hi - start] = _np(p[: t_hi - lo].gather(-1, t)[:, 0])
-    return LensBlock(start, stop, ids, probs, logits, target_probs, target_ranks, entropy)
+            hi = min(B * c, lo + chunk)
+            raw = model.final_logits(stream[None, lo:hi])[0].float()[:, :limit]   # [r, V'] (padding ids left out)
+            top_ids = top_k_rows(raw, top)
+            top_logits = raw.gather(-1, top_ids)
+            p = torch.softmax(raw, dim=-1)                                        # max-subtracted: stable
+            top_p = p.gather(-1, top_ids)
+            lse = top_logits[:, 0] - top_p[:, 0].log()                            # ln sum exp(logit)
+            ids[lo:hi] = _np(top_ids)
+            logits[lo:hi] = _np(top_logits)
+            probs[lo:hi] = _np(top_p)
+            entropy[lo:hi] = _np((lse - torch.linalg.vecdot(p, raw)).clamp_min(0.0))  # -sum p ln p
+            # the real next token of the rows that have one (rank 0-based, equal logits: lower ids first)
+            t = rows_next[lo:hi, None]
+            inside = t < limit                        # an id past ``vocab_size``: probability 0, ranked last
+            t_in = torch.where(inside, t, 0)
+            r = np.arange(lo, hi)
+            t_ranks[r // c, r % c] = np.where(_np(inside[:, 0]), _ranks(raw, t_in), limit)
+            t_probs[r // c, r % c] = _np(p.gather(-1, t_in)[:, 0] * (has_next[lo:hi] & inside[:, 0]))
+    return LensBlock(start, stop, ids.reshape(B, c, top), probs.reshape(B, c, top), logits.reshape(B, c, top),
+                     t_probs[:, :tc], t_ranks[:, :tc], entropy.reshape(B, c))
+
+
+def _ranks(raw, t) -> np.ndarray:
+    """0-based rank of the logit at ``t`` [r, 1] in each row of ``raw`` [r, V]: how many are larger, and
+    equal ones with a lower id (numpy on the CPU: its comparisons are several times torch's there)."""
+    import torch
+
+    if raw.device.type != "cpu":
+        t_logit = raw.gather(-1, t)
+        same = raw == t_logit
+        return _np((raw > t_logit).sum(-1) + (same & (torch.arange(raw.shape[1], device=raw.device) < t)).sum(-1))
+    a, at = raw.numpy(), t.numpy()
+    t_logit = np.take_along_axis(a, at, -1)
+    rank = np.count_nonzero(a > t_logit, axis=-1)
+    ties = np.count_nonzero(a == t_logit, axis=-1) > 1
+    for row in np.flatnonzero(ties):  # equal logits (rare): those with a lower id rank first
+        rank[row] += np.count_nonzero(a[row, : at[row, 0]] == t_logit[row, 0])
+    return rank
 
 
 def _np(t) -> np.ndarray:  # a torch tensor -> numpy on the CPU

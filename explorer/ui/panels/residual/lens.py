@@ -4,9 +4,13 @@ probability with its text in each cell; the tooltip lists the top five and the r
 
 A small lens (``LENS_NOW_MACS``) is computed whole on the worker thread in ``prepare``. A large one
 (GPT-2 small at 256 tokens is 13 x 256 x 50,257 x 768 multiply-adds, several times the forward pass)
-is filled progressively (``explorer.ui.progressive``): the selected position across every layer
-first, then blocks of positions nearest to it, each drawn as it arrives, with "computing…" in the
-title and blank cells until then; a newer trace or a hidden panel stops it.
+is filled progressively (``explorer.ui.progressive``) and only where it is looked at: a prompt longer
+than ``LENS_WINDOW`` tokens shows the lens at a window of positions around the selected token (with
+each cell's text, legible), computed in one background job; the window moves when the selection
+leaves it, computing only the positions not seen yet. "Whole prompt" shows every position instead:
+the selected one first, then blocks of positions nearest to it, each drawn as it arrives. Until a
+position is computed its cells are blank and the title says "computing…"; a newer trace or a hidden
+panel stops the work.
 
 ``LogitLensView`` is mixed into ``ResidualPanel``: the widgets and state it uses are the panel's.
 """
@@ -32,6 +36,7 @@ TEXT_MAX_ROWS = 25  # …and boundaries; beyond that, colours only (the tooltip 
 LENS_NOW_MACS = 2**28  # a lens cheaper than this is computed with the trace, on the worker…
 LENS_BLOCK_MACS = 2**36  # …a larger one progressively, in blocks of positions of about this much work…
 LENS_BLOCK_MIN = 64  # …and at least this many positions: fewer rows per matmul re-read the un-embedding for little work
+LENS_WINDOW = 24  # positions shown around the selected token when the prompt is longer (and "whole prompt" is off)
 NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the real next token
 
 
@@ -89,58 +94,91 @@ def lens_texts_of(trace: Trace, lens: core.LogitLens | None, tokenizer: Any) -> 
 class LogitLensView:
     """Drawing, tooltips and exported data of the lens heatmap (a mixin of ``ResidualPanel``)."""
 
+    def lens_span(self) -> tuple[int, int]:
+        """The positions the lens shows, ``start .. stop - 1``: all of them for a short prompt or with
+        "whole prompt" on, else ``LENS_WINDOW`` around the selected token. The window stays where it
+        is while the selected token is inside it, so clicking a cell does not move the grid under the
+        mouse; it re-centres when the selection leaves it."""
+        trace = self.trace
+        n = trace.n_tokens if trace is not None else 0
+        if self.lens_whole.isChecked() or n <= LENS_WINDOW:
+            return 0, n
+        selected = self.selected_token
+        start = self._lens_start
+        if start is None or not start <= selected < start + LENS_WINDOW or start + LENS_WINDOW > n:
+            start = min(max(0, selected - LENS_WINDOW // 2), n - LENS_WINDOW)
+        self._lens_start = start
+        return start, start + LENS_WINDOW
+
     def _draw_lens(self) -> None:
         lens, trace = self.lens, self.trace
+        self.lens_whole.setVisible(trace is not None and trace.n_tokens > LENS_WINDOW)
         if lens is None:
             self.lens_map.set_data(np.zeros((0, 0), np.float32))
             self.lens_map.plot.setTitle("logit lens: needs the loaded model (this trace has none)")
             self.lens_cells.set_cells([], np.zeros((0, 0), bool), np.zeros((0, 0), bool))
             self.lens_marks.setPath(QPainterPath())
             self.next_token_hits = np.zeros((0, 0), dtype=bool)
+            self._lens_shown = (0, 0)
             return
-        filled = lens.filled
-        top1 = lens.probs[..., 0]
-        if not lens.complete:  # positions still being computed: no colour (NaN) and no text yet
+        a, b = self._lens_shown = self.lens_span()
+        filled = lens.filled[a:b]
+        top1 = lens.probs[:, a:b, 0]
+        if not filled.all():  # positions still being computed: no colour (NaN) and no text yet
             top1 = np.where(filled[None, :], top1, np.nan).astype(np.float32)
-        self.lens_map.set_data(top1, list(lens.labels), self._token_axis(), levels=(0.0, 1.0),
+        self.lens_map.set_data(top1, list(lens.labels), list(trace.tokens[a:b]), levels=(0.0, 1.0),
                                value_name="top-1 probability")
         B, n = top1.shape
         hits = np.zeros((B, n), dtype=bool)
-        if n > 1:
-            hits[:, :-1] = (lens.ids[:, :-1, 0] == np.asarray(trace.token_ids[1:])[None, :]) & filled[None, :-1]
+        following = np.asarray(trace.token_ids[a + 1:b + 1])  # the real next tokens (none after the last)
+        m = len(following)
+        hits[:, :m] = (lens.ids[:, a:a + m, 0] == following[None, :]) & filled[None, :m]
         self.next_token_hits = hits
         legible = n <= TEXT_MAX_TOKENS and B <= TEXT_MAX_ROWS
         # rows tall enough for readable text (the panel scrolls when that is more than it has)
         self.lens_map.setMinimumHeight(min(B * LENS_ROW_PX + 80, 640) if legible else 150)
         self.lens_cells.setVisible(legible)
         if legible:
-            if not lens.complete:
-                self.lens_texts = [[visible_text(self.token_text(int(lens.ids[b, i, 0]))) if filled[i] else ""
-                                    for i in range(n)] for b in range(B)]
-            else:  # complete (perhaps just now, by its last block): every cell's text
+            if (a, b) != (0, trace.n_tokens) or not lens.complete:
+                self.lens_texts = [[visible_text(self.token_text(int(lens.ids[r, a + i, 0]))) if filled[i] else ""
+                                    for i in range(n)] for r in range(B)]
+            else:  # the whole lens, complete (perhaps just now, by its last block): every cell's text
                 self.lens_texts = lens_texts_of(trace, lens, self.tokenizer)
             self.lens_cells.set_cells(self.lens_texts, hits, dark_cells(self.lens_map.colormap, top1, (0.0, 1.0)))
         else:
             self.lens_cells.set_cells([], np.zeros((0, 0), bool), np.zeros((0, 0), bool))
         path = QPainterPath()
         inset = 0.06
-        for b, i in zip(*np.nonzero(hits)):
-            path.addRect(QRectF(i + inset, b + inset, 1 - 2 * inset, 1 - 2 * inset))
+        for r, i in zip(*np.nonzero(hits)):
+            path.addRect(QRectF(i + inset, r + inset, 1 - 2 * inset, 1 - 2 * inset))
         self.lens_marks.setPath(path)
         what = "top prediction (text) and its probability (colour)" if legible else \
             "top prediction's probability (hover for the tokens)"
-        if not lens.complete:
+        if (a, b) != (0, trace.n_tokens):
+            what = f"positions {a}\u2013{b - 1} of {trace.n_tokens} (around the selected token); " + what
+        if not filled.all():
             what = f"computing\u2026 {int(filled.sum())} of {n} positions; " + what
         self.lens_map.plot.setTitle(f"logit lens: {what}; <span style='color:{NEXT_TOKEN}'>\u25a1</span> "
                                     "= the real next token")
 
+    def lens_position(self, col: int) -> int:
+        """The token position of a column of the lens grid."""
+        return self._lens_shown[0] + col
+
     def _schedule_lens(self) -> None:
-        """Ask for the positions of a progressive lens that are not computed yet: the selected one
-        first, then blocks of positions nearest to it first (each drawn when it arrives)."""
+        """Ask for the positions of a progressive lens that are shown and not computed yet: a window's
+        missing positions in one job; the whole prompt's, the selected one first, then blocks of
+        positions nearest to it first (each drawn when it arrives)."""
         lens, trace = self.lens, self.trace
         if lens is None or trace is None or lens.complete:
             return
         vocab = vocab_size_of(self.tokenizer)
+        a, b = self.lens_span()
+        if (a, b) != (0, trace.n_tokens):
+            missing = np.flatnonzero(~lens.filled[a:b])
+            if missing.size:
+                self._lens_job(("lens", "window"), a + int(missing[0]), a + int(missing[-1]) + 1, vocab, priority=0)
+            return
         n, step, selected = trace.n_tokens, block_positions(trace), self.selected_token
         if not lens.filled[selected]:
             self._lens_job(("lens", "selected"), selected, selected + 1, vocab, priority=0)
@@ -167,6 +205,7 @@ class LogitLensView:
     def lens_cell_text(self, row: int, col: int) -> str:
         """The tooltip of a lens cell: the top five predictions there and how the real next token fares."""
         lens, trace = self.lens, self.trace
+        col = self.lens_position(col)
         if not lens.filled[col]:
             return f"{self._where(lens.labels[row], col)}: computing\u2026"
         lines = [f"{self._where(lens.labels[row], col)}: predicts the next token"]
@@ -176,7 +215,7 @@ class LogitLensView:
         if col < trace.n_tokens - 1:
             real = int(trace.token_ids[col + 1])
             rank = int(lens.target_ranks[row, col]) + 1
-            mark = "  \u2713 the top prediction" if self.next_token_hits[row, col] else ""
+            mark = "  \u2713 the top prediction" if self.next_token_hits[row, col - self._lens_shown[0]] else ""
             lines.append(f"real next token {quoted(self.token_text(real))}: "
                          f"{percent(lens.target_probs[row, col])}, rank {rank}{mark}")
         else:
@@ -185,13 +224,19 @@ class LogitLensView:
 
 
     def _lens_probs_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """The top prediction's probability at every boundary and position [L+1, n]."""
+        """The top prediction's probability at every boundary and shown position [L+1, shown] (NaN where
+        not computed yet)."""
         if self.lens is None:
             return np.zeros((0, 0), np.float32), [], []
-        return self.lens.probs[..., 0], list(self.lens.labels), token_labels(self.trace.tokens)
+        a, b = self._lens_shown
+        probs = np.where(self.lens.filled[None, a:b], self.lens.probs[:, a:b, 0], np.nan).astype(np.float32)
+        return probs, list(self.lens.labels), token_labels(self.trace.tokens)[a:b]
 
     def _lens_ids_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """The top prediction's vocabulary id at every boundary and position [L+1, n] (int64)."""
+        """The top prediction's vocabulary id at every boundary and shown position [L+1, shown] (int64; -1
+        where not computed yet)."""
         if self.lens is None:
             return np.zeros((0, 0), np.int64), [], []
-        return self.lens.ids[..., 0], list(self.lens.labels), token_labels(self.trace.tokens)
+        a, b = self._lens_shown
+        ids = np.where(self.lens.filled[None, a:b], self.lens.ids[:, a:b, 0], -1).astype(np.int64)
+        return ids, list(self.lens.labels), token_labels(self.trace.tokens)[a:b]

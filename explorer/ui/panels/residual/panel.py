@@ -30,17 +30,19 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
+    QCheckBox,
     QGraphicsPathItem,
     QHBoxLayout,
     QLabel,
     QMenu,
     QSplitter,
+    QVBoxLayout,
     QWidget,
 )
 
 from explorer.core.analysis import residual as core
-from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
+from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.trace import Trace
 from explorer.ui.export.menu import export_actions
 from explorer.ui.interventions.panels import install_residual
@@ -76,6 +78,8 @@ class ResidualPanel(LogitLensView, Panel):
         self.lens_texts: list[list[str]] = []  # [B][n]: the top prediction's text as written in the cell
         self.next_token_hits = np.zeros((0, 0), dtype=bool)  # [B, n]: top prediction == the real next token
         self._labels: list[str] = []  # boundary labels
+        self._lens_start: int | None = None  # first position of the lens window (lens.py: lens_span)
+        self._lens_shown = (0, 0)  # the positions the lens grid shows now, start .. stop - 1
         self._texts: dict[int, str] = {}  # vocabulary id -> display text, for the current trace
 
         row = QHBoxLayout()
@@ -121,8 +125,15 @@ class ResidualPanel(LogitLensView, Panel):
 
         self._outlines = {id(m): outline(m.plot, SELECTED, z=30, visible=False)
                           for m in (self.norm_map, self.cosine_map, self.lens_map)}
-        for heatmap in (self.norm_map, self.cosine_map, self.lens_map):
+        for heatmap in (self.norm_map, self.cosine_map):
             heatmap.cell_clicked.connect(lambda _row, col: self.selection.set_token(col))
+        self.lens_map.cell_clicked.connect(lambda _row, col: self.selection.set_token(self.lens_position(col)))
+        self.lens_whole = QCheckBox("whole prompt")
+        self.lens_whole.setToolTip("Logit lens at every position of the prompt, filled in the background "
+                                   "(one vocabulary-wide matmul per boundary and position); off: a window of "
+                                   "positions around the selected token")
+        self.lens_whole.toggled.connect(self._on_lens_whole)
+        self.lens_whole.setVisible(False)
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.norm_map)
@@ -137,9 +148,15 @@ class ResidualPanel(LogitLensView, Panel):
         top.addWidget(right)
         top.setStretchFactor(0, 3)
         top.setStretchFactor(1, 2)
+        lens_box = QWidget()
+        lens_layout = QVBoxLayout(lens_box)
+        lens_layout.setContentsMargins(0, 0, 0, 0)
+        lens_layout.setSpacing(0)
+        lens_layout.addWidget(self.lens_whole, 0, Qt.AlignmentFlag.AlignRight)
+        lens_layout.addWidget(self.lens_map, 1)
         outer = QSplitter(Qt.Orientation.Vertical)
         outer.addWidget(top)
-        outer.addWidget(self.lens_map)
+        outer.addWidget(lens_box)
         outer.setStretchFactor(0, 1)
         outer.setStretchFactor(1, 1)
         self.body.addWidget(outer, 1)
@@ -197,6 +214,7 @@ class ResidualPanel(LogitLensView, Panel):
         self.cosine = self._cosine(trace)
         self.lens = lens_of(trace, self.tokenizer)
         self.lens_texts = lens_texts_of(trace, self.lens, self.tokenizer)
+        self._lens_start = None  # a new prompt: the window centres on the selected token again
         self._draw_norms()
         self._draw_cosine()
         self._draw_lens()
@@ -205,8 +223,16 @@ class ResidualPanel(LogitLensView, Panel):
 
     def selection_changed(self, what: str) -> None:
         if what == "token":
+            if self.lens is not None and self.lens_span() != self._lens_shown:
+                self._draw_lens()  # the selection left the lens window: it moves
             self._draw_token()
-            self._schedule_lens()  # the newly selected position first
+            self._schedule_lens()  # the newly shown (or selected) positions first
+
+    def _on_lens_whole(self, _checked: bool) -> None:
+        if self.trace is not None:
+            self._draw_lens()
+            self._draw_token()
+            self._schedule_lens()
 
     def tokenizer_changed(self) -> None:
         self._texts = {}
@@ -259,8 +285,9 @@ class ResidualPanel(LogitLensView, Panel):
         for heatmap in (self.norm_map, self.cosine_map, self.lens_map):
             outline = self._outlines[id(heatmap)]
             rows = heatmap.matrix.shape[0] if heatmap.matrix.ndim == 2 else 0
+            col = i - self._lens_shown[0] if heatmap is self.lens_map else i
             outline.setVisible(rows > 0)
-            outline.setRect(QRectF(i, 0, 1, rows))
+            outline.setRect(QRectF(col, 0, 1, rows))
         B = self.norms.shape[0]
         self.norm_line.setData(np.arange(B, dtype=np.float64), self.norms[:, i].astype(np.float64))
         self.norm_plot.setTitle(f"\u2016x\u2016 of {quoted(tokens[i])} ({i}) by depth (grey: other tokens)")
