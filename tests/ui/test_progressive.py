@@ -164,19 +164,20 @@ def test_a_hidden_tab_computes_nothing_until_shown(qtbot, make_window, tiny_chec
     assert lens is None or not lens.filled.any()
     residual.raise_()  # the tab is shown: now it computes, for the current trace
     qtbot.waitUntil(lambda: residual.panel.trace is window.trace and residual.panel.lens is not None
-                    and residual.panel.lens.complete, timeout=30_000)
+                    and residual.panel.lens.filled[slice(*residual.panel._lens_shown)].all()
+                    and residual.panel._lens_shown[1] > 0 and not residual.panel.computing(), timeout=30_000)
     assert any(owner is residual.panel for owner, _ in window.progressive.computed)
 
 
 def test_a_long_prompt_lens_computes_the_window_around_the_selection_only(qtbot, tiny_loaded, progressive_lens):
-    """Past LENS_WINDOW tokens the lens shows (and computes) a window around the selected token; the
-    window moves when the selection leaves it, computing only what was not seen; "whole prompt" fills
+    """Past the tokens that fit its grid (``lens_window``) the lens shows (and computes) a window around
+    the selected token; the window moves when the selection leaves it, computing only what was not seen; "whole prompt" fills
     the rest. Every value is the whole lens's."""
     work = ProgressiveWork()
     panel = shown_panel(qtbot, tiny_loaded, work)
     trace = tiny_loaded.trace(" ".join([PROMPT] * 4))
-    n, W = trace.n_tokens, residual_lens.LENS_WINDOW
-    assert n > 2 * W
+    n, W = trace.n_tokens, panel.lens_window()
+    assert residual_lens.LENS_WINDOW_MIN <= W <= residual_lens.LENS_WINDOW and n > 2 * W
     whole = core.logit_lens(trace, top=residual_lens.LENS_TOP, vocab_size=tiny_loaded.tokenizer.vocab_size)
     panel.selection.clamp(trace.config.n_layers, trace.config.n_heads, n)
     panel.selection.set_token(30)
@@ -215,3 +216,11 @@ def test_a_long_prompt_lens_computes_the_window_around_the_selection_only(qtbot,
     np.testing.assert_array_equal(panel.lens.ids, whole.ids)
     np.testing.assert_array_equal(panel.lens.target_ranks, whole.target_ranks)
     np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[..., 0], rtol=1e-5, atol=1e-6)
+
+    # a narrower grid shows fewer positions (as many as fit), still around the selected token
+    panel.lens_whole.setChecked(False)
+    panel.selection.set_token(40)
+    panel.resize(420, 700)
+    qtbot.waitUntil(lambda: panel._lens_shown[1] - panel._lens_shown[0] == panel.lens_window() < W, timeout=5_000)
+    a, b = panel._lens_shown
+    assert a <= 40 < b and panel.lens_map.matrix.shape[1] == b - a

@@ -2,11 +2,12 @@
 un-embedding, kept with the trace (``lens_of``) and drawn as a heatmap of the top prediction's
 probability with its text in each cell; the tooltip lists the top five and the real next token.
 
-A small lens (``LENS_NOW_MACS``) is computed whole on the worker thread in ``prepare``. A large one
+A small lens (``LENS_NOW_MACS``) is computed whole on the worker thread in ``prepare`` and shown whole. A large one
 (GPT-2 small at 256 tokens is 13 x 256 x 50,257 x 768 multiply-adds, several times the forward pass)
 is filled progressively (``explorer.ui.progressive``) and only where it is looked at: a prompt longer
-than ``LENS_WINDOW`` tokens shows the lens at a window of positions around the selected token (with
-each cell's text, legible), computed in one background job; the window moves when the selection
+than the grid can show legibly (``lens_window``: as many positions as fit at ``LENS_CELL_PX`` each,
+8 to 24) shows the lens at a window of positions around the selected token (with each cell's text),
+computed in one background job; the window moves when the selection
 leaves it, computing only the positions not seen yet. "Whole prompt" shows every position instead:
 the selected one first, then blocks of positions nearest to it, each drawn as it arrives. Until a
 position is computed its cells are blank and the title says "computing…"; a newer trace or a hidden
@@ -26,8 +27,8 @@ from PySide6.QtGui import QPainterPath
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
-from explorer.ui.widgets.heatmap import dark_cells
 from explorer.ui.panels.residual.cells import percent, quoted, visible_text
+from explorer.ui.widgets.heatmap import dark_cells
 
 LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists them)
 LENS_ROW_PX = 18  # a lens row's height when its cells carry text
@@ -36,7 +37,10 @@ TEXT_MAX_ROWS = 25  # …and boundaries; beyond that, colours only (the tooltip 
 LENS_NOW_MACS = 2**28  # a lens cheaper than this is computed with the trace, on the worker…
 LENS_BLOCK_MACS = 2**36  # …a larger one progressively, in blocks of positions of about this much work…
 LENS_BLOCK_MIN = 64  # …and at least this many positions: fewer rows per matmul re-read the un-embedding for little work
-LENS_WINDOW = 24  # positions shown around the selected token when the prompt is longer (and "whole prompt" is off)
+LENS_WINDOW = 24  # at most this many positions around the selected token when the prompt is longer…
+LENS_WINDOW_MIN = 8  # …at least this many…
+LENS_CELL_PX = 40  # …and as many as fit the grid at about this width each (wide enough for a token's text)
+LENS_AXES_PX = 110  # the grid's row labels and colour bar take about this much of its width
 NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the real next token
 
 
@@ -94,25 +98,41 @@ def lens_texts_of(trace: Trace, lens: core.LogitLens | None, tokenizer: Any) -> 
 class LogitLensView:
     """Drawing, tooltips and exported data of the lens heatmap (a mixin of ``ResidualPanel``)."""
 
+    def lens_window(self) -> int:
+        """How many positions the lens shows around the selected token: as many as fit its grid at
+        ``LENS_CELL_PX`` each, from ``LENS_WINDOW_MIN`` to ``LENS_WINDOW``."""
+        fit = (self.lens_map.width() - LENS_AXES_PX) // LENS_CELL_PX
+        return int(min(LENS_WINDOW, max(LENS_WINDOW_MIN, fit)))
+
     def lens_span(self) -> tuple[int, int]:
         """The positions the lens shows, ``start .. stop - 1``: all of them for a short prompt or with
-        "whole prompt" on, else ``LENS_WINDOW`` around the selected token. The window stays where it
+        "whole prompt" on, else ``lens_window()`` around the selected token. The window stays where it
         is while the selected token is inside it, so clicking a cell does not move the grid under the
-        mouse; it re-centres when the selection leaves it."""
+        mouse; it re-centres when the selection leaves it (or its width changes)."""
         trace = self.trace
         n = trace.n_tokens if trace is not None else 0
-        if self.lens_whole.isChecked() or n <= LENS_WINDOW:
-            return 0, n
+        width = self.lens_window()
+        if self.lens_whole.isChecked() or n <= width or lens_cost(trace) <= LENS_NOW_MACS:
+            return 0, n  # (a cheap lens is computed whole with the trace: all of it is shown)
         selected = self.selected_token
         start = self._lens_start
-        if start is None or not start <= selected < start + LENS_WINDOW or start + LENS_WINDOW > n:
-            start = min(max(0, selected - LENS_WINDOW // 2), n - LENS_WINDOW)
+        if start is None or not start <= selected < start + width or start + width > n \
+                or self._lens_shown[1] - self._lens_shown[0] != width:
+            start = min(max(0, selected - width // 2), n - width)
         self._lens_start = start
-        return start, start + LENS_WINDOW
+        return start, start + width
+
+    def _lens_resized(self) -> None:
+        """The grid's width changed: show as many positions as now fit (computing the new ones)."""
+        if self.trace is not None and self.lens is not None and self.lens_span() != self._lens_shown:
+            self._draw_lens()
+            self._draw_token()
+            self._schedule_lens()
 
     def _draw_lens(self) -> None:
         lens, trace = self.lens, self.trace
-        self.lens_whole.setVisible(trace is not None and trace.n_tokens > LENS_WINDOW)
+        self.lens_whole.setVisible(trace is not None and lens_cost(trace) > LENS_NOW_MACS
+                                   and trace.n_tokens > LENS_WINDOW_MIN)
         if lens is None:
             self.lens_map.set_data(np.zeros((0, 0), np.float32))
             self.lens_map.plot.setTitle("logit lens: needs the loaded model (this trace has none)")

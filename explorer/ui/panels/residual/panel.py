@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -134,6 +134,11 @@ class ResidualPanel(LogitLensView, Panel):
                                    "positions around the selected token")
         self.lens_whole.toggled.connect(self._on_lens_whole)
         self.lens_whole.setVisible(False)
+        self._lens_resize = QTimer(self)  # the grid's width settles: show as many positions as fit
+        self._lens_resize.setSingleShot(True)
+        self._lens_resize.setInterval(80)
+        self._lens_resize.timeout.connect(self._lens_resized)
+        self.lens_map.installEventFilter(self)
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.norm_map)
@@ -227,6 +232,11 @@ class ResidualPanel(LogitLensView, Panel):
                 self._draw_lens()  # the selection left the lens window: it moves
             self._draw_token()
             self._schedule_lens()  # the newly shown (or selected) positions first
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        if watched is self.lens_map and event.type() == QEvent.Type.Resize:
+            self._lens_resize.start()
+        return super().eventFilter(watched, event)
 
     def _on_lens_whole(self, _checked: bool) -> None:
         if self.trace is not None:
