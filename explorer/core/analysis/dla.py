@@ -59,6 +59,23 @@ def _param(t: object) -> np.ndarray:
     return t.detach().to("cpu").double().numpy()  # type: ignore[attr-defined]
 
 
+def _head_outputs(W_O, z: np.ndarray) -> np.ndarray:
+    """What each head writes into the stream at one position, W_O[:, h] @ z[h]: [H, d] float64. The
+    products run in float32 (float64 weights stay float64) on the model's own tensor: converting every
+    layer's W_O to float64 would cost more than the whole attribution."""
+    import torch
+
+    H, dh = z.shape
+    weight = W_O.detach()
+    if weight.dtype not in (torch.float32, torch.float64):
+        weight = weight.float()
+    with torch.inference_mode():
+        zt = torch.as_tensor(np.ascontiguousarray(z), device=weight.device).to(weight.dtype)
+        blocks = torch.block_diag(*zt[:, :, None])       # [H*dh, H]: head h's z in its own column
+        out = (weight @ blocks).T                         # [H, d]: one matmul for every head
+    return out.double().cpu().numpy()
+
+
 def direct_logit_attribution(trace: Trace, target: int, position: int = -1, distractor: int | None = None,
                              model: Transformer | None = None) -> DLA:
     model = model if model is not None else trace._model
@@ -105,9 +122,7 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     embed = float(frozen(pieces) @ u)
     for layer in range(L):
         blk = model.blocks[layer]
-        W_O = _param(blk.attn.W_O.weight)                                      # [d, H*dh]
-        z = trace[f"blocks.{layer}.attn.z"][:, p].astype(np.float64)           # [H, dh]
-        per_head = residual_scale * np.einsum("dhk,hk->hd", W_O.reshape(-1, H, dh), z)   # [H, d]
+        per_head = residual_scale * _head_outputs(blk.attn.W_O.weight, trace[f"blocks.{layer}.attn.z"][:, p])
         heads[layer] = frozen(per_head) @ u
         b_O = residual_scale * (_param(blk.attn.W_O.bias) if blk.attn.W_O.bias is not None else np.zeros(cfg.d_model))
         attn_bias[layer] = float(frozen(b_O) @ u)

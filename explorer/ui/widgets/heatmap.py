@@ -60,16 +60,15 @@ def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
     s = 16
     while s > 1 and rows * cols * s * s > _OVERLAY_MAX_PIXELS:
         s //= 2
-    rgba = np.zeros((rows * s, cols * s, 4), dtype=np.uint8)
-    cells = np.repeat(np.repeat(hidden, s, axis=0), s, axis=1)
     if s == 1:
-        rgba[cells] = MASK_DARK
-    else:
-        yy, xx = np.indices(cells.shape)
-        stripe = ((xx + yy) % s) < max(1, s // 4)
-        rgba[cells & ~stripe] = MASK_LIGHT
-        rgba[cells & stripe] = MASK_DARK
-    return rgba, s
+        dark = np.array(MASK_DARK, dtype=np.uint8).view(np.uint32)[0]
+        return np.where(np.asarray(hidden, bool), dark, np.uint32(0)).view(np.uint8).reshape(rows, cols, 4), s
+    # one s x s tile of diagonal stripes, repeated over the hidden cells (the stripes run on across cells)
+    i, j = np.indices((s, s))
+    tile = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
+    pixel = np.ascontiguousarray(tile, dtype=np.uint8).view(np.uint32)[..., 0]  # one RGBA pixel as one uint32
+    out = np.where(np.asarray(hidden, bool)[:, None, :, None], pixel[None, :, None, :], np.uint32(0))
+    return out.reshape(rows * s, cols * s).view(np.uint8).reshape(rows * s, cols * s, 4), s
 
 
 class Heatmap(pg.GraphicsLayoutWidget):

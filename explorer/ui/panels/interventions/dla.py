@@ -26,8 +26,9 @@ def dla_target(trace: Trace, position: int) -> int:
 
 
 def attribution(trace: Trace, position: int | None) -> DLA | str:
-    """The attribution at ``position`` (None: the last), or the reason there is none (kept in the memo)."""
-    p = trace.n_tokens - 1 if position is None else position
+    """The attribution at ``position`` (None, or one this trace does not have: the last), or the reason there is none (kept in the memo)."""
+    n = trace.n_tokens
+    p = n - 1 if position is None or not 0 <= position < n else position  # none (or past this trace): the last
 
     def compute() -> DLA | str:
         try:
