@@ -389,8 +389,11 @@ class MainWindow(QMainWindow):
             return
         if docks:
             self._show_panel(docks[0].panel, trace)
+            # paint it now: left to the window's next paint, every panel would be painted in one long turn
+            docks[0].panel.repaint()
         if len(docks) > 1:
-            QTimer.singleShot(0, lambda: self._draw_panels(result, docks[1:]))
+            # a 1 ms timer, not a posted call: pending timers (the window's own) get their turn in between
+            QTimer.singleShot(1, lambda: self._draw_panels(result, docks[1:]))
             return
         self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)

@@ -18,17 +18,27 @@ def finite_levels(matrix: np.ndarray, symmetric: bool = False,
     ``symmetric`` gives ``(-m, m)`` with ``m`` the largest magnitude, so that 0 sits in the middle of
     a diverging colour map. A constant (or empty) matrix still gets a non-empty range.
     """
-    values = np.asarray(matrix, dtype=np.float64)
+    values = np.asarray(matrix)
+    if values.dtype.kind not in "fiub":
+        values = values.astype(np.float64)
+    if masked is None and values.size:  # fast path: min and max carry any NaN or infinity, so when both
+        low, high = float(values.min()), float(values.max())  # are finite every entry is (no copies)
+        if np.isfinite(low) and np.isfinite(high):
+            return _levels(low, high, symmetric)
+    values = np.asarray(values, dtype=np.float64)
     keep = np.isfinite(values)
     if masked is not None:
         keep &= ~np.asarray(masked, dtype=bool)
     values = values[keep]
     if values.size == 0:
         return (-1.0, 1.0) if symmetric else (0.0, 1.0)
+    return _levels(float(values.min()), float(values.max()), symmetric)
+
+
+def _levels(low: float, high: float, symmetric: bool) -> tuple[float, float]:
     if symmetric:
-        m = float(np.max(np.abs(values)))
+        m = max(abs(low), abs(high))
         return (-m, m) if m > 0 else (-1.0, 1.0)
-    low, high = float(values.min()), float(values.max())
     if low == high:
         pad = abs(low) * 0.5 or 0.5
         return low - pad, high + pad

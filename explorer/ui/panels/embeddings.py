@@ -4,6 +4,7 @@ similar the prompt's vectors are to each other, and which vocabulary entries lie
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -17,7 +18,7 @@ from explorer.core.display.levels import finite_levels
 from explorer.core.trace import Trace
 from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
                                    sinusoid_curves)
-from explorer.ui.panels.base import Panel
+from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
@@ -39,6 +40,35 @@ def _title(text: str) -> QLabel:
     label = QLabel(f"<b>{text}</b>")
     label.setTextFormat(Qt.TextFormat.RichText)
     return label
+
+
+@dataclass(frozen=True)
+class EmbeddingsSnapshot(PanelSnapshot):
+    space: str = "sum"  # the vectors the cosine map compares: "embed", "pos" or "sum"
+
+
+def _vectors_of(trace: Trace) -> dict[str, np.ndarray]:
+    """The token, position and summed vectors [n, d] (float32) as the panel draws them."""
+    embed = np.asarray(trace["embed"], dtype=np.float32)
+    has_pos = "pos_embed" in trace
+    total = np.asarray(trace["blocks.0.resid_pre"], dtype=np.float32) if "blocks.0.resid_pre" in trace \
+        else embed + (trace["pos_embed"] if has_pos else 0)
+    vectors = {"embed": embed, "sum": total}
+    if has_pos:
+        vectors["pos"] = np.asarray(trace["pos_embed"], dtype=np.float32)
+    return vectors
+
+
+def _levels_of(trace: Trace, vectors: dict[str, np.ndarray]) -> tuple[float, float]:
+    """One symmetric colour range for the three maps (kept with the trace)."""
+    def compute() -> tuple[float, float]:
+        m = max(max(abs(lo), abs(hi)) for lo, hi in (finite_levels(v, symmetric=True) for v in vectors.values()))
+        return -m, m
+    return trace.memo(("embeddings.levels",), compute)
+
+
+def _cosine_of(trace: Trace, vectors: dict[str, np.ndarray], key: str) -> np.ndarray:
+    return trace.memo(("embeddings.cosine", key), lambda: cosine_similarity_matrix(vectors[key]))
 
 
 class EmbeddingsPanel(Panel):
@@ -159,17 +189,25 @@ class EmbeddingsPanel(Panel):
         return n - 1 if token is None or not 0 <= token < n else token
 
     # --- drawing ---------------------------------------------------------------------------------
+    def snapshot(self) -> EmbeddingsSnapshot:
+        return self._snapshot(EmbeddingsSnapshot, space=self._space_key())
+
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
+        """On the worker: the colour range and the cosine map of the chosen vectors."""
+        super().prepare(trace, snapshot)
+        vectors = _vectors_of(trace)
+        _levels_of(trace, vectors)
+        key = getattr(snapshot, "space", "sum")
+        if key in vectors:
+            _cosine_of(trace, vectors, key)
+
     def show_trace(self, trace: Trace) -> None:
         cfg = trace.config
         self._labels = token_labels(trace.tokens)
-        embed = np.asarray(trace["embed"], dtype=np.float32)
-        has_pos = "pos_embed" in trace
-        total = np.asarray(trace["blocks.0.resid_pre"], dtype=np.float32) if "blocks.0.resid_pre" in trace \
-            else embed + (trace["pos_embed"] if has_pos else 0)
-        self._vectors = {"embed": embed, "sum": total}
-        if has_pos:
-            self._vectors["pos"] = np.asarray(trace["pos_embed"], dtype=np.float32)
-        levels = finite_levels(np.concatenate([v.ravel() for v in self._vectors.values()]), symmetric=True)
+        self._vectors = _vectors_of(trace)
+        embed, total = self._vectors["embed"], self._vectors["sum"]
+        has_pos = "pos" in self._vectors
+        levels = _levels_of(trace, self._vectors)
         dims = [f"d{j}" for j in range(embed.shape[1])]
         self.embed_map.set_data(embed, self._labels, dims, levels=levels, value_name="value")
         self.sum_map.set_data(total, self._labels, dims, levels=levels, value_name="value")
@@ -214,7 +252,7 @@ class EmbeddingsPanel(Panel):
             return
         key = self._space_key()
         self.cosine_map.plot.setTitle(f"cosine similarity between tokens: {self.space_combo.currentText()}")
-        self.cosine_map.set_data(cosine_similarity_matrix(self._vectors[key]), self._labels, self._labels,
+        self.cosine_map.set_data(_cosine_of(self.trace, self._vectors, key), self._labels, self._labels,
                                  levels=(-1.0, 1.0), value_name="cosine")
         self._mark_selected()
 
