@@ -42,10 +42,11 @@ RANK_BY = ("value", "abs")
 
 
 def _activations(post: np.ndarray) -> np.ndarray:
+    """The [n, d_ff] activations as they are (float32 maxima and picks are exact; sums upcast where taken)."""
     post = np.asarray(post)
     if post.ndim != 2:
         raise ValueError(f"expected neuron activations [n, d_ff], got shape {post.shape}")
-    return post.astype(np.float64)
+    return post if post.dtype.kind == "f" else post.astype(np.float64)
 
 
 def top_neurons(post: np.ndarray, token: int, k: int = 10, by: str = "value") -> tuple[np.ndarray, np.ndarray]:
@@ -61,7 +62,7 @@ def top_neurons(post: np.ndarray, token: int, k: int = 10, by: str = "value") ->
     n = post.shape[0]
     if not -n <= int(token) < n:
         raise IndexError(f"token {token} is out of range for {n} tokens")
-    row = post[int(token)]
+    row = post[int(token)].astype(np.float64)
     ids = top_k_ids(np.abs(row) if by == "abs" else row, k)
     return ids, row[ids].astype(np.float32)
 
@@ -78,7 +79,7 @@ def neuron_order(post: np.ndarray, mode: str = "index") -> np.ndarray:
     d_ff = post.shape[1]
     if mode == "index" or post.shape[0] == 0:
         return np.arange(d_ff, dtype=np.int64)
-    scores = post.max(axis=0) if mode == "max" else post.var(axis=0)
+    scores = post.max(axis=0).astype(np.float64) if mode == "max" else post.var(axis=0, dtype=np.float64)
     return descending(scores)
 
 
@@ -89,7 +90,7 @@ def top_columns(post: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if post.shape[0] == 0:
         ids = np.arange(min(max(int(k), 0), post.shape[1]), dtype=np.int64)
     else:
-        ids = top_k_ids(post.max(axis=0), k)
+        ids = top_k_ids(post.max(axis=0).astype(np.float64), k)
     return ids, post[:, ids].astype(np.float32)
 
 

@@ -40,6 +40,8 @@ class TokenChips(QWidget):
         self._rects: list[QRect] = []
         self._layout_width = -1
         self._height = 0
+        self._widths: list[int] | None = None  # each chip's width, measured once per set of chips
+        self._heights: dict[int, int] = {}  # heightForWidth, remembered per width for these chips
         self.label_font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         self.label_font.setPointSizeF(max(self.label_font.pointSizeF(), 10.0))
         self.partial_font = QFont(self.label_font)
@@ -57,6 +59,7 @@ class TokenChips(QWidget):
         self.chips = list(chips)
         self.interactive = interactive
         self.setCursor(Qt.CursorShape.PointingHandCursor if interactive else Qt.CursorShape.ArrowCursor)
+        self._widths, self._heights = None, {}
         self._layout_width = -1
         self._relayout()
         self.update()
@@ -90,10 +93,11 @@ class TokenChips(QWidget):
     def _flow(self, width: int) -> tuple[list[QRect], int]:
         label_fm, id_fm = QFontMetrics(self.label_font), QFontMetrics(self.id_font)
         chip_h = label_fm.height() + id_fm.height() + 2 * PAD_Y + 1
+        if self._widths is None or len(self._widths) != len(self.chips):
+            self._widths = [max(label_fm.horizontalAdvance(self._elide(chip.label)),
+                                id_fm.horizontalAdvance(str(chip.token_id))) + 2 * PAD_X for chip in self.chips]
         x, y, rects = MARGIN, MARGIN, []
-        for chip in self.chips:
-            w = max(label_fm.horizontalAdvance(self._elide(chip.label)),
-                    id_fm.horizontalAdvance(str(chip.token_id))) + 2 * PAD_X
+        for chip, w in zip(self.chips, self._widths):
             if x > MARGIN and x + w > width - MARGIN:
                 x, y = MARGIN, y + chip_h + GAP
             rects.append(QRect(x, y, w, chip_h))
@@ -118,7 +122,9 @@ class TokenChips(QWidget):
         return True
 
     def heightForWidth(self, width: int) -> int:
-        return self._flow(width)[1]
+        if width not in self._heights:
+            self._heights[width] = self._flow(width)[1]
+        return self._heights[width]
 
     def sizeHint(self) -> QSize:
         return QSize(480, self.heightForWidth(480))

@@ -68,7 +68,16 @@ class DLAPanel(Panel):
 
     def _draw(self) -> None:
         trace = self.trace
-        got = attribution(trace, self.selection.token)
+        p = self.selection.token
+        n = trace.n_tokens
+        position = n - 1 if p is None or not 0 <= p < n else p
+        if trace.memo_get(("dla", position)) is None:  # not computed yet: in the background (a 1B model's
+            self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
+            self.result = None
+            self.heatmap.set_data(np.zeros((0, 0)))  # never another token's numbers under this one's name
+            self.later(("dla",), lambda check: attribution(trace, position), lambda _got: self._draw())
+            return
+        got = attribution(trace, position)
         if isinstance(got, str):
             self.result = None
             self._say(got)
