@@ -12,7 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtCore import (
+    QByteArray,
+    QMimeData,
+    QSettings,
+    Qt,
+    QThreadPool,
+    Signal,
+)
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -29,7 +36,9 @@ from PySide6.QtWidgets import (
     QToolBar,
     QWidget,
 )
+from superqt.utils import create_worker
 
+from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.paths import resources_dir
 from explorer.ui.about import show_about
 from explorer.ui.docks import (
@@ -59,6 +68,7 @@ from explorer.ui.workers import (
     TraceController,
     TraceResult,
     nonfinite,
+    prepare_panels,
     run_in_background,
 )
 
@@ -107,6 +117,8 @@ class MainWindow(QMainWindow):
         self._model_request: LoadRequest | None = None
         self.source: str | None = None
         self.trace: Any = None
+        self._drawing: Cancel | None = None  # set: the panels' drawing of the last trace is stale (_draw_panels)
+        self._drawing_worker: Any = None
         self.last_update_seconds: float | None = None
         self.attention_export: Any = None  # a running File > Export attention maps (window_actions)
         self._stale: set[PanelDock] = set()
@@ -382,18 +394,41 @@ class MainWindow(QMainWindow):
         self._draw_panels(result, shown)
 
     def _draw_panels(self, result: TraceResult, docks: list[PanelDock]) -> None:
-        """Draw the shown panels one per turn of the event loop, so the window repaints and answers
-        between them (the longest stall is one panel's drawing, not all of them)."""
+        """Draw the shown panels as their preparation finishes: the first one's ran on the trace
+        worker, so it is drawn at once; the others' run one by one on a background thread
+        (``workers.prepare_panels``, with the snapshots of request time) while the GUI thread draws
+        each panel as its own is done, one per event and painted at once, so the window repaints and
+        answers between them. A newer trace stops the rest (nothing of this one is drawn after it)."""
         trace = result.trace
         if trace is not self.trace:  # a newer trace arrived meanwhile: it draws the panels
             return
-        if docks:
-            self._show_panel(docks[0].panel, trace)
-            # paint it now: left to the window's next paint, every panel would be painted in one long turn
-            docks[0].panel.repaint()
-        if len(docks) > 1:
-            # a 1 ms timer, not a posted call: pending timers (the window's own) get their turn in between
-            QTimer.singleShot(1, lambda: self._draw_panels(result, docks[1:]))
+        if self._drawing is not None:
+            self._drawing.set()
+        cancel = self._drawing = Cancel()
+        first, rest = docks[:1], docks[1:]
+        for dock in first:
+            self._draw_prepared(trace, dock, cancel)
+        prepared = {getattr(p, "func", None) and p.func.__self__: p for p in result.rest}
+        preparers = [prepared.get(dock.panel) or dock.panel.preparer() for dock in rest]
+        worker = create_worker(prepare_panels, trace, preparers, cancel, _start_thread=False, _ignore_errors=True)
+        worker.yielded.connect(lambda i: self._draw_prepared(trace, rest[i], cancel))
+        worker.returned.connect(lambda _none: self._drawn(result, cancel))
+        worker.errored.connect(lambda exc: None if isinstance(exc, Cancelled) else
+                               log.error("preparing the panels failed", exc_info=exc))
+        self._drawing_worker = worker  # keep it referenced while it runs
+        worker.start()
+
+    def _draw_prepared(self, trace: Any, dock: PanelDock, cancel: Cancel) -> None:
+        if trace is not self.trace or cancel.is_set():
+            return
+        self._show_panel(dock.panel, trace)
+        # paint it now: left to the window's next paint, every panel would be painted in one long turn
+        dock.panel.repaint()
+
+    def _drawn(self, result: TraceResult, cancel: Cancel) -> None:
+        """Every shown panel has the trace: say so (status bar, ``trace_applied``)."""
+        trace = result.trace
+        if trace is not self.trace or cancel.is_set():
             return
         self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
@@ -530,6 +565,8 @@ class MainWindow(QMainWindow):
         self.loader.cancel_all()  # a load stops at its next tensor and is never applied
         self.controller.shutdown()  # a running forward pass stops at its next layer boundary
         self.progressive.shutdown()  # so do the panels' background views
+        if self._drawing is not None:  # and the panels' preparation
+            self._drawing.set()
         stop = getattr(self.generation, "stop", None)
         if callable(stop):
             stop()

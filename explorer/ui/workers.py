@@ -233,7 +233,8 @@ class TraceRequest:
 class TraceResult:
     request: TraceRequest
     trace: Trace
-    worker_seconds: float  # encode + forward + materialize
+    worker_seconds: float  # encode + forward + the first panel's prepare
+    rest: tuple[Preparer, ...] = ()  # the other panels' prepares (their snapshots of request time), not run yet
 
 
 def nonfinite(trace: Trace) -> Any:
@@ -244,8 +245,11 @@ def nonfinite(trace: Trace) -> Any:
 
 
 def run_trace(request: TraceRequest) -> TraceResult:
-    """Encode, run the forward pass, then let every visible panel prepare what it will draw (the
-    cheap part: expensive views are computed later, per panel, by ``explorer.ui.progressive``).
+    """Encode, run the forward pass, then let the first visible panel prepare what it will draw, so
+    that it is drawn as soon as the trace exists; the other panels' prepares come back in ``rest``
+    for the window to run in the background one by one, each panel drawn as its own is done
+    (``MainWindow._draw_panels``). Expensive views are computed later, per panel, by
+    ``explorer.ui.progressive``.
 
     Raises ``Cancelled`` at the next layer boundary (or between panels) once ``request.cancel`` is set."""
     t0 = time.perf_counter()
@@ -259,11 +263,28 @@ def run_trace(request: TraceRequest) -> TraceResult:
     if request.interventions:  # the run without them, for "what changed" (BASELINE in the trace's memo)
         baseline = request.model.trace_ids(ids, CaptureSpec.compact(), truncated_from, cancel=request.cancel)
         trace.memo(BASELINE, lambda: baseline)
-    nonfinite(trace)  # computed here, read on the GUI thread
-    for prepare in request.preparers:
+    first, rest = request.preparers[:1], request.preparers[1:]
+    for prepare in first:
         request.cancel.check()
         prepare(trace)
-    return TraceResult(request, trace, time.perf_counter() - t0)
+    return TraceResult(request, trace, time.perf_counter() - t0, tuple(rest))
+
+
+def prepare_panels(trace: Trace, preparers: Sequence[Preparer], cancel: Cancel):
+    """The other panels' prepares, one at a time (a generator for a worker thread): yields each
+    one's index when it is done, then checks the numbers for NaN (``nonfinite``). A prepare that
+    fails is logged and skipped: its panel then computes what it needs when it draws."""
+    for i, prepare in enumerate(preparers):
+        cancel.check()
+        try:
+            prepare(trace)
+        except Cancelled:
+            raise
+        except Exception:  # noqa: BLE001 - one panel's bug leaves the others drawn
+            log.exception("preparing a panel failed")
+        yield i
+    cancel.check()
+    nonfinite(trace)
 
 
 class TraceController(QObject):
