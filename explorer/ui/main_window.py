@@ -18,6 +18,7 @@ from PySide6.QtCore import (
     QSettings,
     Qt,
     QThreadPool,
+    QTimer,
     Signal,
 )
 from PySide6.QtGui import (
@@ -394,29 +395,40 @@ class MainWindow(QMainWindow):
         self._draw_panels(result, shown)
 
     def _draw_panels(self, result: TraceResult, docks: list[PanelDock]) -> None:
-        """Draw the shown panels as their preparation finishes: the first one's ran on the trace
-        worker, so it is drawn at once; the others' run one by one on a background thread
-        (``workers.prepare_panels``, with the snapshots of request time) while the GUI thread draws
-        each panel as its own is done, one per event and painted at once, so the window repaints and
-        answers between them. A newer trace stops the rest (nothing of this one is drawn after it)."""
+        """Draw the shown panels: the first one's preparation ran on the trace worker, so it is drawn
+        at once; the others' prepares run on a background thread (``workers.prepare_panels``, with
+        the snapshots of request time), then those panels are drawn one per turn of the event loop,
+        each painted at once, so the window repaints and answers between them. (Drawing while the
+        others prepare was tried: on two cores the GUI thread then stalls twice as long.) The
+        expensive views wait until every panel is drawn. A newer trace stops the rest."""
         trace = result.trace
         if trace is not self.trace:  # a newer trace arrived meanwhile: it draws the panels
             return
         if self._drawing is not None:
             self._drawing.set()
         cancel = self._drawing = Cancel()
+        self.progressive.hold(True)  # the expensive views start once every panel is drawn (_drawn)
         first, rest = docks[:1], docks[1:]
         for dock in first:
             self._draw_prepared(trace, dock, cancel)
         prepared = {getattr(p, "func", None) and p.func.__self__: p for p in result.rest}
         preparers = [prepared.get(dock.panel) or dock.panel.preparer() for dock in rest]
         worker = create_worker(prepare_panels, trace, preparers, cancel, _start_thread=False, _ignore_errors=True)
-        worker.yielded.connect(lambda i: self._draw_prepared(trace, rest[i], cancel))
-        worker.returned.connect(lambda _none: self._drawn(result, cancel))
+        worker.returned.connect(lambda _none: self._draw_rest(result, rest, cancel))
         worker.errored.connect(lambda exc: None if isinstance(exc, Cancelled) else
-                               log.error("preparing the panels failed", exc_info=exc))
+                               (log.error("preparing the panels failed", exc_info=exc),
+                                self._draw_rest(result, rest, cancel)))
         self._drawing_worker = worker  # keep it referenced while it runs
         worker.start()
+
+    def _draw_rest(self, result: TraceResult, docks: list[PanelDock], cancel: Cancel) -> None:
+        """Draw the prepared panels one per turn of the event loop (a 1 ms timer, not a posted call,
+        so the window's own timers run in between), then say the trace is applied."""
+        if docks:
+            self._draw_prepared(result.trace, docks[0], cancel)
+            QTimer.singleShot(1, lambda: self._draw_rest(result, docks[1:], cancel))
+        else:
+            self._drawn(result, cancel)
 
     def _draw_prepared(self, trace: Any, dock: PanelDock, cancel: Cancel) -> None:
         if trace is not self.trace or cancel.is_set():
@@ -428,6 +440,8 @@ class MainWindow(QMainWindow):
     def _drawn(self, result: TraceResult, cancel: Cancel) -> None:
         """Every shown panel has the trace: say so (status bar, ``trace_applied``)."""
         trace = result.trace
+        if self._drawing is cancel:
+            self.progressive.hold(False)  # the expensive views may start now
         if trace is not self.trace or cancel.is_set():
             return
         self.last_update_seconds = time.perf_counter() - result.request.requested_at

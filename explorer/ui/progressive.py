@@ -72,6 +72,7 @@ class ProgressiveWork(QObject):
         self._running: Job | None = None
         self._worker: Any = None
         self._closed = False
+        self._held = False  # True while the window prepares and draws a new trace's panels (no job starts)
         self.computed: list[tuple[Any, Any]] = []  # (owner, key) of every job computed: tests read it
 
     # --- asking ------------------------------------------------------------------------------
@@ -100,6 +101,14 @@ class ProgressiveWork(QObject):
         self._closed = True
         self.cancel_all()
 
+    def hold(self, held: bool) -> None:
+        """While held, queued jobs wait: the window holds the lane while it prepares and draws a new
+        trace's panels, so that the GUI thread and the preparation do not share two cores with the
+        expensive views too (the views start as soon as every panel is drawn)."""
+        self._held = bool(held)
+        if not self._held:
+            self._next()
+
     @property
     def busy(self) -> bool:
         return self._running is not None or bool(self._queue)
@@ -121,7 +130,7 @@ class ProgressiveWork(QObject):
         return dropped
 
     def _next(self) -> None:
-        if self._running is not None or self._closed:
+        if self._running is not None or self._closed or self._held:
             return
         self._queue = [j for j in self._queue if not j.cancel.is_set()]
         if not self._queue:
