@@ -133,3 +133,24 @@ def test_an_unchanged_mask_keeps_its_overlay(qtbot, monkeypatch):
     assert len(calls) == 1
     widget.set_data(np.random.default_rng(2).random((6, 6)), masked=mask.T)
     assert len(calls) == 2 and np.array_equal(widget.overlay_mask(), mask.T)
+
+
+@pytest.mark.parametrize("size", [(3, 5), (200, 256), (1024, 1024)])
+def test_mask_overlay_hatches_exactly_the_hidden_cells(size):
+    """The tiled overlay equals a pixel-by-pixel drawing: stripes on hidden cells, transparent elsewhere."""
+    from explorer.ui.widgets.heatmap import MASK_DARK, MASK_LIGHT, mask_overlay
+
+    rows, cols = size
+    hidden = np.random.default_rng(0).random(size) < 0.4
+    rgba, s = mask_overlay(hidden)
+    assert rgba.shape == (rows * s, cols * s, 4) and rgba.dtype == np.uint8
+    cells = np.repeat(np.repeat(hidden, s, axis=0), s, axis=1)
+    expected = np.zeros_like(rgba)
+    if s == 1:
+        expected[cells] = MASK_DARK
+    else:
+        yy, xx = np.indices(cells.shape)
+        stripe = ((xx + yy) % s) < max(1, s // 4)
+        expected[cells & ~stripe] = MASK_LIGHT
+        expected[cells & stripe] = MASK_DARK
+    np.testing.assert_array_equal(rgba, expected)

@@ -70,6 +70,7 @@ class NeuronsSnapshot(PanelSnapshot):
     top_k: int = DEFAULT_TOP_K
     neuron: int | None = None
     neuron_layer: int | None = None
+    order: str = "index"
 
 
 class NeuronsPanel(NeuronDetail, Panel):
@@ -179,7 +180,7 @@ class NeuronsPanel(NeuronDetail, Panel):
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> NeuronsSnapshot:
         """The selection, K and the neuron chosen by hand (with its layer), on the GUI thread."""
-        return self._snapshot(NeuronsSnapshot, top_k=self.top_k, neuron=self.selected_neuron,
+        return self._snapshot(NeuronsSnapshot, top_k=self.top_k, order=self.order, neuron=self.selected_neuron,
                               neuron_layer=self._neuron_layer)
 
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
@@ -197,6 +198,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         if view is None:
             return
         top_ids(trace, layer, view, snapshot.top_k)
+        view.order(snapshot.order)
         neuron = neuron_for(view, layer, snapshot.token, snapshot.neuron, snapshot.neuron_layer)
         cfg = trace.config
         if neuron is not None and cfg.vocab_size * cfg.d_model <= VOCAB_NOW_MACS:  # else progressive (detail.py)
@@ -340,10 +342,10 @@ class NeuronsPanel(NeuronDetail, Panel):
         view = self._view
         top = top_ids(self.trace, self._layer, view, self.top_k)
         if top is None:
-            return view.orders[self.order]
+            return view.order(self.order)
         if self.order == "max":
             return top  # top_columns is already in the "max" order
-        return top[np.argsort(view.ranks[self.order][top], kind="stable")]
+        return top[np.argsort(view.rank(self.order)[top], kind="stable")]
 
     def redraw_heatmap(self) -> None:
         """Draw the heatmap for the current layer, order and K (what the controls call)."""

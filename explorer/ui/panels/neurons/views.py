@@ -7,7 +7,8 @@ panel's ``prepare`` ran, so drawing only indexes into it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,14 +28,32 @@ VOCAB_K = 10  # promoted and suppressed tokens listed
 VOCAB_NOW_MACS = 2**22  # d_model x V under this: a neuron's vocabulary effect with the trace; else in the background
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LayerView:
-    """One layer's activations and everything derived from them that drawing needs."""
+    """One layer's activations and everything derived from them that drawing needs. The orders are
+    computed on first use (a layer switch needs only the current one) and kept."""
 
     post: np.ndarray                   # float32 [n, d_ff], read-only
-    orders: dict[str, np.ndarray]      # mode -> permutation of the d_ff neurons (neuron_order)
-    ranks: dict[str, np.ndarray]       # mode -> each neuron's position in that order
     levels: tuple[float, float]        # colour levels over the whole layer (the same for every K)
+    _orders: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def order(self, mode: str) -> np.ndarray:
+        """A permutation of the d_ff neurons (``neuron_order``)."""
+        return self._order_and_rank(mode)[0]
+
+    def rank(self, mode: str) -> np.ndarray:
+        """Each neuron's position in ``order(mode)``."""
+        return self._order_and_rank(mode)[1]
+
+    def _order_and_rank(self, mode: str) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:  # the worker's prepare and the GUI thread may ask at once
+            if mode not in self._orders:
+                order = neuron_order(self.post, mode)
+                rank = np.empty_like(order)
+                rank[order] = np.arange(order.size)
+                self._orders[mode] = (order, rank)
+            return self._orders[mode]
 
 
 def layer_view(trace: Trace, layer: int) -> LayerView | None:
@@ -45,15 +64,9 @@ def layer_view(trace: Trace, layer: int) -> LayerView | None:
 
     def compute() -> LayerView:
         post = np.ascontiguousarray(trace[key], dtype=np.float32)
-        post.flags.writeable = False
-        orders, ranks = {}, {}
-        for mode in ORDERS:
-            order = neuron_order(post, mode)
-            rank = np.empty_like(order)
-            rank[order] = np.arange(order.size)
-            orders[mode], ranks[mode] = order, rank
-        levels = finite_levels(post, symmetric=trace.config.gated_ffn)
-        return LayerView(post, orders, ranks, levels)
+        if post.flags.writeable:
+            post.flags.writeable = False
+        return LayerView(post, finite_levels(post, symmetric=trace.config.gated_ffn))
 
     return trace.memo(("neurons.layer", layer), compute)
 

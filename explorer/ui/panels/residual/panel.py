@@ -307,7 +307,14 @@ class ResidualPanel(LogitLensView, Panel):
         cfg = self.trace.config
         L = cfg.n_layers
         x = np.arange(L, dtype=np.float64)
-        self.bars_legend.clear()
+        legend = (self.contributions is not None, cfg.has_ffn)
+        if legend != getattr(self, "_legend_for", None):  # rebuilt only when what it names changes
+            self._legend_for = legend
+            self.bars_legend.clear()
+            if legend[0]:
+                self.bars_legend.addItem(self.attn_bars, "attention")
+                if legend[1]:
+                    self.bars_legend.addItem(self.ffn_bars, "FFN")
         if self.contributions is None:
             self.attn_bars.setOpts(x=[], height=[])
             self.ffn_bars.setOpts(x=[], height=[])
@@ -320,15 +327,12 @@ class ResidualPanel(LogitLensView, Panel):
             self.attn_bars.setOpts(x=x - 0.2, height=attn, width=0.4)
             self.ffn_bars.setOpts(x=x + 0.2, height=mlp, width=0.4)
             self.ffn_bars.setVisible(True)
-            self.bars_legend.addItem(self.attn_bars, "attention")
-            self.bars_legend.addItem(self.ffn_bars, "FFN")
             self.bars_plot.setTitle(f"what each sublayer added at {name}")
             top = max(finite_extent(attn)[1], finite_extent(mlp)[1])
         else:
             self.attn_bars.setOpts(x=x, height=attn, width=0.6)
             self.ffn_bars.setOpts(x=[], height=[])
             self.ffn_bars.setVisible(False)
-            self.bars_legend.addItem(self.attn_bars, "attention")
             self.bars_plot.setTitle(f"attention output at {name} (no FFN)")
             top = finite_extent(attn)[1]
         step = max(1, math.ceil(L / 16))
