@@ -197,7 +197,13 @@ class LogitLensView:
         if (a, b) != (0, trace.n_tokens):
             missing = np.flatnonzero(~lens.filled[a:b])
             if missing.size:
-                self._lens_job(("lens", "window"), a + int(missing[0]), a + int(missing[-1]) + 1, vocab, priority=0)
+                lo, hi = a + int(missing[0]), a + int(missing[-1]) + 1
+                running = self._lens_window_job
+                if running is not None and running[0] is lens and running[1] <= lo and hi <= running[2] \
+                        and any(j.key == ("lens", "window") for j in self._lane().pending(self)):
+                    return  # the job under way covers these positions already: let it finish
+                self._lens_window_job = (lens, lo, hi)
+                self._lens_job(("lens", "window"), lo, hi, vocab, priority=0)
             return
         n, step, selected = trace.n_tokens, block_positions(trace), self.selected_token
         if not lens.filled[selected]:

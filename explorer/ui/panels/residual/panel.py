@@ -80,6 +80,7 @@ class ResidualPanel(LogitLensView, Panel):
         self._labels: list[str] = []  # boundary labels
         self._lens_start: int | None = None  # first position of the lens window (lens.py: lens_span)
         self._lens_shown = (0, 0)  # the positions the lens grid shows now, start .. stop - 1
+        self._lens_window_job: tuple | None = None  # (lens, start, stop) of the last window job asked for
         self._texts: dict[int, str] = {}  # vocabulary id -> display text, for the current trace
 
         row = QHBoxLayout()
