@@ -61,7 +61,10 @@ def block_average(matrix: np.ndarray, factor: int, fill: float = np.nan) -> np.n
         padded = np.zeros((rows * factor, cols * factor), dtype=np.float32)
         padded[:n, :m] = values
         values = padded
-    sums = values.reshape(rows, factor, cols, factor).sum(axis=(1, 3), dtype=np.float64)
+    # rows of a block first (contiguous), then its columns: several times faster than one strided
+    # float64 reduction over both; the float32 partial sums of at most factor values lose ~1e-7 relative
+    sums = values.reshape(rows, factor, cols * factor).sum(axis=1).reshape(rows, cols, factor) \
+        .sum(axis=2, dtype=np.float64)
     if all_finite:
         numbers = np.outer(sizes_r, sizes_c).astype(np.float64)
     else:
