@@ -130,7 +130,10 @@ class Heatmap(pg.GraphicsLayoutWidget):
                  col_labels: Sequence[str] | None = None, levels: tuple[float, float] | None = None,
                  masked: np.ndarray | None = None, value_name: str = "weight") -> None:
         """Show ``matrix`` [rows, cols]. ``masked`` (bool, same shape) cells are hatched grey."""
-        matrix = np.array(matrix, dtype=np.float64 if np.asarray(matrix).dtype == np.float64 else np.float32)
+        given = np.asarray(matrix)
+        dtype = np.float64 if given.dtype == np.float64 else np.float32
+        # a read-only array of the right type (a trace's, a memo's) is kept as it is; anything else is copied
+        matrix = given if given.dtype == dtype and not given.flags.writeable else np.array(given, dtype=dtype)
         if matrix.ndim == 1:
             matrix = matrix[None, :]
         if matrix.ndim != 2:
@@ -138,16 +141,19 @@ class Heatmap(pg.GraphicsLayoutWidget):
         rows, cols = matrix.shape
         if masked is None:
             masked = np.zeros(matrix.shape, dtype=bool)
-        masked = np.array(masked, dtype=bool)
+        else:
+            masked = np.array(masked, dtype=bool)
         if masked.shape != matrix.shape:
             raise ValueError(f"mask of shape {masked.shape} does not match the matrix {matrix.shape}")
         for name, labels, n in (("row", row_labels, rows), ("column", col_labels, cols)):
             if labels is not None and len(labels) != n:
                 raise ValueError(f"{len(labels)} {name} labels for {n} {name}s")
-        matrix.flags.writeable = False
+        if matrix.flags.writeable:
+            matrix.flags.writeable = False
         masked.flags.writeable = False
         self._matrix, self._masked = matrix, masked
-        self._hidden = masked | ~np.isfinite(matrix)
+        finite = matrix.size == 0 or bool(np.isfinite(matrix.sum()))  # one pass: a NaN or infinity shows in the sum
+        self._hidden = masked | ~np.isfinite(matrix) if not finite or masked.any() else masked
         self._row_labels = None if row_labels is None else [str(s) for s in row_labels]
         self._col_labels = None if col_labels is None else [str(s) for s in col_labels]
         self.value_name = value_name
@@ -163,7 +169,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
         if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):  # given levels a NaN made unusable
             lo, hi = finite_levels(matrix, self.symmetric, masked)
         self.levels = (lo, hi)
-        shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix), dtype=np.float32)
+        shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix) if self._hidden.any() else matrix,
+                                     dtype=np.float32)
         self.image.setImage(shown, levels=self.levels, autoLevels=False)
         self.colorbar.setLevels(self.levels)
 
