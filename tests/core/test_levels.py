@@ -34,3 +34,20 @@ def test_label_thinning():
     assert ticks[0] == (0.5, "0:tok") and ticks[1][0] == 4.5
     assert abbreviate("a rather long token label", 8) == "a rathe\u2026"
     assert abbreviate("line\nbreak") == "line\u21b5break"
+
+
+def test_finite_levels_skip_nan_gaps_and_infinities_alike():
+    """NaN gaps (a mosaic's) and infinities are left out whichever path computes the range."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(64, 80)).astype(np.float32)
+    expected = (float(a.min()), float(a.max()))
+    gaps = a.copy()
+    gaps[::7] = np.nan
+    kept = a[~np.isnan(gaps)]
+    assert finite_levels(gaps) == (float(kept.min()), float(kept.max()))
+    both = gaps.copy()
+    both[0, 3], both[7, 4] = np.inf, -np.inf  # in the NaN rows: the finite values stay the same
+    assert finite_levels(both) == finite_levels(gaps)
+    assert finite_levels(a) == expected
+    m = float(np.abs(kept).max())
+    assert finite_levels(gaps, symmetric=True) == (-m, m)

@@ -25,6 +25,10 @@ def finite_levels(matrix: np.ndarray, symmetric: bool = False,
         low, high = float(values.min()), float(values.max())  # are finite every entry is (no copies)
         if np.isfinite(low) and np.isfinite(high):
             return _levels(low, high, symmetric)
+        if values.dtype.kind == "f":  # NaN gaps (a mosaic's): fmin/fmax skip them, still without copies
+            low, high = float(np.fmin.reduce(values, axis=None)), float(np.fmax.reduce(values, axis=None))
+            if np.isfinite(low) and np.isfinite(high):
+                return _levels(low, high, symmetric)
     values = np.asarray(values, dtype=np.float64)
     keep = np.isfinite(values)
     if masked is not None:
