@@ -74,7 +74,10 @@ class DLAPanel(Panel):
         if trace.memo_get(("dla", position)) is None:  # not computed yet: in the background (a 1B model's
             self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
             self.result = None
-            self.heatmap.set_data(np.zeros((0, 0)))  # never another token's numbers under this one's name
+            matrix = self.heatmap.matrix  # never another token's numbers under this one's name: blank cells,
+            if matrix.size:               # the same rows and columns (so the axes need not be laid out again)
+                self.heatmap.set_data(np.full(matrix.shape, np.nan, np.float32), self.heatmap.row_labels,
+                                      self.heatmap.col_labels, value_name="logit contribution")
             self.later(("dla",), lambda check: attribution(trace, position), lambda _got: self._draw())
             return
         got = attribution(trace, position)
