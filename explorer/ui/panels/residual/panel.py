@@ -339,7 +339,10 @@ class ResidualPanel(LogitLensView, Panel):
         step = max(1, math.ceil(L / 16))
         self.bars_plot.getAxis("bottom").setTicks([[(layer, str(layer)) for layer in range(0, L, step)]])
         self.bars_plot.setXRange(-0.6, L - 0.4, padding=0)
-        self.bars_plot.setYRange(0, (top or 1.0) * 1.3, padding=0)  # headroom for the legend
+        # headroom so that the legend (top right) sits above the tallest bar: its share of the plot's height
+        height = self.bars_plot.getViewBox().height()
+        share = min(0.6, (self.bars_legend.boundingRect().height() + 10) / height) if height > 40 else 0.3
+        self.bars_plot.setYRange(0, (top or 1.0) / (1 - share), padding=0)
 
     # --- tooltips --------------------------------------------------------------------------------
     def _where(self, row_label: str, col: int) -> str:
