@@ -76,8 +76,8 @@ class TraceDrawing:
         first, rest = docks[:1], docks[1:]
         for dock in first:
             self._draw_prepared(trace, dock, cancel)
-        prepared = {getattr(p, "func", None) and p.func.__self__: p for p in result.rest}
-        preparers = [prepared.get(dock.panel) or dock.panel.preparer() for dock in rest]
+        prepared = {p.func.__self__: p for p in result.rest}  # Panel.preparer(): partial(panel.prepare, snapshot=…)
+        preparers = [prepared.get(dock.panel) or dock.panel.preparer() for dock in rest]  # newly shown: a fresh one
         worker = create_worker(prepare_panels, trace, preparers, cancel, _start_thread=False, _ignore_errors=True)
         worker.returned.connect(lambda _none: self._draw_rest(result, rest, cancel))
         worker.errored.connect(lambda exc: None if isinstance(exc, Cancelled) else

@@ -7,11 +7,11 @@ window's status line, ``export`` and a notebook.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from explorer.core.display.levels import all_finite
 from explorer.core.trace import Trace
 
 # inside a block, in the order block_forward computes them
@@ -46,18 +46,6 @@ def _layer_of(key: str) -> int | None:
     return int(key.split(".")[1]) if key.startswith("blocks.") else None
 
 
-def _finite_sum(array: np.ndarray) -> bool:
-    """Whether the sum of ``array`` is finite: one fast vectorised pass. False also when a sum of finite
-    values overflows, so False only means "look closer"."""
-    import torch
-
-    if array.dtype.kind != "f" or not array.flags.c_contiguous:
-        return bool(np.isfinite(array).all())
-    with warnings.catch_warnings():  # read-only trace arrays: torch only reads them here
-        warnings.simplefilter("ignore", UserWarning)
-        return bool(torch.isfinite(torch.from_numpy(array).sum()))
-
-
 def first_nonfinite(trace: Trace, check_logits: bool = True) -> NonFinite | None:
     """The first stored value that is NaN or infinite, in forward order; then the logits (derived if need be)."""
     keys = forward_order(trace)
@@ -65,8 +53,8 @@ def first_nonfinite(trace: Trace, check_logits: bool = True) -> NonFinite | None
         keys.append("logits")
     for key in keys:
         array = np.asarray(trace[key])
-        if array.size == 0 or _finite_sum(array):
-            continue  # a finite sum means every value is finite (NaN and infinities carry into it)
+        if all_finite(array):
+            continue
         bad = ~np.isfinite(array)
         if bad.any():
             # position: the token axis is the first for [n, ...] arrays and the second for per-head [H, n, d]

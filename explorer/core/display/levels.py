@@ -11,6 +11,18 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def all_finite(values: np.ndarray) -> bool:
+    """Whether every entry of ``values`` is finite, in one vectorised pass and without a mask: a NaN or
+    an infinity carries into the sum (a sum of finite values that overflows falls back to the exact test)."""
+    values = np.asarray(values)
+    if values.size == 0 or values.dtype.kind not in "fc":
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(values.sum()):
+            return True
+    return bool(np.isfinite(values).all())
+
+
 def finite_levels(matrix: np.ndarray, symmetric: bool = False,
                   masked: np.ndarray | None = None) -> tuple[float, float]:
     """``(low, high)`` over the finite, unmasked entries of ``matrix``.

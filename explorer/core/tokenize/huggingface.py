@@ -1,8 +1,8 @@
 """Tokenizers found next to a Hugging Face checkpoint, read from local files with the ``tokenizers`` library.
 
-Only local files are read (nothing is downloaded; ``transformers`` is not imported). The ids are
-the ones ``transformers.AutoTokenizer.from_pretrained(directory)(text)["input_ids"]``
-gives, because the same Rust library runs the same pipeline:
+Only local files are read (nothing is downloaded; ``transformers`` is not imported). The ids equal
+those transformers' own tokenizer gives for the same local directory (the tests compare them),
+because the same Rust library runs the same pipeline:
 
 * ``tokenizer.json`` (every model ``tokenizers`` knows: byte-level BPE, SentencePiece-style BPE
   with ``Metaspace`` and byte fallback, Unigram, WordPiece; normalizers, added and special tokens,

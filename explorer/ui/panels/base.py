@@ -47,6 +47,12 @@ class PanelSnapshot:
     tokenizer: Any = None  # Qt-free; read-only use (display strings, vocab_size)
 
 
+def clamp_token(token: int | None, n: int) -> int:
+    """The position a panel shows for the selected ``token``: the last of ``n`` when none is selected
+    or the selection lies past this trace (it is clamped only when the next trace is applied)."""
+    return n - 1 if token is None or not 0 <= token < n else token
+
+
 class Panel(QWidget):
     title: ClassVar[str] = ""
     explanation: ClassVar[str] = ""  # stem of resources/explanations/<name>.md
@@ -85,6 +91,11 @@ class Panel(QWidget):
     def _snapshot(self, cls: type[PanelSnapshot], **options: Any) -> Any:
         s = self.selection
         return cls(layer=s.layer, head=s.head, token=s.token, tokenizer=self.tokenizer, **options)
+
+    @property
+    def selected_token(self) -> int:
+        """The selected token, or the last one when none (or one beyond this trace) is selected."""
+        return clamp_token(self.selection.token, self.trace.n_tokens if self.trace is not None else 1)
 
     def preparer(self) -> Callable[[Trace], None]:
         """``prepare`` bound to a snapshot taken now: call on the GUI thread, run on the worker."""

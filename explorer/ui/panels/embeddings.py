@@ -182,12 +182,6 @@ class EmbeddingsPanel(Panel):
         except Exception:  # an id the tokenizer cannot show (e.g. padded vocabulary rows)
             return f"#{token_id}"
 
-    @property
-    def selected_token(self) -> int:
-        n = self.trace.n_tokens if self.trace is not None else 1
-        token = self.selection.token
-        return n - 1 if token is None or not 0 <= token < n else token
-
     # --- drawing ---------------------------------------------------------------------------------
     def snapshot(self) -> EmbeddingsSnapshot:
         return self._snapshot(EmbeddingsSnapshot, space=self._space_key())

@@ -17,7 +17,7 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QToolTip, QWidget
 
-from explorer.core.display.levels import finite_levels, thinned_ticks
+from explorer.core.display.levels import all_finite, finite_levels, thinned_ticks
 from explorer.ui.widgets.axis import readable, thin_axes
 
 MASK_LIGHT = (205, 205, 205, 255)
@@ -152,8 +152,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
             matrix.flags.writeable = False
         masked.flags.writeable = False
         self._matrix, self._masked = matrix, masked
-        finite = matrix.size == 0 or bool(np.isfinite(matrix.sum()))  # one pass: a NaN or infinity shows in the sum
-        self._hidden = masked | ~np.isfinite(matrix) if not finite or masked.any() else masked
+        self._hidden = masked if all_finite(matrix) else masked | ~np.isfinite(matrix)
         self._row_labels = None if row_labels is None else [str(s) for s in row_labels]
         self._col_labels = None if col_labels is None else [str(s) for s in col_labels]
         self.value_name = value_name

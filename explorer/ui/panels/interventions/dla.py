@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
 from explorer.core.trace import Trace
-from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
@@ -27,8 +27,7 @@ def dla_target(trace: Trace, position: int) -> int:
 
 def attribution(trace: Trace, position: int | None) -> DLA | str:
     """The attribution at ``position`` (None, or one this trace does not have: the last), or the reason there is none (kept in the memo)."""
-    n = trace.n_tokens
-    p = n - 1 if position is None or not 0 <= position < n else position  # none (or past this trace): the last
+    p = clamp_token(position, trace.n_tokens)
 
     def compute() -> DLA | str:
         try:
@@ -68,9 +67,7 @@ class DLAPanel(Panel):
 
     def _draw(self) -> None:
         trace = self.trace
-        p = self.selection.token
-        n = trace.n_tokens
-        position = n - 1 if p is None or not 0 <= p < n else p
+        position = self.selected_token
         if trace.memo_get(("dla", position)) is None:  # not computed yet: in the background (a 1B model's
             self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
             self.result = None

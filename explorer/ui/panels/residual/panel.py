@@ -249,13 +249,6 @@ class ResidualPanel(LogitLensView, Panel):
         self._texts = {}
 
     # --- helpers ---------------------------------------------------------------------------------
-    @property
-    def selected_token(self) -> int:
-        """The selected token, or the last one when none (or one beyond this trace) is selected."""
-        n = self.trace.n_tokens if self.trace is not None else 1
-        token = self.selection.token
-        return n - 1 if token is None or not 0 <= token < n else token
-
     def token_text(self, token_id: int) -> str:
         """A vocabulary id as text: the tokenizer's display string, else "#id" (cached; GUI thread)."""
         text = self._texts.get(token_id)
