@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +41,6 @@ _OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "att
              "final_softcap", "qkv_clip", "rotary_base_local")
 _FINITE = ("norm_offset", "embed_scale", "residual_scale", "logit_scale", "attn_scale", "attn_softcap",
            "final_softcap", "qkv_clip", "rotary_base_local")  # finite numbers (or None where optional)
-
-# Set while a checkpoint loads (checkpoint/validate.py): called with every ModelConfig built then, so
-# each family's config is checked against the machine's memory before its model is allocated.
-LOAD_CHECK: ContextVar[Callable[[Any], None] | None] = ContextVar("LOAD_CHECK", default=None)
-
 
 def _type_problems(cfg: ModelConfig) -> list[str]:
     problems = []
@@ -194,9 +187,6 @@ class ModelConfig:
             problems = self._problems_16a() + self._problems_16c()
         if problems:
             raise CheckpointError("invalid model configuration: " + "; ".join(problems))
-        check = LOAD_CHECK.get()
-        if check is not None:  # while a checkpoint loads: does it fit the machine? (checkpoint/validate.py)
-            check(self)
 
     def _problems_16a(self) -> list[str]:
         problems = []

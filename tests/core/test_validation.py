@@ -23,6 +23,8 @@ from explorer.core.checkpoint import (
     validate,
 )
 from explorer.core.checkpoint.convert import get_bool, get_float, get_int, meta_model
+from explorer.core.checkpoint.families import FAMILIES
+from explorer.core.checkpoint.loader import configure
 from explorer.core.checkpoint.validate import parameter_count
 from explorer.core.checkpoint.pickles import is_plain
 from explorer.core.checkpoint.safe_io import check_loaded_tensors
@@ -70,10 +72,10 @@ def test_a_config_too_large_for_the_machine_is_refused_with_its_numbers(monkeypa
     monkeypatch.setattr(validate, "available_memory", lambda device=None: int(0.4 * 2**30))
     hf = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024}
     with validate.loading("gpt2-small", "cpu"), pytest.raises(CheckpointError) as err:
-        gpt2.gpt2_config(hf)
+        configure(FAMILIES["gpt2"], hf)  # what the loader does with a config.json
     assert str(err.value) == ("the config implies 124.4M parameters = 498 MB in float32 (12 layers, d_model 768, "
                               "vocabulary 50,257); this machine has 0.4 GB available")
-    gpt2.gpt2_config(hf)  # outside a load nothing is checked against the machine
+    configure(FAMILIES["gpt2"], hf)  # outside a load nothing is checked against the machine
 
 
 @pytest.mark.parametrize("value", [True, 2.0, "2", None, float("nan"), -1, [2]])

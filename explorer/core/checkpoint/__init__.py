@@ -4,9 +4,10 @@
 package imports them (none of them imports it):
 
 * ``native``: the app's own format (``config.json`` with ``"format": "transformer-explorer"``);
-* Hugging Face directories by ``config.json``'s ``model_type``, through ``HF_LOADERS``, built from
-  each family module's ``LOADERS`` (``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``bert``, ``phi3``,
-  ``phi``, ``gpt_neo``, ``opt``, ``bloom``, ``falcon``, ``gptj``, ...);
+* Hugging Face directories by ``config.json``'s ``model_type``: the family registry
+  (``families.FAMILIES``, one ``Family`` record per model type, gathered from the family modules
+  ``gpt2``, ``llama``, ``neox``, ``qwen``, ``gemma``, ``bert``, ``phi3``, ``phi``, ``gpt_neo``, ``opt``,
+  ``bloom``, ``falcon``, ``gptj``, ...) applied by the one generic loader (``loader.load_family``);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
 * built-in names: ``worked-example`` and each directory under ``models/``;
 * the Hugging Face cache (``hub_cache``): a ``models--org--name`` folder, a snapshot in one, or a
@@ -20,31 +21,12 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from explorer.core import worked_example
-from explorer.core.checkpoint import (
-    bert,
-    bloom,
-    falcon,
-    gemma,
-    gpt2,
-    gpt_neo,
-    gptj,
-    granite,
-    hub_cache,
-    llama,
-    nanogpt,
-    neox,
-    olmo,
-    opt,
-    phi,
-    phi3,
-    qwen,
-    stablelm,
-)
+from explorer.core.checkpoint import hub_cache, nanogpt
+from explorer.core.checkpoint.families import FAMILIES
+from explorer.core.checkpoint.loader import load_family
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.checkpoint.validate import Cancel, Progress, loading
@@ -53,31 +35,11 @@ from explorer.core.errors import CheckpointError, ExplorerError, InternalError
 from explorer.core.loaded import LoadedModel
 from explorer.core.paths import models_dir
 
-__all__ = ["HF_LOADERS", "LoadedModel", "builtin_names", "default_model_name", "load_checkpoint",
+__all__ = ["FAMILIES", "LoadedModel", "builtin_names", "default_model_name", "load_checkpoint",
            "save_native", "supported_formats"]
 
 DEFAULT_MODEL = "shakespeare"
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few kB
-
-# model_type -> loader; one line per family module
-HF_LOADERS: dict[str, Callable[[Path, dict[str, Any], str, str], LoadedModel]] = {
-    **gpt2.LOADERS,
-    **llama.LOADERS,
-    **neox.LOADERS,
-    **qwen.LOADERS,
-    **gemma.LOADERS,
-    **olmo.LOADERS,
-    **stablelm.LOADERS,
-    **granite.LOADERS,
-    **bert.LOADERS,
-    **phi.LOADERS,
-    **phi3.LOADERS,
-    **gpt_neo.LOADERS,
-    **opt.LOADERS,
-    **bloom.LOADERS,
-    **falcon.LOADERS,
-    **gptj.LOADERS,
-}
 
 
 def builtin_names() -> list[str]:
@@ -93,7 +55,7 @@ def default_model_name() -> str:
 
 def supported_formats() -> str:
     return ("native transformer-explorer directories; Hugging Face directories with model_type "
-            + ", ".join(repr(k) for k in HF_LOADERS) + "; nanoGPT ckpt.pt files"
+            + ", ".join(repr(k) for k in FAMILIES) + "; nanoGPT ckpt.pt files"
             + f"; built-in models: {', '.join(builtin_names())}")
 
 
@@ -183,8 +145,8 @@ def _load_path(path: Path, kind: str, device: str, dtype: str) -> LoadedModel:
     if config.get("format") == NATIVE_FORMAT:
         return load_native(path, config, device, dtype)
     model_type = config.get("model_type")
-    if isinstance(model_type, str) and model_type in HF_LOADERS:
-        return HF_LOADERS[model_type](path, config, device, dtype)
+    if isinstance(model_type, str) and model_type in FAMILIES:
+        return load_family(FAMILIES[model_type], path, config, device, dtype)
     if model_type:
         archs = config.get("architectures")
         arch = ", ".join(map(str, archs)) if isinstance(archs, list) and archs else model_type

@@ -20,17 +20,15 @@ head) and a next-sentence head are not part of the per-token computation and are
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
 from typing import Any
 
 import torch
 
 from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int
-from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
-from explorer.core.errors import CheckpointError, TokenizerError
-from explorer.core.loaded import LoadedModel
-from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
+from explorer.core.errors import CheckpointError
 
 NO_HEAD_NOTE = ("This checkpoint is an encoder without its masked-LM head: the logits shown are the last hidden "
                 "states against the token embeddings, which the model was not trained to produce.")
@@ -159,27 +157,31 @@ def _has_head(weights: dict[str, torch.Tensor], marker: str) -> bool:
     return any(k.startswith(marker) for k in weights)
 
 
-def load_encoder(directory: Path, hf: dict[str, Any], device: str, dtype: str, family: str) -> LoadedModel:
-    weights = read_weights(directory)
-    marker = {"bert": "cls.predictions.", "roberta": "lm_head.", "distilbert": "vocab_transform."}[family]
-    has_head = _has_head(weights, marker)
-    cfg = bert_config(hf, family, has_head)
+def encoder_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]]:
+    """The config with the masked-LM head; ``without_head`` drops it when the tensors have none."""
     offset = position_offset(hf, family)
-    converted = (convert_distilbert(weights, cfg) if family == "distilbert"
-                 else convert_bert(weights, cfg, family, offset))
-    model = build_model(cfg, converted, str(directory))  # meta device + assign: the weights are held once
-    try:
-        tokenizer, notes = tokenizer_for_checkpoint(directory, cfg.vocab_size, hf.get("eos_token_id"))
-    except TokenizerError as exc:
-        raise CheckpointError(str(exc)) from None
-    if not has_head:
-        notes = [NO_HEAD_NOTE, *notes]
-    if offset:
-        notes.append(f"RoBERTa numbers positions from {offset}; a padding token (id {offset - 1}) typed into the "
-                     "prompt would get RoBERTa's padding position there, here it counts as an ordinary position.")
-    return LoadedModel(finish(model, device, dtype), tokenizer, directory.name, str(directory), family, notes=notes)
+    notes = [f"RoBERTa numbers positions from {offset}; a padding token (id {offset - 1}) typed into the prompt "
+             "would get RoBERTa's padding position there, here it counts as an ordinary position."] if offset else []
+    return bert_config(hf, family, has_head=True), notes
 
 
-LOADERS = {"bert": lambda d, hf, dev, dt: load_encoder(d, hf, dev, dt, "bert"),
-           "roberta": lambda d, hf, dev, dt: load_encoder(d, hf, dev, dt, "roberta"),
-           "distilbert": lambda d, hf, dev, dt: load_encoder(d, hf, dev, dt, "distilbert")}
+def without_head(family: str):
+    """Whether the tensors hold the masked-LM head; if not, the config without it and a note saying so."""
+    marker = {"bert": "cls.predictions.", "roberta": "lm_head.", "distilbert": "vocab_transform."}[family]
+
+    def check(cfg: ModelConfig, notes: list[str], weights: dict[str, torch.Tensor]) -> tuple[ModelConfig, list[str]]:
+        if _has_head(weights, marker):
+            return cfg, notes
+        return dataclasses.replace(cfg, mlm_head=False, tie_embeddings=True), [NO_HEAD_NOTE, *notes]
+    return check
+
+
+FAMILIES = (
+    Family("bert", "bert", lambda hf: encoder_config(hf, "bert"),
+           lambda w, c, hf: convert_bert(w, c, "bert", position_offset(hf, "bert")), from_weights=without_head("bert")),
+    Family("roberta", "roberta", lambda hf: encoder_config(hf, "roberta"),
+           lambda w, c, hf: convert_bert(w, c, "roberta", position_offset(hf, "roberta")),
+           from_weights=without_head("roberta")),
+    Family("distilbert", "distilbert", lambda hf: encoder_config(hf, "distilbert"), layout_only(convert_distilbert),
+           from_weights=without_head("distilbert")),
+)

@@ -13,16 +13,14 @@ GELU (tanh approximation) FFN. The un-embedding is tied. Weight names may or may
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from explorer.core.checkpoint.convert import Tensors, expected_shapes, get_int
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "bloom"
 
@@ -80,9 +78,4 @@ def convert_bloom(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[st
     return out
 
 
-def load_hf_bloom(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = bloom_config(hf)
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, convert_bloom)
-
-
-LOADERS = {"bloom": load_hf_bloom}
+FAMILIES = (Family("bloom", FAMILY, bloom_config, layout_only(convert_bloom)),)

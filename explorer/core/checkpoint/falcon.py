@@ -17,7 +17,6 @@ Falcon-RW (``alibi``) has no rotary positions but BLOOM's ALiBi, added to q.k *b
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,10 +29,9 @@ from explorer.core.checkpoint.convert import (
     get_int,
     rope,
 )
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "falcon"
 
@@ -131,10 +129,5 @@ def convert_falcon(weights: dict[str, torch.Tensor], cfg: ModelConfig, new_arch:
     return out
 
 
-def load_hf_falcon(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = falcon_config(hf)
-    new_arch = bool(hf.get("new_decoder_architecture", False))
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, lambda w, c: convert_falcon(w, c, new_arch))
-
-
-LOADERS = {"falcon": load_hf_falcon}
+FAMILIES = (Family("falcon", FAMILY, falcon_config,
+                   lambda w, c, hf: convert_falcon(w, c, bool(hf.get("new_decoder_architecture", False)))),)

@@ -22,7 +22,6 @@ Llama's layout (grouped-query attention, gated FFN, RMSNorm, rotary over the who
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,15 +37,15 @@ from explorer.core.checkpoint.convert import (
     sliding_layers,
     window,
 )
+from explorer.core.checkpoint.family import Family
 from explorer.core.checkpoint.llama import (
     LLAMA_NAMES,
     convert_llama,
     llama_config,
-    load_with,
+    llama_family,
 )
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 SANDWICH_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "ln1_out", "pre_feedforward_layernorm": "ln2",
                   "post_feedforward_layernorm": "ln2_out"}
@@ -119,27 +118,26 @@ def text_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_hf_gemma3(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    """A multimodal Gemma 3 (model_type gemma3: 4B and larger): its language model, without the vision tower."""
+def gemma3_text_config(hf: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal Gemma 3's config.json (model_type gemma3: 4B and larger) -> its language model's part."""
     text = hf.get("text_config")
     if not isinstance(text, dict):
         raise CheckpointError("gemma3 config.json lacks its text_config")
-    text = {**GEMMA3_DEFAULTS, "tie_word_embeddings": hf.get("tie_word_embeddings", True), **text}
+    return {**GEMMA3_DEFAULTS, "tie_word_embeddings": hf.get("tie_word_embeddings", True), **text}
+
+
+def multimodal_gemma3_config(text: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     cfg, notes = gemma_config(text, "gemma3_text")
     notes.append("A multimodal Gemma 3: its language model is loaded; the vision tower and image projector are "
                  "not (text prompts only).")
-    return load_with(directory, text, device, dtype, "gemma3", cfg, notes,
-                     lambda w, c: convert_llama(text_weights(w), c, "gemma3", SANDWICH_NAMES))
+    return cfg, notes
 
 
-def _loader(family: str):
-    def load(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-        cfg, notes = gemma_config({**GEMMA3_DEFAULTS, **hf} if family == "gemma3_text" else hf, family)
-        names = LLAMA_NAMES if family == "gemma" else SANDWICH_NAMES
-        return load_with(directory, hf, device, dtype, family, cfg, notes,
-                         lambda w, c: convert_llama(w, c, family, names))
-    return load
-
-
-LOADERS = {"gemma": _loader("gemma"), "gemma2": _loader("gemma2"), "gemma3_text": _loader("gemma3_text"),
-           "gemma3": load_hf_gemma3}
+FAMILIES = (
+    llama_family("gemma", lambda hf: gemma_config(hf, "gemma"), LLAMA_NAMES),
+    llama_family("gemma2", lambda hf: gemma_config(hf, "gemma2"), SANDWICH_NAMES),
+    llama_family("gemma3_text", lambda hf: gemma_config({**GEMMA3_DEFAULTS, **hf}, "gemma3_text"), SANDWICH_NAMES),
+    Family("gemma3", "gemma3", multimodal_gemma3_config,
+           lambda w, c, hf: convert_llama(text_weights(w), c, "gemma3", SANDWICH_NAMES),
+           text_config=gemma3_text_config),  # the language model, without the vision tower
+)

@@ -14,10 +14,9 @@ from typing import Any
 import torch
 
 from explorer.core.checkpoint.convert import get_bool, get_float, get_int, where
-from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
-from explorer.core.loaded import LoadedModel
 from explorer.core.tokenize.base import Tokenizer, gpt2_tokenizer
 from explorer.core.tokenize.huggingface import read_directory_tokenizer
 
@@ -114,11 +113,9 @@ def hf_tokenizer(directory: Path, vocab_size: int) -> Tokenizer:
     raise CheckpointError(f"{directory} has no vocab.json and its vocabulary ({vocab_size}) is not GPT-2's")
 
 
-def load_hf_gpt2(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg = gpt2_config(hf)
-    model = build_model(cfg, convert_gpt2(read_weights(directory), cfg), str(directory))
-    tokenizer = hf_tokenizer(directory, cfg.vocab_size)
-    return LoadedModel(finish(model, device, dtype), tokenizer, directory.name, str(directory), "gpt2")
+def gpt2_directory_tokenizer(directory: Path, cfg: ModelConfig, hf: dict[str, Any]) -> tuple[Tokenizer, list[str]]:
+    return hf_tokenizer(directory, cfg.vocab_size), []
 
 
-LOADERS = {"gpt2": load_hf_gpt2}
+FAMILIES = (Family("gpt2", "gpt2", lambda hf: (gpt2_config(hf), []), layout_only(convert_gpt2),
+                   tokenizer=gpt2_directory_tokenizer),)

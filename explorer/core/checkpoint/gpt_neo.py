@@ -13,7 +13,6 @@ q, k and v have no bias, the output projection has one: the loader gives q, k an
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,10 +25,9 @@ from explorer.core.checkpoint.convert import (
     get_int,
     positive_window,
 )
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "gpt-neo"
 
@@ -98,9 +96,4 @@ def convert_gpt_neo(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[
     return out
 
 
-def load_hf_gpt_neo(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = gpt_neo_config(hf)
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, convert_gpt_neo)
-
-
-LOADERS = {"gpt_neo": load_hf_gpt_neo}
+FAMILIES = (Family("gpt_neo", FAMILY, gpt_neo_config, layout_only(convert_gpt_neo)),)

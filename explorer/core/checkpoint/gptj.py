@@ -9,7 +9,6 @@ biases in the ``gelu_new`` FFN (``fc_in``/``fc_out``), and an untied un-embeddin
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,10 +19,9 @@ from explorer.core.checkpoint.convert import (
     expected_shapes,
     get_int,
 )
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "gptj"
 
@@ -70,9 +68,4 @@ def convert_gptj(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
     return out
 
 
-def load_hf_gptj(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = gptj_config(hf)
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, convert_gptj)
-
-
-LOADERS = {"gptj": load_hf_gptj}
+FAMILIES = (Family("gptj", FAMILY, gptj_config, layout_only(convert_gptj)),)

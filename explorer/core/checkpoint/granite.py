@@ -10,13 +10,11 @@ added to the residual stream (``residual_scale``), and the logits divided by ``l
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from explorer.core.checkpoint.convert import get_bool, number
-from explorer.core.checkpoint.llama import convert_llama, llama_config, load_with
+from explorer.core.checkpoint.llama import llama_config, llama_family
 from explorer.core.config import ModelConfig
-from explorer.core.loaded import LoadedModel
 
 
 def granite_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
@@ -31,9 +29,4 @@ def granite_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     return cfg, notes
 
 
-def load_hf_granite(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = granite_config(hf)
-    return load_with(directory, hf, device, dtype, "granite", cfg, notes, lambda w, c: convert_llama(w, c, "granite"))
-
-
-LOADERS = {"granite": load_hf_granite}
+FAMILIES = (llama_family("granite", granite_config),)

@@ -6,8 +6,8 @@ family's own config and convert functions, the very ones ``load_checkpoint`` use
 then checks every tensor by name and shape (``assign_weights``). Nothing is written to disk and the
 ``transformers`` model is not changed: its tensors are copied into ours.
 
-``FAMILIES`` maps ``model_type`` to a ``Family`` (config function, convert function); a new family
-module plugs in with one line there. The tokenizer object is wrapped as it is
+The families are the directory loader's own (``families.FAMILIES``): every model type that opens
+from a directory opens from memory too. The tokenizer object is wrapped as it is
 (``TransformersTokenizer``): ``tokenizer(text)`` gives the ids, so the app's prompt is encoded the
 way the notebook encodes it.
 """
@@ -15,56 +15,17 @@ way the notebook encodes it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.gemma import GEMMA3_DEFAULTS, SANDWICH_NAMES, gemma_config
-from explorer.core.checkpoint.gpt2 import convert_gpt2, gpt2_config
-from explorer.core.checkpoint.granite import granite_config
-from explorer.core.checkpoint.llama import LLAMA_NAMES, convert_llama, llama_config
-from explorer.core.checkpoint.neox import convert_neox, neox_config
-from explorer.core.checkpoint.olmo import OLMO2_NAMES, olmo_config
-from explorer.core.checkpoint.qwen import qwen_config
-from explorer.core.checkpoint.stablelm import convert_stablelm, stablelm_config
+from explorer.core.checkpoint.families import FAMILIES
+from explorer.core.checkpoint.loader import configure, convert
 from explorer.core.checkpoint.safe_io import assign_weights, finish
-from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
 from explorer.core.loaded import LoadedModel
 from explorer.core.model import Transformer
 from explorer.core.tokenize.base import Tokenizer, _unicode_to_byte
-
-ConfigFn = Callable[[dict[str, Any]], "tuple[ModelConfig, list[str]]"]
-ConvertFn = Callable[[dict[str, torch.Tensor], ModelConfig], dict[str, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class Family:
-    """How one ``model_type`` becomes ours: its config.json dict -> (ModelConfig, notes); its state dict -> ours."""
-
-    config: ConfigFn
-    convert: ConvertFn
-
-
-# model_type -> Family; one line per family module (the same functions its LOADERS use)
-FAMILIES: dict[str, Family] = {
-    "gpt2": Family(lambda hf: (gpt2_config(hf), []), convert_gpt2),
-    "llama": Family(lambda hf: llama_config(hf, "llama"), lambda w, c: convert_llama(w, c, "llama")),
-    "mistral": Family(lambda hf: llama_config(hf, "mistral"), lambda w, c: convert_llama(w, c, "mistral")),
-    "gpt_neox": Family(neox_config, convert_neox),
-    "qwen2": Family(lambda hf: qwen_config(hf, "qwen2"), lambda w, c: convert_llama(w, c, "qwen2")),
-    "qwen3": Family(lambda hf: qwen_config(hf, "qwen3"), lambda w, c: convert_llama(w, c, "qwen3")),
-    "granite": Family(granite_config, lambda w, c: convert_llama(w, c, "granite")),
-    "olmo": Family(lambda hf: olmo_config(hf, "olmo"), lambda w, c: convert_llama(w, c, "olmo", LLAMA_NAMES)),
-    "olmo2": Family(lambda hf: olmo_config(hf, "olmo2"), lambda w, c: convert_llama(w, c, "olmo2", OLMO2_NAMES)),
-    "stablelm": Family(stablelm_config, convert_stablelm),
-    "gemma": Family(lambda hf: gemma_config(hf, "gemma"), lambda w, c: convert_llama(w, c, "gemma", LLAMA_NAMES)),
-    "gemma2": Family(lambda hf: gemma_config(hf, "gemma2"), lambda w, c: convert_llama(w, c, "gemma2", SANDWICH_NAMES)),
-    "gemma3_text": Family(lambda hf: gemma_config({**GEMMA3_DEFAULTS, **hf}, "gemma3_text"),
-                          lambda w, c: convert_llama(w, c, "gemma3_text", SANDWICH_NAMES)),
-}
 
 
 def _is_transformers_model(obj: Any) -> bool:
@@ -82,11 +43,12 @@ def from_transformers(model: Any, tokenizer: Any = None, device: str = "auto", d
     if family is None:
         raise CheckpointError(f"in-memory {type(model).__name__} (model_type {model_type!r}) is not supported; "
                               f"supported: {', '.join(sorted(FAMILIES))}")
-    cfg, notes = family.config(hf)
+    text, cfg, notes = configure(family, hf)
     with torch.no_grad():
         weights = {k: v.detach() for k, v in model.state_dict().items()}
+        cfg, notes, converted = convert(family, text, cfg, notes, weights)
         ours = Transformer(cfg)
-        assign_weights(ours, family.convert(weights, cfg), f"in-memory {type(model).__name__}")
+        assign_weights(ours, converted, f"in-memory {type(model).__name__}")
     label = name or str(hf.get("_name_or_path") or getattr(model.config, "name_or_path", "") or model_type)
     if tokenizer is None:
         raise TokenizerError("pass the model's tokenizer too: explorer.show(model, tokenizer)")
@@ -94,7 +56,7 @@ def from_transformers(model: Any, tokenizer: Any = None, device: str = "auto", d
     if tok.vocab_size > cfg.vocab_size:
         raise TokenizerError(f"the tokenizer has {tok.vocab_size} tokens but the model only {cfg.vocab_size}")
     return LoadedModel(finish(ours, device, dtype), tok, label or "in-memory model", "in-memory transformers model",
-                       cfg.arch, notes=notes)
+                       family.arch, notes=notes)
 
 
 class TransformersTokenizer(Tokenizer):

@@ -15,8 +15,6 @@ Dynamic NTK scaling exists to run past the trained context, so its context is ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,24 +29,9 @@ from explorer.core.checkpoint.convert import (
     rope,
     rope_scaling,
 )
-from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
+from explorer.core.checkpoint.family import ConfigFn, Family
 from explorer.core.config import ModelConfig
-from explorer.core.errors import CheckpointError, TokenizerError
-from explorer.core.loaded import LoadedModel
-from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
-
-
-def load_with(directory: Path, hf: dict[str, Any], device: str, dtype: str, arch: str,
-              cfg: ModelConfig, notes: list[str], convert: Callable[[dict[str, torch.Tensor], ModelConfig],
-                                                                    dict[str, torch.Tensor]]) -> LoadedModel:
-    """Build, convert and check the weights, then read the directory's tokenizer (tokenizer.json)."""
-    model = build_model(cfg, convert(read_weights(directory), cfg), str(directory))
-    try:
-        tokenizer, tok_notes = tokenizer_for_checkpoint(directory, cfg.vocab_size, hf.get("eos_token_id"))
-    except TokenizerError as exc:
-        raise CheckpointError(str(exc)) from None
-    return LoadedModel(finish(model, device, dtype), tokenizer, directory.name, str(directory), arch,
-                       notes=notes + tok_notes)
+from explorer.core.errors import CheckpointError
 
 
 def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig, list[str]]:
@@ -122,14 +105,12 @@ def convert_llama(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: st
     return out
 
 
-def load_hf_llama(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = llama_config(hf, "llama")
-    return load_with(directory, hf, device, dtype, "llama", cfg, notes, lambda w, c: convert_llama(w, c, "llama"))
+def llama_family(model_type: str, config: ConfigFn, names: dict[str, str] | None = None,
+                 arch: str | None = None, **hooks: Any) -> Family:
+    """A family with Llama's tensor layout (``names``: theirs inside a layer -> ours, Llama's by default)."""
+    return Family(model_type, arch or model_type, config,
+                  lambda w, c, hf: convert_llama(w, c, model_type, names), **hooks)
 
 
-def load_hf_mistral(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = llama_config(hf, "mistral")
-    return load_with(directory, hf, device, dtype, "mistral", cfg, notes, lambda w, c: convert_llama(w, c, "mistral"))
-
-
-LOADERS = {"llama": load_hf_llama, "mistral": load_hf_mistral}
+FAMILIES = (llama_family("llama", lambda hf: llama_config(hf, "llama")),
+            llama_family("mistral", lambda hf: llama_config(hf, "mistral")))

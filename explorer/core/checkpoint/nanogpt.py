@@ -28,7 +28,7 @@ from explorer.core.checkpoint.safe_io import (
     finish,
     torch_load,
 )
-from explorer.core.checkpoint.validate import check_headers
+from explorer.core.checkpoint.validate import check_config, check_headers
 from explorer.core.checkpoint.validate import current as current_load
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError, TokenizerError
@@ -164,6 +164,7 @@ def load_nanogpt(path: Path, device: str = "auto", dtype: str = "float32") -> Lo
     if bad is not None:
         raise CheckpointError(f"{path}: model entry {bad} is not a tensor")
     cfg = nanogpt_config(ckpt["model_args"], state, path)
+    check_config(cfg)
     tokenizer, notes = nanogpt_tokenizer(path, cfg.vocab_size)
     del ckpt  # the optimizer's state (mapped, never read) goes with it
     check_headers(path, {k: tuple(v.shape) for k, v in state.items()})

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
+from explorer.core.checkpoint.validate import check_config
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.loaded import LoadedModel
@@ -49,6 +50,7 @@ def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str
     if not isinstance(config.get("model"), dict) or not isinstance(config.get("tokenizer"), dict):
         raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section (each an object)")
     cfg = ModelConfig.from_dict(config["model"])
+    check_config(cfg)
     desc = config["tokenizer"]
     if isinstance(desc, dict) and desc.get("type") == "hf-tokenizer-json":
         tokenizer: Tokenizer = tokenizer_from_saved(desc, directory)

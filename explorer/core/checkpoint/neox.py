@@ -8,7 +8,6 @@ v (``[H, 3, d_head]``), a plain GELU FFN, and the parallel residual
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,10 +21,9 @@ from explorer.core.checkpoint.convert import (
     get_int,
     rope,
 )
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 
 def neox_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
@@ -81,9 +79,4 @@ def convert_neox(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
     return out
 
 
-def load_hf_neox(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = neox_config(hf)
-    return load_with(directory, hf, device, dtype, "gpt-neox", cfg, notes, convert_neox)
-
-
-LOADERS = {"gpt_neox": load_hf_neox}
+FAMILIES = (Family("gpt_neox", "gpt-neox", neox_config, layout_only(convert_neox)),)

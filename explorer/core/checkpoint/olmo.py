@@ -12,18 +12,11 @@ Llama's layout (rotary, SwiGLU, grouped-query attention) with:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from explorer.core.checkpoint.convert import get_bool, number
-from explorer.core.checkpoint.llama import (
-    LLAMA_NAMES,
-    convert_llama,
-    llama_config,
-    load_with,
-)
+from explorer.core.checkpoint.llama import LLAMA_NAMES, llama_config, llama_family
 from explorer.core.config import ModelConfig
-from explorer.core.loaded import LoadedModel
 
 OLMO2_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "ln1_out", "post_feedforward_layernorm": "ln2_out"}
 
@@ -39,13 +32,5 @@ def olmo_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]
     return cfg, notes
 
 
-def _loader(family: str):
-    def load(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-        cfg, notes = olmo_config(hf, family)
-        names = LLAMA_NAMES if family == "olmo" else OLMO2_NAMES
-        return load_with(directory, hf, device, dtype, family, cfg, notes,
-                         lambda w, c: convert_llama(w, c, family, names))
-    return load
-
-
-LOADERS = {"olmo": _loader("olmo"), "olmo2": _loader("olmo2")}
+FAMILIES = (llama_family("olmo", lambda hf: olmo_config(hf, "olmo"), LLAMA_NAMES),
+            llama_family("olmo2", lambda hf: olmo_config(hf, "olmo2"), OLMO2_NAMES))

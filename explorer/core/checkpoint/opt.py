@@ -14,7 +14,6 @@ un-embedding. Three things to know:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,10 +24,9 @@ from explorer.core.checkpoint.convert import (
     expected_shapes,
     get_int,
 )
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "opt"
 POSITION_OFFSET = 2  # OPT's learned positions start at row 2 of its table
@@ -84,9 +82,4 @@ def convert_opt(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str,
     return out
 
 
-def load_hf_opt(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = opt_config(hf)
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, convert_opt)
-
-
-LOADERS = {"opt": load_hf_opt}
+FAMILIES = (Family("opt", FAMILY, opt_config, layout_only(convert_opt)),)

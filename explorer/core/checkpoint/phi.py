@@ -9,7 +9,6 @@ biases on every projection (``dense`` is the output projection), a plain ``gelu_
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,10 +21,9 @@ from explorer.core.checkpoint.convert import (
     rope,
     rotary_dim,
 )
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "phi"
 
@@ -70,9 +68,4 @@ def convert_phi(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str,
     return out
 
 
-def load_hf_phi(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = phi_config(hf)
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, convert_phi)
-
-
-LOADERS = {"phi": load_hf_phi}
+FAMILIES = (Family("phi", FAMILY, phi_config, layout_only(convert_phi)),)

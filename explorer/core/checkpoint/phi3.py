@@ -15,7 +15,6 @@ length, and scales cos and sin (explorer/core/rope.py computes it as transformer
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,10 +29,9 @@ from explorer.core.checkpoint.convert import (
     rope_scaling,
     rotary_dim,
 )
-from explorer.core.checkpoint.llama import load_with
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "phi3"
 
@@ -112,9 +110,4 @@ def convert_phi3(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str
     return out
 
 
-def load_hf_phi3(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = phi3_config(hf)
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, convert_phi3)
-
-
-LOADERS = {"phi3": load_hf_phi3}
+FAMILIES = (Family("phi3", FAMILY, phi3_config, layout_only(convert_phi3)),)

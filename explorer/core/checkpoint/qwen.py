@@ -13,13 +13,11 @@ Llama's layout with:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from explorer.core.checkpoint.convert import get_bool, get_int, sliding_layers, window
-from explorer.core.checkpoint.llama import convert_llama, llama_config, load_with
+from explorer.core.checkpoint.llama import llama_config, llama_family
 from explorer.core.config import ModelConfig
-from explorer.core.loaded import LoadedModel
 
 
 def qwen_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]]:
@@ -37,11 +35,5 @@ def qwen_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]
                                **switches), notes
 
 
-def _loader(family: str):
-    def load(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-        cfg, notes = qwen_config(hf, family)
-        return load_with(directory, hf, device, dtype, family, cfg, notes, lambda w, c: convert_llama(w, c, family))
-    return load
-
-
-LOADERS = {"qwen2": _loader("qwen2"), "qwen3": _loader("qwen3")}
+FAMILIES = (llama_family("qwen2", lambda hf: qwen_config(hf, "qwen2")),
+            llama_family("qwen3", lambda hf: qwen_config(hf, "qwen3")))

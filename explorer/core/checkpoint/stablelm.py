@@ -15,7 +15,6 @@ Llama's names and SwiGLU FFN with:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,11 +24,10 @@ from explorer.core.checkpoint.llama import (
     LLAMA_NAMES,
     convert_llama,
     llama_config,
-    load_with,
 )
+from explorer.core.checkpoint.family import Family, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
-from explorer.core.loaded import LoadedModel
 
 FAMILY = "stablelm"
 
@@ -66,9 +64,4 @@ def convert_stablelm(weights: dict[str, torch.Tensor], cfg: ModelConfig) -> dict
     return convert_llama(weights, cfg, FAMILY, names)
 
 
-def load_hf_stablelm(directory: Path, hf: dict[str, Any], device: str, dtype: str) -> LoadedModel:
-    cfg, notes = stablelm_config(hf)
-    return load_with(directory, hf, device, dtype, FAMILY, cfg, notes, convert_stablelm)
-
-
-LOADERS = {"stablelm": load_hf_stablelm}
+FAMILIES = (Family("stablelm", FAMILY, stablelm_config, layout_only(convert_stablelm)),)

@@ -2,16 +2,17 @@
 
 ``loading(...)`` is the context every ``load_checkpoint`` call runs in. While it is active:
 
-* every ``ModelConfig`` a family module builds is checked against the machine (``check_fits``):
-  the parameter count its shapes imply, in the chosen precision, must fit the memory that is
-  available (``/proc/meminfo``, the cgroup limit, or the GPU's free memory) with a margin;
+* the loader checks the ``ModelConfig`` it is about to build against the machine (``check_config``,
+  called explicitly by each loader once the config is known): the parameter count its shapes imply,
+  in the chosen precision, must fit the memory that is available (``/proc/meminfo``, the cgroup
+  limit, or the GPU's free memory) with a margin;
 * the weight readers (``safe_io``) compare each file's tensor headers with that configuration
   (``check_headers``) before reading any tensor data, convert each tensor to the target precision
   as it is read, report "tensor i of N" to ``progress`` and stop between tensors when ``cancel``
   says so (``LoadCancelled``).
 
-Family modules get all of this without doing anything: they build a ``ModelConfig`` and call the
-readers, as before.
+Family modules get all of this without doing anything: the generic loader (``loader.py``) calls
+``check_config`` on the config a family builds, and the readers do the rest.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-from explorer.core.config import LOAD_CHECK, ModelConfig
+from explorer.core.config import ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError, LoadCancelled
 from explorer.core.model import Block, MLMHead, Transformer, make_norm
@@ -51,7 +52,7 @@ class LoadContext:
     dtype: torch.dtype
     progress: Progress | None = None
     cancel: Cancel | None = None
-    config: ModelConfig | None = None  # the last configuration a family built in this load
+    config: ModelConfig | None = None  # the configuration this load builds (check_config)
     config_file: Path | None = None  # where that configuration was read: errors without a file name get it
     done: int = 0  # tensors read so far, across shards
 
@@ -81,17 +82,21 @@ def loading(source: str, device: str = "auto", dtype: str = "float32", progress:
             cancel: Cancel | None = None) -> Iterator[LoadContext]:
     dev = resolve_device(device)
     ctx = LoadContext(str(source), dev, resolve_dtype(dtype, dev), progress, cancel)
-
-    def check(cfg: ModelConfig) -> None:
-        check_fits(cfg, ctx.dtype, ctx.device)
-        ctx.config = cfg
-
-    token, check_token = CONTEXT.set(ctx), LOAD_CHECK.set(check)
+    token = CONTEXT.set(ctx)
     try:
         yield ctx
     finally:
-        LOAD_CHECK.reset(check_token)
         CONTEXT.reset(token)
+
+
+def check_config(cfg: ModelConfig) -> None:
+    """While a checkpoint loads: does the model ``cfg`` describes fit the machine? It becomes the configuration
+    the weights' headers are checked against. Outside a load nothing is checked."""
+    ctx = current()
+    if ctx is None:
+        return
+    check_fits(cfg, ctx.dtype, ctx.device)
+    ctx.config = cfg
 
 
 # --- files ---------------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+"""The family registry: ``model_type`` -> ``Family``, one line per family module.
+
+Both ways of opening a Hugging Face model read it: a directory (``load_checkpoint`` through
+``loader.load_family``) and a ``transformers`` model in memory (``in_memory.from_transformers``),
+so every model type that opens from disk opens from a notebook too. A new family is one module
+that defines ``FAMILIES`` (its ``Family`` records) and one line below.
+"""
+
+from __future__ import annotations
+
+from explorer.core.checkpoint import (
+    bert,
+    bloom,
+    falcon,
+    gemma,
+    gpt2,
+    gpt_neo,
+    gptj,
+    granite,
+    llama,
+    neox,
+    olmo,
+    opt,
+    phi,
+    phi3,
+    qwen,
+    stablelm,
+)
+from explorer.core.checkpoint.family import Family
+
+_MODULES = (
+    gpt2,      # GPT-2
+    llama,     # Llama, Mistral
+    neox,      # GPT-NeoX (Pythia)
+    qwen,      # Qwen2, Qwen3
+    gemma,     # Gemma, Gemma 2, Gemma 3 (text and multimodal)
+    olmo,      # OLMo, OLMo 2
+    stablelm,  # StableLM
+    granite,   # Granite
+    bert,      # BERT, RoBERTa, DistilBERT
+    phi,       # Phi-1/1.5/2
+    phi3,      # Phi-3
+    gpt_neo,   # GPT-Neo
+    opt,       # OPT
+    bloom,     # BLOOM
+    falcon,    # Falcon
+    gptj,      # GPT-J
+)
+
+FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
