@@ -164,6 +164,20 @@ def soft_cap(x: Tensor, cap: float, mask: Tensor | None = None) -> Tensor:
     return capped
 
 
+def layer_scores(cfg: ModelConfig, q: Tensor, k: Tensor, mask: Tensor | None,
+                 heads: slice = slice(None)) -> tuple[Tensor, Tensor | None]:
+    """The one scores recipe, used by the forward pass and by the Trace's derived scores and patterns:
+    q.k x scale + bias (ALiBi), masked (-inf), then soft-capped where the model caps (Gemma 2).
+
+    q: [..., H', n, dh] for the query ``heads`` H' (all by default), k: [..., Hkv', m, dh].
+    Returns (scores [..., H', n, m] = what enters the softmax, the scores before the cap or None)."""
+    bias = score_bias(cfg, q.shape[-2], k.shape[-2], q.device, heads)   # ALiBi (BLOOM): [H', n, m] or None
+    scores = attention_scores(q, k, mask, cfg.attn_scale, bias)        # q.k / sqrt(dh) (+ bias), masked
+    if cfg.attn_softcap is None:
+        return scores, None
+    return soft_cap(scores, cfg.attn_softcap, mask), scores            # Gemma 2: squash into (-cap, cap)
+
+
 def attention_pattern(scores: Tensor) -> Tensor:
     """Softmax over keys, one row per query: each row sums to 1."""
     return torch.softmax(scores, dim=-1)
@@ -468,11 +482,10 @@ class Transformer(nn.Module):
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
         if records_attention(rec, layer) or not fusable(cfg):
-            bias = score_bias(cfg, n, k.shape[-2], x.device)              # ALiBi (BLOOM): [H, n, m] or None
-            scores = attention_scores(q, k, mask, cfg.attn_scale, bias)    # q.k / sqrt(dh) (+ bias): [B, H, n, m]
-            if cfg.attn_softcap is not None:                               # Gemma 2: squash into (-cap, cap)
-                rec("attn.scores_precap", layer, scores)
-                scores = soft_cap(scores, cfg.attn_softcap, mask)
+            scores, precap = layer_scores(cfg, q, k, mask)                 # scale, bias, mask, cap: [B, H, n, m]
+            if precap is not None:                                         # Gemma 2: the scores before the cap
+                rec("attn.scores_precap", layer, precap)
+                del precap
             rec("attn.scores", layer, scores)                              # what enters the softmax
             pattern = attention_pattern(scores)                            # softmax per query row
             rec("attn.pattern", layer, pattern)

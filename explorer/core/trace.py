@@ -339,21 +339,18 @@ class Trace:
     def _score_views(self, layer: int, q: np.ndarray, k: np.ndarray,
                      heads: slice = slice(None)) -> dict[str, np.ndarray]:
         """scores, pattern (and scores_precap when soft-capped) of ``heads`` of ``layer`` from their q and k,
-        the forward pass's way: the same functions, the layer's own mask (sliding window), bias (ALiBi),
-        scale and cap."""
+        the forward pass's recipe (``model.layer_scores``) with the layer's own mask (sliding window)."""
         import torch
 
-        from explorer.core.model import attention_pattern, attention_scores, layer_window, score_bias, soft_cap
+        from explorer.core.model import attention_pattern, layer_scores, layer_window
 
         cfg, n, m = self.config, q.shape[-2], k.shape[-2]
         mask = _cpu_causal_mask(n, m, layer_window(cfg, layer)) if cfg.causal else None
         views = {}
         with torch.inference_mode():
-            bias = score_bias(cfg, n, m, heads=heads)
-            scores = attention_scores(as_tensor(q), as_tensor(k), mask, cfg.attn_scale, bias)
-            if cfg.attn_softcap is not None:
-                views["scores_precap"] = _readonly(scores.numpy())
-                scores = soft_cap(scores, cfg.attn_softcap, mask)
+            scores, precap = layer_scores(cfg, as_tensor(q), as_tensor(k), mask, heads)
+            if precap is not None:
+                views["scores_precap"] = _readonly(precap.numpy())
             views["pattern"] = _readonly(attention_pattern(scores).numpy())
         views["scores"] = _readonly(scores.numpy())
         return views
