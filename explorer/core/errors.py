@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from explorer.core.cancel import Cancelled
+
 
 class ExplorerError(Exception):
     """Base class: anything the user can fix or should be told about, with a one-line reason."""
@@ -19,8 +21,9 @@ class PromptError(ExplorerError):
     """A prompt cannot be run (empty, say)."""
 
 
-class LoadCancelled(ExplorerError):
-    """Loading a checkpoint was stopped by the user (between two tensors); nothing was replaced."""
+class LoadCancelled(ExplorerError, Cancelled):
+    """Loading a checkpoint was stopped by the user (between two tensors); nothing was replaced.
+    A ``Cancelled`` (explorer.core.cancel) that carries a message for the user."""
 
 
 class InternalError(ExplorerError):

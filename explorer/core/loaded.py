@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from explorer.core.cancel import CancelLike
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
 from explorer.core.model import Transformer
@@ -75,7 +76,7 @@ class LoadedModel:
         return self.trace_ids(ids, spec, truncated_from, interventions=interventions)
 
     def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None,
-                  cancel: Any = None, interventions: Sequence[Any] = ()) -> Trace:
+                  cancel: CancelLike = None, interventions: Sequence[Any] = ()) -> Trace:
         """``cancel``: a callable asked at every layer boundary (see ``capture``); ``interventions``
         (explorer/core/interventions/) are applied to the run."""
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,

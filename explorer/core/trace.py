@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from explorer.core.cancel import CancelLike, checker
 from explorer.core.config import ModelConfig
 
 if TYPE_CHECKING:  # torch stays out of the import path of code that only reads traces
@@ -155,20 +156,18 @@ def to_numpy(t: torch.Tensor, dtype: str = "float32") -> np.ndarray:
 class Recorder:
     """Collects the tensors a ``CaptureSpec`` asks for, as numpy arrays of batch element 0."""
 
-    def __init__(self, spec: CaptureSpec, cancel: Callable[[], bool] | None = None) -> None:
+    def __init__(self, spec: CaptureSpec, cancel: CancelLike = None) -> None:
         self.spec = spec
         self.arrays: dict[str, np.ndarray] = {}
-        self._cancelled = cancel  # consulted at every layer boundary: a stale forward pass stops there
+        self._check = checker(cancel)  # consulted at every layer boundary: a stale forward pass stops there
 
     def records(self, site: str, layer: int | None) -> bool:
         """Whether ``site`` of ``layer`` is stored (the forward pass skips computing what nobody records)."""
         return self.spec.wants(kind_of(site), layer)
 
     def __call__(self, site: str, layer: int | None, tensor: torch.Tensor) -> torch.Tensor:
-        if site == "resid_pre" and self._cancelled is not None and self._cancelled():
-            from explorer.core.cancel import Cancelled
-
-            raise Cancelled()
+        if site == "resid_pre":
+            self._check()
         if self.spec.wants(kind_of(site), layer):
             self.arrays[_key(site, layer)] = _readonly(to_numpy(tensor[0], self.spec.dtype))
         return tensor
@@ -471,7 +470,7 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
 
 def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
             spec: CaptureSpec | None = None, model_name: str = "",
-            truncated_from: int | None = None, cancel: Callable[[], bool] | None = None,
+            truncated_from: int | None = None, cancel: CancelLike = None,
             interventions: Sequence[Any] = ()) -> tuple[Trace, np.ndarray]:
     """Run one forward pass over ``token_ids`` recording what ``spec`` asks for, with
     ``interventions`` (explorer/core/interventions/) applied if any.

@@ -12,7 +12,6 @@ their arguments, so they can be called directly in tests. torch is only imported
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -84,7 +83,7 @@ class LoadResult:
 
 
 def load_model_steps(request: LoadRequest, progress: Callable[[int, int, str], None] | None = None,
-                     cancel: threading.Event | None = None) -> Iterator[str]:
+                     cancel: Cancel | None = None) -> Iterator[str]:
     """Yields stage texts, returns a ``LoadResult``; raises the first failure if nothing loads.
 
     ``progress(i, n, tensor name)`` is called from the worker thread before each tensor is read;
@@ -140,7 +139,7 @@ class ModelLoader(QObject):
         self._latest = 0
         self._running = 0
         self._workers: set[Any] = set()
-        self._cancels: dict[int, threading.Event] = {}
+        self._cancels: dict[int, Cancel] = {}
         self.last_error_details = ""  # the traceback of the last failure when it was a bug (details pane)
         self._tensor_read.connect(self._on_tensor_read)
 
@@ -164,7 +163,7 @@ class ModelLoader(QObject):
         self._latest += 1
         request = LoadRequest(request.source, request.device, request.dtype, request.fallbacks,
                               request.quiet, self._latest)
-        cancel = self._cancels[request.id] = threading.Event()
+        cancel = self._cancels[request.id] = Cancel()
         last = [-1]
 
         def progress(i: int, n: int, name: str, rid: int = request.id) -> None:  # worker thread

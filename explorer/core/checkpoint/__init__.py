@@ -29,7 +29,8 @@ from explorer.core.checkpoint.families import FAMILIES
 from explorer.core.checkpoint.loader import load_family
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
-from explorer.core.checkpoint.validate import Cancel, Progress, loading
+from explorer.core.cancel import CancelLike
+from explorer.core.checkpoint.validate import Progress, loading
 from explorer.core.checkpoint.validate import current as current_load
 from explorer.core.errors import CheckpointError, ExplorerError, InternalError
 from explorer.core.loaded import LoadedModel
@@ -60,11 +61,11 @@ def supported_formats() -> str:
 
 
 def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32",
-                    progress: Progress | None = None, cancel: Cancel | None = None) -> LoadedModel:
+                    progress: Progress | None = None, cancel: CancelLike = None) -> LoadedModel:
     """Load a built-in model by name, or a checkpoint directory (or a file inside one).
 
     Everything is checked before it is allocated (``validate``); tensors are read one at a time in
-    ``dtype``. ``progress(i, n, name)`` is called before each tensor; ``cancel`` (a callable or a
+    ``dtype``. ``progress(i, n, name)`` is called before each tensor; ``cancel`` (a ``Cancel``, a callable or a
     ``threading.Event``) stops the load between tensors with ``LoadCancelled``. Every failure is an
     ``ExplorerError`` whose message is one line (an unexpected one is an ``InternalError``).
     """

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,13 +29,13 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
+from explorer.core.cancel import CancelLike, asker
 from explorer.core.config import ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError, LoadCancelled
 from explorer.core.model import Block, MLMHead, Transformer, make_norm
 
 Progress = Callable[[int, int, str], None]  # (tensors done, tensors in all, what)
-Cancel = Callable[[], bool] | threading.Event
 
 MEMORY_MARGIN = 1.25  # the model's bytes times this, plus SPARE_BYTES, must be available
 SPARE_BYTES = 256 * 2**20
@@ -51,15 +50,13 @@ class LoadContext:
     device: torch.device
     dtype: torch.dtype
     progress: Progress | None = None
-    cancel: Cancel | None = None
+    cancel: CancelLike = None
     config: ModelConfig | None = None  # the configuration this load builds (check_config)
     config_file: Path | None = None  # where that configuration was read: errors without a file name get it
     done: int = 0  # tensors read so far, across shards
 
     def cancelled(self) -> bool:
-        if self.cancel is None:
-            return False
-        return self.cancel.is_set() if isinstance(self.cancel, threading.Event) else bool(self.cancel())
+        return asker(self.cancel)()
 
     def step(self, total: int, what: str) -> None:
         """Called before each tensor is read: stop if cancelled, else report progress."""
@@ -79,7 +76,7 @@ def current() -> LoadContext | None:
 
 @contextmanager
 def loading(source: str, device: str = "auto", dtype: str = "float32", progress: Progress | None = None,
-            cancel: Cancel | None = None) -> Iterator[LoadContext]:
+            cancel: CancelLike = None) -> Iterator[LoadContext]:
     dev = resolve_device(device)
     ctx = LoadContext(str(source), dev, resolve_dtype(dtype, dev), progress, cancel)
     token = CONTEXT.set(ctx)

@@ -37,7 +37,7 @@ Stopping. After each step, in this order:
     generation stops and says why. A prompt of exactly ``n_ctx`` tokens yields no step; a longer
     one is a :class:`~explorer.core.errors.PromptError`.
 
-Before each step the ``cancel`` callable (or ``threading.Event``) is consulted; when it says
+Before each step ``cancel`` (a ``Cancel``, a callable or a ``threading.Event``) is consulted; when it says
 stop, generation ends with ``"cancelled"`` without starting another forward pass.
 
 :func:`generate_steps` *returns* its :class:`GenerationResult` (``StopIteration.value``, or the
@@ -46,7 +46,6 @@ value of ``yield from``); :func:`generate` runs the whole loop and returns it.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ import numpy as np
 import torch
 
 from explorer.core.analysis.ranking import rank_of
+from explorer.core.cancel import CancelLike, asker
 from explorer.core.errors import PromptError
 from explorer.core.interventions.apply import Intervener, resolve
 from explorer.core.interventions.spec import Intervention
@@ -97,7 +97,6 @@ STOP_DESCRIPTIONS = {
     "nonfinite": "the model produced NaN or infinite logits",
 }
 
-Cancel = Callable[[], bool] | threading.Event | None
 
 
 # --- one step ---------------------------------------------------------------------------------
@@ -285,16 +284,6 @@ class PreallocatedKVCache(KVCache):
 
 # --- the loop ---------------------------------------------------------------------------------
 
-def _cancel_check(cancel: Cancel) -> Callable[[], bool]:
-    if cancel is None:
-        return lambda: False
-    if isinstance(cancel, threading.Event) or hasattr(cancel, "is_set"):
-        return cancel.is_set  # type: ignore[union-attr]
-    if callable(cancel):
-        return lambda: bool(cancel())
-    raise TypeError(f"cancel must be a callable, a threading.Event or None, got {type(cancel).__name__}")
-
-
 def _chosen_rank_prob(x: np.ndarray, token_id: int) -> tuple[int, float]:
     """Rank (ties: lower id first) and probability of ``token_id`` in processed logits ``x``."""
     finite = np.isfinite(x)
@@ -324,7 +313,7 @@ def generate_steps(
     loaded: LoadedModel,
     prompt_ids: Sequence[int],
     params: SamplingParams | None = None,
-    cancel: Cancel = None,
+    cancel: CancelLike = None,
     use_cache: bool = True,
     on_overflow: str = "stop",
     interventions: Sequence[Intervention] = (),
@@ -345,7 +334,7 @@ def generate_steps(
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
     prompt = _check_prompt(loaded, prompt_ids)
     ivs = resolve(loaded.model, prompt, interventions) if interventions else ()
-    return (yield from _loop(loaded, prompt, params, _cancel_check(cancel), use_cache, ivs))
+    return (yield from _loop(loaded, prompt, params, asker(cancel), use_cache, ivs))
 
 
 def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancelled: Callable[[], bool],
@@ -422,7 +411,7 @@ def generate(
     loaded: LoadedModel,
     prompt: str | Sequence[int],
     params: SamplingParams | None = None,
-    cancel: Cancel = None,
+    cancel: CancelLike = None,
     use_cache: bool = True,
     on_overflow: str = "stop",
     on_step: Callable[[Step], None] | None = None,

@@ -27,7 +27,6 @@ each batch element with its own patch (:class:`~explorer.core.interventions.appl
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from explorer.core.cancel import CancelLike, asker
 from explorer.core.interventions.apply import Intervener, record_sites
 from explorer.core.interventions.spec import Intervention, InterventionError
 from explorer.core.model import KVCache, Transformer
@@ -92,7 +92,7 @@ def _metric(logits: torch.Tensor, target: int, distractor: int | None) -> torch.
 
 def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Sequence[int], target: int,
                    distractor: int | None = None, position: int = -1, kinds: Sequence[str] = ("resid", "head"),
-                   batch_size: int = 32, cancel: Callable[[], bool] | threading.Event | None = None,
+                   batch_size: int = 32, cancel: CancelLike = None,
                    ) -> Generator[PatchingUpdate, None, PatchingResult]:
     cfg = model.cfg
     if not cfg.causal:
@@ -105,7 +105,7 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
     for name, tok in (("target", target), ("distractor", distractor)):
         if tok is not None and not 0 <= tok < cfg.vocab_size:
             raise InterventionError(f"the {name} token id {tok} is outside the vocabulary")
-    is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else (cancel or (lambda: False))
+    is_cancelled = asker(cancel)
     t0 = time.perf_counter()
     L, H = cfg.n_layers, cfg.n_heads
     clean_cut, corrupt_cut = list(clean_ids[:position + 1]), list(corrupt_ids[:position + 1])
@@ -172,7 +172,7 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
 
 def activation_patching(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Sequence[int], target: int,
                         distractor: int | None = None, position: int = -1, kinds: Sequence[str] = ("resid", "head"),
-                        batch_size: int = 32, cancel: Callable[[], bool] | threading.Event | None = None,
+                        batch_size: int = 32, cancel: CancelLike = None,
                         progress: Callable[[PatchingUpdate], None] | None = None) -> PatchingResult:
     """Both grids at once (see the module docstring); ``progress`` is called after each batch."""
     steps = patching_steps(model, clean_ids, corrupt_ids, target, distractor, position, kinds, batch_size, cancel)

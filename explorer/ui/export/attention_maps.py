@@ -9,7 +9,6 @@ no widget is created and no window appears.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 
+from explorer.core.cancel import Cancel
 from explorer.core.display.labels import token_labels
 from explorer.core.export import write_matrix_csv, write_npy
 from explorer.ui.export.raster import heatmap_image, save_png
@@ -39,7 +39,7 @@ def viridis_lut() -> np.ndarray:
 
 
 def write_attention_maps(trace: Any, directory: str | os.PathLike[str], layers: Sequence[int] | None = None,
-                         cancel: threading.Event | None = None, png: bool = True) -> Iterator[Progress]:
+                         cancel: Cancel | None = None, png: bool = True) -> Iterator[Progress]:
     """Write ``L{l}_H{h}.png`` (unless ``png`` is False), ``.npy`` and ``.csv`` per head into
     ``directory``; yield a ``Progress`` after each head; stop before the next head once ``cancel`` is set."""
     directory = Path(directory)

@@ -8,13 +8,13 @@ the status bar says what was written where.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
+from explorer.core.cancel import Cancel
 from explorer.ui.export.folders import last_folder, new_subfolder, remember, tell
 from explorer.ui.workers import run_in_background
 
@@ -50,7 +50,7 @@ class AttentionMapsExport:
         from explorer.ui.export.attention_maps import write_attention_maps
 
         self.window, self.folder = window, folder
-        self.cancel = threading.Event()
+        self.cancel = Cancel()
         self.total = trace.config.n_layers * trace.config.n_heads
         self.done = 0
         self.message = ""

@@ -19,7 +19,6 @@ it traces.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from explorer.core.cancel import Cancel
 from explorer.core.errors import ExplorerError, PromptError
 from explorer.core.generation.candidates import (
     N_CANDIDATES,
@@ -101,7 +101,7 @@ class GenerationPane(GenerationRun, Panel):
         self.error: str | None = None
         self.stop_at_eos = True  # end at the end-of-text token (no control for it here)
         self._follow_latest = True
-        self._cancel: threading.Event | None = None
+        self._cancel: Cancel | None = None
         self._worker: Any = None
         self._gen_id = 0
         self._incremental: Any = None

@@ -1,7 +1,7 @@
 """Generating in a worker and pacing what reaches the GUI thread.
 
 The generator (``explorer.core.generation.generate.generate_steps``) runs in a superqt generator
-worker (``stream_steps``); a ``threading.Event`` is its ``cancel``, so Stop ends it before the next
+worker (``stream_steps``); a ``Cancel`` (explorer.core.cancel) is its ``cancel``, so Stop ends it before the next
 forward pass. Steps reach the GUI thread as they are made, but a fast model's steps are grouped once a
 frame (``FRAME_MS``), one text edit and one repaint per group, and the bar chart follows the newest
 step at most every ``BAR_INTERVAL_MS``, less often if redrawing it would take more than
@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-import threading
 import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from superqt.utils import create_worker
 
+from explorer.core.cancel import Cancel
 from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
@@ -41,7 +41,7 @@ BAR_INTERVAL_MS = 50  # while streaming, the chart (the newest step) is redrawn 
 BAR_BUDGET = 0.03  # and less often if drawing it would take more than this share of the time
 
 
-def stream_steps(loaded: Any, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event,
+def stream_steps(loaded: Any, prompt_ids: Sequence[int], params: SamplingParams, cancel: Cancel,
                  frame_seconds: float | None = None, interventions: Sequence[Any] = ()) -> Generator[list[Step], None, GenerationResult]:
     """``generate_steps``, its steps handed on in groups (run in the worker; returns the result).
 
@@ -122,7 +122,7 @@ class GenerationRun:
         self.step_spin.setRange(0, params.max_new_tokens - 1)  # set once: a new maximum is a new layout
         self.step_spin.setValue(0)
         self.step_spin.blockSignals(False)
-        self._cancel = threading.Event()
+        self._cancel = Cancel()
         worker = create_worker(stream_steps, self.loaded, list(ids), params, self._cancel,
                                interventions=tuple(getattr(self, "active_interventions", ()) or ()),  # the window's, if any
                                _start_thread=False, _ignore_errors=True)

@@ -13,7 +13,6 @@ strip), so every panel shows the patched run and "What changed" compares it with
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSplitter, QWidget
 from superqt.utils import create_worker
 
+from explorer.core.cancel import Cancel
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
@@ -30,7 +30,7 @@ from explorer.ui.workers import error_message
 
 
 def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, distractor: int | None,
-                 cancel: threading.Event):
+                 cancel: Cancel):
     """The worker's generator: ``patching_steps``'s updates, then its result."""
     from explorer.core.interventions.patching import patching_steps
 
@@ -46,7 +46,7 @@ class PatchingPanel(Panel):
         super().__init__(selection, parent)
         self.result: Any = None
         self._worker: Any = None
-        self._cancel = threading.Event()
+        self._cancel = Cancel()
         self._clean_ids: list[int] = []
         self._corrupt_text = ""
         row = QHBoxLayout()
@@ -133,7 +133,7 @@ class PatchingPanel(Panel):
         self.result = None
         self._labels = token_labels(self.trace.tokens)
         self._draw()
-        self._cancel = threading.Event()
+        self._cancel = Cancel()
         worker = create_worker(run_patching, self.trace._model, list(self._clean_ids), corrupt, target, distractor,
                                self._cancel, _start_thread=False, _ignore_errors=True)
         worker.yielded.connect(self._on_update)
