@@ -116,3 +116,26 @@ def check(loaded, model, ids=IDS, steps=6, tol=TOL, final_norm: bool = True,
     if without_cache:
         assert ours_greedy(loaded, ids, steps, use_cache=False) == expected
     return diffs
+
+
+def build_saved(config_name: str, model_name: str, path, **overrides):
+    """A tiny random transformers model saved to ``path`` with save_pretrained: (model, path)."""
+    model = build(config_name, model_name, **overrides)
+    model.save_pretrained(path)
+    return model, path
+
+
+def compare(loaded, model, ids=IDS) -> dict[str, float]:
+    return check(loaded, model, ids)
+
+
+def score_difference(derived: np.ndarray, stored: np.ndarray) -> float:
+    """Max abs difference of two score matrices whose masked (-inf) entries must coincide."""
+    assert np.array_equal(np.isinf(derived), np.isinf(stored))
+    finite = np.isfinite(stored)
+    return float(np.abs(derived[finite] - stored[finite]).max())
+
+
+# Gemma 2 with every switch it has: sandwich norms, both soft caps, a sliding window on every other layer
+GEMMA2 = dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16, sliding_window=4, query_pre_attn_scalar=24,
+              attn_logit_softcapping=2.0, final_logit_softcapping=30.0)
