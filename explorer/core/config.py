@@ -147,7 +147,7 @@ class ModelConfig:
     attn_bias: bool = True
     mlp_bias: bool = True
     tie_embeddings: bool = True
-    # --- Gemma/Qwen/OLMo/Granite switches (issue 16a)
+    # --- Gemma/Qwen/OLMo/Granite switches
     attn_out_bias: bool | None = None  # W_O's bias; None = as attn_bias (Qwen2: q/k/v have biases, W_O none)
     norm_offset: float = 0.0  # RMSNorm multiplies by (offset + w): Gemma stores w - 1 and uses offset 1
     norm_affine: bool = True  # False: norms without weight or bias (OLMo's LayerNorm)
@@ -164,11 +164,11 @@ class ModelConfig:
     sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
     rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
     rotary_base_local: float | None = None  # rotary base of the sliding layers, unscaled (Gemma 3)
-    # --- encoder switches (issue 16b)
+    # --- encoder switches (BERT, RoBERTa, DistilBERT)
     token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
     embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
     mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
-    # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (issue 16c; BLOOM also uses 16b's embed_norm)
+    # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (BLOOM also uses the encoders' embed_norm)
     alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
     alibi_before_scale: bool = False  # Falcon-RW: the penalty is added before the scale, (q.k + bias) / sqrt(d_head)
     rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
@@ -184,11 +184,12 @@ class ModelConfig:
             scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
             object.__setattr__(self, "rope_scaling", tuple(sorted(  # LongRoPE's per-frequency factors: tuples
                 (str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling)))
-            problems = self._problems_16a() + self._problems_16c()
+            problems = self._attention_problems() + self._layout_problems()
         if problems:
             raise CheckpointError("invalid model configuration: " + "; ".join(problems))
 
-    def _problems_16a(self) -> list[str]:
+    def _attention_problems(self) -> list[str]:
+        """q/k norms, sliding windows, caps and clips, RoPE scaling."""
         problems = []
         if self.qk_norm not in QK_NORMS:
             problems.append(f"qk_norm must be one of {QK_NORMS} (got {self.qk_norm!r})")
@@ -206,7 +207,8 @@ class ModelConfig:
             problems.append(f"RoPE scaling {kind!r} needs {', '.join(missing)}")
         return problems
 
-    def _problems_16c(self) -> list[str]:
+    def _layout_problems(self) -> list[str]:
+        """ALiBi, the interleaved rotary, a shared norm, narrower embeddings."""
         problems = [f"{name} must be true or false (got {getattr(self, name)!r:.60})" for name in
                     ("alibi", "alibi_before_scale", "rotary_interleaved", "shared_norm", "unembed_bias")
                     if not isinstance(getattr(self, name), bool)]
@@ -256,9 +258,10 @@ class ModelConfig:
         positions = "ALiBi positions" if self.alibi else f"{self.positions} positions"
         return (f"{self.arch}: {self.n_layers} layers, d_model={self.d_model}, {heads} of d_head={self.d_head}, "
                 f"{ffn}, {norm}, {positions}, {'causal' if self.causal else 'bidirectional'}"
-                + self._describe_16a())
+                + self._describe_extras())
 
-    def _describe_16a(self) -> str:
+    def _describe_extras(self) -> str:
+        """Sliding windows, soft caps, q/k norms and RoPE scaling, where the model has them."""
         extras = []
         if self.sliding_layers and self.sliding_window:
             extras.append(f"sliding window {self.sliding_window} on {len(self.sliding_layers)} layers")

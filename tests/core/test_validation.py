@@ -1,4 +1,4 @@
-"""Validation before allocation (issue 15): configs, the memory check, tensors from torch.load, plain pickles,
+"""Validation before allocation: configs, the memory check, tensors from torch.load, plain pickles,
 loading with progress and cancel, numerical trouble shown instead of raised, and property tests."""
 
 from __future__ import annotations

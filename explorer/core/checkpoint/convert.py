@@ -172,7 +172,7 @@ def number(hf: dict[str, Any], family: str, key: str, default: Any = None) -> fl
     return float(value)
 
 
-# --- helpers of the families added for issue 16c (Phi, Phi-3, GPT-Neo, GPT-J, OPT, BLOOM, Falcon)
+# --- helpers shared by Phi, Phi-3, GPT-Neo, GPT-J, OPT, BLOOM and Falcon
 
 def rotary_dim(d_head: int, partial: float | None, family: str) -> int | None:
     """How many dimensions of each head rotate (None: all of them), as transformers rounds it."""
