@@ -11,21 +11,23 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from explorer.core.errors import CheckpointError
 
-NORMS = ("layernorm", "rmsnorm", "none")
-NORM_PLACEMENTS = ("pre", "post", "sandwich", "output")  # sandwich: pre and output norms; output: OLMo 2
-QK_NORMS = ("none", "head", "per_head", "full")
+Norm = Literal["layernorm", "rmsnorm", "none"]
+NormPlacement = Literal["pre", "post", "sandwich", "output"]  # sandwich: pre and output norms; output: OLMo 2
+QKNorm = Literal["none", "head", "per_head", "full"]
+Positions = Literal["learned", "sinusoidal", "rotary", "none"]
+Activation = Literal["gelu_tanh", "gelu", "relu", "silu"]
+NORMS, NORM_PLACEMENTS, QK_NORMS = get_args(Norm), get_args(NormPlacement), get_args(QKNorm)
 # RoPE scaling types (explorer/core/rope.py computes them) and the keys each needs
 ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor", "max_position_embeddings"),
                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
                      "yarn": ("original_max_position_embeddings",),
                      "longrope": ("short_factor", "long_factor", "original_max_position_embeddings",
                                   "max_position_embeddings")}
-POSITIONS = ("learned", "sinusoidal", "rotary", "none")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu")
+POSITIONS, ACTIVATIONS = get_args(Positions), get_args(Activation)
 
 # Sanity bounds: far above every real checkpoint (Llama-3.1-405B: 126 layers, d 16384, 128 heads,
 # d_ff 53248; Gemma: vocabulary 262144; contexts up to 1M), far below what would only exhaust memory.
@@ -41,6 +43,7 @@ _OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "att
              "final_softcap", "qkv_clip", "rotary_base_local")
 _FINITE = ("norm_offset", "embed_scale", "residual_scale", "logit_scale", "attn_scale", "attn_softcap",
            "final_softcap", "qkv_clip", "rotary_base_local")  # finite numbers (or None where optional)
+
 
 def _type_problems(cfg: ModelConfig) -> list[str]:
     problems = []
@@ -115,14 +118,18 @@ def _range_problems(cfg: ModelConfig) -> list[str]:
     return problems
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """Shapes and switches of a decoder (or encoder) transformer.
+    """Shapes and switches of a decoder (or encoder) transformer, in the order the forward pass meets them.
 
     Symbols used across the code base: V = ``vocab_size``, n = tokens in the prompt,
     d = ``d_model``, H = ``n_heads``, d_head = ``d_head``, d_ff = ``d_ff``, L = ``n_layers``.
+    The fields stay flat (config.json and trace files store them as flat keys); each section below
+    is one step of ``Transformer.forward``. Keyword arguments only.
     """
 
+    arch: str = "gpt2"
+    # --- shapes
     vocab_size: int
     n_ctx: int
     d_model: int
@@ -130,51 +137,53 @@ class ModelConfig:
     n_heads: int
     d_head: int
     d_ff: int
-    arch: str = "gpt2"
-    n_kv_heads: int | None = None  # grouped-query attention: fewer K/V heads than Q heads
-    norm: str = "layernorm"
-    norm_placement: str = "pre"
-    norm_eps: float = 1e-5
-    final_norm: bool = True
-    positions: str = "learned"
+    # --- 1. embedding: token rows (times a scale), token types, a norm over the sum
+    d_embed: int | None = None  # OPT-350m: embeddings narrower than d_model, projected in and out
+    embed_scale: float = 1.0  # embedding rows times this (Gemma: sqrt(d); Granite: embedding_multiplier)
+    token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
+    embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT, BLOOM)
+    # --- 2. positions: added to the embedding, or turning q and k (rotary), or a bias on the scores (ALiBi)
+    positions: Positions = "learned"
     rotary_dim: int | None = None  # rotary: how many dimensions of each head rotate (None = all)
     rotary_base: float = 10000.0
-    activation: str = "gelu_tanh"
-    gated_ffn: bool = False
-    attn_only: bool = False  # no FFN sublayer at all
-    parallel_residual: bool = False  # attention and FFN both read the block's input
-    causal: bool = True
-    attn_bias: bool = True
-    mlp_bias: bool = True
-    tie_embeddings: bool = True
-    # --- Gemma/Qwen/OLMo/Granite switches
-    attn_out_bias: bool | None = None  # W_O's bias; None = as attn_bias (Qwen2: q/k/v have biases, W_O none)
-    norm_offset: float = 0.0  # RMSNorm multiplies by (offset + w): Gemma stores w - 1 and uses offset 1
-    norm_affine: bool = True  # False: norms without weight or bias (OLMo's LayerNorm)
-    qk_norm: str = "none"  # head: each head's q, k over d_head (Qwen3, Gemma 3); per_head: a weight per head
-    #                        (StableLM); full: all heads' q (k) as one vector (OLMo 2)
-    qkv_clip: float | None = None  # OLMo: q, k, v clamped to [-clip, clip]
-    embed_scale: float = 1.0  # embedding rows times this (Gemma: sqrt(d); Granite: embedding_multiplier)
-    attn_scale: float | None = None  # scores = q.k * attn_scale; None = 1/sqrt(d_head)
-    attn_softcap: float | None = None  # Gemma 2: scores -> cap * tanh(scores / cap) before the mask
-    final_softcap: float | None = None  # Gemma 2: logits -> cap * tanh(logits / cap)
-    residual_scale: float = 1.0  # Granite: each sublayer's output times this before it is added
-    logit_scale: float = 1.0  # Granite: logits times this (1 / logits_scaling)
-    sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
-    sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
-    rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
     rotary_base_local: float | None = None  # rotary base of the sliding layers, unscaled (Gemma 3)
-    # --- encoder switches (BERT, RoBERTa, DistilBERT)
-    token_types: int = 0  # BERT's token-type (segment) embeddings; the one segment, type 0, is added everywhere
-    embed_norm: bool = False  # a norm over the summed embeddings before the first block (BERT)
-    mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
-    # --- Phi/GPT-J/OPT/BLOOM/Falcon switches (BLOOM also uses the encoders' embed_norm)
+    rope_scaling: tuple[tuple[str, Any], ...] = ()  # RoPE scaling parameters (explorer/core/rope.py), as pairs
+    rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
     alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
     alibi_before_scale: bool = False  # Falcon-RW: the penalty is added before the scale, (q.k + bias) / sqrt(d_head)
-    rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
+    # --- 3. attention: projections, q/k norms, scores (scale, bias, mask, cap), pattern, output
+    causal: bool = True
+    n_kv_heads: int | None = None  # grouped-query attention: fewer K/V heads than Q heads
+    attn_bias: bool = True
+    attn_out_bias: bool | None = None  # W_O's bias; None = as attn_bias (Qwen2: q/k/v have biases, W_O none)
+    qkv_clip: float | None = None  # OLMo: q, k, v clamped to [-clip, clip]
+    qk_norm: QKNorm = "none"  # head: each head's q, k over d_head (Qwen3, Gemma 3); per_head: a weight per head
+    #                           (StableLM); full: all heads' q (k) as one vector (OLMo 2)
+    attn_scale: float | None = None  # scores = q.k * attn_scale; None = 1/sqrt(d_head)
+    attn_softcap: float | None = None  # Gemma 2: scores -> cap * tanh(scores / cap) before the mask
+    sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
+    sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
+    # --- 4. norms and the residual stream: where each sublayer's norm sits and how its output is added
+    norm: Norm = "layernorm"
+    norm_placement: NormPlacement = "pre"
+    norm_eps: float = 1e-5
+    norm_offset: float = 0.0  # RMSNorm multiplies by (offset + w): Gemma stores w - 1 and uses offset 1
+    norm_affine: bool = True  # False: norms without weight or bias (OLMo's LayerNorm)
     shared_norm: bool = False  # parallel block whose attention and FFN read one norm (Phi, GPT-J, Falcon)
+    parallel_residual: bool = False  # attention and FFN both read the block's input
+    residual_scale: float = 1.0  # Granite: each sublayer's output times this before it is added
+    final_norm: bool = True
+    # --- 5. FFN
+    attn_only: bool = False  # no FFN sublayer at all
+    activation: Activation = "gelu_tanh"
+    gated_ffn: bool = False
+    mlp_bias: bool = True
+    # --- 6. output: the masked-LM head (encoders), the un-embedding, the logits' scale and cap
+    mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
+    tie_embeddings: bool = True
     unembed_bias: bool = False  # Phi, GPT-J: the un-embedding adds a bias per vocabulary entry
-    d_embed: int | None = None  # OPT-350m: embeddings narrower than d_model, projected in and out
+    logit_scale: float = 1.0  # Granite: logits times this (1 / logits_scaling)
+    final_softcap: float | None = None  # Gemma 2: logits -> cap * tanh(logits / cap)
 
     def __post_init__(self) -> None:
         problems = _type_problems(self) or _range_problems(self)
