@@ -12,6 +12,7 @@ import pytest
 import torch
 from decoder_reference import GEMMA2, IDS, build, save_and_open
 
+from explorer.core.checkpoint import supported_formats
 from explorer.core.errors import CheckpointError
 from explorer.core.trace import CaptureSpec
 
@@ -113,3 +114,9 @@ def test_scores_formula_names_each_architectures_rule():
     assert scores_formula(ModelConfig(**base, alibi=True), 0) == "scores q\u00b7k/\u221ad_head + ALiBi bias"
     neo = ModelConfig(**base, attn_scale=1.0, sliding_window=4, sliding_layers=(1,))
     assert scores_formula(neo, 0) == "scores q\u00b7k" and scores_formula(neo, 1) == "scores q\u00b7k, sliding window 4"
+
+
+def test_supported_formats_name_the_new_architectures():
+    text = supported_formats()
+    for name in ("'llama'", "'mistral'", "'gpt_neox'", "'gpt2'", "nanoGPT"):
+        assert name in text
