@@ -34,7 +34,7 @@ def _is_transformers_model(obj: Any) -> bool:
 
 def from_transformers(model: Any, tokenizer: Any = None, device: str = "auto", dtype: str = "float32",
                       name: str | None = None) -> LoadedModel:
-    """Convert an in-memory ``transformers`` causal LM (and its tokenizer) without writing files."""
+    """Convert an in-memory ``transformers`` model of a registered family (and its tokenizer) without writing files."""
     if not _is_transformers_model(model):
         raise CheckpointError(f"expected a transformers model (with .config and .state_dict()), got {type(model).__name__}")
     hf = model.config.to_dict()
