@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from explorer.core.checkpoint.convert import Tensors, activation, expected_shapes, get_int
-from explorer.core.checkpoint.family import Family, layout_only
+from explorer.core.checkpoint.family import Family, FromWeightsFn, layout_only
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 
@@ -165,7 +165,7 @@ def encoder_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[s
     return bert_config(hf, family, has_head=True), notes
 
 
-def without_head(family: str):
+def without_head(family: str) -> FromWeightsFn:
     """Whether the tensors hold the masked-LM head; if not, the config without it and a note saying so."""
     marker = {"bert": "cls.predictions.", "roberta": "lm_head.", "distilbert": "vocab_transform."}[family]
 
