@@ -253,9 +253,17 @@ def place(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
     if disk:
         import tempfile
 
-        root = Path(placement.offload_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        index = _offload_to_disk(model, disk, Path(tempfile.mkdtemp(prefix="offload-", dir=root)))
+        import shutil
+        import weakref
+
+        root = Path(placement.offload_dir).expanduser()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix="offload-", dir=root))
+        except OSError as exc:
+            raise ExplorerError(f"cannot write offloaded blocks to {root} ({exc.strerror or exc})") from None
+        weakref.finalize(model, shutil.rmtree, folder, True)  # our own subfolder goes when the model goes
+        index = _offload_to_disk(model, disk, folder)
     devices = {where for where in device_map.values()}
     main = next((d for d in devices if d not in ("cpu", "disk")), "cpu")
     dispatch_model(model, device_map, main_device=main, offload_index=index, force_hooks=True)

@@ -143,3 +143,45 @@ def test_disk_needs_a_folder(llama_dir):
     loaded = load_checkpoint(llama_dir, device="cpu")
     with pytest.raises(ExplorerError, match="--offload-dir"):
         place(loaded.model, Placement("sequential", {"cpu": _block_bytes(loaded)}, None))
+
+
+def test_export_with_offload_writes_the_same_trace(llama_dir, tmp_path, capsys):
+    """The README's contract: --device-map auto --max-memory cpu=SIZE --offload-dir D changes no number,
+    and the resident weights stay under SIZE plus one block."""
+    from explorer.cli import main
+
+    plain = load_checkpoint(llama_dir, device="cpu")
+    size = resident_bytes(plain.model) // 2
+    prompt = " ".join(str(i) for i in IDS)
+    assert main(["export", "--checkpoint", str(llama_dir), "--prompt", prompt, "--out", str(tmp_path / "a")]) == 0
+    flags = ["--device-map", "auto", "--max-memory", f"cpu={size}", "--offload-dir", str(tmp_path / "d")]
+    assert main(["export", "--checkpoint", str(llama_dir), "--prompt", prompt, "--out", str(tmp_path / "b"),
+                 *flags]) == 0
+    a, b = np.load(tmp_path / "a" / "trace.npz"), np.load(tmp_path / "b" / "trace.npz")
+    assert sorted(a.files) == sorted(b.files) and "logits" in a.files
+    for key in a.files:
+        if a[key].dtype.kind in "fc":
+            np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-5, err_msg=key)
+        else:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # the same placement in this process: what stays resident
+    from explorer.commands import placement_from
+    from explorer.cli import _command_parser
+
+    args = _command_parser().parse_args(["info", "--checkpoint", str(llama_dir), *flags])
+    placed = load_checkpoint(llama_dir, device="cpu", placement=placement_from(args))
+    assert "disk" in placed.model.hf_device_map.values()
+    assert resident_bytes(placed.model) <= size + _block_bytes(placed)
+    assert main(["info", "--checkpoint", str(llama_dir), *flags]) == 0
+    assert "disk" in capsys.readouterr().out
+
+
+def test_placement_options_need_accelerate(llama_dir, monkeypatch, capsys):
+    import sys
+
+    from explorer.cli import main
+
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # as if it were not installed
+    assert main(["info", "--checkpoint", str(llama_dir), "--device-map", "auto"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pip install 'transformer-explorer[offload]'" in err
