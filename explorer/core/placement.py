@@ -193,6 +193,14 @@ def describe(model: torch.nn.Module) -> str:
 
 # --- placing a model --------------------------------------------------------------------------------
 
+def fit_to_machine() -> Placement:
+    """Models > Fit to this machine: blocks on the GPUs while they fit (accelerate reads the free memory),
+    then CPU memory, then the app's cache folder on disk."""
+    from explorer.core.paths import user_cache_dir
+
+    return Placement("auto", None, str(user_cache_dir() / "offload"))
+
+
 def plan(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
     """accelerate's device map for ``model`` under ``placement`` (blocks never split)."""
     require_accelerate()
