@@ -213,7 +213,11 @@ def plan(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
 
         with torch.device("meta"):
             model = type(model)(dataclasses.replace(cfg, tie_embeddings=False))
-    max_memory = placement.max_memory
+    max_memory = dict(placement.max_memory) if placement.max_memory else None
+    if tied and max_memory:  # the untied plan counts the shared matrix twice: give the first device it back
+        first = next((k for k in max_memory if k != "disk"), None)
+        if first is not None:
+            max_memory[first] += model.embed.weight.numel() * model.embed.weight.element_size()
     if placement.strategy != "sequential":  # auto = balanced, as transformers' device_map="auto"
         max_memory = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=["Block"])
     device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=["Block"])

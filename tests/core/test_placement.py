@@ -36,8 +36,6 @@ def disk_offloaded(path, tmp_path, keep_blocks: int = 1):
     """The model with all but about ``keep_blocks`` blocks sent to disk (budget: the rest of the model)."""
     loaded = load_checkpoint(path, device="cpu")
     total = resident_bytes(loaded.model)
-    if loaded.config.tie_embeddings:  # the planner counts a tied embedding twice
-        total += loaded.model.embed.weight.numel() * loaded.model.embed.weight.element_size()
     budget = total - (len(loaded.model.blocks) - keep_blocks) * _block_bytes(loaded)
     place(loaded.model, Placement("sequential", {"cpu": budget}, str(tmp_path / "offload")))
     return loaded, budget
