@@ -132,6 +132,13 @@ def test_remote_request_saves_the_compact_set_in_execution_order(family_dirs, mo
     for key in theirs.stored_keys():
         np.testing.assert_allclose(theirs[key], ours[key], atol=1e-5, err_msg=key)
     assert theirs.meta.extra["backend"] == "remote"
+    # on demand, reduced on the server: the lens and the output's top 3, one position's neurons
+    from explorer.core.remote.backend import fetch_details
+
+    details = Recording(lm, settings)
+    got = fetch_details(lm, "llama", cfg, IDS, 1, 3, k=3, backend=details)
+    assert len(details.sent) == 1 and got["top_ids"].shape == (3,) and got["lens_ids"].shape == (3,)
+    np.testing.assert_allclose(got["mlp.post"], ours["blocks.1.mlp.post"][3], atol=1e-5)
 
 
 def test_a_server_refusal_is_one_line(family_dirs, monkeypatch):
@@ -183,3 +190,25 @@ def test_settings_and_missing_nnsight(monkeypatch, tmp_path, capsys):
                  "--backend", "nnsight"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install 'transformer-explorer[remote]'" in err
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_details_on_demand_equal_our_own(family, family_dirs, tiny_gpt2_dir):
+    import json
+
+    from explorer.core.analysis.residual import logit_lens
+    from explorer.core.remote.backend import fetch_details
+
+    path = _directory(family, family_dirs, tiny_gpt2_dir)
+    hf = json.loads((path / "config.json").read_text())
+    cfg = our_config(family, hf)
+    ours = load_checkpoint(path, device="cpu").trace_ids(IDS)
+    layer, position = cfg.n_layers - 1, 4
+    got = fetch_details(open_model(path, hf), family, cfg, IDS, layer, position, k=5)
+    np.testing.assert_allclose(got["mlp.post"], ours[f"blocks.{layer}.mlp.post"][position], atol=1e-4)
+    logits = ours["logits"][position]
+    np.testing.assert_array_equal(got["top_ids"], np.argsort(-logits, kind="stable")[:5])
+    np.testing.assert_allclose(got["top_logits"], logits[got["top_ids"]], atol=1e-4)
+    lens = logit_lens(ours, top=5)
+    np.testing.assert_array_equal(got["lens_ids"], lens.ids[layer, position])
+    np.testing.assert_allclose(got["lens_logits"], lens.logits[layer, position], atol=1e-4)

@@ -104,6 +104,48 @@ def _saves(lm: Any, ids: Any, family: Family, n_layers: int, **trace_kwargs: Any
     return list(saved)
 
 
+def _details(lm: Any, ids: Any, family: Family, layer: int, position: int, k: int, **trace_kwargs: Any) -> list[Any]:
+    """What a panel asks for at one layer and position, reduced on the server: the lens's top k at block
+    ``layer``'s input, the FFN's neurons there, and the model's top k. Saved in execution order."""
+    import nnsight
+
+    with lm.trace(ids, **trace_kwargs):
+        saved = nnsight.save([])
+        block = attrgetter(family.layers)(lm)[layer]
+        stream = block.input[0, position]                                      # resid_pre at the position [d]
+        lens = attrgetter(family.unembed)(lm)(attrgetter(family.final_norm)(lm)(stream))  # [V]
+        saved.extend(lens.topk(k))                                             # values, ids
+        saved.append(attrgetter(family.mlp_out)(block).input[0, position])     # mlp.post [d_ff]
+        saved.extend(lm.output.logits[0, position].topk(k))                   # values, ids
+    return list(saved)
+
+
+def fetch_details(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], layer: int, position: int, k: int = 10,
+                  backend: Any = None, remote: bool = False, settings: RemoteSettings | None = None) -> dict:
+    """On demand, for the selected layer and position: ``lens_ids``/``lens_logits`` (top k of the logit lens at
+    block ``layer``'s input), ``mlp.post`` there, and ``top_ids``/``top_logits`` of the model's output."""
+    import torch
+
+    from explorer.core.model import output_logits
+
+    family = family_of(model_type)
+    if not (0 <= layer < cfg.n_layers and -len(ids) <= position < len(ids)):
+        raise ExplorerError(f"layer {layer} or position {position} is outside this trace")
+    kwargs: dict[str, Any] = {"backend": backend} if backend is not None else {}
+    if remote and backend is None:
+        kwargs["backend"] = remote_backend(lm, settings or RemoteSettings.resolve())
+    try:
+        with torch.inference_mode():
+            values = _details(lm, torch.tensor([list(ids)], dtype=torch.long), family, layer, position, k, **kwargs)
+    except ExplorerError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _one_line(exc, model_type) from exc
+    lens_values, lens_ids, post, top_values, top_ids = (torch.as_tensor(v).detach().float().cpu() for v in values)
+    return {"lens_ids": lens_ids.long().numpy(), "lens_logits": output_logits(cfg, lens_values).numpy(),
+            "mlp.post": post.numpy(), "top_ids": top_ids.long().numpy(), "top_logits": top_values.numpy()}
+
+
 def saved_keys(n_layers: int) -> list[str]:
     """The Trace keys of ``_saves``' values, in execution order."""
     keys = []

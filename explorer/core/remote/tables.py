@@ -15,6 +15,8 @@ its inputs are q and k after the rotary turn and v, per head, as this project re
 | ``blocks.{l}.attn.q``, ``.k``, ``.v`` | ``{layers}[l].{attention}.source.{attention_op}.inputs`` (args 1, 2, 3) |
 | ``resid_final`` | ``{final_norm}.input`` |
 | last position's logits | the model's output ``.logits[0, -1]`` (after Gemma 2's soft cap) |
+| on demand: ``blocks.{l}.mlp.post`` | ``{layers}[l].{mlp_out}.input`` (the FFN's down projection's input) |
+| on demand: the lens at block l | ``{unembed}({final_norm}({layers}[l].input))``, top k on the server |
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ class Family:
     attention: str       # the attention module inside a block
     attention_op: str    # the eager attention call inside the attention module's forward (.source)
     final_norm: str      # the norm after the last block: its input is resid_final
+    mlp_out: str         # the FFN's output projection inside a block: its input is mlp.post
+    unembed: str = "lm_head"
 
 
 _DECODER = Family(layers="model.layers", attention="self_attn", attention_op="attention_interface_1",
-                  final_norm="model.norm")
+                  final_norm="model.norm", mlp_out="mlp.down_proj")
 
 FAMILIES: dict[str, Family] = {
     "llama": _DECODER,
@@ -42,7 +46,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3": _DECODER,
     "gemma2": _DECODER,
     "gpt2": Family(layers="transformer.h", attention="attn", attention_op="attention_interface_1",
-                   final_norm="transformer.ln_f"),
+                   final_norm="transformer.ln_f", mlp_out="mlp.c_proj"),
 }
 
 
