@@ -212,3 +212,32 @@ def test_details_on_demand_equal_our_own(family, family_dirs, tiny_gpt2_dir):
     lens = logit_lens(ours, top=5)
     np.testing.assert_array_equal(got["lens_ids"], lens.ids[layer, position])
     np.testing.assert_allclose(got["lens_logits"], lens.logits[layer, position], atol=1e-4)
+
+
+def test_layers_arrive_a_request_at_a_time(family_dirs, monkeypatch):
+    import json
+
+    from nnsight.modeling import huggingface
+
+    from explorer.core.remote.backend import stream_compact
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = family_dirs["qwen3"]
+    monkeypatch.setitem(huggingface._ID_CACHE, str(path), "org/tiny-qwen3")
+    hf = json.loads((path / "config.json").read_text())
+    cfg, lm = our_config("qwen3", hf), open_model(path, hf)
+    backends = []
+
+    def backend_for():
+        backends.append(Recording(lm, RemoteSettings.resolve("https://ndif.example.org", "k")))
+        return backends[-1]
+
+    ours = load_checkpoint(path, device="cpu").trace_ids(IDS)
+    arrived = list(stream_compact(lm, "qwen3", cfg, IDS, layers_per_request=1, backend_for=backend_for))
+    assert [(first, last) for first, last, _ in arrived] == [(0, 1), (1, 2)] and len(backends) == 2
+    assert sorted(arrived[0][2]) == ["blocks.0.attn.k", "blocks.0.attn.q", "blocks.0.attn.v", "blocks.0.resid_pre"]
+    merged = {k: v for _, _, arrays in arrived for k, v in arrays.items()}
+    assert set(merged) == set(saved_keys(cfg.n_layers))
+    for key, value in merged.items():
+        np.testing.assert_allclose(value, ours["logits"][-1] if key == "last_logits" else ours[key], atol=1e-5,
+                                   err_msg=key)

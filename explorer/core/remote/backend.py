@@ -84,24 +84,61 @@ def open_model(source: str | Path, hf: dict[str, Any], remote: bool = False) -> 
     return TransformersModel(str(source), dispatch=True, dtype=torch.float32, **kwargs)
 
 
-def _saves(lm: Any, ids: Any, family: Family, n_layers: int, **trace_kwargs: Any) -> list[Any]:
-    """One forward pass; the compact set in execution order. (The body of the ``with`` block is what
-    nnsight ships to a server: it refers only to builtins, ``attrgetter`` and nnsight.)"""
+def _saves(lm: Any, ids: Any, family: Family, n_layers: int, first: int = 0, last: int | None = None,
+           **trace_kwargs: Any) -> list[Any]:
+    """One forward pass; the compact set of blocks ``first`` .. ``last - 1`` in execution order, and after the
+    last block resid_final and the logits; a pass that ends before the last block stops there (the server
+    runs no further). The body of the ``with`` block is what nnsight ships to a server: it refers only to
+    builtins, ``attrgetter`` and nnsight."""
     import nnsight
 
-    with lm.trace(ids, **trace_kwargs):
+    last = n_layers if last is None else last
+    with lm.trace(ids, **trace_kwargs) as tracer:
         saved = nnsight.save([])
         blocks = attrgetter(family.layers)(lm)
-        for layer in range(n_layers):
+        for layer in range(first, last):
             block = blocks[layer]
             saved.append(block.input[0])                                       # resid_pre [n, d]
             call = getattr(getattr(block, family.attention).source, family.attention_op).inputs[0]
             saved.append(call[1][0])                                           # q [H, n, dh] (after rotary)
             saved.append(call[2][0])                                           # k [Hkv, n, dh]
             saved.append(call[3][0])                                           # v [Hkv, n, dh]
+        if last < n_layers:
+            tracer.stop()
         saved.append(attrgetter(family.final_norm)(lm).input[0])                # resid_final [n, d]
         saved.append(lm.output.logits[0, -1])                                  # last position's logits [V]
     return list(saved)
+
+
+def stream_compact(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], layers_per_request: int = 4,
+                   backend_for: Callable[[], Any] | None = None, remote: bool = False,
+                   settings: RemoteSettings | None = None) -> Any:
+    """The compact set a few layers at a time, one request each, so the first panels can draw while later
+    layers arrive: yields ``(first, last, arrays)`` (``arrays`` under Trace keys; the last request adds
+    resid_final and last_logits). ``backend_for()`` makes each request's backend (the tests' stand-in)."""
+    import torch
+
+    family = family_of(model_type)
+    L, step = cfg.n_layers, max(1, int(layers_per_request))
+    batch = torch.tensor([list(ids)], dtype=torch.long)
+    for first in range(0, L, step):
+        last = min(L, first + step)
+        kwargs: dict[str, Any] = {}
+        if backend_for is not None:
+            kwargs["backend"] = backend_for()
+        elif remote:
+            kwargs["backend"] = remote_backend(lm, settings or RemoteSettings.resolve())
+        try:
+            with torch.inference_mode():
+                values = _saves(lm, batch, family, L, first, last, **kwargs)
+        except ExplorerError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _one_line(exc, model_type) from exc
+        keys = [k for k in saved_keys(L) if k.startswith(tuple(f"blocks.{i}." for i in range(first, last)))]
+        keys += ["resid_final", "last_logits"] if last == L else []
+        yield first, last, {key: np.ascontiguousarray(torch.as_tensor(v).detach().float().cpu().numpy())
+                            for key, v in zip(keys, values)}
 
 
 def _details(lm: Any, ids: Any, family: Family, layer: int, position: int, k: int, **trace_kwargs: Any) -> list[Any]:
