@@ -385,10 +385,10 @@ class Trace:
 
     def _model_input(self, array: np.ndarray, layer: int | None = None) -> torch.Tensor:
         """``array`` as a [1, ...] tensor where block ``layer`` computes (the tail's device for None)."""
-        from explorer.core.placement import block_device, execution_device, model_dtype
+        from explorer.core.placement import block_device, execution_device, model_dtype, tail_device
 
         model = self._model
-        device = (block_device(model, layer) if layer is not None else None) or execution_device(model)
+        device = (block_device(model, layer) if layer is not None else tail_device(model)) or execution_device(model)
         return as_tensor(array).to(device=device, dtype=model_dtype(model))[None]
 
     def _rerun_block(self, layer: int, wanted: str) -> None:
