@@ -12,6 +12,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the bundled default model)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    place = parser.add_argument_group("models bigger than the machine (needs accelerate: pip install "
+                                      "'transformer-explorer[offload]')")
+    place.add_argument("--device-map", choices=["auto", "balanced", "sequential"], default=None,
+                       help="lay the blocks out across the GPUs, CPU memory and disk (a block is never split)")
+    place.add_argument("--max-memory", default=None, metavar="DEV=SIZE,...",
+                       help="memory each device may hold, e.g. cuda:0=20GiB,cpu=48GiB (implies --device-map auto)")
+    place.add_argument("--offload-dir", default=None, metavar="DIR",
+                       help="folder for the blocks that fit nowhere else (one safetensors file per block, in a "
+                            "new subfolder)")
 
 
 def add_intervention_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +38,17 @@ def interventions_from(args: argparse.Namespace) -> list:
     return [parse_spec(spec, args.ablate_mode) for spec in getattr(args, "ablate", [])]
 
 
+def placement_from(args: argparse.Namespace):
+    """The Placement the options ask for, or None (the model on one device, as usual)."""
+    from explorer.core.placement import Placement, parse_max_memory
+
+    strategy, budget, folder = (getattr(args, name, None) for name in ("device_map", "max_memory", "offload_dir"))
+    if strategy is None and budget is None and folder is None:
+        return None
+    return Placement(strategy or "auto", parse_max_memory(budget), folder)
+
+
 def load_model(args: argparse.Namespace):
     from explorer.core.checkpoint import load_checkpoint
 
-    return load_checkpoint(args.checkpoint, device=args.device, dtype=args.dtype)
+    return load_checkpoint(args.checkpoint, device=args.device, dtype=args.dtype, placement=placement_from(args))

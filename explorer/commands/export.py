@@ -25,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compress", action="store_true", help="deflate trace.npz (smaller, much slower)")
     parser.add_argument("--plots", action="store_true",
                         help="also render every panel offscreen: one PNG per panel and per head")
+    parser.add_argument("--backend", choices=["default", "nnsight"], default="default",
+                        help="nnsight: trace the Hugging Face directory through nnsight instead (needs "
+                             "'transformer-explorer[remote]'); trace.npz then holds the compact set under Trace "
+                             "keys (blocks.L.resid_pre, attn.q/k/v/pattern, resid_final, last_logits)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f} s] {text}", flush=True)
 
     interventions = interventions_from(args)  # a bad spec fails before the model loads
+    if args.backend == "nnsight":
+        return _run_nnsight(args, say)
     loaded = load_model(args)
     trace = loaded.trace(args.prompt, interventions=interventions)
     say(f"traced {trace.n_tokens} tokens (forward pass {trace.meta.forward_seconds:.2f} s)")
@@ -66,4 +72,25 @@ def run(args: argparse.Namespace) -> int:
             written.append(f"{len(pngs)} plot images")
     say("done")
     print(f"wrote {', '.join(written)} for {trace.n_tokens} tokens to {args.out}")
+    return 0
+
+
+def _run_nnsight(args: argparse.Namespace, say) -> int:
+    """The second engine (core/remote/): the directory through nnsight, the compact set to trace.npz."""
+    import numpy as np
+
+    from explorer.core.errors import ExplorerError
+    from explorer.core.export import atomic_path, export_directory
+    from explorer.core.remote.backend import compact_arrays, trace_directory
+
+    if args.checkpoint is None or args.ablate or args.plots or args.per_head:
+        raise ExplorerError("--backend nnsight takes a Hugging Face directory (--checkpoint) and no --ablate, "
+                            "--plots or --per-head")
+    trace = trace_directory(args.checkpoint, args.prompt)
+    say(f"traced {trace.n_tokens} tokens through nnsight ({trace.meta.forward_seconds:.2f} s)")
+    with export_directory(args.out) as out, atomic_path(out / "trace.npz") as tmp:
+        with open(tmp, "wb") as f:
+            (np.savez_compressed if args.compress else np.savez)(f, **compact_arrays(trace))
+    say("done")
+    print(f"wrote trace.npz (nnsight backend) for {trace.n_tokens} tokens to {args.out}")
     return 0

@@ -24,6 +24,7 @@ _EXPORTS = {
     "write_trace_safetensors": "explorer.core.interop",
     "read_trace_safetensors": "explorer.core.interop",
     "ModelConfig": "explorer.core.config",
+    "Placement": "explorer.core.placement",
     "Transformer": "explorer.core.model",
     "Trace": "explorer.core.trace",
     "CaptureSpec": "explorer.core.trace",
@@ -71,4 +72,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.interventions.spec import Intervention
     from explorer.core.loaded import LoadedModel
     from explorer.core.model import Transformer
+    from explorer.core.placement import Placement
     from explorer.core.trace import CaptureSpec, Trace

@@ -17,6 +17,7 @@ from explorer.core.cancel import CancelLike
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
 from explorer.core.model import Transformer
+from explorer.core.placement import describe, input_device, model_dtype
 from explorer.core.tokenize.base import Tokenizer
 from explorer.core.trace import CaptureSpec, Trace, capture
 
@@ -52,11 +53,17 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where token ids go (core/placement.py; a placed model's other blocks may compute elsewhere)."""
+        return input_device(self.model)
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        return model_dtype(self.model)
+
+    @property
+    def placement(self) -> str:
+        """Where the layers are: 'all layers cpu', 'layers 0–17 cuda:0, 18–31 cpu'."""
+        return describe(self.model)
 
     def encode(self, text: str) -> tuple[list[int], int | None]:
         """Token ids of ``text``, cut to the context length; the second value is the uncut count if cut."""
@@ -87,5 +94,5 @@ class LoadedModel:
         cfg = self.config
         return {"name": self.name, "source": self.source, "architecture": self.arch, "description": cfg.describe(),
                 "parameters": self.n_params, "vocabulary": f"{self.tokenizer.vocab_size} ({self.tokenizer.name})",
-                "context_length": cfg.n_ctx, "device": str(self.device),
+                "context_length": cfg.n_ctx, "device": str(self.device), "layers": self.placement,
                 "dtype": str(self.dtype).replace("torch.", ""), **({"notes": " ".join(self.notes)} if self.notes else {})}

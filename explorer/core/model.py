@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
+from explorer.core.placement import block_device, is_placed, tail_device, weights_of
 from explorer.core.rope import inverse_frequencies
 
 Rec = Callable[[str, "int | None", Tensor], "Tensor | None"]
@@ -418,7 +419,8 @@ class Transformer(nn.Module):
             rec("pos_embed", None, pos.unsqueeze(0))                       # [1, n, d]
             x = x + pos
         if self.type_embed is not None:                                    # BERT: segment 0's vector everywhere
-            segment = self.type_embed.weight[0].expand(1, n, -1)           # [1, n, d]
+            with weights_of(self.type_embed):                              # (real even when offloaded)
+                segment = self.type_embed.weight[0].to(x.device).expand(1, n, -1)  # [1, n, d]
             rec("type_embed", None, segment)
             x = x + segment
         if self.ln_embed is not None:                                      # BERT, BLOOM: normalise the embeddings
@@ -426,14 +428,20 @@ class Transformer(nn.Module):
 
         # a mask per window size (sliding layers see only the last W keys) and rotary angles per
         # kind of layer (Gemma 3's sliding layers turn with their own base)
-        windows = {layer_window(cfg, layer) for layer in range(cfg.n_layers)}
-        masks = {w: causal_mask(n, start + n, x.device, w) if cfg.causal else None for w in windows}
-        rotary = {local: self.rotary_at(positions, local) for local in {w is not None for w in windows}}
+        # A model placed across devices (core/placement.py): the stream moves to each block's device,
+        # and masks and angles are made once per device.
+        masks: dict = {}
+        rotary: dict = {}
         for layer in range(cfg.n_layers):
-            window = layer_window(cfg, layer)
-            x = self.block_forward(layer, x, masks[window], rotary[window is not None], rec, cache)
+            window, device = layer_window(cfg, layer), block_device(self, layer)
+            x = x if device is None or x.device == device else x.to(device)
+            if (window, x.device) not in masks:
+                masks[window, x.device] = causal_mask(n, start + n, x.device, window) if cfg.causal else None
+            if (window is not None, x.device) not in rotary:
+                rotary[window is not None, x.device] = self.rotary_at(positions.to(x.device), window is not None)
+            x = self.block_forward(layer, x, masks[window, x.device], rotary[window is not None, x.device], rec, cache)
 
-        x = rec("resid_final", None, x)
+        x = rec("resid_final", None, self.to_tail(x))
         if last_only:
             x = x[:, -1:]
         if self.ln_final is not None:
@@ -450,7 +458,8 @@ class Transformer(nn.Module):
         if self.mlm is None:
             return output_logits(self.cfg, self.unembed(x))
         h = self.mlm.norm(activation(self.cfg.activation)(self.mlm.dense(x)))  # dense, act, norm: [B, n, d]
-        return output_logits(self.cfg, self.unembed(h) + self.mlm.bias)
+        with weights_of(self.mlm):
+            return output_logits(self.cfg, self.unembed(h) + self.mlm.bias.to(h.device))
 
     def block_forward(self, layer: int, x: Tensor, mask: Tensor | None, rotary: tuple[Tensor, Tensor] | None,
                       rec: Rec = _no_capture, cache: KVCache | None = None) -> Tensor:
@@ -535,8 +544,14 @@ class Transformer(nn.Module):
         return out
 
     # ------------------------------------------------------------------------------------------
+    def to_tail(self, x: Tensor) -> Tensor:
+        """``x`` on the device of the final norm and un-embedding (a no-op unless the model was placed)."""
+        device = tail_device(self) if is_placed(self) else x.device
+        return x if x.device == device else x.to(device)
+
     def final_logits(self, resid_final: Tensor) -> Tensor:
         """The last two steps of the forward pass: final norm, then un-embedding."""
+        resid_final = self.to_tail(resid_final)
         x = self.ln_final(resid_final) if self.ln_final is not None else resid_final
         return self.unembed_step(x)
 

@@ -379,9 +379,13 @@ class Trace:
         elif key == "logits":
             self._remember(key, self._final_logits())
 
-    def _model_input(self, array: np.ndarray) -> torch.Tensor:
-        param = next(self._model.parameters())
-        return as_tensor(array).to(device=param.device, dtype=param.dtype)[None]
+    def _model_input(self, array: np.ndarray, layer: int | None = None) -> torch.Tensor:
+        """``array`` as a [1, ...] tensor where block ``layer`` computes (the tail's device for None)."""
+        from explorer.core.placement import block_device, execution_device, model_dtype, tail_device
+
+        model = self._model
+        device = (block_device(model, layer) if layer is not None else tail_device(model)) or execution_device(model)
+        return as_tensor(array).to(device=device, dtype=model_dtype(model))[None]
 
     def _rerun_block(self, layer: int, wanted: str) -> None:
         import torch
@@ -389,7 +393,7 @@ class Trace:
         from explorer.core.model import causal_mask, layer_window
 
         model = self._model
-        x = self._model_input(self._arrays[f"blocks.{layer}.resid_pre"])
+        x = self._model_input(self._arrays[f"blocks.{layer}.resid_pre"], layer)
         n = x.shape[1]
         mask = causal_mask(n, n, x.device, layer_window(self.config, layer)) if self.config.causal else None
         recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
@@ -482,8 +486,9 @@ def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
     import torch
 
     spec = spec or CaptureSpec.full()
-    param = next(model.parameters())
-    ids = torch.as_tensor(list(token_ids), dtype=torch.long, device=param.device)[None]
+    from explorer.core.placement import input_device, model_dtype
+
+    ids = torch.as_tensor(list(token_ids), dtype=torch.long, device=input_device(model))[None]
     recorder = Recorder(spec, cancel)
     rec: Any = recorder
     extra: dict[str, Any] = {}
@@ -498,7 +503,7 @@ def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
     with torch.inference_mode():
         logits = model(ids, rec)
     seconds = time.perf_counter() - t0
-    meta = TraceMeta(model_name=model_name, device=str(param.device), dtype=str(param.dtype).replace("torch.", ""),
+    meta = TraceMeta(model_name=model_name, device=str(ids.device), dtype=str(model_dtype(model)).replace("torch.", ""),
                      forward_seconds=seconds, truncated_from=truncated_from, extra=extra)
     trace = Trace(token_ids, tokens, model.cfg, recorder.arrays, meta, model, tuple(interventions))
     return trace, to_numpy(logits[0])

@@ -241,6 +241,7 @@ class MainWindow(TraceDrawing, QMainWindow):
         self.loader.loaded.connect(self._on_model_loaded)
         self.loader.failed.connect(self._on_load_failed)
         self.menus.source_chosen.connect(lambda source: self.open_checkpoint(source))
+        self.menus.fit_chosen.connect(lambda source: self.open_checkpoint(source, fit=True))
         self.device_controls.changed.connect(self._on_device_changed)
         app = QApplication.instance()
         if isinstance(app, QApplication):
@@ -257,9 +258,9 @@ class MainWindow(TraceDrawing, QMainWindow):
             self.open_checkpoint(None)
 
     def open_checkpoint(self, source: str | None, fallbacks: tuple[str | None, ...] = (), quiet: bool = False,
-                        device: str | None = None, dtype: str | None = None) -> LoadRequest:
+                        device: str | None = None, dtype: str | None = None, fit: bool = False) -> LoadRequest:
         request = LoadRequest(None if source is None else str(source), device or self.device_controls.device,
-                              dtype or self.device_controls.dtype, fallbacks, quiet)
+                              dtype or self.device_controls.dtype, fallbacks, quiet, fit=fit)
         self.status.set_loading(f"Loading {source or 'the default model'}…")
         return self.loader.load(request)
 
@@ -299,7 +300,7 @@ class MainWindow(TraceDrawing, QMainWindow):
         self.source = getattr(loaded, "repo_id", None) or result.source or (
             loaded.name if loaded.source == "built-in" else loaded.source)
         self.recent.add(self.source)
-        self.menus.current = self.source
+        self.menus.current, self.menus.unfit = self.source, None
         cfg = loaded.config
         self.layer_head.set_ranges(cfg.n_layers, cfg.n_heads)
         self.device_controls.set_values(request.device, request.dtype)
@@ -324,6 +325,8 @@ class MainWindow(TraceDrawing, QMainWindow):
             self.device_controls.set_values(self._model_request.device, self._model_request.dtype)
         self.status.set_loading(None)
         self.status.notice(f"Could not load {request.source or 'the default model'}: {message}")
+        if "Fit to this machine" in message and request.source:  # too big for the GPU: offer the placement
+            self.menus.unfit = request.source
         self.load_failed.emit(message)
         if not request.quiet or self.loaded is None:
             details = self.loader.last_error_details

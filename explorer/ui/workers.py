@@ -72,6 +72,7 @@ class LoadRequest:
     fallbacks: tuple[str | None, ...] = ()
     quiet: bool = False  # report a failure of ``source`` as a notice, not a dialog (startup)
     id: int = 0
+    fit: bool = False  # lay the model out across GPU, CPU memory and disk (core/placement.py fit_to_machine)
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,16 @@ def load_model_steps(request: LoadRequest, progress: Callable[[int, int, str], N
     """
     yield "Starting the model engine…"
     from explorer.core.checkpoint import load_checkpoint
+    from explorer.core.placement import fit_to_machine
 
+    placement = fit_to_machine() if request.fit else None
     errors: list[str] = []
     first: BaseException | None = None
     for source in (request.source, *request.fallbacks):
         yield f"Loading {source or 'the default model'} on {request.device} ({request.dtype})…"
         try:
-            model = load_checkpoint(source, request.device, request.dtype, progress=progress, cancel=cancel)
+            model = load_checkpoint(source, request.device, request.dtype, progress=progress, cancel=cancel,
+                                    placement=placement)
         except LoadCancelled:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message, the next source is tried

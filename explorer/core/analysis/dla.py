@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from explorer.core.errors import ExplorerError
+from explorer.core.placement import weights_of
 
 if TYPE_CHECKING:
     from explorer.core.model import Transformer
@@ -91,8 +92,9 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     n = trace.n_tokens
     p = position % n
     L, H, dh = cfg.n_layers, cfg.n_heads, cfg.d_head
-    W_U = model.unembed.weight  # only the target's (and distractor's) rows: the whole matrix is V x d
-    u = logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))   # [d]
+    with weights_of(model.unembed) as unembed:  # (real even when offloaded: core/placement.py)
+        W_U = unembed.weight  # only the target's (and distractor's) rows: the whole matrix is V x d
+        u = logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))  # [d]
 
     resid_final = trace["resid_final"][p].astype(np.float64)
     if model.ln_final is None:
@@ -101,7 +103,9 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
         norm_bias = 0.0
     else:
         ln = model.ln_final
-        w = _param(ln.weight) if ln.weight is not None else np.ones(cfg.d_model)
+        with weights_of(ln):
+            w = _param(ln.weight) if ln.weight is not None else np.ones(cfg.d_model)
+            ln_bias = _param(ln.bias) if getattr(ln, "bias", None) is not None else None
         w = w + float(getattr(ln, "offset", 0.0) or 0.0) if ln.weight is not None else w  # Gemma: (1 + w)
         if ln.kind == "layernorm":
             scale = np.sqrt(resid_final.var() + ln.eps)
@@ -113,7 +117,7 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
 
             def frozen(x: np.ndarray) -> np.ndarray:
                 return x / scale * w
-        norm_bias = float(_param(ln.bias) @ u) if getattr(ln, "bias", None) is not None else 0.0
+        norm_bias = float(ln_bias @ u) if ln_bias is not None else 0.0
 
     heads = np.zeros((L, H))
     attn_bias = np.zeros(L)
@@ -122,9 +126,10 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     embed = float(frozen(pieces) @ u)
     for layer in range(L):
         blk = model.blocks[layer]
-        per_head = residual_scale * _head_outputs(blk.attn.W_O.weight, trace[f"blocks.{layer}.attn.z"][:, p])
+        with weights_of(blk.attn.W_O) as W_O:
+            per_head = residual_scale * _head_outputs(W_O.weight, trace[f"blocks.{layer}.attn.z"][:, p])
+            b_O = residual_scale * (_param(W_O.bias) if W_O.bias is not None else np.zeros(cfg.d_model))
         heads[layer] = frozen(per_head) @ u
-        b_O = residual_scale * (_param(blk.attn.W_O.bias) if blk.attn.W_O.bias is not None else np.zeros(cfg.d_model))
         attn_bias[layer] = float(frozen(b_O) @ u)
         attn_out = per_head.sum(0) + b_O
         _check(attn_out, trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from explorer.core.analysis.ranking import descending, top_k_ids
+from explorer.core.placement import weights_of
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
@@ -115,9 +116,10 @@ def neuron_output_direction(trace: Trace, layer: int, neuron: int) -> np.ndarray
     model = _ffn_model(trace, layer)
     if model is None:
         return None
-    w_out = model.blocks[layer].mlp.W_out.weight                      # [d, d_ff]
-    _check_neuron(neuron, w_out.shape[1])
-    return w_out[:, int(neuron)].detach().float().cpu().numpy()
+    with weights_of(model.blocks[layer].mlp.W_out) as W_out:         # (real even when offloaded)
+        w_out = W_out.weight                                          # [d, d_ff]
+        _check_neuron(neuron, w_out.shape[1])
+        return w_out[:, int(neuron)].detach().float().cpu().numpy()
 
 
 def neuron_vocab_effect(trace: Trace, layer: int, neuron: int, k: int = 10, fold_norm: bool = True,
@@ -140,19 +142,28 @@ def neuron_vocab_effect(trace: Trace, layer: int, neuron: int, k: int = 10, fold
         return None
     import torch
 
-    with torch.inference_mode():
-        w_out = model.blocks[layer].mlp.W_out.weight                  # [d, d_ff]
-        _check_neuron(neuron, w_out.shape[1])
-        direction = w_out[:, int(neuron)].float()                     # [d]
-        gain = model.ln_final.gain() if fold_norm and getattr(model, "ln_final", None) is not None else None
-        if gain is not None:  # (Gemma: 1 + w; OLMo's norm has no weight)
-            direction = direction * gain.float()
+    from explorer.core.placement import tail_device
+
+    device = tail_device(model)
+    with torch.inference_mode():  # every weight read through weights_of: real even when offloaded
+        with weights_of(model.blocks[layer].mlp.W_out) as W_out:
+            w_out = W_out.weight                                      # [d, d_ff]
+            _check_neuron(neuron, w_out.shape[1])
+            direction = w_out[:, int(neuron)].float().to(device)      # [d]
+        ln_final = getattr(model, "ln_final", None)
+        if fold_norm and ln_final is not None:
+            with weights_of(ln_final):
+                gain = ln_final.gain()
+                if gain is not None:  # (Gemma: 1 + w; OLMo's norm has no weight)
+                    direction = direction * gain.float().to(device)
         if getattr(model, "project_out", None) is not None:          # OPT-350m: into the embedding space
-            direction = model.project_out.weight.float() @ direction   # [d_embed]
-        W_U = model.unembed.weight                                    # [V, d]
-        if vocab_size is not None:
-            W_U = W_U[: max(1, int(vocab_size))]
-        effect = (W_U.float() @ direction).cpu().numpy().astype(np.float64)
+            with weights_of(model.project_out) as project_out:
+                direction = project_out.weight.float() @ direction.to(project_out.weight.device)  # [d_embed]
+        with weights_of(model.unembed) as unembed:
+            W_U = unembed.weight                                      # [V, d]
+            if vocab_size is not None:
+                W_U = W_U[: max(1, int(vocab_size))]
+            effect = (W_U.float() @ direction.to(W_U.device)).cpu().numpy().astype(np.float64)
     top = top_k_ids(effect, k)
     bottom = top_k_ids(-effect, k)
     return top, effect[top].astype(np.float32), bottom, effect[bottom].astype(np.float32)

@@ -230,7 +230,9 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
     start, stop = max(0, int(start)), min(n, int(stop))
     c = max(stop - start, 0)
     B = cfg.n_layers + 1
-    param = next(model.parameters())
+    from explorer.core.placement import model_dtype, tail_device
+
+    device, dtype = tail_device(model), model_dtype(model)
     V = int(model.unembed.weight.shape[0])
     limit = V if vocab_size is None else max(1, min(int(vocab_size), V))
     top = _top_of(model, top, vocab_size)
@@ -248,11 +250,11 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
         return LensBlock(start, stop, ids.reshape(B, 0, top), probs.reshape(B, 0, top), logits.reshape(B, 0, top),
                          np.zeros((B, 0), np.float32), np.zeros((B, 0), np.int64), entropy.reshape(B, 0))
     with torch.inference_mode():
-        stream = torch.cat([as_tensor(trace[key][start:stop]) for key in keys]).to(param.device, param.dtype)
+        stream = torch.cat([as_tensor(trace[key][start:stop]) for key in keys]).to(device, dtype)
         following = np.zeros(c, dtype=np.int64)
         following[:tc] = np.asarray(trace.token_ids[start + 1:start + 1 + tc], dtype=np.int64)
-        rows_next = torch.as_tensor(np.tile(following, B), device=param.device)         # [B * c]
-        has_next = torch.as_tensor(np.tile(np.arange(c) < tc, B), device=param.device)  # [B * c]
+        rows_next = torch.as_tensor(np.tile(following, B), device=device)         # [B * c]
+        has_next = torch.as_tensor(np.tile(np.arange(c) < tc, B), device=device)  # [B * c]
         for lo in range(0, B * c, chunk):
             if check is not None:
                 check()

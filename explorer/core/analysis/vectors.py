@@ -90,8 +90,10 @@ def nearest_vocab_neighbours(trace: Trace, token_index: int, k: int = 10,
     import torch
 
     token_id = int(trace.token_ids[token_index])
-    with torch.inference_mode():
-        weight = model.embed.weight                                    # [V, d]
+    from explorer.core.placement import weights_of
+
+    with torch.inference_mode(), weights_of(model.embed) as embed:    # (real even when offloaded)
+        weight = embed.weight                                          # [V, d]
         norms = _row_norms(model, weight)
         v = weight[token_id].float()
         cosines = (weight.float() @ v) / (norms * v.norm()).clamp_min(1e-30)

@@ -35,6 +35,7 @@ from explorer.core.checkpoint.validate import current as current_load
 from explorer.core.errors import CheckpointError, ExplorerError, InternalError
 from explorer.core.loaded import LoadedModel
 from explorer.core.paths import models_dir
+from explorer.core.placement import Placement
 
 __all__ = ["FAMILIES", "LoadedModel", "builtin_names", "default_model_name", "load_checkpoint",
            "save_native", "supported_formats"]
@@ -61,18 +62,25 @@ def supported_formats() -> str:
 
 
 def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32",
-                    progress: Progress | None = None, cancel: CancelLike = None) -> LoadedModel:
+                    progress: Progress | None = None, cancel: CancelLike = None,
+                    placement: Placement | None = None) -> LoadedModel:
     """Load a built-in model by name, or a checkpoint directory (or a file inside one).
 
     Everything is checked before it is allocated (``validate``); tensors are read one at a time in
     ``dtype``. ``progress(i, n, name)`` is called before each tensor; ``cancel`` (a ``Cancel``, a callable or a
     ``threading.Event``) stops the load between tensors with ``LoadCancelled``. Every failure is an
     ``ExplorerError`` whose message is one line (an unexpected one is an ``InternalError``).
+    ``placement`` (core/placement.py, needs accelerate) lays the model out across devices and offloads
+    what does not fit to CPU memory or disk.
     """
+    if placement is not None:
+        from explorer.core.placement import require_accelerate
+
+        require_accelerate()
     source = default_model_name() if source is None else source
     ctx = None
     try:
-        with loading(str(source), device, dtype, progress, cancel) as ctx:
+        with loading(str(source), device, dtype, progress, cancel, placement) as ctx:
             return _load(source, device, dtype)
     except CheckpointError as exc:
         text = str(exc)

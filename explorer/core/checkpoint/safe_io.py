@@ -329,4 +329,13 @@ def build_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: str)
     return model
 def finish(model: Transformer, device: str, dtype: str) -> Transformer:
     dev = resolve_device(device)
+    ctx = current()
+    if ctx is not None and ctx.placement is not None:  # laid out across devices / offloaded (core/placement.py)
+        from explorer.core.memory import release_freed_memory
+        from explorer.core.placement import place
+
+        model = model.to(dtype=resolve_dtype(dtype, dev)).eval()
+        place(model, ctx.placement)
+        release_freed_memory()  # the offloaded blocks' memory goes back to the OS
+        return model
     return model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()

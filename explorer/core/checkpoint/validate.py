@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -54,6 +55,7 @@ class LoadContext:
     config: ModelConfig | None = None  # the configuration this load builds (check_config)
     config_file: Path | None = None  # where that configuration was read: errors without a file name get it
     done: int = 0  # tensors read so far, across shards
+    placement: Any = None  # core/placement.Placement: finish() lays the model out with accelerate
 
     def cancelled(self) -> bool:
         return asker(self.cancel)()
@@ -76,9 +78,9 @@ def current() -> LoadContext | None:
 
 @contextmanager
 def loading(source: str, device: str = "auto", dtype: str = "float32", progress: Progress | None = None,
-            cancel: CancelLike = None) -> Iterator[LoadContext]:
+            cancel: CancelLike = None, placement: Any = None) -> Iterator[LoadContext]:
     dev = resolve_device(device)
-    ctx = LoadContext(str(source), dev, resolve_dtype(dtype, dev), progress, cancel)
+    ctx = LoadContext(str(source), dev, resolve_dtype(dtype, dev), progress, cancel, placement=placement)
     token = CONTEXT.set(ctx)
     try:
         yield ctx
@@ -92,7 +94,8 @@ def check_config(cfg: ModelConfig) -> None:
     ctx = current()
     if ctx is None:
         return
-    check_fits(cfg, ctx.dtype, ctx.device)
+    placed = ctx.placement is not None  # a placed model is read into CPU memory, then laid out
+    check_fits(cfg, ctx.dtype, torch.device("cpu") if placed else ctx.device, hint=not placed)
     ctx.config = cfg
 
 
@@ -221,14 +224,19 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.0f} MB" if n < 1e9 else f"{n / 1e9:,.1f} GB"
 
 
-def check_fits(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
+FIT_HINT = ("; to run it on this machine anyway, place its layers: --device-map auto "
+            "(with --max-memory and --offload-dir), or Models > Fit to this machine")
+
+
+def check_fits(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, hint: bool = False) -> None:
     need = implied_bytes(cfg, dtype)
     free = available_memory(device)
     if free is not None and need * MEMORY_MARGIN + SPARE_BYTES > free:
         where = "this GPU" if device.type == "cuda" else "this machine"
         raise CheckpointError(f"the config implies {_human(parameter_count(cfg))} parameters = {_mb(need)} in "
                               f"{str(dtype).removeprefix('torch.')} ({cfg.n_layers} layers, d_model {cfg.d_model}, "
-                              f"vocabulary {cfg.vocab_size:,}); {where} has {free / 1e9:,.1f} GB available")
+                              f"vocabulary {cfg.vocab_size:,}); {where} has {free / 1e9:,.1f} GB available"
+                              + (FIT_HINT if hint and device.type != "cpu" else ""))
 
 
 # --- weights' headers against the configuration -----------------------------------------------

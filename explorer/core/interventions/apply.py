@@ -27,6 +27,7 @@ from torch import Tensor
 
 from explorer.core.interventions.spec import Intervention, InterventionError, check
 from explorer.core.model import KVCache, Rec, Transformer, _no_capture
+from explorer.core.placement import input_device
 
 Interventions = Sequence[Intervention]
 
@@ -121,7 +122,7 @@ def record_sites(model: Transformer, ids: Sequence[int], sites: set[tuple[str, i
             kept[(site, layer)] = tensor[0].detach().clone()
         return tensor
 
-    device = next(model.parameters()).device
+    device = input_device(model)
     rec: Rec = Intervener([list(interventions)], model.cfg.n_layers, keep) if interventions else keep
     with torch.inference_mode():
         logits = model(torch.as_tensor([list(ids)], dtype=torch.long, device=device), rec, cache=cache)
@@ -154,7 +155,7 @@ def resolve(model: Transformer, ids: Sequence[int], interventions: Interventions
 def run(model: Transformer, ids: Sequence[int], interventions: Interventions = ()) -> Tensor:
     """Logits [n, V] of ``ids`` with ``interventions`` applied (means resolved on ``ids``)."""
     ivs = resolve(model, ids, interventions)
-    device = next(model.parameters()).device
+    device = input_device(model)
     rec: Rec = Intervener([ivs], model.cfg.n_layers) if ivs else _no_capture
     with torch.inference_mode():
         return model(torch.as_tensor([list(ids)], dtype=torch.long, device=device), rec)[0]

@@ -38,6 +38,7 @@ from explorer.core.cancel import CancelLike, asker
 from explorer.core.interventions.apply import Intervener, record_sites
 from explorer.core.interventions.spec import Intervention, InterventionError
 from explorer.core.model import KVCache, Transformer
+from explorer.core.placement import input_device
 
 Cell = tuple[str, int, int]  # ("resid", layer, position) or ("head", layer, head)
 
@@ -148,7 +149,7 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
     left_out = set(skipped)
     chunks = [(first, run[i:i + batch_size]) for first, cells in groups
               for run in [[c for c in cells if c not in left_out]] for i in range(0, len(run), batch_size)]
-    device = next(model.parameters()).device
+    device = input_device(model)
     base = torch.as_tensor([corrupt_cut], dtype=torch.long, device=device)
     for first, batch in chunks:
         if is_cancelled():

@@ -82,6 +82,7 @@ class ModelMenus(QObject):
     """
 
     source_chosen = Signal(str)
+    fit_chosen = Signal(str)  # Models > Fit … to this machine: load it again, laid out across GPU, CPU and disk
 
     def __init__(self, recent: RecentCheckpoints, builtin: Callable[[], list[str]], parent: QWidget) -> None:
         super().__init__(parent)
@@ -90,6 +91,7 @@ class ModelMenus(QObject):
         self.recent_menu = QMenu("Recent checkpoints", parent)
         self.models_menu = QMenu("&Models", parent)
         self.current: str | None = None
+        self.unfit: str | None = None  # the last source refused because it does not fit the GPU
         self.recent_menu.aboutToShow.connect(self.fill_recent)
         self.models_menu.aboutToShow.connect(self.fill_models)
 
@@ -138,3 +140,8 @@ class ModelMenus(QObject):
             action.setChecked(True)
             action.setEnabled(False)
             menu.insertAction(menu.actions()[0], action)
+        if self.unfit:
+            menu.addSeparator()
+            fit = menu.addAction(f"Fit {Path(self.unfit).name or self.unfit} to this machine")
+            fit.setToolTip("load it again with its layers on the GPU while they fit, then CPU memory, then disk")
+            fit.triggered.connect(lambda _=False, s=self.unfit: self.fit_chosen.emit(s))

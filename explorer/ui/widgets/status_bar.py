@@ -90,7 +90,8 @@ class StatusBar(QStatusBar):
         self.fields["model"].setToolTip(f"{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
                                         f"context {info['context_length']}"
                                         + (f"\n{info['notes']}" if info.get("notes") else ""))
-        self.fields["device"].setText(str(info["device"]))
+        layers = str(info.get("layers") or "")  # a placed model: "layers 0–17 cuda:0, 18–31 cpu"
+        self.fields["device"].setText(layers if layers.startswith("layers ") else str(info["device"]))
         self.fields["dtype"].setText(str(info["dtype"]))
         self.fields["params"].setText(f"{human_count(int(info['parameters']))} parameters")
         self.fields["params"].setToolTip(f"{int(info['parameters']):,} parameters")

@@ -1,0 +1,283 @@
+"""Where a model computes: one answer for a model on one device, split across devices, or offloaded.
+
+A model opened normally sits on one device. A model bigger than the machine is *placed* with
+accelerate (an optional extra: ``pip install 'transformer-explorer[offload]'``): a plan from
+``infer_auto_device_map`` (a block is never split) under ``max_memory``, then ``dispatch_model``.
+Blocks that do not fit go to CPU memory or to disk (one safetensors file per block, read when the
+block runs); their parameters are then ``meta`` tensors and accelerate's hooks bring the weights in
+for each call of the module that owns them.
+
+So nothing asks ``next(model.parameters()).device``; everything asks here:
+
+* ``execution_device(module)``: where a module's computation happens (its hook's execution device,
+  else its first real tensor's device);
+* ``block_device(model, layer)``: where block ``layer`` computes, or None for a model that is not
+  placed (the forward pass then moves nothing);
+* ``weights_of(module)``: a context in which ``module.weight`` is real even when offloaded (accelerate's
+  ``align_module_device``), for every direct weight read (DLA, a neuron's vocabulary effect,
+  neighbours, norm gains, the un-embedding);
+* ``describe(model)``: "layers 0–17 cuda:0, 18–31 cpu" for the status bar and ``info``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from explorer.core.errors import ExplorerError
+
+STRATEGIES = ("auto", "balanced", "sequential")
+INSTALL_HINT = "placing or offloading layers needs accelerate: pip install 'transformer-explorer[offload]'"
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def require_accelerate():
+    """The accelerate package, or one line saying how to install it."""
+    try:
+        import accelerate
+    except ImportError:
+        raise ExplorerError(INSTALL_HINT) from None
+    return accelerate
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How to lay a model out: a strategy (``auto``/``balanced``/``sequential``), memory budgets
+    ({"cpu": bytes, 0: bytes, ...}, accelerate's keys) and where blocks that fit nowhere go on disk."""
+
+    strategy: str = "auto"
+    max_memory: dict[int | str, int] | None = None
+    offload_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ExplorerError(f"unknown device map {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def parse_size(text: str) -> int:
+    """'20GiB', '512MB', '3e9' -> bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]?I?B?)\s*", text, re.IGNORECASE)
+    if not match or match.group(2).upper() not in _UNITS:
+        raise ExplorerError(f"cannot read the size {text!r}: write it like 20GiB, 512MB or 1000000")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def parse_max_memory(text: str | None) -> dict[int | str, int] | None:
+    """'cuda:0=20GiB,cpu=48GiB' -> {0: 21474836480, 'cpu': 51539607552} (accelerate's keys)."""
+    if not text:
+        return None
+    budgets: dict[int | str, int] = {}
+    for part in text.split(","):
+        name, sep, size = part.partition("=")
+        name = name.strip().lower()
+        if not sep or not name:
+            raise ExplorerError(f"cannot read {part.strip()!r} in --max-memory: write DEVICE=SIZE, e.g. cuda:0=20GiB,cpu=48GiB")
+        if re.fullmatch(r"(cuda:)?[0-9]+", name):
+            key: int | str = int(name.split(":")[-1])
+        elif name in ("cpu", "mps", "disk", "cuda"):
+            key = 0 if name == "cuda" else name
+        else:
+            raise ExplorerError(f"unknown device {name!r} in --max-memory: use cuda:N, cpu, mps or disk")
+        budgets[key] = parse_size(size)
+    return budgets
+
+
+# --- where a model computes -----------------------------------------------------------------------
+
+def _hook_device(module: torch.nn.Module) -> torch.device | None:
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
+        dev = getattr(h, "execution_device", None)
+        if dev is not None:
+            return torch.device(f"cuda:{dev}" if isinstance(dev, int) else dev)
+    return None
+
+
+def execution_device(module: torch.nn.Module) -> torch.device:
+    """Where ``module`` computes: an accelerate hook's execution device, else its first tensor that is
+    not on ``meta``, else the CPU."""
+    for m in module.modules():
+        dev = _hook_device(m)
+        if dev is not None:
+            return dev
+        for t in [*m.parameters(recurse=False), *m.buffers(recurse=False)]:
+            if t.device.type != "meta":
+                return t.device
+    return torch.device("cpu")
+
+
+def is_placed(model: torch.nn.Module) -> bool:
+    return getattr(model, "hf_device_map", None) is not None or getattr(model, "_hf_hook", None) is not None
+
+
+def block_device(model: torch.nn.Module, layer: int) -> torch.device | None:
+    """Where block ``layer`` computes, or None when the model was not placed (nothing to move)."""
+    if not is_placed(model):
+        return None
+    return execution_device(model.blocks[layer])
+
+
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where token ids go: the embedding's device."""
+    return execution_device(model.embed) if is_placed(model) else execution_device(model)
+
+
+def tail_device(model: torch.nn.Module) -> torch.device:
+    """Where the final norm and the un-embedding compute."""
+    if not is_placed(model):
+        return execution_device(model)
+    return execution_device(model.ln_final if getattr(model, "ln_final", None) is not None else model.unembed)
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The model's precision (a meta parameter still has its dtype)."""
+    for p in model.parameters():
+        return p.dtype
+    return torch.float32
+
+
+@contextlib.contextmanager
+def weights_of(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Inside, ``module``'s own parameters are real tensors on its execution device, even when offloaded."""
+    hook = getattr(module, "_hf_hook", None)
+    if hook is None or not getattr(hook, "offload", False):
+        yield module
+        return
+    from accelerate.utils import align_module_device
+
+    with align_module_device(module):
+        yield module
+
+
+def resident_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters and buffers that are in memory (not meta), each storage once."""
+    seen, total = set(), 0
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.device.type == "meta" or t.untyped_storage().data_ptr() in seen:
+            continue
+        seen.add(t.untyped_storage().data_ptr())
+        total += t.untyped_storage().nbytes()
+    return total
+
+
+def _ranges(layers: list[int]) -> str:
+    spans, start = [], layers[0]
+    for prev, cur in zip(layers, layers[1:] + [None]):
+        if cur != prev + 1:
+            spans.append(f"{start}" if start == prev else f"{start}–{prev}")
+            start = cur
+    return ", ".join(spans)
+
+
+def describe(model: torch.nn.Module) -> str:
+    """Where the layers are: 'layers 0–17 cuda:0, 18–31 cpu' (disk: 'disk'); one device: 'all layers cpu'."""
+    device_map = getattr(model, "hf_device_map", None) or {}
+    where: dict[str, list[int]] = {}
+    for layer in range(len(model.blocks)):
+        place = device_map.get(f"blocks.{layer}", device_map.get("blocks", device_map.get("")))
+        if place is None:
+            place = str(execution_device(model.blocks[layer]))
+        place = f"cuda:{place}" if isinstance(place, int) else str(place)
+        where.setdefault(place, []).append(layer)
+    if len(where) == 1:
+        return f"all layers {next(iter(where))}"
+    return "layers " + ", ".join(f"{_ranges(layers)} {place}" for place, layers in
+                                 sorted(where.items(), key=lambda item: item[1][0]))
+
+
+# --- placing a model --------------------------------------------------------------------------------
+
+def fit_to_machine() -> Placement:
+    """Models > Fit to this machine: blocks on the GPUs while they fit (accelerate reads the free memory),
+    then CPU memory, then the app's cache folder on disk."""
+    from explorer.core.paths import user_cache_dir
+
+    return Placement("auto", None, str(user_cache_dir() / "offload"))
+
+
+def plan(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
+    """accelerate's device map for ``model`` under ``placement`` (blocks never split)."""
+    require_accelerate()
+    from accelerate.utils import get_balanced_memory, infer_auto_device_map
+
+    cfg = getattr(model, "cfg", None)
+    tied = bool(getattr(cfg, "tie_embeddings", False))
+    if tied:  # planned untied (accelerate's planner trips over our tie), the un-embedding then joins the embedding
+        import dataclasses
+
+        with torch.device("meta"):
+            model = type(model)(dataclasses.replace(cfg, tie_embeddings=False))
+    max_memory = dict(placement.max_memory) if placement.max_memory else None
+    if tied and max_memory:  # the untied plan counts the shared matrix twice: give the first device it back
+        first = next((k for k in max_memory if k != "disk"), None)
+        if first is not None:
+            max_memory[first] += model.embed.weight.numel() * model.embed.weight.element_size()
+    if placement.strategy != "sequential":  # auto = balanced, as transformers' device_map="auto"
+        max_memory = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=["Block"])
+    device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=["Block"])
+    if tied and "unembed" in device_map and "embed" in device_map:
+        device_map["unembed"] = device_map["embed"]
+    if "disk" in device_map.values() and placement.offload_dir is None:
+        raise ExplorerError("the model does not fit the memory given: name a folder for the rest with --offload-dir")
+    return device_map
+
+
+def _offload_to_disk(model: torch.nn.Module, names: list[str], folder: Path) -> dict[str, dict]:
+    """Each module in ``names`` written to its own safetensors file; accelerate's offload index for them."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    index: dict[str, dict] = {}
+    for name in names:
+        module = model.get_submodule(name) if name else model
+        tensors: dict[str, torch.Tensor] = {}
+        first: dict[tuple, str] = {}  # a tied tensor is written once, under its first name
+        for k, v in module.state_dict(keep_vars=False).items():
+            key = f"{name}.{k}" if name else k
+            index[key] = {"weight_name": first.setdefault((v.data_ptr(), tuple(v.shape)), key),
+                          "dtype": str(v.dtype).replace("torch.", "")}
+            if index[key]["weight_name"] == key:
+                tensors[key] = v.detach().contiguous()
+        file = folder / f"{name or 'model'}.safetensors"
+        tmp = file.with_suffix(".partial")
+        save_file(tensors, str(tmp))
+        tmp.replace(file)
+        for key in index:
+            index[key].setdefault("safetensors_file", str(file))
+    return index
+
+
+def place(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
+    """Lay ``model`` out as ``placement`` says (accelerate's ``dispatch_model``); returns the device map.
+    Blocks sent to disk are written to ``placement.offload_dir`` (a new subfolder, never over a user's
+    files) and their parameters become meta tensors."""
+    from accelerate import dispatch_model
+
+    device_map = plan(model, placement)
+    disk = [name for name, where in device_map.items() if where == "disk"]
+    index = None
+    if disk:
+        import tempfile
+
+        import shutil
+        import weakref
+
+        root = Path(placement.offload_dir).expanduser()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix="offload-", dir=root))
+        except OSError as exc:
+            raise ExplorerError(f"cannot write offloaded blocks to {root} ({exc.strerror or exc})") from None
+        weakref.finalize(model, shutil.rmtree, folder, True)  # our own subfolder goes when the model goes
+        index = _offload_to_disk(model, disk, folder)
+    devices = {where for where in device_map.values()}
+    main = next((d for d in devices if d not in ("cpu", "disk")), "cpu")
+    dispatch_model(model, device_map, main_device=main, offload_index=index, force_hooks=True)
+    model.hf_device_map = device_map
+    return device_map
