@@ -30,6 +30,7 @@ from explorer.core.checkpoint import (
     bloom,
     falcon,
     gemma,
+    gguf_format,
     gpt2,
     gpt_neo,
     gptj,
@@ -45,6 +46,7 @@ from explorer.core.checkpoint import (
     qwen,
     stablelm,
 )
+from explorer.core.checkpoint.gguf_validate import is_gguf
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.checkpoint.validate import Cancel, Progress, loading
@@ -94,6 +96,7 @@ def default_model_name() -> str:
 def supported_formats() -> str:
     return ("native transformer-explorer directories; Hugging Face directories with model_type "
             + ", ".join(repr(k) for k in HF_LOADERS) + "; nanoGPT ckpt.pt files"
+            + "; GGUF files (" + ", ".join(gguf_format.ARCHS) + ")"
             + f"; built-in models: {', '.join(builtin_names())}")
 
 
@@ -172,6 +175,8 @@ def _load_path(path: Path, kind: str, device: str, dtype: str) -> LoadedModel:
         raise CheckpointError(f"{path} is neither a directory nor a regular file")
     if kind == "file" and path.suffix in nanogpt.SUFFIXES:
         return nanogpt.load_nanogpt(path, device, dtype)
+    if kind == "file" and (path.suffix.lower() == ".gguf" or is_gguf(path)):  # Ollama's blobs have no suffix
+        return gguf_format.load_gguf(path, device, dtype)
     if kind == "file":
         path = path.parent
     if not os.access(path, os.R_OK | os.X_OK):

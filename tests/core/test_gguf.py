@@ -1,0 +1,130 @@
+"""GGUF files (llama.cpp's layout, written at test time) against transformers' own GGUF loading.
+
+Each family is written as llama.cpp's converter lays it out (``tests/gguf_files.py``), in the types
+``gguf`` can write, and loaded twice: by us and by ``transformers.from_pretrained(dir, gguf_file=...)``.
+Both dequantise the same blocks, so the logits agree to 1e-4 and the attention patterns to 1e-5.
+The K- and IQ-quant types, which ``gguf`` cannot write, are checked on random blocks: ``gguf``'s
+numpy dequantiser (ours) equals transformers' torch one bit for bit.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decoder_reference import IDS, build, spread_weights  # noqa: E402
+from gguf_files import from_transformers, write_model  # noqa: E402
+
+from explorer.core.checkpoint import load_checkpoint  # noqa: E402
+from explorer.core.errors import LoadCancelled  # noqa: E402
+from explorer.core.trace import CaptureSpec  # noqa: E402
+
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(num_key_value_heads=2)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(num_key_value_heads=2)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(num_key_value_heads=2)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(pad_token_id=0)),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}),
+}
+CASES = [("llama", q) for q in ("F32", "F16", "BF16", "Q8_0", "Q5_0", "Q4_0")] + \
+    [(f, q) for f, q in (("qwen2", "Q8_0"), ("qwen2", "Q4_0"), ("qwen3", "Q5_0"), ("gemma2", "Q4_0"),
+                         ("gemma3", "Q8_0"), ("phi3", "BF16"), ("phi3", "Q4_0"), ("stablelm", "Q4_0"),
+                         ("gpt2", "F16"), ("gpt2", "Q8_0"))]
+
+
+def tiny(family: str):
+    if family == "gpt2":
+        import transformers
+
+        torch.manual_seed(0)
+        # n_positions stays 1024: transformers maps GGUF's context_length to GPT-2's n_ctx only
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=64, n_layer=2, n_head=4, n_positions=1024, vocab_size=100, attn_implementation="eager")).eval()
+        spread_weights(model)
+        return model
+    config, model, overrides = FAMILIES[family]
+    return build(config, model, **overrides)
+
+
+def written(tmp_path: Path, family: str, qtype: str) -> Path:
+    return write_model(tiny(family), tmp_path / f"{family}-{qtype}.gguf", family, qtype)
+
+
+@pytest.mark.parametrize(("family", "qtype"), CASES)
+def test_gguf_matches_transformers(tmp_path, family, qtype):
+    path = written(tmp_path, family, qtype)
+    reference = from_transformers(path, tmp_path, path.name)
+    ours = load_checkpoint(path, device="cpu")
+    with torch.no_grad():
+        ref = reference(torch.tensor([IDS]), output_attentions=True)
+    trace = ours.trace_ids(IDS, CaptureSpec.everything())
+    assert float(ref.logits.abs().max()) > 0.5
+    assert np.abs(trace["logits"] - ref.logits[0].numpy()).max() <= 1e-4
+    for i in range(ours.config.n_layers):
+        assert np.abs(trace[f"blocks.{i}.attn.pattern"] - ref.attentions[i][0].numpy()).max() <= 1e-5
+    assert ours.tokenizer.encode("!#") == [0, 2]
+    notes = " ".join(ours.notes)
+    assert "dequantised" in notes and ("F32" if qtype == "F32" else qtype) in notes
+
+
+def test_progress_and_cancel(tmp_path):
+    path = written(tmp_path, "llama", "Q8_0")
+    seen: list[tuple[int, int, str]] = []
+    load_checkpoint(path, device="cpu", progress=lambda i, n, w: seen.append((i, n, w)))
+    assert [s[0] for s in seen] == list(range(len(seen))) and {s[1] for s in seen} == {len(seen)} == {21}
+    assert any(w == "blk.0.attn_q.weight" for _, _, w in seen)
+    stop = threading.Event()
+
+    def progress(i, n, what):
+        if i == 3:
+            stop.set()
+
+    with pytest.raises(LoadCancelled):
+        load_checkpoint(path, device="cpu", progress=progress, cancel=stop)
+
+
+def test_dequantised_in_chunks_into_the_target_precision(tmp_path, monkeypatch):
+    from explorer.core.checkpoint import gguf_format
+    from explorer.core.checkpoint.gguf_validate import read_header
+
+    header = read_header(written(tmp_path, "llama", "Q4_0"))
+    embd = next(t for t in header.tensors if t.name == "token_embd.weight")
+    with open(header.path, "rb") as f:
+        whole = gguf_format.dequantised(f, embd, torch.float32)
+        monkeypatch.setattr(gguf_format, "CHUNK_ELEMENTS", 3 * 64)  # three rows at a time
+        halves = gguf_format.dequantised(f, embd, torch.bfloat16)
+    assert whole.shape == (100, 64) and halves.dtype == torch.bfloat16
+    assert torch.equal(halves, whole.to(torch.bfloat16))
+
+
+def test_a_gguf_file_without_its_suffix_opens(tmp_path):
+    path = written(tmp_path, "qwen2", "Q8_0")
+    blob = tmp_path / "sha256-0123abcd"
+    blob.write_bytes(path.read_bytes())
+    assert load_checkpoint(blob, device="cpu").arch == "qwen2"
+
+
+@pytest.mark.parametrize("type_id", [10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 29])
+def test_k_and_iq_blocks_equal_transformers_dequantiser(type_id):
+    from gguf import GGMLQuantizationType, quants
+    from transformers.integrations.gguf import dequant
+
+    _, nbytes = dequant.GGML_BLOCK[type_id]
+    raw = np.random.default_rng(type_id).integers(0, 256, size=(48, nbytes), dtype=np.uint8)
+    with np.errstate(all="ignore"):
+        ours = quants.dequantize(raw, GGMLQuantizationType(type_id)).reshape(-1)
+    theirs = dequant.dequantize(torch.from_numpy(raw.copy()).reshape(-1), type_id).numpy()
+    assert np.isfinite(ours).mean() > 0.5
+    assert np.array_equal(ours, theirs, equal_nan=True)
