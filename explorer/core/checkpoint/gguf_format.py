@@ -22,6 +22,7 @@ a GGUF file is opened; neither ``transformers`` nor any code from the file runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,9 +98,11 @@ def _meta(header: Header, key: str, kind: type, default: Any = None) -> Any:
     if value is None:
         return None
     ok = (isinstance(value, int) and not isinstance(value, bool)) if kind is int else \
-        (isinstance(value, (int, float)) and not isinstance(value, bool)) if kind is float else isinstance(value, kind)
+        (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)) if kind is float \
+        else isinstance(value, kind)
     if not ok:
-        raise CheckpointError(f"{header.path}: GGUF metadata {key} should be {'an integer' if kind is int else 'a number' if kind is float else 'text'} (got {value!r:.60})")
+        what = "an integer" if kind is int else "a finite number" if kind is float else "text"
+        raise CheckpointError(f"{header.path}: GGUF metadata {key} should be {what} (got {value!r:.60})")
     return float(value) if kind is float else value
 
 
