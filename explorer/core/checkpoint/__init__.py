@@ -9,6 +9,8 @@ package imports them (none of them imports it):
   ``phi``, ``gpt_neo``, ``opt``, ``bloom``, ``falcon``, ``gptj``, ...);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
 * built-in names: ``worked-example`` and each directory under ``models/``;
+* GGUF files (``gguf_format``: llama.cpp, LM Studio; Ollama's blobs, found by model name through
+  ``local_stores``), recognised by their suffix or their magic bytes;
 * the Hugging Face cache (``hub_cache``): a ``models--org--name`` folder, a snapshot in one, or a
   repository id ``org/name`` resolved offline; the model is then named ``org/name``.
 
@@ -37,6 +39,7 @@ from explorer.core.checkpoint import (
     granite,
     hub_cache,
     llama,
+    local_stores,
     nanogpt,
     neox,
     olmo,
@@ -156,6 +159,10 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
     kind = _kind(path)
     if kind == "missing" and (models_dir() / str(source)).is_dir():
         path, kind = models_dir() / str(source), "dir"
+    if kind == "missing":  # an Ollama model name (llama3.2:1b) or an LM Studio publisher/repo/file.gguf
+        local = local_stores.resolve(str(source))
+        if local is not None:
+            return gguf_format.load_gguf(local.path, device, dtype, name=local.name)
     cached = hub_cache.resolve(path if kind != "missing" else source)  # Hugging Face cache folders and org/name ids
     if cached is not None:
         loaded = _load_path(cached.path, _kind(cached.path), device, dtype)
@@ -169,8 +176,8 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
 
 def _load_path(path: Path, kind: str, device: str, dtype: str) -> LoadedModel:
     if kind == "missing":
-        raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, or a built-in "
-                              f"name ({', '.join(builtin_names())})")
+        raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, a GGUF file or "
+                              f"Ollama model name, or a built-in name ({', '.join(builtin_names())})")
     if kind == "other":
         raise CheckpointError(f"{path} is neither a directory nor a regular file")
     if kind == "file" and path.suffix in nanogpt.SUFFIXES:
