@@ -82,7 +82,8 @@ def _stored(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> None
 
 
 def write_model(model: Any, path: Path, arch: str, qtype: str = "F32",
-                tokenizer: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Path:
+                tokenizer: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
     """``model`` (transformers) as a GGUF file at ``path``."""
     c = model.config
     w = gguf.GGUFWriter(str(path), arch)
@@ -114,6 +115,8 @@ def write_model(model: Any, path: Path, arch: str, qtype: str = "F32",
         if arch == "gpt2" and kind == "weight" and gguf_name.endswith(("attn_qkv", "attn_output", "ffn_up", "ffn_down")):
             data = data.T
         _stored(w, f"{gguf_name}.{kind}", data, qtype)
+    for name, data in (extra_tensors or {}).items():
+        w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
     if arch == "gpt2" and "lm_head.weight" not in model.state_dict():
         _stored(w, "output.weight", model.state_dict()["transformer.wte.weight"].numpy(), qtype)
     w.write_header_to_file()
@@ -121,6 +124,25 @@ def write_model(model: Any, path: Path, arch: str, qtype: str = "F32",
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def llama3_rope_freqs(head_dim: int, base: float, factor: float, low: float = 1.0, high: float = 4.0,
+                      context: int = 8192) -> np.ndarray:
+    """The ``rope_freqs`` tensor llama.cpp's converter writes for Llama 3.1+ (its loop, as written there)."""
+    import math
+
+    out = []
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / base ** (i / head_dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < context / high:
+            out.append(1.0)
+        elif wavelen > context / low:
+            out.append(factor)
+        else:
+            smooth = (context / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def byte_vocabulary(n: int) -> dict[str, Any]:

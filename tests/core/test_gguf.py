@@ -24,7 +24,7 @@ from decoder_reference import IDS, build, spread_weights  # noqa: E402
 from gguf_files import from_transformers, write_model  # noqa: E402
 
 from explorer.core.checkpoint import load_checkpoint  # noqa: E402
-from explorer.core.errors import LoadCancelled  # noqa: E402
+from explorer.core.errors import CheckpointError, LoadCancelled  # noqa: E402
 from explorer.core.trace import CaptureSpec  # noqa: E402
 
 FAMILIES = {
@@ -107,6 +107,28 @@ def test_dequantised_in_chunks_into_the_target_precision(tmp_path, monkeypatch):
         halves = gguf_format.dequantised(f, embd, torch.bfloat16)
     assert whole.shape == (100, 64) and halves.dtype == torch.bfloat16
     assert torch.equal(halves, whole.to(torch.bfloat16))
+
+
+def test_llama3_rope_freqs_become_its_rope_scaling(tmp_path):
+    """llama.cpp stores Llama 3.1+'s RoPE scaling as a rope_freqs tensor, which transformers' GGUF loading drops;
+    ours reads it back into the llama3 scaling, so the file runs as the original model."""
+    from gguf_files import llama3_rope_freqs
+
+    scaling = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    original = build("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2, max_position_embeddings=131072,
+                     rope_parameters={"rope_theta": 500000.0, **scaling})
+    path = write_model(original, tmp_path / "llama3.gguf", "llama", "F32",
+                       extra_tensors={"rope_freqs.weight": llama3_rope_freqs(16, 500000.0, 32.0)})
+    ours = load_checkpoint(path, device="cpu")
+    assert dict(ours.config.rope_scaling)["factor"] == 32.0
+    with torch.no_grad():
+        ref = original(torch.tensor([IDS]))
+    assert np.abs(ours.trace_ids(IDS, CaptureSpec.compact())["logits"] - ref.logits[0].numpy()).max() <= 1e-4
+    bent = write_model(original, tmp_path / "bent.gguf", "llama", "F32",
+                       extra_tensors={"rope_freqs.weight": np.linspace(1, 3, 8)})
+    with pytest.raises(CheckpointError, match="not Llama 3's rule"):
+        load_checkpoint(bent, device="cpu")
 
 
 def test_a_gguf_file_without_its_suffix_opens(tmp_path):

@@ -164,10 +164,46 @@ def name_map(arch: str, spec: Arch, n_layers: int) -> dict[str, str]:
     return out
 
 
+# Llama 3.1/3.2/3.3's RoPE scaling, which llama.cpp writes as a tensor of per-frequency divisors (rope_freqs)
+LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+ROPE_FREQS = "rope_freqs.weight"
+
+
+def llama3_divisors(head_dim: int, base: float, factor: float, low: float, high: float, context: int) -> np.ndarray:
+    """The divisor of each rotary frequency under Llama 3's rule, as llama.cpp's converter computes them."""
+    freqs = 1.0 / base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * math.pi / freqs
+    smooth = (context / wavelen - low) / (high - low)
+    between = 1 / ((1 - smooth) / factor + smooth)
+    return np.where(wavelen < context / high, 1.0, np.where(wavelen > context / low, factor, between))
+
+
+def rope_from_tensor(header: Header, hf: dict[str, Any]) -> None:
+    """A Llama file's ``rope_freqs`` tensor -> the ``llama3`` RoPE scaling it encodes (refused if it is not that rule)."""
+    t = next((t for t in header.tensors if t.name == ROPE_FREQS), None)
+    if t is None:
+        return
+    head_dim = hf.get("head_dim") or hf.get("hidden_size", 0) // max(hf.get("num_attention_heads", 1), 1)
+    if t.type_id != 0 or t.shape != (head_dim // 2,):
+        raise CheckpointError(f"{header.path}: {ROPE_FREQS} should be {head_dim // 2} F32 values "
+                              f"(got {t.shape} {t.type_name})")
+    with open(header.path, "rb") as f:
+        divisors = dequantised(f, t, torch.float32).double().numpy()
+    factor = float(divisors.max())
+    expected = llama3_divisors(head_dim, hf.get("rope_theta", 10000.0), factor, *LLAMA3_ROPE.values())
+    if not np.isfinite(factor) or factor < 1 or not np.allclose(divisors, expected, rtol=1e-4, atol=1e-6):
+        raise CheckpointError(f"{header.path}: {ROPE_FREQS} holds rotary frequency factors that are not Llama 3's "
+                              "rule; they cannot be run exactly here")
+    if factor > 1:
+        hf["rope_scaling"] = {"rope_type": "llama3", "factor": factor, **LLAMA3_ROPE}
+
+
 def _hf_names(header: Header, arch: str, spec: Arch, n_layers: int) -> dict[str, str]:
     """Every tensor's Hugging Face name; a tensor no name maps is refused before any data is read."""
     mapping, out, unknown = name_map(arch, spec, n_layers), {}, []
     for t in header.tensors:
+        if spec.model_type == "llama" and t.name == ROPE_FREQS:
+            continue  # read into the configuration (rope_from_tensor)
         base, _, kind = t.name.rpartition(".")
         if kind not in ("weight", "bias") or base not in mapping:
             unknown.append(t.name)
@@ -217,12 +253,13 @@ def unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
 
 def read_tensors(header: Header, hf: dict[str, Any], arch: str, spec: Arch, n_layers: int) -> dict[str, torch.Tensor]:
     names = _hf_names(header, arch, spec, n_layers)
-    check_headers(header.path, {names[t.name]: t.shape for t in header.tensors})
+    tensors = [t for t in header.tensors if t.name in names]
+    check_headers(header.path, {names[t.name]: t.shape for t in tensors})
     ctx = current()
     dtype = ctx.dtype if ctx is not None else torch.float32
     heads, kv = hf.get("num_attention_heads", 0), hf.get("num_key_value_heads") or hf.get("num_attention_heads", 0)
     out: dict[str, torch.Tensor] = {}
-    ordered = sorted(header.tensors, key=lambda t: t.start)
+    ordered = sorted(tensors, key=lambda t: t.start)
     try:
         with open(header.path, "rb") as f:
             for t in ordered:
@@ -259,6 +296,8 @@ def load_gguf(path: Path, device: str, dtype: str, name: str | None = None) -> L
         ctx.config_file = path
     arch, spec = architecture(header)
     hf = hf_config(header)
+    if spec.model_type == "llama":
+        rope_from_tensor(header, hf)
     family = FAMILIES.get(spec.model_type) or EXTRA_FAMILIES[spec.model_type]
     cfg, notes = family.config(hf)
     embd = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
