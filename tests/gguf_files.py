@@ -22,6 +22,15 @@ GEMMA = ("gemma2", "gemma3")
 TOKEN_TYPES = {"normal": 1, "unknown": 2, "control": 3, "user": 4, "byte": 6}
 
 
+def _falcon_qkv(w: np.ndarray, c: Any) -> np.ndarray:
+    """llama.cpp's FalconModel: each K/V group's q heads, k and v -> every q head, then every k, then every v."""
+    heads, kv = c.num_attention_heads, (c.num_kv_heads if c.new_decoder_architecture else 1)
+    dh = c.hidden_size // heads
+    qkv = w.reshape(kv, heads // kv + 2, dh, *w.shape[1:])
+    q = qkv[:, :-2].reshape(heads * dh, *w.shape[1:])
+    return np.concatenate([q, qkv[:, -2].reshape(kv * dh, *w.shape[1:]), qkv[:, -1].reshape(kv * dh, *w.shape[1:])])
+
+
 def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's LlamaModel.permute: each head's rotary halves interleaved row-wise."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -39,6 +48,16 @@ def metadata(w: gguf.GGUFWriter, arch: str, c: Any) -> None:
         w.add_feed_forward_length(c.n_inner or 4 * c.n_embd)
         w.add_block_count(c.n_layer)
         w.add_head_count(c.n_head)
+        w.add_layer_norm_eps(c.layer_norm_epsilon)
+        w.add_vocab_size(c.vocab_size)
+        return
+    if arch == "falcon":
+        w.add_context_length(c.max_position_embeddings)
+        w.add_embedding_length(c.hidden_size)
+        w.add_feed_forward_length(c.ffn_hidden_size or 4 * c.hidden_size)
+        w.add_block_count(c.num_hidden_layers)
+        w.add_head_count(c.num_attention_heads)
+        w.add_head_count_kv(c.num_kv_heads if c.new_decoder_architecture else 1)
         w.add_layer_norm_eps(c.layer_norm_epsilon)
         w.add_vocab_size(c.vocab_size)
         return
@@ -110,6 +129,8 @@ def write_model(model: Any, path: Path, arch: str, qtype: str = "F32",
         data = t.detach().float().numpy()
         if arch in LLAMA_PERMUTED and gguf_name.endswith((".attn_q", ".attn_k")):
             data = _permute(data, heads if gguf_name.endswith(".attn_q") else kv)
+        if arch == "falcon" and gguf_name.endswith("attn_qkv"):
+            data = _falcon_qkv(data, c)
         if arch in GEMMA and gguf_name.endswith("norm"):
             data = data + 1.0
         if arch == "gpt2" and kind == "weight" and gguf_name.endswith(("attn_qkv", "attn_output", "ffn_up", "ffn_down")):

@@ -37,10 +37,14 @@ FAMILIES = {
                dict(num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(pad_token_id=0)),
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}),
+    "falcon": ("FalconConfig", "FalconForCausalLM", dict(new_decoder_architecture=False, multi_query=True)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(num_key_value_heads=2, sliding_window=None)),
 }
+ARCH = {"mistral": "llama"}  # llama.cpp writes Mistral as a Llama
 CASES = [("llama", q) for q in ("F32", "F16", "BF16", "Q8_0", "Q5_0", "Q4_0")] + \
     [(f, q) for f, q in (("qwen2", "Q8_0"), ("qwen2", "Q4_0"), ("qwen3", "Q5_0"), ("gemma2", "Q4_0"),
                          ("gemma3", "Q8_0"), ("phi3", "BF16"), ("phi3", "Q4_0"), ("stablelm", "Q4_0"),
+                         ("falcon", "Q8_0"), ("mistral", "Q4_0"),
                          ("gpt2", "F16"), ("gpt2", "Q8_0"))]
 
 
@@ -59,7 +63,7 @@ def tiny(family: str):
 
 
 def written(tmp_path: Path, family: str, qtype: str) -> Path:
-    return write_model(tiny(family), tmp_path / f"{family}-{qtype}.gguf", family, qtype)
+    return write_model(tiny(family), tmp_path / f"{family}-{qtype}.gguf", ARCH.get(family, family), qtype)
 
 
 @pytest.mark.parametrize(("family", "qtype"), CASES)
@@ -77,6 +81,20 @@ def test_gguf_matches_transformers(tmp_path, family, qtype):
     assert ours.tokenizer.encode("!#") == [0, 2]
     notes = " ".join(ours.notes)
     assert "dequantised" in notes and ("F32" if qtype == "F32" else qtype) in notes
+
+
+def test_falcon_new_decoder_runs_as_the_original(tmp_path):
+    """Falcon-40B's layout: llama.cpp regroups q/k/v rows, which transformers' GGUF loading does not undo; ours
+    does, so the file runs as the model it was converted from."""
+    original = build("FalconConfig", "FalconForCausalLM", new_decoder_architecture=True, num_kv_heads=2)
+    path = write_model(original, tmp_path / "falcon40.gguf", "falcon", "F32")
+    ours = load_checkpoint(path, device="cpu")
+    assert ours.config.kv_heads == 2
+    with torch.no_grad():
+        ref = original(torch.tensor([IDS]), output_attentions=True)
+    trace = ours.trace_ids(IDS, CaptureSpec.everything())
+    assert np.abs(trace["logits"] - ref.logits[0].numpy()).max() <= 1e-4
+    assert np.abs(trace["blocks.1.attn.pattern"] - ref.attentions[1][0].numpy()).max() <= 1e-5
 
 
 def test_progress_and_cancel(tmp_path):

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from explorer.core.checkpoint.falcon import convert_falcon, falcon_config
 from explorer.core.checkpoint.in_memory import FAMILIES, Family
 from explorer.core.checkpoint.phi3 import convert_phi3, phi3_config
 from explorer.core.checkpoint.gguf_validate import TYPES, Header, TensorInfo, read_header
@@ -73,10 +74,17 @@ ARCHS: dict[str, Arch] = {
     "phi3": Arch("phi3", ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj",
                           "input_layernorm", "post_attention_layernorm")),
     "stablelm": Arch("stablelm"),
+    "falcon": Arch("falcon", ("input_layernorm", "self_attention.query_key_value", "self_attention.dense",
+                              "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
+                   ("transformer.word_embeddings", "transformer.ln_f", "lm_head"), "transformer.h.{i}.",
+                   extra={"parallel_attn": True, "alibi": False}),
     "gpt2": Arch("gpt2", ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"),
                  ("transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"), "transformer.h.{i}.",
                  extra={"activation_function": "gelu_new"}),
 }
+
+FALCON_NEW = Arch("falcon", ("ln_attn", "ln_mlp", *ARCHS["falcon"].layer[1:]), ARCHS["falcon"].top,
+                  ARCHS["falcon"].prefix, extra={**ARCHS["falcon"].extra, "new_decoder_architecture": True})
 
 # {arch}.<key> -> config.json key, with the kind of value it must be
 _KEYS: tuple[tuple[str, str, type], ...] = (
@@ -113,6 +121,8 @@ def architecture(header: Header) -> tuple[str, Arch]:
     if arch not in ARCHS:
         raise CheckpointError(f"{header.path}: GGUF architecture {arch!r:.60} is not supported; supported: "
                               + ", ".join(ARCHS))
+    if arch == "falcon" and any(t.name == "blk.0.attn_norm_2.weight" for t in header.tensors):
+        return arch, FALCON_NEW  # Falcon-40B/180B's decoder: a norm for attention and one for the MLP
     return arch, ARCHS[arch]
 
 
@@ -143,6 +153,16 @@ def hf_config(header: Header) -> dict[str, Any]:
             hf["partial_rotary_factor"] = rotary / (hf["hidden_size"] // heads)
         hf["use_qkv_bias"] = "blk.0.attn_q.bias" in names
         hf["use_parallel_residual"] = "blk.0.ffn_norm.weight" not in names
+    if spec.model_type == "falcon":
+        hf["layer_norm_epsilon"] = hf.pop("layer_norm_eps", 1e-5)
+        hf["ffn_hidden_size"] = hf.pop("intermediate_size", None)
+        hf["bias"] = "blk.0.attn_qkv.bias" in names
+        kv = hf.pop("num_key_value_heads", 1)
+        if hf.get("new_decoder_architecture"):
+            hf["num_kv_heads"] = kv
+        elif kv != 1:
+            raise CheckpointError(f"{header.path}: a Falcon file of the old decoder with {kv} K/V heads "
+                                  "(llama.cpp converts only multi-query ones, with 1)")
     if spec.model_type == "gpt2":
         hf = {_GPT2_KEYS.get(k, k): v for k, v in hf.items()}
         hf["n_ctx"] = hf.get("n_positions")
@@ -251,6 +271,17 @@ def unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
     return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape).contiguous()
 
 
+def falcon_qkv(w: torch.Tensor, heads: int, kv: int, new_arch: bool) -> torch.Tensor:
+    """llama.cpp's Falcon q/k/v rows (every q head, every k, every v) back in Hugging Face's order: for the new
+    decoder, per K/V group its q heads then its k and v; for multi-query (one K/V head) they are the same."""
+    if not new_arch or kv <= 0 or heads % kv or w.shape[0] % (heads + 2 * kv):
+        return w
+    dh, rest = w.shape[0] // (heads + 2 * kv), w.shape[1:]
+    q, k, v = w.split([heads * dh, kv * dh, kv * dh])
+    parts = [q.reshape(kv, heads // kv, dh, *rest), k.reshape(kv, 1, dh, *rest), v.reshape(kv, 1, dh, *rest)]
+    return torch.cat(parts, 1).reshape(w.shape)
+
+
 def read_tensors(header: Header, hf: dict[str, Any], arch: str, spec: Arch, n_layers: int) -> dict[str, torch.Tensor]:
     names = _hf_names(header, arch, spec, n_layers)
     tensors = [t for t in header.tensors if t.name in names]
@@ -271,6 +302,8 @@ def read_tensors(header: Header, hf: dict[str, Any], arch: str, spec: Arch, n_la
                     tensor = unpermute(tensor, heads)
                 elif spec.permuted_qk and ".attn_k." in t.name:
                     tensor = unpermute(tensor, kv)
+                elif spec.model_type == "falcon" and ".attn_qkv." in t.name:
+                    tensor = falcon_qkv(tensor, heads, hf.get("num_kv_heads", 1), spec is FALCON_NEW)
                 out[names[t.name]] = tensor
     except OSError as exc:
         raise CheckpointError(f"cannot read {header.path} ({why(exc)})") from None
@@ -298,7 +331,8 @@ def load_gguf(path: Path, device: str, dtype: str, name: str | None = None) -> L
     hf = hf_config(header)
     if spec.model_type == "llama":
         rope_from_tensor(header, hf)
-    family = FAMILIES.get(spec.model_type) or EXTRA_FAMILIES[spec.model_type]
+    family = FAMILIES.get(spec.model_type) or EXTRA_FAMILIES.get(spec.model_type) or Family(
+        falcon_config, lambda w, c: convert_falcon(w, c, bool(hf.get("new_decoder_architecture"))))
     cfg, notes = family.config(hf)
     embd = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
     if embd is None or embd.shape != (cfg.vocab_size, cfg.d_model):
