@@ -78,6 +78,11 @@ def metadata(w: gguf.GGUFWriter, arch: str, c: Any) -> None:
         return
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_rope_dimension_count(head_dim)
+    scaling = getattr(c, "rope_parameters", None) or {}
+    if arch == "phi3" and scaling.get("rope_type") == "longrope":
+        w.add_uint32("phi3.rope.scaling.original_context_length", c.original_max_position_embeddings)
+    if arch == "phi3" and getattr(c, "sliding_window", None):
+        w.add_sliding_window(c.sliding_window)
     if arch in ("qwen3", "gemma2", "gemma3") or head_dim != c.hidden_size // c.num_attention_heads:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)

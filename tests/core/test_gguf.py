@@ -149,6 +149,24 @@ def test_llama3_rope_freqs_become_its_rope_scaling(tmp_path):
         load_checkpoint(bent, device="cpu")
 
 
+def test_phi3_longrope_factors_become_its_rope_scaling(tmp_path):
+    """Phi-3-128k's LongRoPE, which llama.cpp writes as rope_factors_long/short tensors, read back into its scaling."""
+    gen = np.random.default_rng(0)
+    long, short = (1 + gen.random(8) * 4).tolist(), (1 + gen.random(8)).tolist()
+    original = build("Phi3Config", "Phi3ForCausalLM", pad_token_id=0, max_position_embeddings=128,
+                     original_max_position_embeddings=8,
+                     rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": long,
+                                      "short_factor": short, "original_max_position_embeddings": 8})
+    path = write_model(original, tmp_path / "phi3-128k.gguf", "phi3", "F32",
+                       extra_tensors={"rope_factors_long.weight": np.array(long),
+                                      "rope_factors_short.weight": np.array(short)})
+    ours = load_checkpoint(path, device="cpu")
+    assert dict(ours.config.rope_scaling)["rope_type"] == "longrope"
+    with torch.no_grad():
+        ref = original(torch.tensor([IDS]))  # 14 tokens: past the original 8, so the long factors act
+    assert np.abs(ours.trace_ids(IDS, CaptureSpec.compact())["logits"] - ref.logits[0].numpy()).max() <= 1e-4
+
+
 def test_a_gguf_file_without_its_suffix_opens(tmp_path):
     path = written(tmp_path, "qwen2", "Q8_0")
     blob = tmp_path / "sha256-0123abcd"

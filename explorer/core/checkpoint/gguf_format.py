@@ -218,12 +218,39 @@ def rope_from_tensor(header: Header, hf: dict[str, Any]) -> None:
         hf["rope_scaling"] = {"rope_type": "llama3", "factor": factor, **LLAMA3_ROPE}
 
 
+LONGROPE = {"rope_factors_long.weight": "long_factor", "rope_factors_short.weight": "short_factor"}
+# tensors that llama.cpp writes for the configuration (RoPE frequencies), read into it rather than into the model
+CONFIG_TENSORS = {"llama": (ROPE_FREQS,), "phi3": tuple(LONGROPE)}
+
+
+def longrope_from_tensors(header: Header, hf: dict[str, Any]) -> None:
+    """Phi-3's ``rope_factors_long``/``_short`` tensors -> its LongRoPE scaling (as its config.json has it)."""
+    found = {t.name: t for t in header.tensors if t.name in LONGROPE}
+    if not found:
+        return
+    if len(found) != 2:
+        raise CheckpointError(f"{header.path}: a Phi-3 file with one of rope_factors_long and rope_factors_short")
+    head_dim = hf.get("hidden_size", 0) // max(hf.get("num_attention_heads", 1), 1)
+    scaling: dict[str, Any] = {"rope_type": "longrope"}
+    with open(header.path, "rb") as f:
+        for name, t in found.items():
+            if t.type_id != 0 or t.shape != (head_dim // 2,):
+                raise CheckpointError(f"{header.path}: {name} should be {head_dim // 2} F32 values "
+                                      f"(got {t.shape} {t.type_name})")
+            scaling[LONGROPE[name]] = [float(x) for x in dequantised(f, t, torch.float32).double()]
+    original = _meta(header, "phi3.rope.scaling.original_context_length", int)
+    if original is None:
+        raise CheckpointError(f"{header.path}: LongRoPE factors without phi3.rope.scaling.original_context_length")
+    scaling["original_max_position_embeddings"] = original
+    hf["rope_scaling"] = scaling
+
+
 def _hf_names(header: Header, arch: str, spec: Arch, n_layers: int) -> dict[str, str]:
     """Every tensor's Hugging Face name; a tensor no name maps is refused before any data is read."""
     mapping, out, unknown = name_map(arch, spec, n_layers), {}, []
     for t in header.tensors:
-        if spec.model_type == "llama" and t.name == ROPE_FREQS:
-            continue  # read into the configuration (rope_from_tensor)
+        if t.name in CONFIG_TENSORS.get(arch, ()):
+            continue  # read into the configuration (rope_from_tensor, longrope_from_tensors)
         base, _, kind = t.name.rpartition(".")
         if kind not in ("weight", "bias") or base not in mapping:
             unknown.append(t.name)
@@ -331,6 +358,8 @@ def load_gguf(path: Path, device: str, dtype: str, name: str | None = None) -> L
     hf = hf_config(header)
     if spec.model_type == "llama":
         rope_from_tensor(header, hf)
+    if spec.model_type == "phi3":
+        longrope_from_tensors(header, hf)
     family = FAMILIES.get(spec.model_type) or EXTRA_FAMILIES.get(spec.model_type) or Family(
         falcon_config, lambda w, c: convert_falcon(w, c, bool(hf.get("new_decoder_architecture"))))
     cfg, notes = family.config(hf)
