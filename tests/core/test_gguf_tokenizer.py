@@ -71,25 +71,26 @@ def reference(path: Path):
     return transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
-@pytest.mark.parametrize("case", ["gpt2", "llama-bpe", "sentencepiece"])
+@pytest.mark.parametrize("case", ["gpt2", "llama-bpe", "sentencepiece", "sentencepiece-gemma2", "sentencepiece-phi3"])
 def test_gguf_tokenizer_ids_equal_transformers(tmp_path, case):
-    if case == "sentencepiece":
-        path = write_tokenizer(tmp_path / "spm.gguf", "llama", mistral_tokens())
+    if case.startswith("sentencepiece"):
+        arch = case.partition("-")[2] or "llama"  # Gemma's and Phi-3's pipelines differ from Llama's
+        path = write_tokenizer(tmp_path / "spm.gguf", arch, mistral_tokens())
     else:
         path = write_tokenizer(tmp_path / f"{case}.gguf", "gpt2" if case == "gpt2" else "llama",
                                gpt2_tokens("gpt-2" if case == "gpt2" else "llama-bpe",
                                            add_bos=None if case == "gpt2" else True))
-    ours, notes = tokenizer_from_gguf(read_header(path), 50257 if case != "sentencepiece" else 32000)
+    ours, notes = tokenizer_from_gguf(read_header(path), 32000 if case.startswith("sentencepiece") else 50257)
     theirs = reference(path)
     assert not notes
     for text in TEXTS:
         assert ours.encode(text) == theirs(text)["input_ids"], text
     ids = ours.encode("Hello world, café")
     assert ours.decode(ids) == theirs.decode(ids)
-    assert ours.eos_id == (2 if case == "sentencepiece" else 50256)
+    assert ours.eos_id == (2 if case.startswith("sentencepiece") else 50256)
     if case == "sentencepiece":
         assert ours.encode("Hi")[0] == 1 and b"".join(ours.token_bytes(i) for i in ours.encode("Hi")[1:]) == b" Hi"
-    else:
+    elif case == "gpt2" or case == "llama-bpe":
         ids = ours.encode("café")
         assert (ids[0] == 50256) == (case == "llama-bpe")  # Llama 3's files ask for a BOS
         assert b"".join(ours.token_bytes(i) for i in ids[1 if case == "llama-bpe" else 0:]) == "café".encode()

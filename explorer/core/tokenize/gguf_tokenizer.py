@@ -8,7 +8,8 @@ gguf_file=...)``), so the ids are the same:
   merges; text split by the regex of ``tokenizer.ggml.pre`` where it names a known one
   (``llama-bpe``, ``qwen2``, ...), else by GPT-2's;
 * ``"llama"``: SentencePiece-style BPE (Llama 2, Mistral, Gemma, Phi-3): byte fallback, a ``▁``
-  before the text, merges from the file or rebuilt from the tokens' scores (Gemma: from their order);
+  before the text (Gemma: none; Phi-3: from a normalizer), merges from the file or rebuilt from the
+  tokens' scores (Gemma: from their order);
 * control tokens (type 3) become special added tokens, user-defined ones (type 4) plain added
   tokens; ``bos``/``eos``/``unk``/``pad`` ids name the special tokens, and
   ``add_bos_token``/``add_eos_token`` (SentencePiece files: a BOS unless the file says otherwise)
@@ -97,6 +98,13 @@ def _backend(meta: dict[str, Any], kind: str, arch: str, tokens: list[str]) -> A
         scores = _list(meta, "scores", float, len(tokens))
         by = {t: -i for i, t in enumerate(tokens)} if gemma else dict(zip(tokens, scores)) if scores else None
         pairs = scored_merges(vocab, by)
+    if gemma:  # Gemma's own pipeline: spaces become ▁ in a normalizer, no ▁ before the text
+        backend = Backend(BPE(vocab=vocab, merges=pairs, fuse_unk=True, unk_token="<unk>", dropout=None,
+                              byte_fallback=True))
+        backend.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
+        backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+        backend.normalizer = normalizers.Replace(" ", "▁")
+        return backend
     backend = Backend(BPE(vocab=vocab, merges=pairs, fuse_unk=True, byte_fallback=True, dropout=None))
     backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
     backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
