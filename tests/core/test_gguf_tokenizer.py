@@ -101,3 +101,13 @@ def test_a_file_without_a_readable_tokenizer_gets_the_token_id_stand_in(tmp_path
     tokenizer, notes = tokenizer_from_gguf(read_header(path), 100)
     assert isinstance(tokenizer, TokenIdTokenizer) and tokenizer.encode("1 2") == [1, 2]
     assert "'t5'" in notes[0] and "token ids" in notes[0]
+
+
+def test_split_regexes_are_transformers_own():
+    from transformers.integrations.gguf import gguf_tokenizer_mapping
+
+    from explorer.core.tokenize.gguf_tokenizer import SPLITS
+
+    theirs = gguf_tokenizer_mapping.GGUF_PRE_TOKENIZER_SPLITS
+    assert {k: theirs.get(k) for k in SPLITS} == SPLITS
+    assert {"llama-bpe", "qwen2", "tekken", "gpt-4o"} <= set(SPLITS)
