@@ -110,3 +110,14 @@ def test_lm_studio_models_are_listed_and_open(tmp_path, monkeypatch, gguf_bytes)
     assert [(m.name, m.store) for m in list_lmstudio()] == [("Qwen/Tiny-GGUF/tiny-q8_0.gguf", "LM Studio")]
     loaded = load_checkpoint("Qwen/Tiny-GGUF/tiny-q8_0.gguf", device="cpu")
     assert loaded.name == "Qwen/Tiny-GGUF/tiny-q8_0.gguf" and loaded.arch == "qwen2"
+
+
+def test_a_folder_of_gguf_files_opens_its_only_one_or_names_them(tmp_path, gguf_bytes):
+    folder = tmp_path / "Tiny-GGUF"
+    folder.mkdir()
+    (folder / "tiny-q8_0.gguf").write_bytes(gguf_bytes)
+    (folder / "mmproj-tiny-f16.gguf").write_bytes(b"GGUF")
+    assert load_checkpoint(folder, device="cpu").arch == "qwen2"
+    (folder / "tiny-q4_0.gguf").write_bytes(gguf_bytes)
+    with pytest.raises(CheckpointError, match="holds 2 GGUF files; open one of them: tiny-q4_0.gguf, tiny-q8_0.gguf"):
+        load_checkpoint(folder, device="cpu")

@@ -190,6 +190,11 @@ def _load_path(path: Path, kind: str, device: str, dtype: str) -> LoadedModel:
         raise CheckpointError(f"cannot open {path} (permission denied)")
     if _kind(path / "config.json") == "missing" and _kind(path / "ckpt.pt") == "file":  # a nanoGPT out_dir
         return nanogpt.load_nanogpt(path / "ckpt.pt", device, dtype)
+    if _kind(path / "config.json") == "missing" and (ggufs := local_stores.gguf_files(path)):  # a GGUF folder
+        if len(ggufs) > 1:
+            raise CheckpointError(f"{path} holds {len(ggufs)} GGUF files; open one of them: "
+                                  + ", ".join(p.name for p in ggufs[:8]) + (" ..." if len(ggufs) > 8 else ""))
+        return gguf_format.load_gguf(ggufs[0], device, dtype)
     config = read_json(path / "config.json", MAX_CONFIG_BYTES)
     current_load().config_file = path / "config.json"
     if config.get("format") == NATIVE_FORMAT:

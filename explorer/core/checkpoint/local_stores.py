@@ -147,6 +147,14 @@ def list_lmstudio(roots: list[Path] | None = None) -> list[LocalModel]:
     return found
 
 
+def gguf_files(directory: Path) -> list[Path]:
+    """The language-model GGUF files directly in ``directory`` (a GGUF repository's snapshot, an LM Studio folder)."""
+    try:
+        return sorted(p for p in directory.glob("*.gguf") if p.is_file() and not p.name.lower().startswith("mmproj"))
+    except OSError:
+        return []
+
+
 def list_local() -> list[LocalModel]:
     return list_ollama() + list_lmstudio()
 
