@@ -79,6 +79,11 @@ def metadata(w: gguf.GGUFWriter, arch: str, c: Any) -> None:
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_rope_dimension_count(head_dim)
     scaling = getattr(c, "rope_parameters", None) or {}
+    if scaling.get("rope_type") in ("linear", "yarn"):
+        w.add_rope_scaling_type(gguf.RopeScalingType(scaling["rope_type"]))
+        w.add_rope_scaling_factor(scaling["factor"])
+        if scaling.get("original_max_position_embeddings"):
+            w.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
     if arch == "phi3" and scaling.get("rope_type") == "longrope":
         w.add_uint32("phi3.rope.scaling.original_context_length", c.original_max_position_embeddings)
     if arch == "phi3" and getattr(c, "sliding_window", None):

@@ -32,9 +32,9 @@ FAMILIES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(num_key_value_heads=2)),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(num_key_value_heads=2)),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
-               dict(num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)),
+               dict(num_key_value_heads=2, head_dim=256, query_pre_attn_scalar=256, sliding_window=8)),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
-               dict(num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8)),
+               dict(num_key_value_heads=2, head_dim=256, query_pre_attn_scalar=256, sliding_window=8)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(pad_token_id=0)),
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}),
     "falcon": ("FalconConfig", "FalconForCausalLM", dict(new_decoder_architecture=False, multi_query=True)),
@@ -147,6 +147,30 @@ def test_llama3_rope_freqs_become_its_rope_scaling(tmp_path):
                        extra_tensors={"rope_freqs.weight": np.linspace(1, 3, 8)})
     with pytest.raises(CheckpointError, match="not Llama 3's rule"):
         load_checkpoint(bent, device="cpu")
+
+
+@pytest.mark.parametrize("scaling", [{"rope_type": "linear", "factor": 4.0},
+                                     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}])
+def test_rope_scaling_metadata_runs_as_the_original(tmp_path, scaling):
+    original = build("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2,
+                     rope_parameters={"rope_theta": 10000.0, **scaling})
+    path = write_model(original, tmp_path / "scaled.gguf", "llama", "F32")
+    ours = load_checkpoint(path, device="cpu")
+    assert dict(ours.config.rope_scaling)["rope_type"] == scaling["rope_type"]
+    with torch.no_grad():
+        ref = original(torch.tensor([IDS]))
+    assert np.abs(ours.trace_ids(IDS, CaptureSpec.compact())["logits"] - ref.logits[0].numpy()).max() <= 1e-4
+
+
+def test_gemma_score_scale_follows_llama_cpp(tmp_path):
+    """llama.cpp scales Gemma 2 27B's (46 layers) scores by 1/sqrt(d_model/heads), the others' by 1/sqrt(head_dim)."""
+    from explorer.core.checkpoint.gguf_format import hf_config
+    from explorer.core.checkpoint.gguf_validate import read_header
+
+    for layers, expected in ((46, 64 // 4), (2, 32)):
+        model = build("Gemma2Config", "Gemma2ForCausalLM", num_hidden_layers=layers, head_dim=32)
+        path = write_model(model, tmp_path / f"gemma2-{layers}.gguf", "gemma2", "F32")
+        assert hf_config(read_header(path))["query_pre_attn_scalar"] == expected
 
 
 def test_phi3_longrope_factors_become_its_rope_scaling(tmp_path):

@@ -147,6 +147,20 @@ def hf_config(header: Header) -> dict[str, Any]:
     rotary = _meta(header, f"{arch}.rope.dimension_count", int)
     if spec.model_type == "llama" and rotary is not None:
         hf.setdefault("head_dim", rotary)  # as transformers reads it for Llama
+    scaling = _meta(header, f"{arch}.rope.scaling.type", str)
+    if scaling not in (None, "none"):
+        factor = _meta(header, f"{arch}.rope.scaling.factor", float)
+        if scaling not in ("linear", "yarn") or factor is None:
+            raise CheckpointError(f"{header.path}: RoPE scaling {scaling!r:.40} (factor {factor}) is not read from GGUF "
+                                  "files (linear and yarn are)")
+        hf["rope_scaling"] = {"rope_type": scaling, "factor": factor}
+        original = _meta(header, f"{arch}.rope.scaling.original_context_length", int)
+        if original is not None:
+            hf["rope_scaling"]["original_max_position_embeddings"] = original
+    if spec.model_type in ("gemma2", "gemma3_text") and hf.get("num_attention_heads"):
+        # llama.cpp's rule: the 27B models scale scores by 1/sqrt(d_model / heads), the others by 1/sqrt(head_dim)
+        big = hf.get("num_hidden_layers") == (46 if spec.model_type == "gemma2" else 62)
+        hf["query_pre_attn_scalar"] = hf["hidden_size"] // hf["num_attention_heads"] if big else hf.get("head_dim", 256)
     if spec.model_type == "stablelm":
         heads = hf.get("num_attention_heads") or 1
         if rotary is not None and hf.get("hidden_size"):
