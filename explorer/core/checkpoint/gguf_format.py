@@ -37,7 +37,7 @@ from explorer.core.checkpoint.phi3 import convert_phi3, phi3_config
 from explorer.core.checkpoint.gguf_validate import TYPES, Header, TensorInfo, read_header
 from explorer.core.checkpoint.safe_io import build_model, finish
 from explorer.core.checkpoint.validate import check_headers, current, why
-from explorer.core.errors import CheckpointError, TokenizerError
+from explorer.core.errors import CheckpointError, LoadCancelled, TokenizerError
 from explorer.core.loaded import LoadedModel
 
 # families the in-memory table does not list (model_type -> config and convert functions)
@@ -290,7 +290,10 @@ def dequantised(f: Any, t: TensorInfo, dtype: torch.dtype,
     row_bytes = cols // block * nbytes
     out = torch.empty((rows, cols), dtype=dtype)
     step = max(1, CHUNK_ELEMENTS // cols)
+    ctx = current()
     for r0 in range(0, rows, step):
+        if r0 and ctx is not None and ctx.cancelled():  # a large tensor stops between its chunks too
+            raise LoadCancelled(f"loading {ctx.source} was cancelled")
         n = min(step, rows - r0)
         raw = np.empty((n, row_bytes), dtype=np.uint8)
         f.seek(t.start + r0 * row_bytes)
