@@ -133,3 +133,30 @@ def test_every_hostile_gguf_ends_in_one_clear_line(tmp_path):
     assert not problems, problems
     assert len(report["cases"]) == len(cases) + 1
     assert report["grown_mb"] < 150, report["grown_mb"]
+
+
+def test_metadata_arrays_are_capped_in_all_and_in_depth(tmp_path, monkeypatch):
+    import gguf
+    import pytest
+
+    from explorer.core.checkpoint.gguf_validate import read_header
+    from explorer.core.errors import CheckpointError
+
+    def written(name: str, fill) -> Path:
+        w = gguf.GGUFWriter(str(tmp_path / name), "llama")
+        fill(w)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return tmp_path / name
+
+    from explorer.core.checkpoint import gguf_validate
+
+    monkeypatch.setattr(gguf_validate, "MAX_TOTAL_ITEMS", 4000)  # as 8M items would, at a test's size
+    many = written("many.gguf", lambda w: [w.add_array(f"x.{i}", list(range(1000))) for i in range(5)])
+    with pytest.raises(CheckpointError, match="over 4,000 items in all"):
+        read_header(many)
+    deep = written("deep.gguf", lambda w: w.add_array("x.deep", [[["a"]]]))
+    with pytest.raises(CheckpointError, match="nests arrays more than two deep"):
+        read_header(deep)

@@ -32,7 +32,8 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 MAX_STRING = 64 * 2**20  # one metadata string (a chat template is tens of kB)
 MAX_NAME = 256  # a tensor's name (ggml allows 64)
-MAX_ITEMS = 16 * 2**20  # items of one metadata array (a vocabulary: ~256k tokens and merges)
+MAX_ITEMS = 2 * 2**20  # items of one metadata array (the largest vocabularies: ~262k tokens, fewer merges)
+MAX_TOTAL_ITEMS = 8 * 2**20  # items of all metadata arrays together
 MAX_ELEMENTS = 2**40  # elements of one tensor
 MAX_DIMS = 4
 # value type -> (struct format, size); 8 string, 9 array
@@ -103,6 +104,7 @@ class _Cursor:
 
     def __init__(self, buf: Any, path: Path, size: int) -> None:
         self.buf, self.path, self.size, self.pos = buf, path, size, 0
+        self.items = 0  # metadata array items read so far
 
     def fail(self, what: str) -> CheckpointError:
         return CheckpointError(f"{self.path} is not a valid GGUF file: {what}")
@@ -153,6 +155,9 @@ class _Cursor:
                 raise self.fail(f"{what} claims {count:,} items, more than the file's remaining "
                                 f"{self.size - self.pos:,} bytes can hold" if count <= MAX_ITEMS else
                                 f"{what} claims {count:,} items (at most {MAX_ITEMS:,} are read)")
+            self.items += count
+            if self.items > MAX_TOTAL_ITEMS:
+                raise self.fail(f"its metadata arrays hold over {MAX_TOTAL_ITEMS:,} items in all")
             if item_type in _SCALARS:  # one unpack for the whole array
                 fmt, n = _SCALARS[item_type]
                 self.need(n * count, what)
