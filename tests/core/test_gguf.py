@@ -164,7 +164,7 @@ def test_rope_scaling_metadata_runs_as_the_original(tmp_path, scaling):
 
 def test_gemma_score_scale_follows_llama_cpp(tmp_path):
     """llama.cpp scales Gemma 2 27B's (46 layers) scores by 1/sqrt(d_model/heads), the others' by 1/sqrt(head_dim)."""
-    from explorer.core.checkpoint.gguf_format import hf_config
+    from explorer.core.checkpoint.gguf_config import hf_config
     from explorer.core.checkpoint.gguf_validate import read_header
 
     for layers, expected in ((46, 64 // 4), (2, 32)):

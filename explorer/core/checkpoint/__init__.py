@@ -32,6 +32,7 @@ from explorer.core.checkpoint import (
     bloom,
     falcon,
     gemma,
+    gguf_config,
     gguf_format,
     gpt2,
     gpt_neo,
@@ -99,7 +100,7 @@ def default_model_name() -> str:
 def supported_formats() -> str:
     return ("native transformer-explorer directories; Hugging Face directories with model_type "
             + ", ".join(repr(k) for k in HF_LOADERS) + "; nanoGPT ckpt.pt files"
-            + "; GGUF files (" + ", ".join(gguf_format.ARCHS) + ")"
+            + "; GGUF files (" + ", ".join(gguf_config.ARCHS) + ")"
             + f"; built-in models: {', '.join(builtin_names())}")
 
 
