@@ -210,3 +210,30 @@ def test_k_and_iq_blocks_equal_transformers_dequantiser(type_id):
     theirs = dequant.dequantize(torch.from_numpy(raw.copy()).reshape(-1), type_id).numpy()
     assert np.isfinite(ours).mean() > 0.5
     assert np.array_equal(ours, theirs, equal_nan=True)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "IQ4_XS"])
+def test_a_k_quant_tensor_is_read_in_chunks_as_transformers_dequantises_it(tmp_path, monkeypatch, qtype):
+    """A tensor of a type gguf cannot write (its blocks random bytes), read row chunk by row chunk from a file."""
+    import gguf
+    from transformers.integrations.gguf import dequant
+
+    from explorer.core.checkpoint import gguf_format
+    from explorer.core.checkpoint.gguf_validate import read_header
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    _, nbytes = dequant.GGML_BLOCK[int(kind)]
+    raw = np.random.default_rng(1).integers(0, 256, size=(24, 2 * nbytes), dtype=np.uint8)  # 24 rows of 512
+    w = gguf.GGUFWriter(str(tmp_path / "k.gguf"), "llama")
+    w.add_tensor("blk.0.ffn_down.weight", raw, raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    (info,) = read_header(tmp_path / "k.gguf").tensors
+    assert info.shape == (24, 512) and info.type_name == qtype
+    monkeypatch.setattr(gguf_format, "CHUNK_ELEMENTS", 5 * 512)  # five rows at a time
+    with open(tmp_path / "k.gguf", "rb") as f:
+        ours = gguf_format.dequantised(f, info, torch.float32).numpy()
+    theirs = dequant.dequantize(torch.from_numpy(raw.copy()).reshape(-1), int(kind)).numpy().reshape(24, 512)
+    assert np.array_equal(ours, theirs, equal_nan=True)
