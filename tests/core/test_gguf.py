@@ -237,3 +237,17 @@ def test_a_k_quant_tensor_is_read_in_chunks_as_transformers_dequantises_it(tmp_p
         ours = gguf_format.dequantised(f, info, torch.float32).numpy()
     theirs = dequant.dequantize(torch.from_numpy(raw.copy()).reshape(-1), int(kind)).numpy().reshape(24, 512)
     assert np.array_equal(ours, theirs, equal_nan=True)
+
+
+def test_info_lists_each_tensors_type(tmp_path, capsys):
+    import json
+
+    from explorer.cli import main
+
+    path = written(tmp_path, "llama", "Q5_0")
+    assert main(["info", "--checkpoint", str(path), "--tensors"]) == 0
+    out = capsys.readouterr().out
+    assert "blk.0.attn_q.weight" in out and "Q5_0" in out and "dequantised" in out
+    assert main(["info", "--checkpoint", str(path), "--tensors", "--json"]) == 0
+    tensors = json.loads(capsys.readouterr().out)["tensors"]
+    assert tensors["blk.1.ffn_down.weight"] == "Q5_0" and tensors["output_norm.weight"] == "F32" and len(tensors) == 21

@@ -169,4 +169,5 @@ def load_gguf(path: Path, device: str, dtype: str, name: str | None = None) -> L
         raise CheckpointError(f"{path}: {exc}") from None
     label = name or str(header.metadata.get("general.name") or path.stem)[:120]
     return LoadedModel(finish(model, device, dtype), tokenizer, label, str(path), cfg.arch,
-                       notes=[quantisation_note(header)] + notes + tok_notes)
+                       notes=[quantisation_note(header)] + notes + tok_notes,
+                       tensor_types=[(t.name, t.type_name) for t in header.tensors])
