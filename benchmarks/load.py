@@ -7,13 +7,18 @@ a temporary directory tensor by tensor, then a fresh Python process loads the ch
 its load time, its resident memory before the load and its peak (VmHWM) after it. The target
 (issue 11): peak resident memory while loading <= 1.3x the loaded model's size.
 
-    python benchmarks/load.py [--only gpt2|llama|offload]
+    python benchmarks/load.py [--only gpt2|llama|gguf-q8_0|gguf-q4_0|offload]
 
 The offload section (issue 22) loads the same Llama-3.2-1B-shaped model with ``--max-memory cpu=`` half its
 size (``--device-map sequential``, the rest offloaded to disk, one safetensors file per block): load time,
 the first trace's time, resident weights and peak resident memory while tracing against the budget.
 Loading still reads the whole model into CPU memory before laying it out, so the load's own peak is ~1x
 the model; the budget holds from then on.
+
+GGUF (issue 25): the same Llama-3.2-1B shape written as llama.cpp lays it out, 2-D weights in Q8_0
+or Q4_0 (the blocks of one random quantised sample, tiled), norms in F32, streamed to the file
+tensor by tensor; the load dequantises every tensor into float32, so besides time and peak memory
+it reports the dequantising rate (MB of float32 weights per second, and MB of file per second).
 """
 
 from __future__ import annotations
@@ -88,6 +93,54 @@ def llama_1b(directory: Path) -> None:
                                                        "name": "llama-1b-shaped", "model": cfg.to_dict(),
                                                        "tokenizer": tokenizer}))
     write_safetensors(directory / "model.safetensors", shapes, torch.bfloat16)
+
+
+def llama_1b_gguf(directory: Path, qtype: str) -> None:
+    """A Llama-3.2-1B-shaped GGUF file (``model.gguf``), its tensors streamed one at a time."""
+    import gguf
+    import numpy as np
+
+    from explorer.core.checkpoint.gguf_validate import TYPES
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    d, L, heads, kv, ff, V = 2048, 16, 32, 8, 8192, 128256
+    shapes = {"token_embd.weight": (V, d), "output_norm.weight": (d,)}
+    for i in range(L):
+        p = f"blk.{i}."
+        shapes.update({p + "attn_norm.weight": (d,), p + "attn_q.weight": (heads * 64, d),
+                       p + "attn_k.weight": (kv * 64, d), p + "attn_v.weight": (kv * 64, d),
+                       p + "attn_output.weight": (d, heads * 64), p + "ffn_norm.weight": (d,),
+                       p + "ffn_gate.weight": (ff, d), p + "ffn_up.weight": (ff, d), p + "ffn_down.weight": (d, ff)})
+    sample = gguf.quants.quantize(np.random.default_rng(0).standard_normal((256, d), dtype=np.float32) * 0.02, kind)
+    directory.mkdir(parents=True)
+    w = gguf.GGUFWriter(str(directory / "model.gguf"), "llama")
+    for key, value in (("context_length", 131072), ("embedding_length", d), ("block_count", L),
+                       ("feed_forward_length", ff), ("attention.head_count", heads), ("attention.head_count_kv", kv),
+                       ("rope.dimension_count", 64), ("vocab_size", V)):
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.rope.freq_base", 500000.0)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([chr(ord("a") + i) for i in range(26)])
+    _, block, nbytes = TYPES[int(kind)]
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            w.add_tensor_info(name, shape, np.dtype(np.float32), shape[0] * 4)
+        else:
+            w.add_tensor_info(name, (shape[0], shape[1] // block * nbytes), np.dtype(np.uint8),
+                              shape[0] * shape[1] // block * nbytes, raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            w.write_tensor_data(np.ones(shape, dtype=np.float32))
+            continue
+        rows = np.resize(sample, (shape[0], sample.shape[1])) if shape[1] == d else \
+            np.resize(gguf.quants.quantize(np.random.default_rng(1).standard_normal((64, shape[1]), dtype=np.float32)
+                                           * 0.02, kind), (shape[0], shape[1] // block * nbytes))
+        w.write_tensor_data(np.ascontiguousarray(rows))
+    w.close()
 
 
 CHILD = """
@@ -171,7 +224,9 @@ def offload(tmp: str) -> None:
 def main() -> None:
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     models = {"gpt2": ("GPT-2-small-sized (HF GPT-2 layout, float32 file)", gpt2_small),
-              "llama": ("Llama-3.2-1B-shaped (native, bfloat16 file -> float32)", llama_1b)}
+              "llama": ("Llama-3.2-1B-shaped (native, bfloat16 file -> float32)", llama_1b),
+              "gguf-q8_0": ("Llama-3.2-1B-shaped GGUF, Q8_0 -> float32", lambda p: llama_1b_gguf(p, "Q8_0")),
+              "gguf-q4_0": ("Llama-3.2-1B-shaped GGUF, Q4_0 -> float32", lambda p: llama_1b_gguf(p, "Q4_0"))}
     with tempfile.TemporaryDirectory(prefix="load-bench-") as tmp:
         if only == "offload":
             return offload(tmp)
@@ -181,13 +236,16 @@ def main() -> None:
             directory = Path(tmp) / key
             write(directory)
             file_mb = sum(f.stat().st_size for f in directory.iterdir()) / 1e6
-            r = measure(directory)
+            r = measure(directory / "model.gguf" if key.startswith("gguf") else directory)
             grew = r["peak"] - r["before"]
             print(f"== {title}: {r['params'] / 1e6:,.1f}M parameters, model {r['model_bytes'] / 1e6:,.0f} MB, "
                   f"files {file_mb:,.0f} MB")
             print(f"   load {r['seconds']:.2f} s; resident before {r['before'] / 1e6:,.0f} MB, peak {r['peak'] / 1e6:,.0f} MB, "
                   f"after {r['after'] / 1e6:,.0f} MB")
             print(f"   peak growth while loading / model size: {grew / r['model_bytes']:.2f}x (target <= 1.3x)")
+            if key.startswith("gguf"):
+                print(f"   dequantising: {r['model_bytes'] / 1e6 / r['seconds']:,.0f} MB/s of float32 weights, "
+                      f"{file_mb / r['seconds']:,.0f} MB/s of file")
         if only is None:
             offload(tmp)
 

@@ -28,7 +28,8 @@ COMMANDS = {
 WINDOW_USAGE = """\
 without a command, the desktop window opens:
   transformer-explorer [CHECKPOINT] [--device {auto,cpu,cuda,mps}] [--dtype {float32,bfloat16,float16}]
-    CHECKPOINT  a checkpoint directory, a file inside one, or a built-in model name
+    CHECKPOINT  a checkpoint directory, a file inside one, a .gguf file, an Ollama model
+                name (llama3.2:1b), or a built-in model name
                 (default: the last one opened, else the bundled default model)
     --device    where the model runs (default: auto)
     --dtype     the precision it runs in (default: float32)
@@ -63,6 +64,10 @@ def _unknown_command(word: str) -> str | None:
     from explorer.core.checkpoint import builtin_names
 
     if word in builtin_names():
+        return None
+    from explorer.core.checkpoint.local_stores import ollama_parts
+
+    if ":" in word and ollama_parts(word) is not None:  # an Ollama model name: load_checkpoint says if it is missing
         return None
     close = difflib.get_close_matches(word, list(COMMANDS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

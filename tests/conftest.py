@@ -6,6 +6,9 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_API", "pyside6")
+# the machine's own Ollama and LM Studio models never appear in a test (tests that need a store set one)
+os.environ["OLLAMA_MODELS"] = os.path.join(os.sep, "nonexistent", "ollama-models")
+os.environ["LMSTUDIO_MODELS"] = os.path.join(os.sep, "nonexistent", "lmstudio-models")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

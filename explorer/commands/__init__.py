@@ -8,7 +8,8 @@ import argparse
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every model-using command shares."""
     parser.add_argument("--checkpoint", "-c", default=None,
-                        help="a checkpoint directory, a file inside one, or a built-in model name "
+                        help="a checkpoint directory, a file inside one, a .gguf file, an Ollama model name "
+                             "(llama3.2:1b), or a built-in model name "
                              "(default: the bundled default model)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

@@ -9,15 +9,24 @@ from explorer.commands import add_model_arguments, load_model
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the facts as JSON")
+    parser.add_argument("--tensors", action="store_true",
+                        help="also list each tensor of a GGUF file with its quantisation type")
 
 
 def run(args: argparse.Namespace) -> int:
-    info = load_model(args).info()
+    loaded = load_model(args)
+    info = loaded.info()
+    if args.tensors:  # a GGUF file: each tensor's type (the numbers shown are its dequantised weights')
+        info["tensors"] = dict(loaded.tensor_types) or "not a GGUF file: every tensor is stored in floating point"
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         width = max(len(k) for k in info)
         for key, value in info.items():
             label = key.replace("_", " ")
+            if isinstance(value, dict):
+                print(f"{label:<{width}}")
+                print("\n".join(f"  {name:<40} {kind}" for name, kind in value.items()))
+                continue
             print(f"{label:<{width}}  {value:,}" if isinstance(value, int) else f"{label:<{width}}  {value}")
     return 0

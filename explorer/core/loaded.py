@@ -37,6 +37,7 @@ class LoadedModel:
     arch: str
     notes: list[str] = field(default_factory=list)  # what the user should know: caps, stand-ins
     repo_id: str | None = None  # "org/name" when it was opened from the Hugging Face cache
+    tensor_types: list[tuple[str, str]] = field(default_factory=list)  # a GGUF file's tensors and their types
 
     @property
     def config(self) -> ModelConfig:

@@ -41,6 +41,9 @@ def versions(loaded: Any = None) -> dict[str, str]:
                  "platform": QGuiApplication.platformName() or "?"})
     if loaded is not None:
         info["model"] = f"{loaded.name} on {loaded.device} ({str(loaded.dtype).replace('torch.', '')})"
+        gguf = next((n for n in getattr(loaded, "notes", []) if n.startswith("GGUF file")), None)
+        if gguf:  # a quantised file: each type's tensor count, and that the numbers are the dequantised weights'
+            info["weights"] = gguf
     return info
 
 

@@ -267,7 +267,7 @@ class MainWindow(TraceDrawing, QMainWindow):
     def open_checkpoint_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self, "Open checkpoint", self._dialog_dir(),
-            "Checkpoint files (config.json *.safetensors *.bin *.pt *.ckpt);;All files (*)")
+            "Checkpoint files (config.json *.safetensors *.bin *.pt *.ckpt *.gguf);;All files (*)")
         if path:
             self.open_checkpoint(path)
 

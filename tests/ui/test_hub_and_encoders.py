@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QFileDialog
 
 from explorer.ui.widgets.hub_dialog import HubCacheDialog
@@ -63,6 +64,33 @@ def test_the_dialog_lists_the_cache_and_returns_the_pick(qtbot, monkeypatch, tmp
     assert "nothing is downloaded" in dialog.info.text()
 
 
+def test_the_dialog_lists_ollama_and_lm_studio_models_after_the_cache(qtbot, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cached(tmp_path / "hub", "a-org/first")
+    ollama = tmp_path / "ollama"
+    (ollama / "blobs").mkdir(parents=True)
+    (ollama / "blobs" / ("sha256-" + "a" * 64)).write_bytes(b"GGUF" + bytes(60))
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "llama3.2" / "1b"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                                "digest": "sha256:" + "a" * 64}]}))
+    (tmp_path / "lms" / "pub" / "repo").mkdir(parents=True)
+    (tmp_path / "lms" / "pub" / "repo" / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.setenv("OLLAMA_MODELS", str(ollama))
+    monkeypatch.setenv("LMSTUDIO_MODELS", str(tmp_path / "lms"))
+    dialog = HubCacheDialog()
+    qtbot.addWidget(dialog)
+    rows = [(dialog.tree.topLevelItem(i).text(0), dialog.tree.topLevelItem(i).text(2))
+            for i in range(dialog.tree.topLevelItemCount())]
+    assert [r[0] for r in rows] == ["a-org/first", "llama3.2:1b", "pub/repo/m.gguf"]
+    assert rows[1][1] == "Ollama" and rows[2][1] == "LM Studio"
+    dialog.tree.setCurrentItem(dialog.tree.topLevelItem(1))
+    assert dialog.chosen == "llama3.2:1b"
+    recent = RecentCheckpoints(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), lambda: [])
+    recent.add("llama3.2:1b")
+    assert recent.entries() == ["llama3.2:1b"]  # kept while Ollama has it
+
+
 def test_an_empty_cache_says_how_to_fill_it(qtbot, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "none"))
     dialog = HubCacheDialog()
@@ -95,7 +123,7 @@ def test_the_open_dialog_accepts_every_loader_file(window, monkeypatch):
     seen = []
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (seen.append(a[3]), ("", ""))[1])
     window.open_checkpoint_dialog()
-    for pattern in ("config.json", "*.safetensors", "*.bin", "*.pt", "*.ckpt"):
+    for pattern in ("config.json", "*.safetensors", "*.bin", "*.pt", "*.ckpt", "*.gguf"):
         assert pattern in seen[0]
 
 

@@ -10,6 +10,8 @@ package imports them (none of them imports it):
   ``bloom``, ``falcon``, ``gptj``, ...) applied by the one generic loader (``loader.load_family``);
 * ``nanogpt``: a nanoGPT ``ckpt.pt`` (or its out_dir);
 * built-in names: ``worked-example`` and each directory under ``models/``;
+* GGUF files (``gguf_format``: llama.cpp, LM Studio; Ollama's blobs, found by model name through
+  ``local_stores``), recognised by their suffix or their magic bytes;
 * the Hugging Face cache (``hub_cache``): a ``models--org--name`` folder, a snapshot in one, or a
   repository id ``org/name`` resolved offline; the model is then named ``org/name``.
 
@@ -27,6 +29,8 @@ from explorer.core import worked_example
 from explorer.core.checkpoint import hub_cache, nanogpt
 from explorer.core.checkpoint.families import FAMILIES
 from explorer.core.checkpoint.loader import load_family
+from explorer.core.checkpoint import gguf_config, gguf_format, local_stores
+from explorer.core.checkpoint.gguf_validate import is_gguf
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
 from explorer.core.cancel import CancelLike
@@ -58,6 +62,7 @@ def default_model_name() -> str:
 def supported_formats() -> str:
     return ("native transformer-explorer directories; Hugging Face directories with model_type "
             + ", ".join(repr(k) for k in FAMILIES) + "; nanoGPT ckpt.pt files"
+            + "; GGUF files (" + ", ".join(gguf_config.ARCHS) + ")"
             + f"; built-in models: {', '.join(builtin_names())}")
 
 
@@ -124,6 +129,10 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
     kind = _kind(path)
     if kind == "missing" and (models_dir() / str(source)).is_dir():
         path, kind = models_dir() / str(source), "dir"
+    if kind == "missing":  # an Ollama model name (llama3.2:1b) or an LM Studio publisher/repo/file.gguf
+        local = local_stores.resolve(str(source))
+        if local is not None:
+            return gguf_format.load_gguf(local.path, device, dtype, name=local.name)
     cached = hub_cache.resolve(path if kind != "missing" else source)  # Hugging Face cache folders and org/name ids
     if cached is not None:
         loaded = _load_path(cached.path, _kind(cached.path), device, dtype)
@@ -137,18 +146,25 @@ def _load(source: str | Path, device: str, dtype: str) -> LoadedModel:
 
 def _load_path(path: Path, kind: str, device: str, dtype: str) -> LoadedModel:
     if kind == "missing":
-        raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, or a built-in "
-                              f"name ({', '.join(builtin_names())})")
+        raise CheckpointError(f"no checkpoint at {path}; give a directory, a file in one, a GGUF file or "
+                              f"Ollama model name, or a built-in name ({', '.join(builtin_names())})")
     if kind == "other":
         raise CheckpointError(f"{path} is neither a directory nor a regular file")
     if kind == "file" and path.suffix in nanogpt.SUFFIXES:
         return nanogpt.load_nanogpt(path, device, dtype)
+    if kind == "file" and (path.suffix.lower() == ".gguf" or is_gguf(path)):  # Ollama's blobs have no suffix
+        return gguf_format.load_gguf(path, device, dtype)
     if kind == "file":
         path = path.parent
     if not os.access(path, os.R_OK | os.X_OK):
         raise CheckpointError(f"cannot open {path} (permission denied)")
     if _kind(path / "config.json") == "missing" and _kind(path / "ckpt.pt") == "file":  # a nanoGPT out_dir
         return nanogpt.load_nanogpt(path / "ckpt.pt", device, dtype)
+    if _kind(path / "config.json") == "missing" and (ggufs := local_stores.gguf_files(path)):  # a GGUF folder
+        if len(ggufs) > 1:
+            raise CheckpointError(f"{path} holds {len(ggufs)} GGUF files; open one of them: "
+                                  + ", ".join(p.name for p in ggufs[:8]) + (" ..." if len(ggufs) > 8 else ""))
+        return gguf_format.load_gguf(ggufs[0], device, dtype)
     config = read_json(path / "config.json", MAX_CONFIG_BYTES)
     current_load().config_file = path / "config.json"
     if config.get("format") == NATIVE_FORMAT:

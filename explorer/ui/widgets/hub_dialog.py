@@ -1,7 +1,8 @@
 """File > Open from Hugging Face cache…: the models already downloaded, picked by repository id.
 
 The list comes from ``explorer.core.checkpoint.hub_cache.list_cached`` (the cache folder only;
-nothing is downloaded). The chosen ``org/name`` is opened like any other source.
+nothing is downloaded), followed by the GGUF models of Ollama's store and LM Studio's models folder
+(``local_stores.list_local``), by their model names. The chosen name is opened like any other source.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QLa
                                QVBoxLayout, QWidget)
 
 from explorer.core.checkpoint.hub_cache import cache_dir, list_cached
+from explorer.core.checkpoint.local_stores import list_local
 
 
 def _size(n: int) -> str:
@@ -31,22 +33,29 @@ class HubCacheDialog(QDialog):
         layout = QVBoxLayout(self)
         root = cache_dir()
         self.models = list_cached(root)
+        self.local = list_local()  # GGUF files of Ollama and LM Studio
         self.info = QLabel(self)
         self.info.setWordWrap(True)
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.info.setText(f"Models already downloaded to {root} (nothing is downloaded here)." if self.models else
+        self.info.setText(f"Models already downloaded to {root}, then Ollama's and LM Studio's GGUF models "
+                          "(nothing is downloaded here)." if self.models or self.local else
                           f"No model is cached in {root}. Download one first, e.g. "
                           "<code>huggingface-cli download EleutherAI/pythia-70m</code>, or set HF_HUB_CACHE / "
                           "HF_HOME to where your cache is.")
         layout.addWidget(self.info)
         self.tree = QTreeWidget(self)
-        self.tree.setHeaderLabels(["repository", "size", "snapshot"])
+        self.tree.setHeaderLabels(["model", "size", "snapshot or store"])
         self.tree.setRootIsDecorated(False)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for model in self.models:
             item = QTreeWidgetItem([model.repo_id, _size(model.size_bytes), model.path.name[:12]])
             item.setData(0, Qt.ItemDataRole.UserRole, model.repo_id)
             item.setToolTip(0, str(model.path) + ("" if model.has_config else "\n(no config.json: may not open)"))
+            self.tree.addTopLevelItem(item)
+        for local in self.local:
+            item = QTreeWidgetItem([local.name, _size(local.size_bytes), local.store])
+            item.setData(0, Qt.ItemDataRole.UserRole, local.name)
+            item.setToolTip(0, f"{local.store} GGUF file: {local.path}")
             self.tree.addTopLevelItem(item)
         for column in range(3):
             self.tree.resizeColumnToContents(column)
@@ -60,7 +69,7 @@ class HubCacheDialog(QDialog):
         layout.addWidget(self.buttons)
         self.tree.itemSelectionChanged.connect(self._on_selection)
         self.tree.itemDoubleClicked.connect(lambda *_: self.accept())
-        if self.models:
+        if self.models or self.local:
             self.tree.setCurrentItem(self.tree.topLevelItem(0))
         self.resize(560, 360)
 

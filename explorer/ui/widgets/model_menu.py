@@ -16,6 +16,16 @@ LAST_KEY = "checkpoint/last"
 MAX_RECENT = 8
 
 
+def _local_model(source: str) -> bool:
+    from explorer.core.checkpoint.local_stores import resolve
+    from explorer.core.errors import CheckpointError
+
+    try:
+        return resolve(source) is not None
+    except (CheckpointError, OSError):
+        return False
+
+
 def _as_list(value: object) -> list[str]:
     # QSettings returns a str for a one-element list in INI files, and None when unset.
     if value is None:
@@ -39,8 +49,12 @@ class RecentCheckpoints:
     def _exists(self, source: str) -> bool:
         if Path(source).expanduser().exists():
             return True
-        if REPO_ID.match(source):  # a Hugging Face repository id: kept while it is in the cache
-            return (cache_dir() / repo_folder_name(source)).is_dir()
+        if REPO_ID.match(source) and (cache_dir() / repo_folder_name(source)).is_dir():
+            return True  # a Hugging Face repository id: kept while it is in the cache
+        if _local_model(source):  # an Ollama model name, an LM Studio publisher/repo/file.gguf
+            return True
+        if REPO_ID.match(source):
+            return False
         if self._builtin is None:  # cannot tell a built-in name from a missing path: keep it
             return "/" not in source and "\\" not in source
         return source in self._builtin()
