@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QRectF, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -43,9 +43,11 @@ from PySide6.QtWidgets import (
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_extent, thinned_ticks
+from explorer.core.interventions.spec import Intervention
 from explorer.core.trace import Trace
 from explorer.ui.export.menu import export_actions
-from explorer.ui.interventions.panels import install_residual
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, quoted
 from explorer.ui.panels.residual.lens import (
@@ -170,7 +172,7 @@ class ResidualPanel(LogitLensView, Panel):
 
     def _register_exports(self) -> None:
         self.add_exportable("residual norms", self.norm_map, self._norms_data)
-        install_residual(self)  # right-click: switch a cell of the stream off (explorer/ui/interventions/)
+        install_targets(self)  # right-click a norm cell: switch that cell of the stream off (intervention_targets)
         self.add_exportable("residual norm of the selected token", self.norm_plot, self._norm_line_data)
         self.add_exportable("sublayer contributions", self.bars_plot, self._contributions_data)
         self.add_exportable("consecutive cosine", self.cosine_map, self._cosine_data)
@@ -185,6 +187,25 @@ class ResidualPanel(LogitLensView, Panel):
         after = menu.actions()[len(shown)] if len(menu.actions()) > len(shown) else None
         menu.insertMenu(after, submenu) if after is not None else menu.addMenu(submenu)
         self.lens_ids_menu = submenu
+
+    # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
+    def intervention_targets(self) -> list[Target]:
+        """A cell of the norms heatmap: the stream entering block ``row`` at one position (the last
+        row is the stream after the last block)."""
+        return [Target(self.norm_map.plot, self._cell_component, self._cell_marks)]
+
+    def _cell_component(self, scene_pos: QPointF) -> Component | None:
+        cell = self.norm_map.cell_at(scene_pos) if self.trace is not None else None
+        if cell is None:
+            return None
+        row, col = cell
+        return Component("resid", row, None, (col,), f"the residual stream {self._labels[row]} at position {col}")
+
+    def _cell_marks(self, iv: Intervention) -> list[Point]:
+        if iv.target != "resid" or self.trace is None:
+            return []
+        cols = range(self.trace.n_tokens) if iv.positions is None else iv.positions
+        return [(p + 0.5, iv.layer + 0.5) for p in cols if 0 <= p < self.trace.n_tokens]
 
     # --- the panel contract ----------------------------------------------------------------------
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
