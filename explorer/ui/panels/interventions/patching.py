@@ -37,6 +37,11 @@ def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, 
     return (yield from patching_steps(model, clean, corrupt, target, distractor, batch_size=16, cancel=cancel))
 
 
+MODEL_CHANGED = "A new model: the previous model's patching results were cleared."
+STALE_PROMPT = ("The prompt changed: these grids are for the clean prompt {clean!r} against {corrupt!r}. "
+                "Run patching again for the current prompt.")
+
+
 class PatchingPanel(Panel):
     title = "Activation patching"
     explanation = "patching"
@@ -49,6 +54,11 @@ class PatchingPanel(Panel):
         self._cancel = threading.Event()
         self._clean_ids: list[int] = []
         self._corrupt_text = ""
+        self._run = 0  # which run the worker's signals belong to
+        self._run_clean_ids: list[int] = []  # the clean prompt the grids were computed for
+        self._run_clean_text = ""
+        self._done_text = ""
+        self._cleared = ""  # why the grids are empty, until the next run
         row = QHBoxLayout()
         self.corrupt_edit = QLineEdit()
         self.corrupt_edit.setPlaceholderText("corrupted prompt (same number of tokens as the clean one)")
@@ -88,6 +98,26 @@ class PatchingPanel(Panel):
         if not trace.interventions:  # the clean prompt: the window's own run (an inspected patch keeps it)
             self._clean_ids = [int(i) for i in trace.token_ids]
         self._check_lengths()
+        if self.result is not None:  # the grids stay, but say which prompt they are for
+            stale = self._clean_ids != self._run_clean_ids
+            self.status.setText(STALE_PROMPT.format(clean=self._run_clean_text, corrupt=self._corrupt_text)
+                                if stale else self._done_text)
+
+    def tokenizer_changed(self) -> None:
+        """Another model: a running patching stops and the grids, computed by the old one, are cleared."""
+        had = self.result is not None or self._worker is not None or hasattr(self, "_heads")
+        self._cancel.set()
+        self._run += 1  # the old worker's updates and result are dropped
+        self._worker, self.result, self._clean_ids = None, None, []
+        for name in ("_resid", "_heads", "_labels"):
+            self.__dict__.pop(name, None)
+        for grid in (self.resid_map, self.head_map):
+            grid.set_data(np.zeros((0, 0), np.float32))
+        self.cancel_button.setEnabled(False)
+        self.progress.setValue(0)
+        self.run_button.setEnabled(True)  # the next trace checks the lengths again (_check_lengths)
+        self._cleared = MODEL_CHANGED + " " if had else ""
+        self.status.setText(self._cleared + "Type a corrupted prompt, then Run patching.")
 
     # --- running ---------------------------------------------------------------------------------
     def _token(self, text: str, what: str) -> int:
@@ -107,7 +137,7 @@ class PatchingPanel(Panel):
             self.status.setText(f"The corrupted prompt has {n} tokens, the clean one {len(self._clean_ids)}: "
                                 "patching needs the same number.")
         elif self._worker is None and self.result is None:
-            self.status.setText(f"{n} tokens each. Run patching.")
+            self.status.setText(f"{self._cleared}{n} tokens each. Run patching.")
 
     def start(self) -> None:
         if self.trace is None or self._worker is not None or self.trace._model is None:
@@ -136,10 +166,14 @@ class PatchingPanel(Panel):
         self._cancel = threading.Event()
         worker = create_worker(run_patching, self.trace._model, list(self._clean_ids), corrupt, target, distractor,
                                self._cancel, _start_thread=False, _ignore_errors=True)
-        worker.yielded.connect(self._on_update)
-        worker.returned.connect(self._on_result)
-        worker.errored.connect(lambda exc: self.status.setText(error_message(exc)))
-        worker.finished.connect(self._on_finished)
+        self._run, self._cleared = self._run + 1, ""
+        run = self._run  # a newer run or another model drops what this one still sends
+        self._run_clean_ids = list(self._clean_ids)
+        self._run_clean_text = self.tokenizer.decode(self._clean_ids)
+        worker.yielded.connect(lambda update: self._on_update(update) if run == self._run else None)
+        worker.returned.connect(lambda result: self._on_result(result) if run == self._run else None)
+        worker.errored.connect(lambda exc: self.status.setText(error_message(exc)) if run == self._run else None)
+        worker.finished.connect(lambda: self._on_finished() if run == self._run else None)
         self._worker = worker
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
@@ -159,10 +193,11 @@ class PatchingPanel(Panel):
         word = "Cancelled after" if result.cancelled else "Done:"
         target = self.tokenizer.display(self._target)
         against = f" minus {self.tokenizer.display(self._distractor)!r}" if self._distractor is not None else ""
-        self.status.setText(
+        self._done_text = (
             f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
             f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target!r}{against}: clean "
             f"{result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f}. Click a cell to run that patch.")
+        self.status.setText(self._done_text)
 
     def _on_finished(self) -> None:
         self._worker = None
