@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.ui.generation.pane import MODEL_CHANGED, PROMPT_CHANGED
 from explorer.ui.panels.interventions import DLAPanel, PatchingPanel
 from explorer.ui.panels.interventions.dla import dla_target
@@ -53,7 +54,7 @@ def test_patching_grids_are_cleared_by_another_model_and_say_so_under_another_pr
     done = panel.status.text()
     old_prompt = window.prompt.text()
     type_prompt(qtbot, window, PROMPT)
-    assert panel.status.text() == STALE_PROMPT.format(clean=old_prompt, corrupt=panel._corrupt_text)
+    assert panel.status.text() == STALE_PROMPT.format(clean=quoted(old_prompt, 40), corrupt=quoted(panel._corrupt_text, 40))
     type_prompt(qtbot, window, old_prompt)  # back to the prompt the grids are for
     assert panel.status.text() == done
     switch_model(qtbot, window, other_checkpoint)
@@ -132,7 +133,7 @@ def test_the_dla_target_follows_the_model_and_the_prompt(qtbot, window, other_ch
         last = trace.n_tokens - 1
         assert panel.result.position == last and panel.result.target == dla_target(trace, last)
         assert panel.heatmap.matrix.shape == (cfg.n_layers, cfg.n_heads + 1)
-        assert repr(window.loaded.tokenizer.display(panel.result.target)) in panel.info.text()
+        assert vocab_quoted(window.loaded.tokenizer, panel.result.target) in panel.info.text()
 
     check()
     type_prompt(qtbot, window, PROMPT)

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from explorer.core.display.tokens import visible
 from explorer.core.errors import ExplorerError, PromptError
 from explorer.core.generation.candidates import (
     N_CANDIDATES,
@@ -50,7 +51,6 @@ from explorer.core.generation.candidates import (
 )
 from explorer.core.generation.sampling import SamplingParams, softmax
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
-from explorer.core.tokenize.display import visible_whitespace
 from explorer.ui.docks import PanelDock
 from explorer.ui.export.menu import ask_path
 from explorer.ui.generation.candidate_chart import (
@@ -345,7 +345,7 @@ class GenerationPane(GenerationRun, Panel):
         raw = step.before
         own = (f"rank {raw.chosen_rank}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
                else f"p {raw.chosen_prob:.3g}")
-        return (f"<b>step {step.index}</b>: “{_html(visible_whitespace(step.text))}” (id {step.token_id})<br>"
+        return (f"<b>step {step.index}</b>: “{_html(visible(step.text))}” (id {step.token_id})<br>"
                 f"p {step.prob:.3g}, rank {step.rank} under the controls it was drawn with "
                 f"({_html(describe_params(step.params))})<br>model's own: {own}<br>"
                 "<i>click: show its candidates, and every panel at this token</i>")

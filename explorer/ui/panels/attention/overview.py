@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QSplitter, QToolTip
 from explorer.core.analysis import attention as analysis
 from explorer.core.display.levels import finite_levels
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted
 from explorer.core.interventions.spec import Intervention
 from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.attention.views import (
@@ -26,7 +27,6 @@ from explorer.ui.panels.attention.views import (
     all_heads_cheap,
     head_source,
     mosaic_of,
-    quoted,
     statistic_levels,
     statistic_of,
 )

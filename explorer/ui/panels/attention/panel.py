@@ -34,6 +34,7 @@ from explorer.core.analysis import attention as analysis
 from explorer.core.display.labels import scores_formula, token_labels
 from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
+from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.panels.attention.overview import AttentionOverview
@@ -47,7 +48,6 @@ from explorer.ui.panels.attention.views import (
     all_heads_cheap,
     layer_patterns_fit,
     mosaic_of,
-    quoted,
     statistic_of,
 )
 from explorer.ui.panels.base import Panel, PanelSnapshot

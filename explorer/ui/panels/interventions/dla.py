@@ -12,6 +12,7 @@ import numpy as np
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
+from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
 from explorer.ui.selection import Selection
@@ -86,10 +87,10 @@ class DLAPanel(Panel):
         self.result = d = got
         matrix, rows, cols = self._data()
         self.heatmap.set_data(matrix, rows, cols, value_name="logit contribution")
-        target = self.tokenizer.display(d.target) if self.tokenizer is not None else str(d.target)
+        target = vocab_quoted(self.tokenizer, d.target)
         ffn = f" + FFNs {d.mlp.sum():.3f}" if trace.config.has_ffn else ""
         self._say(
-            f"Logit of {target!r} after {d.position}:{trace.tokens[d.position]!r} = {d.logit:.3f} = "
+            f"Logit of {target} after {d.position}:{quoted(trace.tokens[d.position])} = {d.logit:.3f} = "
             f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
             f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "
             "Click a cell to select its head.")

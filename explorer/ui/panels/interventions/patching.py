@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPus
 from superqt.utils import create_worker
 
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
@@ -38,7 +39,7 @@ def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, 
 
 
 MODEL_CHANGED = "A new model: the previous model's patching results were cleared."
-STALE_PROMPT = ("The prompt changed: these grids are for the clean prompt {clean!r} against {corrupt!r}. "
+STALE_PROMPT = ("The prompt changed: these grids are for the clean prompt {clean} against {corrupt}. "
                 "Run patching again for the current prompt.")
 
 
@@ -100,7 +101,7 @@ class PatchingPanel(Panel):
         self._check_lengths()
         if self.result is not None:  # the grids stay, but say which prompt they are for
             stale = self._clean_ids != self._run_clean_ids
-            self.status.setText(STALE_PROMPT.format(clean=self._run_clean_text, corrupt=self._corrupt_text)
+            self.status.setText(STALE_PROMPT.format(clean=quoted(self._run_clean_text, 40), corrupt=quoted(self._corrupt_text, 40))
                                 if stale else self._done_text)
 
     def tokenizer_changed(self) -> None:
@@ -191,11 +192,11 @@ class PatchingPanel(Panel):
     def _on_result(self, result: Any) -> None:
         self.result = result
         word = "Cancelled after" if result.cancelled else "Done:"
-        target = self.tokenizer.display(self._target)
-        against = f" minus {self.tokenizer.display(self._distractor)!r}" if self._distractor is not None else ""
+        target = vocab_quoted(self.tokenizer, self._target)
+        against = f" minus {vocab_quoted(self.tokenizer, self._distractor)}" if self._distractor is not None else ""
         self._done_text = (
             f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
-            f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target!r}{against}: clean "
+            f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target}{against}: clean "
             f"{result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f}. Click a cell to run that patch.")
         self.status.setText(self._done_text)
 

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 from explorer.core.analysis.changes import RunComparison, compare_runs, stream_difference
 from explorer.core.analysis.residual import boundary_labels
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.selection import Selection
@@ -164,7 +165,7 @@ class WhatChangedPanel(Panel):
         self.info.setToolTip(text)
 
     def _display(self, token_id: int) -> str:
-        return repr(self.tokenizer.display(token_id)) if self.tokenizer is not None else str(token_id)
+        return vocab_quoted(self.tokenizer, token_id)
 
     # --- exported data ---------------------------------------------------------------------------
     def _candidate_data(self) -> tuple[np.ndarray, list[str], list[str]]:

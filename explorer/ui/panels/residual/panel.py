@@ -43,17 +43,17 @@ from PySide6.QtWidgets import (
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_extent, thinned_ticks
+from explorer.core.display.tokens import quoted, vocab_text
 from explorer.core.interventions.spec import Intervention
 from explorer.core.trace import Trace
 from explorer.ui.export.menu import export_actions
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, quoted
+from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
 from explorer.ui.panels.residual.lens import (
     NEXT_TOKEN,
     LogitLensView,
-    display_text,
     lens_of,
     lens_texts_of,
 )
@@ -274,7 +274,7 @@ class ResidualPanel(LogitLensView, Panel):
         """A vocabulary id as text: the tokenizer's display string, else "#id" (cached; GUI thread)."""
         text = self._texts.get(token_id)
         if text is None:
-            text = self._texts[token_id] = display_text(self.tokenizer, token_id)
+            text = self._texts[token_id] = vocab_text(self.tokenizer, token_id)
         return text
 
     def _token_axis(self) -> list[str]:
