@@ -59,3 +59,21 @@ def test_right_click_a_neuron_column_of_the_ffn_heatmap_switches_that_neuron_off
     where = list(panel.columns()).index(neuron)
     rows = trace.n_tokens
     assert sorted(panel.column_marks()) == [(where + 0.5, r + 0.5) for r in range(rows)]
+
+
+def test_the_dla_map_offers_its_heads_and_its_ffns(qtbot, window) -> None:
+    from explorer.ui.panels.interventions import DLAPanel
+
+    panel = next(p for p in window.panels if isinstance(p, DLAPanel))
+    raised(qtbot, window, panel)
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=30_000)
+    vb = panel.heatmap.plot.vb
+    texts = right_click_menu(qtbot, panel.heatmap, vb.mapViewToScene(QPointF(2.5, 1.5)))  # layer 1's FFN column
+    assert texts[:2] == ["Switch off FFN 1 (zero)", "Mean-ablate FFN 1"]
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        right_click_menu(qtbot, panel.heatmap, vb.mapViewToScene(QPointF(1.5, 0.5)), choose="Switch off head 0.1")
+    assert [iv.key for iv in window.trace.interventions] == [("head", 0, 1, "zero", None)]
+    qtbot.waitUntil(lambda: panel.trace is window.trace and panel.result is not None, timeout=30_000)
+    assert panel.result.heads[0, 1] == 0  # a head switched off writes nothing
+    assert panel._intervention_marks[0].points == [(1.5, 0.5)]
+    assert panel._intervention_marks[1].points == []

@@ -72,9 +72,10 @@ class Marks:
         return len(self.scatter.data)
 
 
-def install(panel: TargetPanel, target: Target) -> Marks:
-    """Put the ablation actions on ``target.plot``'s right-click menu and return its :class:`Marks`."""
-    vb = target.plot.getViewBox()
+def install(panel: TargetPanel, plot: pg.PlotItem, targets: list[Target]) -> None:
+    """Put the ablation actions for what ``targets`` (all drawn on ``plot``) find under the mouse at the top
+    of ``plot``'s right-click menu."""
+    vb = plot.getViewBox()
     original = vb.raiseContextMenu
 
     def raise_menu(ev: MouseClickEvent) -> None:
@@ -82,7 +83,9 @@ def install(panel: TargetPanel, target: Target) -> Marks:
         for old in getattr(menu, "_explorer_intervention_actions", []):
             menu.removeAction(old)
         menu._explorer_intervention_actions = []
-        found = target.component_at(ev.scenePos()) if panel.interventions is not None else None
+        found = None
+        if panel.interventions is not None:
+            found = next((c for c in (t.component_at(ev.scenePos()) for t in targets) if c is not None), None)
         if found is not None:
             actions = component_actions(panel, found, menu)
             first = menu.actions()[0] if menu.actions() else None
@@ -92,12 +95,17 @@ def install(panel: TargetPanel, target: Target) -> Marks:
         original(ev)
 
     vb.raiseContextMenu = raise_menu
-    return Marks(target)
 
 
 def install_targets(panel: TargetPanel) -> list[Marks]:
     """Every drawing the panel declares gets the menu and its marks (kept as ``panel._intervention_marks``,
-    which ``Panel.refresh_marks`` redraws)."""
-    marks = [install(panel, target) for target in panel.intervention_targets()]
+    one per target, which ``Panel.refresh_marks`` redraws)."""
+    targets = panel.intervention_targets()
+    plots: dict[int, tuple[pg.PlotItem, list[Target]]] = {}
+    for target in targets:
+        plots.setdefault(id(target.plot), (target.plot, []))[1].append(target)
+    for plot, on_plot in plots.values():
+        install(panel, plot, on_plot)
+    marks = [Marks(target) for target in targets]
     panel._intervention_marks = marks
     return marks

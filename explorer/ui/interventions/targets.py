@@ -20,9 +20,10 @@ from explorer.core.interventions.spec import Intervention
 
 if TYPE_CHECKING:
     from explorer.ui.interventions.state import InterventionState
+    from explorer.ui.widgets.heatmap import Heatmap
 
 Point = tuple[float, float]
-Kind = Literal["head", "neuron", "resid"]
+Kind = Literal["head", "neuron", "mlp", "resid"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,11 @@ class Component:
     def neuron(layer: int, neuron: int) -> Component:
         return Component("neuron", layer, neuron, None, f"neuron {layer}:{neuron}")
 
+    @staticmethod
+    def resid(layer: int, position: int, where: str) -> Component:
+        """The stream entering block ``layer`` (``where`` names the boundary) at one position."""
+        return Component("resid", layer, None, (position,), f"the residual stream {where} at position {position}")
+
 
 @dataclass(frozen=True)
 class Target:
@@ -60,6 +66,47 @@ class Target:
     plot: pg.PlotItem
     component_at: Callable[[QPointF], Component | None]
     marks_for: Callable[[Intervention], list[Point]]
+
+
+def head_cells(heatmap: Heatmap, heads: Callable[[], int] | None = None) -> Target:
+    """A layers x heads heatmap: cell (l, h) is head l.h. ``heads()``: how many of the columns are heads
+    (the DLA map's last column is the FFN's, see ``ffn_column``); default all."""
+    def at(scene_pos: QPointF) -> Component | None:
+        cell = heatmap.cell_at(scene_pos)
+        if cell is None or (heads is not None and cell[1] >= heads()):
+            return None
+        return Component.head(*cell)
+
+    return Target(heatmap.plot, at, lambda iv: [(iv.index + 0.5, iv.layer + 0.5)] if iv.target == "head" else [])
+
+
+def ffn_column(heatmap: Heatmap, column: Callable[[], int | None]) -> Target:
+    """The column of a layers x components heatmap whose cell (l, ``column()``) is layer l's FFN output."""
+    def at(scene_pos: QPointF) -> Component | None:
+        cell, col = heatmap.cell_at(scene_pos), column()
+        return None if cell is None or cell[1] != col else Component("mlp", cell[0], None, None, f"FFN {cell[0]}")
+
+    def marks(iv: Intervention) -> list[Point]:
+        col = column()
+        return [(col + 0.5, iv.layer + 0.5)] if iv.target == "mlp" and iv.positions is None and col is not None else []
+
+    return Target(heatmap.plot, at, marks)
+
+
+def resid_cells(heatmap: Heatmap) -> Target:
+    """A layer boundaries x positions heatmap: row l is the stream entering block l (the last row, the
+    stream after the last block), named by the heatmap's row labels."""
+    def at(scene_pos: QPointF) -> Component | None:
+        cell = heatmap.cell_at(scene_pos)
+        return None if cell is None else Component.resid(cell[0], cell[1], heatmap.row_labels[cell[0]])
+
+    def marks(iv: Intervention) -> list[Point]:
+        n = heatmap.matrix.shape[1]
+        if iv.target != "resid" or n == 0:
+            return []
+        return [(p + 0.5, iv.layer + 0.5) for p in (range(n) if iv.positions is None else iv.positions) if p < n]
+
+    return Target(heatmap.plot, at, marks)
 
 
 class TargetPanel(Protocol):

@@ -19,7 +19,7 @@ from explorer.core.display.levels import finite_levels
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted
 from explorer.core.interventions.spec import Intervention
-from explorer.ui.interventions.targets import Component, Point, Target
+from explorer.ui.interventions.targets import Component, Point, Target, head_cells
 from explorer.ui.panels.attention.views import (
     OUTLINE,
     MAX_TILE,
@@ -112,7 +112,7 @@ class AttentionOverview:
     def intervention_targets(self) -> list[Target]:
         """A head's tile in the all-heads grid, and its cell in the head-statistics heatmap."""
         return [Target(self.overview_plot, self._tile_component, self._tile_marks),
-                Target(self.statistics.plot, self._statistic_component, self._statistic_marks)]
+                head_cells(self.statistics)]
 
     def _tile_component(self, scene_pos: QPointF) -> Component | None:
         picked = self.head_at_scene(scene_pos) if self.trace is not None else None
@@ -130,12 +130,6 @@ class AttentionOverview:
         """Where the all-heads grid draws its red crosses now (one per switched-off head)."""
         return list(self._intervention_marks[0].points)
 
-    def _statistic_component(self, scene_pos: QPointF) -> Component | None:
-        cell = self.statistics.cell_at(scene_pos)
-        return None if cell is None else Component.head(*cell)
-
-    def _statistic_marks(self, iv: Intervention) -> list[Point]:
-        return [(iv.index + 0.5, iv.layer + 0.5)] if iv.target == "head" else []
 
 
     def _draw_overview(self) -> None:

@@ -14,6 +14,8 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
 from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Target, ffn_column, head_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
@@ -55,6 +57,17 @@ class DLAPanel(Panel):
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
         self.body.addWidget(self.heatmap, 1)
         self.add_exportable("direct logit attribution", self.heatmap, self._data)
+        install_targets(self)  # right-click a head's cell or an FFN's: switch it off
+
+    def intervention_targets(self) -> list[Target]:
+        """A head's cell, and a layer's FFN cell (the last column, where the model has FFNs)."""
+        def heads() -> int:
+            return self.trace.config.n_heads if self.trace is not None else 0
+
+        def ffn() -> int | None:
+            return heads() if self.trace is not None and self.trace.config.has_ffn else None
+
+        return [head_cells(self.heatmap, heads), ffn_column(self.heatmap, ffn)]
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
         attribution(trace, snapshot.token)

@@ -24,6 +24,8 @@ from superqt.utils import create_worker
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Target, head_cells, resid_cells
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
@@ -93,6 +95,10 @@ class PatchingPanel(Panel):
         self.body.addWidget(splitter, 1)
         self.add_exportable("activation patching, residual stream", self.resid_map, lambda: self._grid_data("resid"))
         self.add_exportable("activation patching, heads", self.head_map, lambda: self._grid_data("head"))
+        install_targets(self)  # right-click: switch that head or cell off (a click runs its patch)
+
+    def intervention_targets(self) -> list[Target]:
+        return [resid_cells(self.resid_map), head_cells(self.head_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
     def show_trace(self, trace: Trace) -> None:

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -44,11 +44,10 @@ from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.tokens import quoted, vocab_text
-from explorer.core.interventions.spec import Intervention
 from explorer.core.trace import Trace
 from explorer.ui.export.menu import export_actions
 from explorer.ui.interventions.menu import install_targets
-from explorer.ui.interventions.targets import Component, Point, Target
+from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
 from explorer.ui.panels.residual.lens import (
@@ -192,20 +191,7 @@ class ResidualPanel(LogitLensView, Panel):
     def intervention_targets(self) -> list[Target]:
         """A cell of the norms heatmap: the stream entering block ``row`` at one position (the last
         row is the stream after the last block)."""
-        return [Target(self.norm_map.plot, self._cell_component, self._cell_marks)]
-
-    def _cell_component(self, scene_pos: QPointF) -> Component | None:
-        cell = self.norm_map.cell_at(scene_pos) if self.trace is not None else None
-        if cell is None:
-            return None
-        row, col = cell
-        return Component("resid", row, None, (col,), f"the residual stream {self._labels[row]} at position {col}")
-
-    def _cell_marks(self, iv: Intervention) -> list[Point]:
-        if iv.target != "resid" or self.trace is None:
-            return []
-        cols = range(self.trace.n_tokens) if iv.positions is None else iv.positions
-        return [(p + 0.5, iv.layer + 0.5) for p in cols if 0 <= p < self.trace.n_tokens]
+        return [resid_cells(self.norm_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
