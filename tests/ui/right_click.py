@@ -21,8 +21,9 @@ def right_click_menu(qtbot, view: QGraphicsView, scene_pos: QPointF, choose: str
     texts and trigger the first entry that starts with ``choose`` (then close the menu)."""
     window = view.window()
     handle = window.windowHandle()
+    # a dock just raised may still be laid out: wait until the point is on the plot
+    qtbot.waitUntil(lambda: window.childAt(window_point(view, scene_pos)) is view.viewport(), timeout=5_000)
     point = window_point(view, scene_pos)
-    assert window.childAt(point) is view.viewport(), f"{point} is not on the plot (covered or off screen)"
     seen: dict[str, object] = {}
 
     def look() -> None:  # runs also inside a blocking QMenu.exec
