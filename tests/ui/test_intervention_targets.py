@@ -77,3 +77,17 @@ def test_the_dla_map_offers_its_heads_and_its_ffns(qtbot, window) -> None:
     assert panel.result.heads[0, 1] == 0  # a head switched off writes nothing
     assert panel._intervention_marks[0].points == [(1.5, 0.5)]
     assert panel._intervention_marks[1].points == []
+
+
+def test_right_click_a_cell_of_the_residual_norms_switches_the_stream_off_there(qtbot, window) -> None:
+    panel = next(p for p in window.panels if "residual" in p.title.lower())
+    raised(qtbot, window, panel)
+    qtbot.waitUntil(lambda: panel.norm_map.matrix.size > 0, timeout=30_000)
+    scene = panel.norm_map.plot.vb.mapViewToScene(QPointF(2.5, 1.5))  # the stream entering block 1, position 2
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        texts = right_click_menu(qtbot, panel.norm_map, scene, choose="Switch off the residual stream")
+    assert texts[0].startswith("Switch off the residual stream") and texts[0].endswith("at position 2 (zero)")
+    assert [iv.key for iv in window.trace.interventions] == [("resid", 1, None, "zero", (2,))]
+    assert not window.trace["blocks.1.resid_pre"][2].any()
+    qtbot.waitUntil(lambda: panel.trace is window.trace, timeout=30_000)
+    assert panel._intervention_marks[0].points == [(2.5, 1.5)]
