@@ -82,7 +82,7 @@ class NeuronDetail:
 
     def _draw_ranked(self) -> None:
         view = self._view
-        i = self.token_index()
+        i = self.selected_token
         ids, values = top_neurons(view.post, i, min(TOP_TOKEN_NEURONS, view.post.shape[1]))
         self._ranked = (ids, values)
         self.ranked_title.setText(f"<b>Most active neurons at token {quoted(self.trace.tokens[i])} ({i})</b>, "
@@ -125,7 +125,7 @@ class NeuronDetail:
         values = self._view.post[:, j]
         self.bar_values = values
         n = values.size
-        i = self.token_index()
+        i = self.selected_token
         brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
         pens = [pg.mkPen(None)] * n
         pens[i] = SELECTED_PEN
@@ -165,7 +165,7 @@ class NeuronDetail:
     def _place_hist_marker(self) -> None:
         if self.selected_neuron is None:
             return
-        self.hist_marker.setValue(float(self._view.post[self.token_index(), self.selected_neuron]))
+        self.hist_marker.setValue(float(self._view.post[self.selected_token, self.selected_neuron]))
 
     def _draw_vocab(self) -> None:
         j = self.selected_neuron
@@ -216,7 +216,7 @@ class NeuronDetail:
         ids, values = self._ranked
         if self._view is None:
             return np.zeros(0, np.float32), [], []
-        label = self._token_labels()[self.token_index()]
+        label = self._token_labels()[self.selected_token]
         return values, [f"#{j}" for j in ids.tolist()], [f"L{self._layer} activation at {label}"]
 
     def _bars_data(self) -> tuple[np.ndarray, list[str], list[str]]:

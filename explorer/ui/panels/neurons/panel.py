@@ -44,6 +44,7 @@ from explorer.ui.panels.neurons.views import (
     ORDERS,
     VOCAB_NOW_MACS,
     LayerView,
+    arranged,
     column_marks,
     layer_of,
     layer_view,
@@ -289,10 +290,6 @@ class NeuronsPanel(NeuronDetail, Panel):
         """The neuron ids of the heatmap's columns, left to right."""
         return self._columns
 
-    def token_index(self) -> int:
-        """The selected token, or the last one when none is selected."""
-        return self.selected_token
-
     def ranked_neurons(self) -> tuple[np.ndarray, np.ndarray]:
         """The selected token's ranked list as shown: (neuron ids, activations)."""
         return self._ranked
@@ -359,18 +356,11 @@ class NeuronsPanel(NeuronDetail, Panel):
         self.vocab.setRowCount(0)
 
     def shown_columns(self) -> np.ndarray:
-        """The columns for the current order and K (ids, left to right)."""
+        """The columns for the current order and K (ids, left to right), switched-off neurons kept."""
         view = self._view
-        top = top_ids(self.trace, self._layer, view, self.top_k)
-        if top is None:
-            return view.order(self.order)
-        # a switched-off neuron no longer fires, so it leaves the top K: it stays, to be seen and cleared
         active = self.interventions.active() if self.interventions is not None else ()
-        extra = np.setdiff1d(switched_off(active, self._layer, view.post.shape[1]), top)
-        if self.order == "max" and extra.size == 0:
-            return top  # top_columns is already in the "max" order
-        shown = np.concatenate([top, extra])
-        return shown[np.argsort(view.rank(self.order)[shown], kind="stable")]
+        return arranged(view, top_ids(self.trace, self._layer, view, self.top_k), self.order,
+                        switched_off(active, self._layer, view.post.shape[1]))
 
     def redraw_heatmap(self) -> None:
         """Draw the heatmap for the current layer, order and K (what the controls call)."""
@@ -407,7 +397,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         if self._view is None:
             return
         rows, cols = self.heatmap.matrix.shape
-        i = self.token_index()
+        i = self.selected_token
         self.row_outline.setRect(QRectF(0, i, cols, 1))
         self.row_outline.setVisible(cols > 0)
         where = np.flatnonzero(self._columns == self.selected_neuron) if self.selected_neuron is not None else []

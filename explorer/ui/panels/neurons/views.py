@@ -111,6 +111,18 @@ def switched_off(active: tuple[Intervention, ...], layer: int, d_ff: int) -> np.
     return np.array(sorted(ids), dtype=np.int64)
 
 
+def arranged(view: LayerView, top: np.ndarray | None, order: str, kept: np.ndarray) -> np.ndarray:
+    """The heatmap's columns: the top K (``top``; None: all) in ``order``, with the ``kept`` neurons (switched
+    off: they no longer fire, so they leave the top K, but stay to be seen and cleared)."""
+    if top is None:
+        return view.order(order)
+    extra = np.setdiff1d(kept, top)
+    if order == "max" and extra.size == 0:
+        return top  # top_columns is already in the "max" order
+    shown = np.concatenate([top, extra])
+    return shown[np.argsort(view.rank(order)[shown], kind="stable")]
+
+
 def column_marks(iv: Intervention, layer: int, columns: np.ndarray, rows: int) -> list[tuple[float, float]]:
     """Where a neuron intervention is marked on the heatmap: down its column (none if not shown)."""
     if iv.target != "neuron" or iv.layer != layer:
