@@ -360,6 +360,11 @@ class MainWindow(TraceDrawing, QMainWindow):
 
     # --- tracing -----------------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
+        """Make ``text`` the prompt and trace it; the generation pane's prompt follows (as when typed)."""
+        self._trace_prompt(text)
+        self.generation.follow_prompt(text)
+
+    def _trace_prompt(self, text: str) -> None:
         self.prompt.set_text(text)
         self.window_state.request_started(text)
         self.controller.request(text)
@@ -379,7 +384,7 @@ class MainWindow(TraceDrawing, QMainWindow):
             return
         ids = list(ids)[: self.loaded.config.n_ctx]
         self.controller.pin_ids(text, ids)
-        self.set_prompt(text)
+        self._trace_prompt(text)  # the generation pane keeps its prompt and the continuation clicked
 
     # --- exports -----------------------------------------------------------------------------
     def export_trace(self) -> None:

@@ -107,15 +107,15 @@ def test_scores_view_flags_masked_cells(qtbot, gpt2_trace):
     lo, hi = panel.detail.levels
     assert lo == -hi and hi == pytest.approx(float(np.abs(scores[~mask]).max()))
     assert panel.detail.symmetric and panel.detail.colorbar.colorMap().name != "viridis"
-    assert panel.detail.cell_text(0, 5) == "query 'The' (0) \u2192 key ' mat' (5): masked (future token)"
-    assert panel.detail.cell_text(5, 1).startswith("query ' mat' (5) \u2192 key ' cat' (1): scaled score ")
+    assert panel.detail.cell_text(0, 5) == "query 'The' (0) \u2192 key '\u00b7mat' (5): masked (future token)"
+    assert panel.detail.cell_text(5, 1).startswith("query '\u00b7mat' (5) \u2192 key '\u00b7cat' (1): scaled score ")
     # the selection follows: another head keeps the scores view
     select(qtbot, panel, 1, 0)
     np.testing.assert_array_equal(panel.detail.matrix, gpt2_trace.head(1, 0, "scores"))
     panel.set_kind("pattern")
     np.testing.assert_array_equal(panel.detail.image.image, gpt2_trace.head(1, 0, "pattern"))
     value = float(gpt2_trace.head(1, 0, "pattern")[3, 2])
-    assert panel.detail.cell_text(3, 2) == f"query ' on' (3) \u2192 key ' sat' (2): pattern {value:.6f}"
+    assert panel.detail.cell_text(3, 2) == f"query '\u00b7on' (3) \u2192 key '\u00b7sat' (2): pattern {value:.6f}"
 
 
 def test_overview_is_one_tiled_image(qtbot, gpt2_trace):
@@ -154,7 +154,7 @@ def test_clicking_a_tile_selects_its_head(qtbot, gpt2_trace):
     assert panel.selected_outline.rect().contains(QPointF(x + 10, y + 10))
     assert not panel.selected_outline.rect().contains(QPointF(*geo.tile_center(1, 1)))
     text = panel.overview_text(2, 1, 4, 3)
-    assert text.startswith("L2 H1: query ' the' (4) \u2192 key ' on' (3): weight ")
+    assert text.startswith("L2 H1: query '\u00b7the' (4) \u2192 key '\u00b7on' (3): weight ")
 
 
 def test_query_row_bars_follow_the_token_selection(qtbot, gpt2_trace):
@@ -166,7 +166,7 @@ def test_query_row_bars_follow_the_token_selection(qtbot, gpt2_trace):
     np.testing.assert_array_equal(panel.row_values, pattern[7])
     np.testing.assert_array_equal(panel.row_bars.opts["height"], pattern[7])
     np.testing.assert_array_equal(panel.row_bars.opts["x"], np.arange(20) + 0.5)
-    assert "' The' (7)" in panel.row_plot.getPlotItem().titleLabel.text
+    assert "'\u00b7The' (7)" in panel.row_plot.getPlotItem().titleLabel.text
     ticks = panel.row_plot.getAxis("bottom")._tickLevels[0]
     assert ticks[0] == (0.5, "The") and len(ticks) == 20
     panel.detail.cell_clicked.emit(11, 3)  # clicking a cell selects its query row

@@ -9,6 +9,7 @@ import torch
 import explorer.ui  # noqa: F401
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.config import ModelConfig
+from explorer.core.display.tokens import quoted
 from explorer.core.model import Transformer
 from explorer.core.trace import CaptureSpec, capture
 from explorer.core.analysis.vectors import cosine_similarity_matrix, nearest_vocab_neighbours, sinusoid_curves
@@ -90,12 +91,12 @@ def test_neighbours_follow_the_selected_token(qtbot, gpt2_trace):
     np.testing.assert_allclose([r[2] for r in rows], cos, atol=1e-6)
     assert int(trace.token_ids[n - 1]) not in ids
     assert panel.neighbours.rowCount() == 10
-    assert panel.neighbours.item(0, 0).text() == repr(loaded.tokenizer.display(int(ids[0])))
+    assert panel.neighbours.item(0, 0).text() == quoted(loaded.tokenizer.display(int(ids[0])), 40)  # was repr()
 
     selection.set_token(3)
     ids3, _ = nearest_vocab_neighbours(trace, 3, 10)
     assert [r[0] for r in panel.neighbour_rows()] == ids3.tolist()
-    assert "3: fox" in panel.neighbours_title.text()
+    assert "3:\u00b7fox" in panel.neighbours_title.text()
 
 
 def test_clicking_a_row_selects_the_token(qtbot, gpt2_trace):

@@ -17,6 +17,7 @@ from explorer.core.analysis.neurons import (
     top_columns,
     top_neurons,
 )
+from explorer.core.display.tokens import quoted
 from explorer.core.trace import CaptureSpec, Trace
 from explorer.core.worked_example import PROMPT
 from explorer.ui.panels.neurons import (
@@ -108,7 +109,7 @@ def test_tooltip_and_zoomed_neuron_ticks(qtbot, gpt2):
     panel = make_panel(qtbot, trace, layer=0, show=True)
     panel.set_top_k(0)
     post = post_of(trace, 0)
-    assert panel.heatmap.cell_text(3, 200) == f"token ' on' (3), neuron #200: {float(post[3, 200]):.6f}"
+    assert panel.heatmap.cell_text(3, 200) == f"token '\u00b7on' (3), neuron #200: {float(post[3, 200]):.6f}"
     panel.heatmap.plot.setXRange(100, 110, padding=0)
     ticks = panel.heatmap.plot.getAxis("bottom")._tickLevels[0]
     assert ticks and all(100 <= pos <= 111 for pos, _ in ticks)
@@ -189,9 +190,9 @@ def test_selecting_a_neuron_updates_bars_histogram_and_vocabulary(qtbot, gpt2):
         up_ids, up, down_ids, down = expected
         assert panel.vocab.rowCount() == VOCAB_K
         for r in range(VOCAB_K):
-            assert panel.vocab.item(r, 0).text() == repr(loaded.tokenizer.display(int(up_ids[r])))
+            assert panel.vocab.item(r, 0).text() == quoted(loaded.tokenizer.display(int(up_ids[r])), 40)  # was repr()
             assert panel.vocab.item(r, 1).text() == f"{up[r]:+.4f}"
-            assert panel.vocab.item(r, 2).text() == repr(loaded.tokenizer.display(int(down_ids[r])))
+            assert panel.vocab.item(r, 2).text() == quoted(loaded.tokenizer.display(int(down_ids[r])), 40)
             assert panel.vocab.item(r, 3).text() == f"{down[r]:+.4f}"
         assert f"neuron #{neuron}" in panel.vocab_title.text()
     assert "Direct path only" in panel.vocab_caption.text() and "un-embedding" in panel.vocab_caption.text()

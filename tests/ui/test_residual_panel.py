@@ -12,6 +12,7 @@ from PySide6.QtCore import QPointF, Qt
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
 from explorer.core.analysis import residual as core
 from explorer.core.checkpoint import load_checkpoint
+from explorer.core.display.tokens import quoted
 from explorer.core.worked_example import PROMPT
 from explorer.ui.panels import panel_classes
 from explorer.ui.panels.residual import ResidualPanel, visible_text
@@ -71,7 +72,7 @@ def test_norm_heatmap_and_cosine_equal_the_core(qtbot, gpt2):
     cosine = core.consecutive_cosine(trace)
     np.testing.assert_array_equal(panel.cosine_map.matrix, cosine)
     assert panel.cosine_map.row_labels == ["block 0", "block 1", "block 2"] and panel.cosine_map.levels[1] == 1.0
-    assert panel.norm_map.cell_text(2, 1).startswith("after 1, ' cat' (1): \u2016x\u2016 = ")
+    assert panel.norm_map.cell_text(2, 1).startswith("after 1, '\u00b7cat' (1): \u2016x\u2016 = ")
 
 
 def test_line_and_bars_follow_the_token_selection(qtbot, gpt2):
@@ -92,8 +93,8 @@ def test_line_and_bars_follow_the_token_selection(qtbot, gpt2):
     np.testing.assert_array_equal(panel.ffn_bars.opts["height"], contributions["mlp"][:, 5])
     np.testing.assert_array_equal(panel.attn_bars.opts["x"], np.arange(3) - 0.2)
     np.testing.assert_array_equal(panel.ffn_bars.opts["x"], np.arange(3) + 0.2)
-    assert "' the' (5)" in panel.norm_plot.getPlotItem().titleLabel.text
-    assert "' the' (5)" in panel.bars_plot.getPlotItem().titleLabel.text
+    assert "'\u00b7the' (5)" in panel.norm_plot.getPlotItem().titleLabel.text
+    assert "'\u00b7the' (5)" in panel.bars_plot.getPlotItem().titleLabel.text
     assert panel.ffn_bars.isVisible()
     for heatmap in (panel.norm_map, panel.cosine_map, panel.lens_map):  # the selected column is outlined
         outline = panel._outlines[id(heatmap)]
@@ -157,12 +158,12 @@ def test_lens_grid(qtbot, gpt2):
     b, i = 1, 2
     text = panel.lens_map.cell_text(b, i)
     lines = text.splitlines()
-    assert lines[0] == "after 0, ' sat' (2): predicts the next token"
+    assert lines[0] == "after 0, '\u00b7sat' (2): predicts the next token"
     assert len(lines) == 7
     for k in range(5):
-        assert lines[k + 1].startswith(f"  {k + 1}. '{loaded.tokenizer.display(int(lens.ids[b, i, k]))}'")
+        assert lines[k + 1].startswith(f"  {k + 1}. {quoted(loaded.tokenizer.display(int(lens.ids[b, i, k])))}")
     rank = int(lens.target_ranks[b, i]) + 1
-    assert lines[6].startswith("real next token ' on': ") and lines[6].endswith(f"rank {rank}")
+    assert lines[6].startswith("real next token '\u00b7on': ") and lines[6].endswith(f"rank {rank}")
     hb, hi = (int(v) for v in np.argwhere(hits)[0])
     assert panel.lens_map.cell_text(hb, hi).endswith("rank 1  \u2713 the top prediction")
     assert panel.lens_map.cell_text(0, 16).endswith("real next token: none (the last position)")

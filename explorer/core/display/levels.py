@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from explorer.core.display.tokens import LINE_GLYPHS, cut
+
 
 def all_finite(values: np.ndarray) -> bool:
     """Whether every entry of ``values`` is finite, in one vectorised pass and without a mask: a NaN or
@@ -79,10 +81,7 @@ def label_step(n: int, max_labels: int = 40) -> int:
 
 def abbreviate(label: str, max_chars: int = 12) -> str:
     """``label`` cut to ``max_chars`` characters with an ellipsis; whitespace made visible."""
-    label = label.replace("\n", "\u21b5").replace("\t", "\u2192")
-    if len(label) <= max_chars:
-        return label
-    return label[:max(1, max_chars - 1)] + "\u2026"
+    return cut("".join(LINE_GLYPHS.get(c, c) for c in label), max_chars)
 
 
 def thinned_ticks(labels: Sequence[str], max_labels: int = 40, max_chars: int = 12) -> list[tuple[float, str]]:

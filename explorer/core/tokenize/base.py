@@ -25,6 +25,7 @@ from typing import Any
 import tiktoken
 
 from explorer.core.tokenize.bpe import ENDOFTEXT, GPT2_PATTERN, load_ranks
+from explorer.core.display.tokens import bytes_display  # noqa: F401 (the one rule, re-exported)
 from explorer.core.errors import TokenizerError
 
 from explorer.core.paths import resources_dir
@@ -33,11 +34,6 @@ from explorer.core.paths import resources_dir
 GPT2_TIKTOKEN_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_TIKTOKEN_FILE = "gpt2.tiktoken"
 _TIKTOKEN_ENV_LOCK = threading.Lock()
-
-
-def bytes_display(b: bytes) -> str:
-    """Text where the bytes are valid UTF-8; ``\\xNN`` for each byte that is only part of a character."""
-    return b.decode("utf-8", errors="backslashreplace")
 
 
 class Tokenizer(ABC):

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from explorer.core.tokenize.base import Tokenizer, bytes_display
+from explorer.core.display.tokens import EMPTY, GLYPHS, bytes_display, visible
+from explorer.core.tokenize.base import Tokenizer
 
-# Whitespace becomes a visible glyph so that " cat" and "cat" look different.
-WHITESPACE_GLYPHS = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍", "\u00a0": "⍽"}
+# Whitespace becomes a visible glyph so that " cat" and "cat" look different (explorer.core.display.tokens).
+WHITESPACE_GLYPHS = GLYPHS
 # Two alternating pastel backgrounds make token boundaries visible; partial-UTF-8 tokens get
 # their own colour and are drawn as \xNN bytes.
 CHIP_COLOURS = ("#dbeafe", "#fde7c7")
@@ -23,8 +24,8 @@ SPECIAL_COLOUR = "#d9f2d9"
 
 
 def visible_whitespace(text: str) -> str:
-    """``text`` with spaces, newlines and tabs replaced by visible glyphs."""
-    return "".join(WHITESPACE_GLYPHS.get(c, c) for c in text)
+    """``text`` with spaces, newlines and tabs replaced by visible glyphs (``tokens.visible``)."""
+    return visible(text)
 
 
 def byte_hex(data: bytes) -> str:
@@ -101,7 +102,7 @@ def chip_views(token_ids: Sequence[int], token_bytes: Sequence[bytes],
         partial = is_partial_utf8(data)
         special = int(token_id) in special_ids
         label = visible_whitespace(bytes_display(data) if partial else data.decode("utf-8"))
-        chips.append(ChipView(position, int(token_id), label or "∅", bytes(data), partial, special,
+        chips.append(ChipView(position, int(token_id), label or EMPTY, bytes(data), partial, special,
                               chip_colour(position, partial, special)))
     return chips
 

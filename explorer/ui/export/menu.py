@@ -52,7 +52,11 @@ def ask_path(parent: QWidget | None, caption: str, name: str, suffix: str, filte
 
 
 def _menu_host(item: Any) -> QMenu | None:
-    """The context menu that right-clicking the plot opens (a ViewBox menu), if there is one."""
+    """The context menu that right-clicking the plot opens (a ViewBox menu), if there is one.
+
+    A layout of several items (a plot and its colour bar) uses its first plot's menu: a widget-level
+    menu there would take the right-click from that plot and hide the entries panels add to its menu
+    (switching a head or a neuron off, ``explorer.ui.interventions``)."""
     plot = None
     if isinstance(item, Heatmap):
         plot = item.plot
@@ -62,6 +66,8 @@ def _menu_host(item: Any) -> QMenu | None:
         plot = item
     elif isinstance(item, pg.ViewBox):
         return item.menu
+    elif isinstance(item, pg.GraphicsLayoutWidget):  # a plot with its colour bar: the plot's own menu
+        plot = next((i for i in item.ci.items if isinstance(i, pg.PlotItem)), None)
     return None if plot is None else plot.getViewBox().menu
 
 

@@ -13,8 +13,8 @@ import pyqtgraph as pg
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QGraphicsItem, QWidget
 
+from explorer.core.display.tokens import short
 from explorer.core.generation.candidates import CandidateTable
-from explorer.core.tokenize.display import visible_whitespace
 from explorer.ui.widgets.axis import thin_axes
 
 LABEL_CHARS = 14  # candidate labels are cut to this many characters
@@ -33,8 +33,8 @@ def nice_limit(value: float) -> float:
 
 
 def token_label(text: str, limit: int = LABEL_CHARS) -> str:
-    shown = visible_whitespace(text)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+    """A candidate's label: the glyphs every panel uses (``explorer.core.display.tokens``), cut to ``limit``."""
+    return short(text, limit)
 
 
 class CandidateChart(pg.PlotWidget):

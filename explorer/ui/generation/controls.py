@@ -95,12 +95,25 @@ class SamplingControls(QWidget):
         for control in (self.top_k, self.top_p, self.min_p, self.repetition):
             control.valueChanged.connect(lambda _=None: self.changed.emit())
         self.random_seed.toggled.connect(lambda on: self.seed.setEnabled(not on))
+        self._wanted_new, self._capping = self.max_new.value(), False
+        self.max_new.valueChanged.connect(self._on_max_new)
+
+    def _on_max_new(self, value: int) -> None:
+        if not self._capping:  # chosen, not cut to a model's smaller context
+            self._wanted_new = int(value)
 
     def set_max_new_cap(self, cap: int) -> None:
         """The most new tokens the model's context allows, shown in the box ("64 (max 256)") and its
-        tooltip, so a larger number typed there is not silently cut to something else."""
+        tooltip, so a larger number typed there is not silently cut to something else. The number is
+        the one chosen last, cut to the cap: a model with a short context (the worked example's 16)
+        does not leave its cap behind for the next model."""
         cap = max(1, int(cap))
-        self.max_new.setMaximum(cap)
+        wanted, self._capping = self._wanted_new, True
+        try:
+            self.max_new.setMaximum(cap)
+            self.max_new.setValue(min(wanted, cap))  # a larger cap gives back what was chosen before
+        finally:
+            self._capping = False
         self.max_new.setSuffix(f"  (max {cap:,})")
         self.max_new.setToolTip(f"Stop after this many new tokens: at most {cap:,}, the model's context length")
 

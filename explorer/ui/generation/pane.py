@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.cancel import Cancel
+from explorer.core.display.tokens import visible
 from explorer.core.errors import ExplorerError, PromptError
 from explorer.core.generation.candidates import (
     N_CANDIDATES,
@@ -50,7 +51,6 @@ from explorer.core.generation.candidates import (
 )
 from explorer.core.generation.sampling import SamplingParams, softmax
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
-from explorer.core.tokenize.display import visible_whitespace
 from explorer.ui.docks import PanelDock
 from explorer.ui.export.menu import ask_path
 from explorer.ui.generation.candidate_chart import (
@@ -66,6 +66,9 @@ from explorer.ui.selection import Selection
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step
+
+MODEL_CHANGED = "A new model: the previous model's continuation was cleared."
+PROMPT_CHANGED = "The prompt changed: the previous prompt's continuation was cleared."
 
 
 class GenerationPane(GenerationRun, Panel):
@@ -109,6 +112,7 @@ class GenerationPane(GenerationRun, Panel):
         self._pinned: tuple[str, list[int]] | None = None  # prompt text -> exact ids (continue, clicks)
         self._own_prompt = False
         self._setting_prompt = False
+        self._run_prompt = ""  # the prompt box's text the shown continuation was generated from
         self._raw_probs: tuple[Step, np.ndarray] | None = None
         self._sized = False
         self.table: CandidateTable | None = None
@@ -219,21 +223,15 @@ class GenerationPane(GenerationRun, Panel):
 
     # --- the model and the prompt --------------------------------------------------------------------
     def set_model(self, loaded: Any) -> None:
-        """A new model: whatever runs is stopped and forgotten."""
-        self.stop()
-        self._gen_id += 1
+        """A new model: whatever runs is stopped and forgotten, saying so if something was shown."""
+        had_output = self.has_output()
+        self.forget_run()
         self.loaded = loaded
-        self.running = False
-        self.steps, self.result, self.selected, self.table = [], None, None, None
-        self._pinned, self._raw_probs = None, None
-        self.text_view.start("")
-        self.chart.show_table(None, [])
-        self.info.setText("")
         if loaded is not None:
             self.controls.set_max_new_cap(loaded.config.n_ctx)
         blocked = getattr(loaded, "generation_blocked", None)
         self.status.setText("No model loaded." if loaded is None else f"Generation is off: {blocked}." if blocked
-                            else "")
+                            else MODEL_CHANGED if had_output else "")
         self.prompt_edit.setEnabled(not blocked)
         self.controls.setEnabled(not blocked)
         self._update_buttons()
@@ -254,8 +252,12 @@ class GenerationPane(GenerationRun, Panel):
         self._pinned = (text, [int(i) for i in ids]) if ids is not None else None
 
     def _on_prompt_edited(self) -> None:
+        text = self.prompt_edit.toPlainText()
         if not self._setting_prompt:
-            self._own_prompt = bool(self.prompt_edit.toPlainText())
+            self._own_prompt = bool(text)
+        if self.has_output() and text != self._run_prompt:  # the continuation was for another prompt
+            self.forget_run()
+            self.status.setText(PROMPT_CHANGED)
 
     def _encode_prompt(self) -> list[int]:
         text = self.prompt_edit.toPlainText()
@@ -343,7 +345,7 @@ class GenerationPane(GenerationRun, Panel):
         raw = step.before
         own = (f"rank {raw.chosen_rank}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
                else f"p {raw.chosen_prob:.3g}")
-        return (f"<b>step {step.index}</b>: “{_html(visible_whitespace(step.text))}” (id {step.token_id})<br>"
+        return (f"<b>step {step.index}</b>: “{_html(visible(step.text))}” (id {step.token_id})<br>"
                 f"p {step.prob:.3g}, rank {step.rank} under the controls it was drawn with "
                 f"({_html(describe_params(step.params))})<br>model's own: {own}<br>"
                 "<i>click: show its candidates, and every panel at this token</i>")

@@ -111,6 +111,7 @@ class GenerationRun:
         self._gen_id += 1
         gen_id = self._gen_id
         self.prompt_ids, self.params_used = list(ids), params
+        self._run_prompt = self.prompt_edit.toPlainText()
         self.steps, self.result, self.selected, self.table, self.error = [], None, None, None, None
         self._follow_latest, self._raw_probs = True, None
         self._incremental = IncrementalText(self.loaded.tokenizer, ids)
@@ -143,6 +144,29 @@ class GenerationRun:
         if self._cancel is not None and self.running:
             self._cancel.set()
             self.status.setText("Stopping…")
+
+    def has_output(self) -> bool:
+        """Whether a continuation (running, finished or failed) is shown."""
+        return bool(self.steps) or self.result is not None or self.running or self.error is not None
+
+    def forget_run(self) -> None:
+        """Stop what runs and clear the continuation, its status, the chart and the step selector."""
+        self.stop()
+        self._gen_id += 1  # whatever the old worker still sends is dropped
+        self.running, self._worker = False, None
+        self.steps, self.result, self.selected, self.table, self.error = [], None, None, None, None
+        self._pinned, self._raw_probs = None, None
+        self._bar_timer.stop()
+        self.text_view.start("")
+        self.chart.show_table(None, [])
+        self.info.setText("")
+        self.step_spin.blockSignals(True)
+        self.step_spin.setRange(0, 0)
+        self.step_spin.setValue(0)
+        self.step_spin.blockSignals(False)
+        self.status.setText("")
+        self.status.setStyleSheet("")
+        self._update_buttons()
 
     def _on_steps(self, gen_id: int, steps: list[Step]) -> None:
         """Steps from the worker (one frame's worth): one text edit, then ``step_added`` for each."""

@@ -1,43 +1,51 @@
-"""Right-click ablation on a plot, and the marks over switched-off components.
+"""Right-click ablation on a panel's drawings, and the marks over switched-off components.
 
-``install(panel, plot, locate, position_of)``:
+``install_targets(panel)`` reads the panel's ``intervention_targets()`` (``targets.py``): for each
+drawing,
 
-* ``locate(scene_pos)`` returns ``(target, layer, index, positions, name)`` for what lies under
-  the mouse (a head tile, a neuron column, a residual cell), or None;
-* the plot's right-click menu then starts with "Switch off NAME (zero)", "Mean-ablate NAME" and,
-  if NAME is switched off, "Clear NAME", above the export actions;
-* ``position_of(intervention)`` gives the plot coordinates where a switched-off component is
-  marked with a red cross (an empty list where this plot does not show it).
+* the plot's right-click menu starts with "Switch off NAME (zero)", "Mean-ablate NAME" and, if NAME
+  is switched off, "Clear NAME", above the export actions, for the component under the mouse;
+* the components of the active interventions are marked on the plot with a red cross
+  (``Target.marks_for``; an empty list where this plot does not show one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
+from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 
 from explorer.core.interventions.spec import Intervention
+from explorer.ui.interventions.targets import Component, Point, Target, TargetPanel
+
+if TYPE_CHECKING:
+    from pyqtgraph.GraphicsScene.mouseEvents import MouseClickEvent
+
+    from explorer.ui.interventions.state import InterventionState
 
 MARK_PEN = pg.mkPen("#ff2a2a", width=2.5)
-Locate = Callable[[Any], "tuple[str, int, int | None, tuple[int, ...] | None, str] | None"]
 
 
-def component_actions(panel: Any, found: tuple, parent: Any) -> list[QAction]:
-    target, layer, index, positions, name = found
-    state = panel.interventions
-    component = (target, layer, index, positions)
+def component_actions(panel: TargetPanel, found: Component | tuple, parent: QObject | None) -> list[QAction]:
+    """The menu entries for ``found`` (a Component, or its ``(target, layer, index, positions, name)``)."""
+    component = found if isinstance(found, Component) else Component(*found)
+    return state_actions(panel.interventions, component, parent) if panel.interventions is not None else []
+
+
+def state_actions(state: InterventionState, component: Component, parent: QObject | None) -> list[QAction]:
+    name = component.name
     actions = []
     for mode, text in (("zero", f"Switch off {name} (zero)"), ("mean", f"Mean-ablate {name}")):
         action = QAction(text, parent)
         action.setCheckable(True)
-        action.setChecked(state.mode_of(component) == mode)
-        action.triggered.connect(lambda _=False, m=mode: state.set(Intervention(target, layer, index, m, positions)))
+        action.setChecked(state.mode_of(component.key) == mode)
+        action.triggered.connect(lambda _=False, m=mode: state.set(component.intervention(m)))
         actions.append(action)
-    if state.find(component) is not None:
+    if state.find(component.key) is not None:
         clear = QAction(f"Clear {name}", parent)
-        clear.triggered.connect(lambda _=False: state.clear_component(component))
+        clear.triggered.connect(lambda _=False: state.clear_component(component.key))
         actions.append(clear)
     return actions
 
@@ -45,19 +53,18 @@ def component_actions(panel: Any, found: tuple, parent: Any) -> list[QAction]:
 class Marks:
     """Red crosses over the active interventions' components on one plot."""
 
-    def __init__(self, plot: pg.PlotItem, position_of: Callable[[Intervention], list[tuple[float, float]]]) -> None:
-        self.position_of = position_of
+    def __init__(self, target: Target) -> None:
+        self.position_of = target.marks_for
         self.scatter = pg.ScatterPlotItem(symbol="x", size=16, pen=MARK_PEN, brush=pg.mkBrush(255, 42, 42, 200))
         self.scatter.setZValue(40)
-        plot.addItem(self.scatter)
+        target.plot.addItem(self.scatter)
+        self.points: list[Point] = []
 
     def refresh(self, interventions: tuple[Intervention, ...]) -> None:
-        points: list[tuple[float, float]] = []
+        points: list[Point] = []
         for iv in interventions:
-            try:
-                points += self.position_of(iv)
-            except (IndexError, KeyError, ValueError, AttributeError, TypeError):
-                continue  # not drawable on this plot now (no trace yet, another layer shown)
+            points += self.position_of(iv)
+        self.points = points
         self.scatter.setData(pos=points) if points else self.scatter.clear()
 
     @property
@@ -65,18 +72,20 @@ class Marks:
         return len(self.scatter.data)
 
 
-def install(panel: Any, plot: pg.PlotItem, locate: Locate,
-            position_of: Callable[[Intervention], list[tuple[float, float]]]) -> Marks:
-    """Put the ablation actions on ``plot``'s right-click menu and return its :class:`Marks`."""
+def install(panel: TargetPanel, plot: pg.PlotItem, targets: list[Target]) -> None:
+    """Put the ablation actions for what ``targets`` (all drawn on ``plot``) find under the mouse at the top
+    of ``plot``'s right-click menu."""
     vb = plot.getViewBox()
     original = vb.raiseContextMenu
 
-    def raise_menu(ev: Any) -> None:
+    def raise_menu(ev: MouseClickEvent) -> None:
         menu = vb.getMenu(ev)
         for old in getattr(menu, "_explorer_intervention_actions", []):
             menu.removeAction(old)
         menu._explorer_intervention_actions = []
-        found = locate(ev.scenePos()) if getattr(panel, "interventions", None) is not None else None
+        found = None
+        if panel.interventions is not None:
+            found = next((c for c in (t.component_at(ev.scenePos()) for t in targets) if c is not None), None)
         if found is not None:
             actions = component_actions(panel, found, menu)
             first = menu.actions()[0] if menu.actions() else None
@@ -86,6 +95,17 @@ def install(panel: Any, plot: pg.PlotItem, locate: Locate,
         original(ev)
 
     vb.raiseContextMenu = raise_menu
-    marks = Marks(plot, position_of)
-    panel._intervention_marks = [*getattr(panel, "_intervention_marks", []), marks]
+
+
+def install_targets(panel: TargetPanel) -> list[Marks]:
+    """Every drawing the panel declares gets the menu and its marks (kept as ``panel._intervention_marks``,
+    one per target, which ``Panel.refresh_marks`` redraws)."""
+    targets = panel.intervention_targets()
+    plots: dict[int, tuple[pg.PlotItem, list[Target]]] = {}
+    for target in targets:
+        plots.setdefault(id(target.plot), (target.plot, []))[1].append(target)
+    for plot, on_plot in plots.values():
+        install(panel, plot, on_plot)
+    marks = [Marks(target) for target in targets]
+    panel._intervention_marks = marks
     return marks

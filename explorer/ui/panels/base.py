@@ -28,6 +28,7 @@ from PySide6.QtWidgets import QToolButton, QVBoxLayout, QWidget
 from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
 from explorer.ui.explanations import ExplanationWindow
+from explorer.ui.interventions.state import InterventionState
 from explorer.ui.export.menu import Exportable, attach_export_menu
 from explorer.ui.progressive import Job, ProgressiveWork, lane
 from explorer.ui.selection import Selection
@@ -63,7 +64,7 @@ class Panel(QWidget):
         self.trace: Trace | None = None
         self._exportables: list[Exportable] = []
         self.tokenizer: Any = None  # the model's Tokenizer, set by the window (see set_tokenizer)
-        self.interventions: Any = None  # the window's InterventionState (explorer/ui/interventions/)
+        self.interventions: InterventionState | None = None  # the window's (explorer/ui/interventions/)
         self.progressive: ProgressiveWork | None = None  # the window's lane (else the application's)
         self._deferred: dict[Any, Job] = {}  # expensive views asked for while hidden: run when shown
         self.on_screen = True  # set by the window (set_on_screen): False while behind another tab
@@ -185,13 +186,14 @@ class Panel(QWidget):
         self.show_trace(trace)
         self.refresh_marks()
 
-    def set_interventions(self, state: Any) -> None:
+    def set_interventions(self, state: InterventionState) -> None:
         """The session's interventions: right-click menus edit them, marks show the active ones."""
         self.interventions = state
         state.changed.connect(self.refresh_marks)
 
     def refresh_marks(self) -> None:
-        """Redraw the crosses over switched-off components (``explorer.ui.interventions.menu``)."""
+        """Redraw the crosses over switched-off components (a panel's ``intervention_targets``, drawn
+        by ``explorer.ui.interventions.menu``)."""
         active = self.interventions.active() if self.interventions is not None else ()
         for marks in getattr(self, "_intervention_marks", []):
             marks.refresh(active)

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel
 
 from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_levels
+from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
                                    sinusoid_curves)
@@ -296,7 +297,7 @@ class EmbeddingsPanel(Panel):
         cfg, trace = self.trace.config, self.trace
         if cfg.vocab_size * cfg.d_model > NEIGHBOURS_NOW_MACS:  # a real vocabulary: in the background
             self.neighbours.setRowCount(0)
-            self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {label!r}</b>: computing\u2026")
+            self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {quoted(label)}</b>: computing\u2026")
             self.later(("neighbours",), lambda check: nearest_vocab_neighbours(trace, index, N_NEIGHBOURS),
                        lambda result: self._show_neighbours(index, result) if self.selected_token == index else None)
             return
@@ -312,11 +313,11 @@ class EmbeddingsPanel(Panel):
         ids, cosines = result
         texts = [self._token_text(i) for i in ids]
         self._neighbour_rows = (ids, cosines, texts)
-        self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {label!r}</b> "
+        self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {quoted(label)}</b> "
                                       f"(cosine between rows of W_E)")
         self.neighbours.setRowCount(len(ids))
         for r, (token_id, cosine, text) in enumerate(zip(ids, cosines, texts)):
-            shown = text if text == f"#{token_id}" else repr(text)  # quotes make edge spaces visible
+            shown = text if text == f"#{token_id}" else quoted(text, 40)  # the glyphs every panel uses
             for c, value in enumerate((shown, str(int(token_id)), f"{cosine:.4f}")):
                 cell = QTableWidgetItem(value)
                 if c:

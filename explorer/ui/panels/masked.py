@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
 
 from explorer.core.analysis.masked import masked_predictions
-from explorer.core.tokenize.display import visible_whitespace
+from explorer.core.display.tokens import visible
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.selection import Selection
@@ -66,7 +66,7 @@ class MaskedTokensPanel(Panel):
         for row, pred in enumerate(preds):
             p = pred.position
             context = " ".join(trace.tokens[max(0, p - 3):p]) + f" ▮{mask_text}▮ " + " ".join(trace.tokens[p + 1:p + 4])
-            guesses = "   ".join(f"{visible_whitespace(self.tokenizer.display(i))} {prob:.3f}"
+            guesses = "   ".join(f"{visible(self.tokenizer.display(i))} {prob:.3f}"
                                  for i, prob in zip(pred.ids, pred.probs))
             for col, text in enumerate((str(p), context, guesses)):
                 self.table.setItem(row, col, QTableWidgetItem(text))

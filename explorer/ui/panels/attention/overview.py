@@ -17,6 +17,9 @@ from PySide6.QtWidgets import QSplitter, QToolTip
 from explorer.core.analysis import attention as analysis
 from explorer.core.display.levels import finite_levels
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted
+from explorer.core.interventions.spec import Intervention
+from explorer.ui.interventions.targets import Component, Point, Target, head_cells
 from explorer.ui.panels.attention.views import (
     OUTLINE,
     MAX_TILE,
@@ -24,7 +27,6 @@ from explorer.ui.panels.attention.views import (
     all_heads_cheap,
     head_source,
     mosaic_of,
-    quoted,
     statistic_levels,
     statistic_of,
 )
@@ -106,6 +108,29 @@ class AttentionOverview:
         p = self.overview_image.mapFromScene(scene_pos)
         return self.geometry.head_at(p.x(), p.y())
 
+    # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
+    def intervention_targets(self) -> list[Target]:
+        """A head's tile in the all-heads grid, and its cell in the head-statistics heatmap."""
+        return [Target(self.overview_plot, self._tile_component, self._tile_marks),
+                head_cells(self.statistics)]
+
+    def _tile_component(self, scene_pos: QPointF) -> Component | None:
+        picked = self.head_at_scene(scene_pos) if self.trace is not None else None
+        return None if picked is None else Component.head(*picked)
+
+    def _tile_marks(self, iv: Intervention) -> list[Point]:
+        if iv.target != "head" or self.geometry is None or self.trace is None:
+            return []
+        cfg = self.trace.config
+        if not (0 <= iv.layer < cfg.n_layers and 0 <= iv.index < cfg.n_heads):
+            return []
+        return [self.geometry.tile_center(iv.layer, iv.index)]
+
+    def tile_marks(self) -> list[Point]:
+        """Where the all-heads grid draws its red crosses now (one per switched-off head)."""
+        return list(self._intervention_marks[0].points)
+
+
 
     def _draw_overview(self) -> None:
         trace, cfg = self.trace, self.trace.config
@@ -137,6 +162,7 @@ class AttentionOverview:
             shape += f" \u00b7 overview averaged over {geo.factor}\u00d7{geo.factor}-token blocks"
         self.info.setText(shape)
         self._place_outlines()
+        self.refresh_marks()  # the crosses follow the tiles (drawn later than the trace on long prompts)
 
     def _place_outlines(self) -> None:
         if self.geometry is None:

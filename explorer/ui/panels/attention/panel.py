@@ -34,8 +34,9 @@ from explorer.core.analysis import attention as analysis
 from explorer.core.display.labels import scores_formula, token_labels
 from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
+from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
-from explorer.ui.interventions.panels import install_attention
+from explorer.ui.interventions.menu import install_targets
 from explorer.ui.panels.attention.overview import AttentionOverview
 from explorer.ui.panels.attention.views import (
     BAR_NEGATIVE,
@@ -47,7 +48,6 @@ from explorer.ui.panels.attention.views import (
     all_heads_cheap,
     layer_patterns_fit,
     mosaic_of,
-    quoted,
     statistic_of,
 )
 from explorer.ui.panels.base import Panel, PanelSnapshot
@@ -154,7 +154,7 @@ class AttentionPanel(AttentionOverview, Panel):
         self.add_exportable("attention, selected head", self.detail, self._detail_data)
         self.add_exportable("attention, selected query row", self.row_plot, self._row_data)
         self.add_exportable("head statistics", self.statistics, self._statistics_data)
-        install_attention(self)  # right-click: switch a head off (explorer/ui/interventions/)
+        install_targets(self)  # right-click a tile or a cell: switch a head off (intervention_targets)
         self.add_exportable("head statistics table", self.statistics_table, self._statistics_table_data)
 
     # --- the panel contract ----------------------------------------------------------------------

@@ -13,8 +13,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
 from explorer.core.analysis import attention as analysis
-from explorer.core.display.levels import abbreviate
 from explorer.core.display.mosaic import MosaicGeometry, tile_heads
+from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.widgets.heatmap import Heatmap, format_value
 
@@ -27,10 +27,6 @@ QUERY_OUTLINE = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.
 BAR_PATTERN = pg.mkBrush("#2a788e")  # viridis' middle
 BAR_POSITIVE, BAR_NEGATIVE = pg.mkBrush("#c0392b"), pg.mkBrush("#3b6fb6")  # the red and blue ends of CET-D1
 
-
-
-def quoted(token: str) -> str:
-    return "'" + abbreviate(token, 24) + "'"
 
 
 def statistic_levels(name: str, values: np.ndarray, n_tokens: int) -> tuple[float, float]:

@@ -12,7 +12,10 @@ import numpy as np
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
+from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Target, ffn_column, head_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
@@ -54,6 +57,17 @@ class DLAPanel(Panel):
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
         self.body.addWidget(self.heatmap, 1)
         self.add_exportable("direct logit attribution", self.heatmap, self._data)
+        install_targets(self)  # right-click a head's cell or an FFN's: switch it off
+
+    def intervention_targets(self) -> list[Target]:
+        """A head's cell, and a layer's FFN cell (the last column, where the model has FFNs)."""
+        def heads() -> int:
+            return self.trace.config.n_heads if self.trace is not None else 0
+
+        def ffn() -> int | None:
+            return heads() if self.trace is not None and self.trace.config.has_ffn else None
+
+        return [head_cells(self.heatmap, heads), ffn_column(self.heatmap, ffn)]
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
         attribution(trace, snapshot.token)
@@ -86,10 +100,10 @@ class DLAPanel(Panel):
         self.result = d = got
         matrix, rows, cols = self._data()
         self.heatmap.set_data(matrix, rows, cols, value_name="logit contribution")
-        target = self.tokenizer.display(d.target) if self.tokenizer is not None else str(d.target)
+        target = vocab_quoted(self.tokenizer, d.target)
         ffn = f" + FFNs {d.mlp.sum():.3f}" if trace.config.has_ffn else ""
         self._say(
-            f"Logit of {target!r} after {d.position}:{trace.tokens[d.position]!r} = {d.logit:.3f} = "
+            f"Logit of {target} after {d.position}:{quoted(trace.tokens[d.position])} = {d.logit:.3f} = "
             f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
             f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "
             "Click a cell to select its head.")

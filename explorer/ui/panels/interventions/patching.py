@@ -22,7 +22,10 @@ from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Target, head_cells, resid_cells
 from explorer.ui.panels.base import Panel
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
@@ -37,6 +40,11 @@ def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, 
     return (yield from patching_steps(model, clean, corrupt, target, distractor, batch_size=16, cancel=cancel))
 
 
+MODEL_CHANGED = "A new model: the previous model's patching results were cleared."
+STALE_PROMPT = ("The prompt changed: these grids are for the clean prompt {clean} against {corrupt}. "
+                "Run patching again for the current prompt.")
+
+
 class PatchingPanel(Panel):
     title = "Activation patching"
     explanation = "patching"
@@ -49,6 +57,11 @@ class PatchingPanel(Panel):
         self._cancel = Cancel()
         self._clean_ids: list[int] = []
         self._corrupt_text = ""
+        self._run = 0  # which run the worker's signals belong to
+        self._run_clean_ids: list[int] = []  # the clean prompt the grids were computed for
+        self._run_clean_text = ""
+        self._done_text = ""
+        self._cleared = ""  # why the grids are empty, until the next run
         row = QHBoxLayout()
         self.corrupt_edit = QLineEdit()
         self.corrupt_edit.setPlaceholderText("corrupted prompt (same number of tokens as the clean one)")
@@ -82,12 +95,36 @@ class PatchingPanel(Panel):
         self.body.addWidget(splitter, 1)
         self.add_exportable("activation patching, residual stream", self.resid_map, lambda: self._grid_data("resid"))
         self.add_exportable("activation patching, heads", self.head_map, lambda: self._grid_data("head"))
+        install_targets(self)  # right-click: switch that head or cell off (a click runs its patch)
+
+    def intervention_targets(self) -> list[Target]:
+        return [resid_cells(self.resid_map), head_cells(self.head_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
     def show_trace(self, trace: Trace) -> None:
         if not trace.interventions:  # the clean prompt: the window's own run (an inspected patch keeps it)
             self._clean_ids = [int(i) for i in trace.token_ids]
         self._check_lengths()
+        if self.result is not None:  # the grids stay, but say which prompt they are for
+            stale = self._clean_ids != self._run_clean_ids
+            self.status.setText(STALE_PROMPT.format(clean=quoted(self._run_clean_text, 40), corrupt=quoted(self._corrupt_text, 40))
+                                if stale else self._done_text)
+
+    def tokenizer_changed(self) -> None:
+        """Another model: a running patching stops and the grids, computed by the old one, are cleared."""
+        had = self.result is not None or self._worker is not None or hasattr(self, "_heads")
+        self._cancel.set()
+        self._run += 1  # the old worker's updates and result are dropped
+        self._worker, self.result, self._clean_ids = None, None, []
+        for name in ("_resid", "_heads", "_labels"):
+            self.__dict__.pop(name, None)
+        for grid in (self.resid_map, self.head_map):
+            grid.set_data(np.zeros((0, 0), np.float32))
+        self.cancel_button.setEnabled(False)
+        self.progress.setValue(0)
+        self.run_button.setEnabled(True)  # the next trace checks the lengths again (_check_lengths)
+        self._cleared = MODEL_CHANGED + " " if had else ""
+        self.status.setText(self._cleared + "Type a corrupted prompt, then Run patching.")
 
     # --- running ---------------------------------------------------------------------------------
     def _token(self, text: str, what: str) -> int:
@@ -107,7 +144,7 @@ class PatchingPanel(Panel):
             self.status.setText(f"The corrupted prompt has {n} tokens, the clean one {len(self._clean_ids)}: "
                                 "patching needs the same number.")
         elif self._worker is None and self.result is None:
-            self.status.setText(f"{n} tokens each. Run patching.")
+            self.status.setText(f"{self._cleared}{n} tokens each. Run patching.")
 
     def start(self) -> None:
         if self.trace is None or self._worker is not None or self.trace._model is None:
@@ -136,10 +173,14 @@ class PatchingPanel(Panel):
         self._cancel = Cancel()
         worker = create_worker(run_patching, self.trace._model, list(self._clean_ids), corrupt, target, distractor,
                                self._cancel, _start_thread=False, _ignore_errors=True)
-        worker.yielded.connect(self._on_update)
-        worker.returned.connect(self._on_result)
-        worker.errored.connect(lambda exc: self.status.setText(error_message(exc)))
-        worker.finished.connect(self._on_finished)
+        self._run, self._cleared = self._run + 1, ""
+        run = self._run  # a newer run or another model drops what this one still sends
+        self._run_clean_ids = list(self._clean_ids)
+        self._run_clean_text = self.tokenizer.decode(self._clean_ids)
+        worker.yielded.connect(lambda update: self._on_update(update) if run == self._run else None)
+        worker.returned.connect(lambda result: self._on_result(result) if run == self._run else None)
+        worker.errored.connect(lambda exc: self.status.setText(error_message(exc)) if run == self._run else None)
+        worker.finished.connect(lambda: self._on_finished() if run == self._run else None)
         self._worker = worker
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
@@ -157,12 +198,13 @@ class PatchingPanel(Panel):
     def _on_result(self, result: Any) -> None:
         self.result = result
         word = "Cancelled after" if result.cancelled else "Done:"
-        target = self.tokenizer.display(self._target)
-        against = f" minus {self.tokenizer.display(self._distractor)!r}" if self._distractor is not None else ""
-        self.status.setText(
+        target = vocab_quoted(self.tokenizer, self._target)
+        against = f" minus {vocab_quoted(self.tokenizer, self._distractor)}" if self._distractor is not None else ""
+        self._done_text = (
             f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
-            f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target!r}{against}: clean "
+            f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target}{against}: clean "
             f"{result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f}. Click a cell to run that patch.")
+        self.status.setText(self._done_text)
 
     def _on_finished(self) -> None:
         self._worker = None

@@ -24,7 +24,10 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
 from explorer.core.analysis.changes import RunComparison, compare_runs, stream_difference
 from explorer.core.analysis.residual import boundary_labels
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import vocab_quoted
 from explorer.core.trace import Trace
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
@@ -102,6 +105,10 @@ class WhatChangedPanel(Panel):
         self.add_exportable("what changed: next-token candidates", self.candidates, self._candidate_data)
         self.add_exportable("what changed: log p of the next token", self.deltas, self._delta_data)
         self.add_exportable("what changed: residual stream difference", self.stream_map, self._stream_data)
+        install_targets(self)  # right-click a cell of the stream: switch it off there too
+
+    def intervention_targets(self) -> list[Target]:
+        return [resid_cells(self.stream_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> WhatChangedSnapshot:
@@ -164,7 +171,7 @@ class WhatChangedPanel(Panel):
         self.info.setToolTip(text)
 
     def _display(self, token_id: int) -> str:
-        return repr(self.tokenizer.display(token_id)) if self.tokenizer is not None else str(token_id)
+        return vocab_quoted(self.tokenizer, token_id)
 
     # --- exported data ---------------------------------------------------------------------------
     def _candidate_data(self) -> tuple[np.ndarray, list[str], list[str]]:

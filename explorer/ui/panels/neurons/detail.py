@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QVBoxLayout, QWid
 from explorer.core.analysis.neurons import activation_histogram, top_neurons
 from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted, vocab_quoted, vocab_text
 from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, VOCAB_K, VOCAB_NOW_MACS, vocab_effect_of
 from explorer.ui.panels.neurons.widgets import (
     BAR_HIST,
@@ -21,7 +22,6 @@ from explorer.ui.panels.neurons.widgets import (
     BAR_POSITIVE,
     SELECTED_PEN,
     cell,
-    quoted,
     table,
 )
 from explorer.ui.widgets.plots import fixed_plot
@@ -82,7 +82,7 @@ class NeuronDetail:
 
     def _draw_ranked(self) -> None:
         view = self._view
-        i = self.token_index()
+        i = self.selected_token
         ids, values = top_neurons(view.post, i, min(TOP_TOKEN_NEURONS, view.post.shape[1]))
         self._ranked = (ids, values)
         self.ranked_title.setText(f"<b>Most active neurons at token {quoted(self.trace.tokens[i])} ({i})</b>, "
@@ -125,7 +125,7 @@ class NeuronDetail:
         values = self._view.post[:, j]
         self.bar_values = values
         n = values.size
-        i = self.token_index()
+        i = self.selected_token
         brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
         pens = [pg.mkPen(None)] * n
         pens[i] = SELECTED_PEN
@@ -165,7 +165,7 @@ class NeuronDetail:
     def _place_hist_marker(self) -> None:
         if self.selected_neuron is None:
             return
-        self.hist_marker.setValue(float(self._view.post[self.token_index(), self.selected_neuron]))
+        self.hist_marker.setValue(float(self._view.post[self.selected_token, self.selected_neuron]))
 
     def _draw_vocab(self) -> None:
         j = self.selected_neuron
@@ -200,12 +200,13 @@ class NeuronDetail:
             self.vocab.setItem(r, 3, cell(f"{vb:+.4f}", True))
 
     def _token_text(self, token_id: int) -> str:
-        if self.tokenizer is None:
-            return f"#{token_id}"
-        try:
-            return repr(self.tokenizer.display(int(token_id)))  # quotes make edge spaces visible
-        except Exception:  # noqa: BLE001 - an id the tokenizer cannot show (padded vocabulary rows)
-            return f"#{token_id}"
+        """The vocabulary table's text: quoted, with the glyphs every panel uses."""
+        return vocab_quoted(self.tokenizer, token_id, max_chars=40)
+
+    def _token_data(self, token_id: int) -> str:
+        """The exported label: the exact display string (data, not a picture)."""
+        text = vocab_text(self.tokenizer, token_id)
+        return text if text == f"#{token_id}" else repr(text)
 
     # --- exported data ---------------------------------------------------------------------------
     def _token_labels(self) -> list[str]:
@@ -215,7 +216,7 @@ class NeuronDetail:
         ids, values = self._ranked
         if self._view is None:
             return np.zeros(0, np.float32), [], []
-        label = self._token_labels()[self.token_index()]
+        label = self._token_labels()[self.selected_token]
         return values, [f"#{j}" for j in ids.tolist()], [f"L{self._layer} activation at {label}"]
 
     def _bars_data(self) -> tuple[np.ndarray, list[str], list[str]]:
@@ -238,7 +239,7 @@ class NeuronDetail:
         if self._vocab is None:
             return np.zeros(0, np.float32), [], []
         up_ids, up, down_ids, down = self._vocab
-        rows = [f"promoted {r + 1}: {i}:{self._token_text(i)}" for r, i in enumerate(up_ids.tolist())]
-        rows += [f"suppressed {r + 1}: {i}:{self._token_text(i)}" for r, i in enumerate(down_ids.tolist())]
+        rows = [f"promoted {r + 1}: {i}:{self._token_data(i)}" for r, i in enumerate(up_ids.tolist())]
+        rows += [f"suppressed {r + 1}: {i}:{self._token_data(i)}" for r, i in enumerate(down_ids.tolist())]
         return (np.concatenate([up, down]).astype(np.float32), rows,
                 [f"direct logit effect per unit activation, L{self._layer} neuron #{self.selected_neuron}"])

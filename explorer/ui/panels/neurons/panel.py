@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -34,7 +34,9 @@ from PySide6.QtWidgets import (
 )
 
 from explorer.core.trace import Trace
-from explorer.ui.interventions.panels import install_neurons
+from explorer.core.interventions.spec import Intervention
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.neurons.detail import NeuronDetail
 from explorer.ui.panels.neurons.views import (
@@ -42,9 +44,12 @@ from explorer.ui.panels.neurons.views import (
     ORDERS,
     VOCAB_NOW_MACS,
     LayerView,
+    arranged,
+    column_marks,
     layer_of,
     layer_view,
     neuron_for,
+    switched_off,
     top_ids,
     vocab_effect_of,
 )
@@ -175,7 +180,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         self.add_exportable("selected neuron across tokens", self.bars_plot, self._bars_data)
         self.add_exportable("selected neuron histogram", self.hist_plot, self._hist_data)
         self.add_exportable("selected neuron vocabulary effect", self.vocab, self._vocab_data)
-        install_neurons(self)  # right-click: switch a neuron off (explorer/ui/interventions/)
+        install_targets(self)  # right-click a column: switch that neuron off (intervention_targets)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> NeuronsSnapshot:
@@ -262,15 +267,28 @@ class NeuronsPanel(NeuronDetail, Panel):
     def layer(self) -> int:
         return self._layer
 
+    # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
+    def intervention_targets(self) -> list[Target]:
+        """A neuron's column of the heatmap (the neuron at every position)."""
+        return [Target(self.heatmap.plot, self._column_component, self._column_marks)]
+
+    def _column_component(self, scene_pos: QPointF) -> Component | None:
+        cell = self.heatmap.cell_at(scene_pos) if self._view is not None else None
+        if cell is None or not 0 <= cell[1] < self._columns.size:
+            return None
+        return Component.neuron(self._layer, int(self._columns[cell[1]]))
+
+    def _column_marks(self, iv: Intervention) -> list[Point]:
+        rows = 0 if self._view is None else self._view.post.shape[0]
+        return column_marks(iv, self._layer, self._columns, rows)
+
+    def column_marks(self) -> list[Point]:
+        """Where the heatmap draws its red crosses now (down each switched-off neuron's column)."""
+        return list(self._intervention_marks[0].points)
+
     def columns(self) -> np.ndarray:
         """The neuron ids of the heatmap's columns, left to right."""
         return self._columns
-
-    def token_index(self) -> int:
-        """The selected token, or the last one when none is selected."""
-        n = self.trace.n_tokens
-        token = self.selection.token
-        return n - 1 if token is None else min(max(token, 0), n - 1)
 
     def ranked_neurons(self) -> tuple[np.ndarray, np.ndarray]:
         """The selected token's ranked list as shown: (neuron ids, activations)."""
@@ -338,14 +356,11 @@ class NeuronsPanel(NeuronDetail, Panel):
         self.vocab.setRowCount(0)
 
     def shown_columns(self) -> np.ndarray:
-        """The columns for the current order and K (ids, left to right)."""
+        """The columns for the current order and K (ids, left to right), switched-off neurons kept."""
         view = self._view
-        top = top_ids(self.trace, self._layer, view, self.top_k)
-        if top is None:
-            return view.order(self.order)
-        if self.order == "max":
-            return top  # top_columns is already in the "max" order
-        return top[np.argsort(view.rank(self.order)[top], kind="stable")]
+        active = self.interventions.active() if self.interventions is not None else ()
+        return arranged(view, top_ids(self.trace, self._layer, view, self.top_k), self.order,
+                        switched_off(active, self._layer, view.post.shape[1]))
 
     def redraw_heatmap(self) -> None:
         """Draw the heatmap for the current layer, order and K (what the controls call)."""
@@ -372,6 +387,7 @@ class NeuronsPanel(NeuronDetail, Panel):
                                    f"ordered by {ORDERS[self.order]}")
         self.info.setText(f"L{self._layer} \u00b7 d_ff = {d_ff} \u00b7 {self.trace.n_tokens} tokens")
         self._place_outlines()
+        self.refresh_marks()  # the columns moved: the crosses follow
 
     def _reset_zoom(self) -> None:
         rows, cols = self.heatmap.matrix.shape
@@ -381,7 +397,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         if self._view is None:
             return
         rows, cols = self.heatmap.matrix.shape
-        i = self.token_index()
+        i = self.selected_token
         self.row_outline.setRect(QRectF(0, i, cols, 1))
         self.row_outline.setVisible(cols > 0)
         where = np.flatnonzero(self._columns == self.selected_neuron) if self.selected_neuron is not None else []

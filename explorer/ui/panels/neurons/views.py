@@ -19,6 +19,7 @@ from explorer.core.analysis.neurons import (
     top_neurons,
 )
 from explorer.core.display.levels import finite_levels
+from explorer.core.interventions.spec import Intervention
 from explorer.core.trace import Trace
 
 ORDERS = {"index": "index", "max": "most active", "variance": "variance"}  # neuron_order mode -> combo text
@@ -101,3 +102,30 @@ def vocab_effect_of(trace: Trace, layer: int, neuron: int, vocab_size: int | Non
     """What ``neuron`` writes into the vocabulary through the direct path (``neuron_vocab_effect``)."""
     return trace.memo(("neurons.vocab", layer, neuron, VOCAB_K, vocab_size),
                       lambda: neuron_vocab_effect(trace, layer, neuron, VOCAB_K, vocab_size=vocab_size))
+
+
+def switched_off(active: tuple[Intervention, ...], layer: int, d_ff: int) -> np.ndarray:
+    """The neurons of ``layer`` that an active intervention changes: the heatmap keeps their columns
+    (marked) though, switched off, they no longer fire and so leave the top K."""
+    ids = {iv.index for iv in active if iv.target == "neuron" and iv.layer == layer and 0 <= iv.index < d_ff}
+    return np.array(sorted(ids), dtype=np.int64)
+
+
+def arranged(view: LayerView, top: np.ndarray | None, order: str, kept: np.ndarray) -> np.ndarray:
+    """The heatmap's columns: the top K (``top``; None: all) in ``order``, with the ``kept`` neurons (switched
+    off: they no longer fire, so they leave the top K, but stay to be seen and cleared)."""
+    if top is None:
+        return view.order(order)
+    extra = np.setdiff1d(kept, top)
+    if order == "max" and extra.size == 0:
+        return top  # top_columns is already in the "max" order
+    shown = np.concatenate([top, extra])
+    return shown[np.argsort(view.rank(order)[shown], kind="stable")]
+
+
+def column_marks(iv: Intervention, layer: int, columns: np.ndarray, rows: int) -> list[tuple[float, float]]:
+    """Where a neuron intervention is marked on the heatmap: down its column (none if not shown)."""
+    if iv.target != "neuron" or iv.layer != layer:
+        return []
+    where = np.flatnonzero(columns == iv.index)
+    return [(float(where[0]) + 0.5, r + 0.5) for r in range(rows)] if where.size else []

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
 
 from explorer.core.display.levels import abbreviate, label_step
+from explorer.core.display.tokens import quoted
 from explorer.ui.widgets.heatmap import Heatmap, format_value
 
 BAR_POSITIVE, BAR_NEGATIVE = pg.mkBrush("#c0392b"), pg.mkBrush("#3b6fb6")
@@ -15,11 +16,6 @@ BAR_HIST = pg.mkBrush("#2a788e")
 SELECTED_PEN = pg.mkPen("#111111", width=2)
 COLUMN_OUTLINE = pg.mkPen("#ff2d55", width=2, cosmetic=True)
 ROW_OUTLINE = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)
-
-
-def quoted(token: str) -> str:
-    return "'" + abbreviate(token, 24) + "'"
-
 
 
 class NeuronHeatmap(Heatmap):

@@ -10,24 +10,16 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF
 
-from explorer.core.display.levels import abbreviate
+from explorer.core.display.tokens import short
 from explorer.ui.widgets.heatmap import Heatmap
 
 CELL_CHARS = 10  # a cell's text is cut to this many characters (and to the cell's width on screen)
 
 
 def visible_text(text: str, max_chars: int = CELL_CHARS) -> str:
-    """A token's text for a small cell: spaces as "·", newlines "↵", tabs "→", other control
-    characters escaped, cut with an ellipsis; "∅" for an empty string."""
-    if not text:
-        return "\u2205"
-    text = text.replace(" ", "\u00b7").replace("\r", "\\r")
-    text = "".join(c if c >= " " or c in "\n\t" else f"\\x{ord(c):02x}" for c in text)
-    return abbreviate(text, max_chars)
-
-
-def quoted(token: str) -> str:
-    return "'" + abbreviate(token, 24) + "'"
+    """A token's text for a small cell (``explorer.core.display.tokens.short``): spaces "·", newlines "↵",
+    tabs "⇥", other control characters escaped, cut with an ellipsis; "∅" for an empty string."""
+    return short(text, max_chars)
 
 
 def percent(p: float) -> str:

@@ -26,8 +26,9 @@ from PySide6.QtGui import QPainterPath
 
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted, vocab_text
 from explorer.core.trace import Trace
-from explorer.ui.panels.residual.cells import percent, quoted, visible_text
+from explorer.ui.panels.residual.cells import percent, visible_text
 from explorer.ui.widgets.heatmap import dark_cells
 
 LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists them)
@@ -46,16 +47,6 @@ NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the rea
 
 def vocab_size_of(tokenizer: Any) -> int | None:
     return int(tokenizer.vocab_size) if tokenizer is not None else None
-
-
-def display_text(tokenizer: Any, token_id: int) -> str:
-    """A vocabulary id as text: the tokenizer's display string, else "#id" (any thread)."""
-    if tokenizer is not None:
-        try:
-            return tokenizer.display(int(token_id))
-        except Exception:  # noqa: BLE001 - an id the tokenizer cannot show (padded vocabulary rows)
-            pass
-    return f"#{token_id}"
 
 
 def lens_cost(trace: Trace) -> int:
@@ -89,7 +80,7 @@ def lens_texts_of(trace: Trace, lens: core.LogitLens | None, tokenizer: Any) -> 
 
     def compute() -> list[list[str]]:
         top = lens.ids[..., 0]
-        shown = {int(i): visible_text(display_text(tokenizer, int(i))) for i in np.unique(top)}
+        shown = {int(i): visible_text(vocab_text(tokenizer, int(i))) for i in np.unique(top)}
         return [[shown[int(i)] for i in row] for row in top]
 
     return trace.memo(("residual.lens_texts", LENS_TOP, vocab_size_of(tokenizer), id(tokenizer)), compute)

@@ -43,15 +43,16 @@ from PySide6.QtWidgets import (
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_extent, thinned_ticks
+from explorer.core.display.tokens import quoted, vocab_text
 from explorer.core.trace import Trace
 from explorer.ui.export.menu import export_actions
-from explorer.ui.interventions.panels import install_residual
+from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, quoted
+from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
 from explorer.ui.panels.residual.lens import (
     NEXT_TOKEN,
     LogitLensView,
-    display_text,
     lens_of,
     lens_texts_of,
 )
@@ -170,7 +171,7 @@ class ResidualPanel(LogitLensView, Panel):
 
     def _register_exports(self) -> None:
         self.add_exportable("residual norms", self.norm_map, self._norms_data)
-        install_residual(self)  # right-click: switch a cell of the stream off (explorer/ui/interventions/)
+        install_targets(self)  # right-click a norm cell: switch that cell of the stream off (intervention_targets)
         self.add_exportable("residual norm of the selected token", self.norm_plot, self._norm_line_data)
         self.add_exportable("sublayer contributions", self.bars_plot, self._contributions_data)
         self.add_exportable("consecutive cosine", self.cosine_map, self._cosine_data)
@@ -185,6 +186,12 @@ class ResidualPanel(LogitLensView, Panel):
         after = menu.actions()[len(shown)] if len(menu.actions()) > len(shown) else None
         menu.insertMenu(after, submenu) if after is not None else menu.addMenu(submenu)
         self.lens_ids_menu = submenu
+
+    # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
+    def intervention_targets(self) -> list[Target]:
+        """A cell of the norms heatmap: the stream entering block ``row`` at one position (the last
+        row is the stream after the last block)."""
+        return [resid_cells(self.norm_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
@@ -253,7 +260,7 @@ class ResidualPanel(LogitLensView, Panel):
         """A vocabulary id as text: the tokenizer's display string, else "#id" (cached; GUI thread)."""
         text = self._texts.get(token_id)
         if text is None:
-            text = self._texts[token_id] = display_text(self.tokenizer, token_id)
+            text = self._texts[token_id] = vocab_text(self.tokenizer, token_id)
         return text
 
     def _token_axis(self) -> list[str]:
