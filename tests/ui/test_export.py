@@ -16,7 +16,7 @@ import explorer.ui  # noqa: F401
 from explorer.ui import export
 from explorer.ui.export.menu import Exportable
 from explorer.ui.panels.base import Panel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
 SVG = "{http://www.w3.org/2000/svg}"

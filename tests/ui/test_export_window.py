@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QApplication, QTableWidget, QTableWidgetItem
 from explorer.ui.export.folders import last_folder, new_subfolder
 from explorer.ui.export.images import paper_text, render_png
 from explorer.ui.export.raster import heatmap_image
-from explorer.ui.export.window_actions import export_attention_maps
+from explorer.ui.window.export_actions import export_attention_maps
 
 
 def test_attention_maps_are_written_in_the_background_into_a_new_subfolder(qtbot, window, tmp_path):

@@ -14,8 +14,8 @@ from explorer.core.interventions.spec import Intervention
 from explorer.core.trace import CaptureSpec
 from explorer.ui.panels import panel_classes
 from explorer.ui.panels.interventions import DLAPanel, WhatChangedPanel
-from explorer.ui.selection import Selection
-from explorer.ui.workers import BASELINE
+from explorer.ui.session.selection import Selection
+from explorer.ui.session.workers import BASELINE
 
 PROMPT = "The cat sat on the mat, and the dog sat on the log."
 

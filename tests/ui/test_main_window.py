@@ -11,7 +11,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from explorer.ui.panels.tokenization import TokenizationPanel
-from explorer.ui.widgets.model_menu import MAX_RECENT, RecentCheckpoints
+from explorer.ui.window.chrome.model_menu import MAX_RECENT, RecentCheckpoints
 
 
 def wrap_trace_ids(monkeypatch, loaded, before=None):

@@ -14,7 +14,7 @@ from explorer.core.analysis.neurons import top_neurons
 from explorer.ui.panels.attention import AttentionPanel, AttentionSnapshot
 from explorer.ui.panels.base import PanelSnapshot
 from explorer.ui.panels.neurons import VOCAB_K, NeuronsPanel, NeuronsSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat"
 

@@ -15,7 +15,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QGuiApplication
 
 from explorer.ui import app as app_module
-from explorer.ui.about import AboutDialog, versions
+from explorer.ui.window.about import AboutDialog, versions
 from explorer.ui.crash import ErrorDialog, ExceptionHook
 from explorer.ui.export.clipboard import copy_data, copy_image, data_tsv
 from explorer.ui.export.menu import Exportable

@@ -86,7 +86,7 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
     from PySide6.QtWidgets import QWidget
 
     from explorer.ui.export.images import export_png
-    from explorer.ui.selection import Selection
+    from explorer.ui.session.selection import Selection
 
     out_dir = Path(out_dir)
     written: list[Path] = []

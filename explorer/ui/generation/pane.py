@@ -13,7 +13,7 @@ the model's internals at that point. Generating runs in a worker, paced for the 
 Why a ``Panel`` subclass that is not in the panel registry: it reuses the panel machinery (the
 "What am I looking at?" explanation, ``add_exportable``'s right-click export of the chart, a
 ``PanelDock``) but it is not a trace panel: it drives the model instead of drawing a ``Trace``,
-so the window hosts it in its own dock (``explorer.ui.docks.add_generation_dock``) and never hands
+so the window hosts it in its own dock (``explorer.ui.window.docks.add_generation_dock``) and never hands
 it traces.
 """
 
@@ -51,7 +51,7 @@ from explorer.core.generation.candidates import (
 from explorer.core.generation.sampling import SamplingParams, softmax
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
 from explorer.core.tokenize.display import visible_whitespace
-from explorer.ui.docks import PanelDock
+from explorer.ui.window.docks import PanelDock
 from explorer.ui.export.menu import ask_path
 from explorer.ui.generation.candidate_chart import (
     AFTER_BRUSH,
@@ -62,7 +62,7 @@ from explorer.ui.generation.controls import SamplingControls, row
 from explorer.ui.generation.stream import GenerationRun
 from explorer.ui.generation.token_text import TokenText, legend_html
 from explorer.ui.panels.base import Panel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step

@@ -29,7 +29,7 @@ from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
 from explorer.ui.generation.controls import MAX_SEED
-from explorer.ui.workers import error_message
+from explorer.ui.session.workers import error_message
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step

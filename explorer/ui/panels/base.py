@@ -29,8 +29,8 @@ from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
 from explorer.ui.explanations import ExplanationWindow
 from explorer.ui.export.menu import Exportable, attach_export_menu
-from explorer.ui.progressive import Job, ProgressiveWork, lane
-from explorer.ui.selection import Selection
+from explorer.ui.session.progressive import Job, ProgressiveWork, lane
+from explorer.ui.session.selection import Selection
 
 __all__ = ["Exportable", "Panel", "PanelSnapshot"]
 
@@ -121,7 +121,7 @@ class Panel(QWidget):
     def tokenizer_changed(self) -> None:
         """A new model (and so ``self.tokenizer``) was loaded; the next trace follows."""
 
-    # --- progressive views (explorer.ui.progressive) ---------------------------------------------
+    # --- progressive views (explorer.ui.session.progressive) ---------------------------------------------
     def later(self, key: Any, compute: Callable[[Callable[[], None]], Any], apply: Callable[[Any], None],
               priority: int = 0) -> Job:
         """Compute an expensive view of the current trace in the background and ``apply`` it here.

@@ -19,12 +19,12 @@ from explorer.core.trace import Trace
 from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
                                    sinusoid_curves)
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
 
 N_NEIGHBOURS = 10
-NEIGHBOURS_NOW_MACS = 2**22  # V x d under this: neighbours at once; else progressively (explorer.ui.progressive)
+NEIGHBOURS_NOW_MACS = 2**22  # V x d under this: neighbours at once; else progressively (explorer.ui.session.progressive)
 NO_POSITIONS_NOTE = {
     "rotary": "Rotary positions rotate Q and K inside attention; nothing is added here.",
     "none": "This model has no positional information: nothing is added here, "

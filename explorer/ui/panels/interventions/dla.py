@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
 

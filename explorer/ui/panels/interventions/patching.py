@@ -24,9 +24,9 @@ from superqt.utils import create_worker
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
-from explorer.ui.workers import error_message
+from explorer.ui.session.workers import error_message
 
 
 def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, distractor: int | None,

@@ -26,10 +26,10 @@ from explorer.core.analysis.residual import boundary_labels
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.plots import fixed_plot
-from explorer.ui.workers import BASELINE
+from explorer.ui.session.workers import BASELINE
 
 
 BEFORE_BRUSH = pg.mkBrush(150, 150, 150)

@@ -1,6 +1,6 @@
 """The main window: wires the prompt, the panel docks, menus, toolbar and status bar together.
 
-It owns no analysis: the ``ModelLoader`` and the ``TraceController`` (``explorer.ui.workers``)
+It owns no analysis: the ``ModelLoader`` and the ``TraceController`` (``explorer.ui.session.workers``)
 run the model in worker threads, and panels draw the ``Trace`` they are handed.
 """
 
@@ -38,8 +38,8 @@ from PySide6.QtWidgets import (
 
 from explorer.core.cancel import Cancel
 from explorer.core.paths import resources_dir
-from explorer.ui.about import show_about
-from explorer.ui.docks import (
+from explorer.ui.window.about import show_about
+from explorer.ui.window.docks import (
     PanelDock,
     add_generation_dock,
     dock_of,
@@ -47,20 +47,20 @@ from explorer.ui.docks import (
     place_docks,
     size_docks,
 )
-from explorer.ui.export import window_actions
+from explorer.ui.window import export_actions
 from explorer.ui.generation import GenerationPane
-from explorer.ui.interventions.window import wire_interventions
-from explorer.ui.open_trace import add_open_trace_action
+from explorer.ui.window.interventions import wire_interventions
+from explorer.ui.window.open_trace import add_open_trace_action
 from explorer.ui.panels.base import Panel
-from explorer.ui.progressive import ProgressiveWork
-from explorer.ui.selection import Selection
-from explorer.ui.trace_drawing import TraceDrawing
-from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
-from explorer.ui.widgets.prompt_editor import PromptEditor
-from explorer.ui.widgets.run_controls import DeviceControls, LayerHeadControls
-from explorer.ui.widgets.status_bar import StatusBar
-from explorer.ui.window_state import WindowState, prompt_for_model
-from explorer.ui.workers import (
+from explorer.ui.session.progressive import ProgressiveWork
+from explorer.ui.session.selection import Selection
+from explorer.ui.window.drawing import TraceDrawing
+from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
+from explorer.ui.window.chrome.prompt_editor import PromptEditor
+from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadControls
+from explorer.ui.window.chrome.status_bar import StatusBar
+from explorer.ui.window.window_state import WindowState, prompt_for_model
+from explorer.ui.session.workers import (
     LoadRequest,
     LoadResult,
     ModelLoader,
@@ -121,7 +121,7 @@ class MainWindow(TraceDrawing, QMainWindow):
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
         self.loader = ModelLoader(self)
         self.controller = TraceController(self._preparers, debounce_ms, self)
-        self.progressive = ProgressiveWork(self)  # the panels' expensive views (explorer.ui.progressive)
+        self.progressive = ProgressiveWork(self)  # the panels' expensive views (explorer.ui.session.progressive)
         self._closing = False
         self._trim_pending = False
         self.prompt = PromptEditor(self)
@@ -191,7 +191,7 @@ class MainWindow(TraceDrawing, QMainWindow):
         self._action(file, "&Open checkpoint…", self.open_checkpoint_dialog, QKeySequence.StandardKey.Open,
                      "Open a checkpoint: pick its config.json or weights file")
         self._action(file, "Open checkpoint &folder…", self.open_folder_dialog, "Ctrl+Shift+O")
-        add_open_trace_action(self, file)  # File > Open trace… (explorer.ui.open_trace)
+        add_open_trace_action(self, file)  # File > Open trace… (explorer.ui.window.open_trace)
         self.hub_action = self._action(file, "Open from &Hugging Face cache…", self.open_hub_dialog, None,
                                        "Pick a model already downloaded to the Hugging Face cache (offline)")
         file.addMenu(self.menus.recent_menu)
@@ -225,7 +225,7 @@ class MainWindow(TraceDrawing, QMainWindow):
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "&What am I looking at?", self.toggle_focused_explanation,
                      QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
-        self._action(help_menu, "&About", lambda: show_about(self))  # versions + Copy (explorer.ui.about)
+        self._action(help_menu, "&About", lambda: show_about(self))  # versions + Copy (explorer.ui.window.about)
 
     def _connect(self) -> None:
         self.prompt.text_edited.connect(self.controller.set_text)
@@ -271,7 +271,7 @@ class MainWindow(TraceDrawing, QMainWindow):
             self.open_checkpoint(path)
 
     def open_hub_dialog(self) -> None:
-        from explorer.ui.widgets.hub_dialog import HubCacheDialog
+        from explorer.ui.window.chrome.hub_dialog import HubCacheDialog
 
         dialog = HubCacheDialog(self)
         if dialog.exec() and dialog.chosen:
@@ -380,10 +380,10 @@ class MainWindow(TraceDrawing, QMainWindow):
 
     # --- exports -----------------------------------------------------------------------------
     def export_trace(self) -> None:
-        window_actions.export_trace(self)
+        export_actions.export_trace(self)
 
     def export_attention_maps(self) -> None:
-        window_actions.export_attention_maps(self)
+        export_actions.export_attention_maps(self)
 
     # --- focus, help, layout -----------------------------------------------------------------
     def _on_focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:

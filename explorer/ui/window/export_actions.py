@@ -16,10 +16,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
 from explorer.ui.export.folders import last_folder, new_subfolder, remember, tell
-from explorer.ui.workers import run_in_background
+from explorer.ui.session.workers import run_in_background
 
 if TYPE_CHECKING:
-    from explorer.ui.main_window import MainWindow
+    from explorer.ui.window.main_window import MainWindow
 
 
 def export_trace(window: MainWindow) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 
-from explorer.ui.widgets.prompt_editor import _NOTICE_STYLE
-from explorer.ui.workers import (
+from explorer.ui.window.chrome.prompt_editor import _NOTICE_STYLE
+from explorer.ui.session.workers import (
     TraceRequest,
     TraceResult,
     error_message,

@@ -19,9 +19,9 @@ from PySide6.QtCore import QTimer
 from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
-from explorer.ui.docks import PanelDock
+from explorer.ui.window.docks import PanelDock
 from explorer.ui.panels.base import Panel
-from explorer.ui.workers import (
+from explorer.ui.session.workers import (
     TraceResult,
     nonfinite,
     prepare_panels,

@@ -248,8 +248,8 @@ def run_trace(request: TraceRequest) -> TraceResult:
     """Encode, run the forward pass, then let the first visible panel prepare what it will draw, so
     that it is drawn as soon as the trace exists; the other panels' prepares come back in ``rest``
     for the window to run in the background one by one, each panel drawn as its own is done
-    (``explorer.ui.trace_drawing``). Expensive views are computed later, per panel, by
-    ``explorer.ui.progressive``.
+    (``explorer.ui.window.drawing``). Expensive views are computed later, per panel, by
+    ``explorer.ui.session.progressive``.
 
     Raises ``Cancelled`` at the next layer boundary (or between panels) once ``request.cancel`` is set."""
     t0 = time.perf_counter()

@@ -7,8 +7,8 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
 
-from explorer.ui.interventions.state import InterventionState
-from explorer.ui.widgets.intervention_strip import InterventionStrip
+from explorer.ui.session.interventions import InterventionState
+from explorer.ui.window.chrome.intervention_strip import InterventionStrip
 
 
 def wire_interventions(window: Any) -> tuple[InterventionState, InterventionStrip]:
