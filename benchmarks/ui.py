@@ -105,7 +105,7 @@ def pump_until(app, condition, timeout_s: float = 600.0) -> None:
 def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heartbeat) -> dict[str, float]:
     from explorer.ui.session.workers import LoadRequest, LoadResult
 
-    window._on_model_loaded(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
+    window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
     pump_until(app, lambda: window.trace is not None and complete(window))
     first_drawn: list[float] = []
     drawn_ms: dict[str, list[float]] = {}
@@ -207,7 +207,7 @@ def rss_mb() -> float:
 def memory_run(app, window, loaded, n_tokens: int = 512, prompts: int = 20) -> None:
     from explorer.ui.session.workers import LoadRequest, LoadResult
 
-    window._on_model_loaded(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
+    window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
     pump_until(app, lambda: window.trace is not None and complete(window))
     sizes = []
     for i in range(prompts):

@@ -45,7 +45,7 @@ def show(model_or_path: Any = None, tokenizer: Any = None, prompt: str | None = 
         source = register(model_or_path, tokenizer)  # refuses what is neither a model nor a LoadedModel
     window = MainWindow(settings if settings is not None else QSettings(), device=device, dtype=dtype)
     if prompt:
-        window.prompt.set_text(prompt)
+        window.set_prompt(prompt)  # the Session's prompt: traced once the model is there
     window.open_checkpoint(source)
     window.show()
     _windows.append(window)

@@ -51,7 +51,7 @@ def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path
     original = window.trace
     path = write_trace_safetensors(original, tmp_path / "trace.safetensors", prompt=window.prompt.text())
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-        open_trace.open_trace(window, path)
+        window.open_trace_file(path)
     shown = window.trace
     assert shown is not original and not shown.has_model
     assert shown.tokens == original.tokens
@@ -81,6 +81,6 @@ def test_a_foreign_file_is_refused_with_a_message(qtbot, window, tmp_path, monke
     bad = tmp_path / "not-a-trace.safetensors"
     bad.write_bytes(b"nonsense")
     before = window.trace
-    open_trace.open_trace(window, bad)
+    window.open_trace_file(bad)
     qtbot.waitUntil(lambda: bool(shown), timeout=10_000)
     assert "cannot read not-a-trace.safetensors" in shown[0] and window.trace is before

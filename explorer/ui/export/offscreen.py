@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication
 
+    from explorer.core.loaded import LoadedModel
     from explorer.core.trace import Trace
 
 
@@ -78,7 +79,7 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "plot"
 
 
-def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> list[Path]:
+def render_plots(loaded: LoadedModel | None, trace: Trace, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Show ``trace`` in every panel offscreen; write ``<panel>_<plot>.png`` for each of their plots
     and ``attention/L{l}_H{h}.png`` (with .npy and .csv) per head. Returns the PNGs written."""
     app = ensure_app()

@@ -28,6 +28,7 @@ import numpy as np
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QDockWidget,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -51,7 +52,6 @@ from explorer.core.generation.candidates import (
 from explorer.core.generation.sampling import SamplingParams, softmax
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
 from explorer.core.tokenize.display import visible_whitespace
-from explorer.ui.window.docks import PanelDock
 from explorer.ui.export.menu import ask_path
 from explorer.ui.generation.candidate_chart import (
     AFTER_BRUSH,
@@ -66,6 +66,9 @@ from explorer.ui.session.selection import Selection
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.trace import Trace
+    from explorer.ui.session.session import Session
 
 
 class GenerationPane(GenerationRun, Panel):
@@ -90,7 +93,7 @@ class GenerationPane(GenerationRun, Panel):
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
-        self.loaded: Any = None
+        self.loaded: LoadedModel | None = None
         self.prompt_ids: list[int] = []
         self.prompt_text = ""
         self.steps: list[Step] = []
@@ -218,7 +221,24 @@ class GenerationPane(GenerationRun, Panel):
         self.step_spin.valueChanged.connect(self._on_step_spin)
 
     # --- the model and the prompt --------------------------------------------------------------------
-    def set_model(self, loaded: Any) -> None:
+    def attach(self, session: Session) -> None:
+        """Follow ``session``: its model, the prompt the user types (unless this pane's was edited),
+        its interventions; a clicked token becomes the session's trace."""
+        super().attach(session)
+        session.model_loaded.connect(self._on_model_loaded)
+        session.trace_file_opened.connect(self._on_trace_file_opened)
+        session.prompt_edited.connect(self.follow_prompt)
+        self.trace_requested.connect(session.trace_ids)
+
+    def _on_model_loaded(self, loaded: LoadedModel) -> None:
+        self.set_model(loaded)
+        if self.session is not None:
+            self.follow_prompt(self.session.prompt)
+
+    def _on_trace_file_opened(self, _path: str) -> None:
+        self.set_model(None)
+
+    def set_model(self, loaded: LoadedModel | None) -> None:
         """A new model: whatever runs is stopped and forgotten."""
         self.stop()
         self._gen_id += 1
@@ -374,7 +394,7 @@ class GenerationPane(GenerationRun, Panel):
             QMessageBox.warning(self, "Export transcript", f"Could not write {path}:\n{exc}")
 
     # --- Panel contract and window events -----------------------------------------------------------
-    def show_trace(self, trace: Any) -> None:
+    def show_trace(self, trace: Trace) -> None:
         """Not a trace panel: the window never hands it traces."""
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
@@ -388,7 +408,7 @@ class GenerationPane(GenerationRun, Panel):
             return
         self._sized = True
         dock, window = self.parentWidget(), self.window()
-        if isinstance(window, QMainWindow) and isinstance(dock, PanelDock) and not dock.isFloating():
+        if isinstance(window, QMainWindow) and isinstance(dock, QDockWidget) and not dock.isFloating():
             if dock.width() < 360:
                 width = min(max(380, int(window.width() * 0.34)), 620)
                 window.resizeDocks([dock], [width], Qt.Orientation.Horizontal)

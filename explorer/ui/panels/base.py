@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from PySide6.QtCore import Qt
@@ -30,7 +30,12 @@ from explorer.core.trace import Trace
 from explorer.ui.explanations import ExplanationWindow
 from explorer.ui.export.menu import Exportable, attach_export_menu
 from explorer.ui.session.progressive import Job, ProgressiveWork, lane
+from explorer.ui.session.interventions import InterventionState
 from explorer.ui.session.selection import Selection
+
+if TYPE_CHECKING:
+    from explorer.ui.session.session import Session
+    from explorer.ui.session.workers import LoadResult
 
 __all__ = ["Exportable", "Panel", "PanelSnapshot"]
 
@@ -63,8 +68,9 @@ class Panel(QWidget):
         self.trace: Trace | None = None
         self._exportables: list[Exportable] = []
         self.tokenizer: Any = None  # the model's Tokenizer, set by the window (see set_tokenizer)
-        self.interventions: Any = None  # the window's InterventionState (explorer/ui/interventions/)
-        self.progressive: ProgressiveWork | None = None  # the window's lane (else the application's)
+        self.session: Session | None = None  # the window's Session, once attached (attach)
+        self.interventions: InterventionState | None = None  # the Session's (explorer/ui/interventions/)
+        self.progressive: ProgressiveWork | None = None  # the Session's lane (else the application's)
         self._deferred: dict[Any, Job] = {}  # expensive views asked for while hidden: run when shown
         self.on_screen = True  # set by the window (set_on_screen): False while behind another tab
         self.body = QVBoxLayout(self)
@@ -185,7 +191,21 @@ class Panel(QWidget):
         self.show_trace(trace)
         self.refresh_marks()
 
-    def set_interventions(self, state: Any) -> None:
+    def attach(self, session: Session) -> None:
+        """Work with ``session``: its lane for background views, its interventions, its model's tokenizer."""
+        self.session = session
+        self.progressive = session.progressive
+        self.set_interventions(session.interventions)
+        session.model_changed.connect(self._on_model_changed)
+        session.trace_file_opened.connect(self._on_trace_file)
+
+    def _on_model_changed(self, result: LoadResult) -> None:
+        self.set_tokenizer(result.model.tokenizer)
+
+    def _on_trace_file(self, _path: str) -> None:
+        self.set_tokenizer(None)
+
+    def set_interventions(self, state: InterventionState) -> None:
         """The session's interventions: right-click menus edit them, marks show the active ones."""
         self.interventions = state
         state.changed.connect(self.refresh_marks)

@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from superqt.utils import create_worker
@@ -26,10 +26,12 @@ from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.errors import ExplorerError, InternalError, LoadCancelled
 from explorer.core.trace import CaptureSpec, Trace
 
+if TYPE_CHECKING:
+    from explorer.core.loaded import LoadedModel
+
 log = logging.getLogger(__name__)
 
 # a panel's prepare, bound to a snapshot taken on the GUI thread (Panel.preparer): runs on the worker
-BASELINE = "baseline"  # trace.memo key of the same prompt's trace without interventions (when there are any)
 Preparer = Callable[[Trace], None]
 
 
@@ -78,7 +80,7 @@ class LoadRequest:
 @dataclass(frozen=True)
 class LoadResult:
     request: LoadRequest
-    model: Any  # explorer.core.loaded.LoadedModel
+    model: LoadedModel
     source: str | None  # the source that loaded (a fallback if the requested one failed)
     errors: tuple[str, ...] = ()  # messages of the sources that failed before it
 
@@ -219,7 +221,7 @@ class ModelLoader(QObject):
 @dataclass(frozen=True)
 class TraceRequest:
     id: int
-    model: Any  # LoadedModel: only the worker calls into it
+    model: LoadedModel | None  # only the worker calls into it (None: a trace read from a file)
     text: str
     preparers: tuple[Preparer, ...] = ()
     spec: CaptureSpec | None = None
@@ -235,6 +237,7 @@ class TraceResult:
     trace: Trace
     worker_seconds: float  # encode + forward + the first panel's prepare
     rest: tuple[Preparer, ...] = ()  # the other panels' prepares (their snapshots of request time), not run yet
+    baseline: Trace | None = None  # the same ids without interventions (only when the trace has some)
 
 
 def nonfinite(trace: Trace) -> Any:
@@ -260,14 +263,14 @@ def run_trace(request: TraceRequest) -> TraceResult:
     request.cancel.check()
     trace = request.model.trace_ids(ids, request.spec, truncated_from, cancel=request.cancel,
                                     interventions=request.interventions)
-    if request.interventions:  # the run without them, for "what changed" (BASELINE in the trace's memo)
+    baseline = None
+    if request.interventions:  # the run without them, for "what changed" (TraceResult.baseline)
         baseline = request.model.trace_ids(ids, CaptureSpec.compact(), truncated_from, cancel=request.cancel)
-        trace.memo(BASELINE, lambda: baseline)
     first, rest = request.preparers[:1], request.preparers[1:]
     for prepare in first:
         request.cancel.check()
         prepare(trace)
-    return TraceResult(request, trace, time.perf_counter() - t0, tuple(rest))
+    return TraceResult(request, trace, time.perf_counter() - t0, tuple(rest), baseline)
 
 
 def prepare_panels(trace: Trace, preparers: Sequence[Preparer], cancel: Cancel):
@@ -323,7 +326,7 @@ class TraceController(QObject):
         self._preparers = preparers
         self.spec: CaptureSpec | None = None
         self.interventions: tuple = ()  # applied to every trace from the next request on
-        self.model: Any = None
+        self.model: LoadedModel | None = None
         self.text = ""
         self._pinned: tuple[str, tuple[int, ...]] | None = None
         self._latest = 0
@@ -346,7 +349,7 @@ class TraceController(QObject):
     def is_idle(self) -> bool:
         return self._running is None and self._pending is None and not self.debounce.isActive()
 
-    def set_model(self, model: Any) -> None:
+    def set_model(self, model: LoadedModel | None) -> None:
         """Use ``model`` from the next request on; results still running for the old one are stale."""
         self.model = model
         self._pinned = None

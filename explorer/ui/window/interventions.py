@@ -1,36 +1,22 @@
-"""Wiring the session's interventions into the main window (kept out of main_window.py)."""
+"""The interventions strip's toolbar row in the main window (the state itself is the Session's)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QToolBar
+from PySide6.QtWidgets import QMainWindow, QToolBar
 
-from explorer.ui.session.interventions import InterventionState
+from explorer.ui.session.session import Session
 from explorer.ui.window.chrome.intervention_strip import InterventionStrip
 
 
-def wire_interventions(window: Any) -> tuple[InterventionState, InterventionStrip]:
-    """One InterventionState for the window: every panel edits and marks it, the strip (a toolbar
-    row of its own) toggles it, and every trace and generation runs with its active interventions."""
-    state = InterventionState(window)
-    for panel in window.panels:
-        panel.set_interventions(state)
-        if hasattr(panel, "run_prompt"):  # the patching view runs the corrupted prompt with one patch
-            panel.run_prompt.connect(window.set_prompt)
-    strip = InterventionStrip(state, window)
+def add_intervention_bar(window: QMainWindow, session: Session) -> InterventionStrip:
+    """The strip (a toolbar row of its own under the controls) toggles the session's interventions;
+    every panel edits and marks them (``Panel.attach``) and every trace and generation runs with the
+    active ones (``Session``)."""
+    strip = InterventionStrip(session.interventions, window)
     bar = QToolBar("Interventions", window)
     bar.setObjectName("toolbar-interventions")
     bar.addWidget(strip)
     window.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)
     window.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
-
-    def changed() -> None:
-        active = state.active()
-        window.controller.interventions = active
-        window.generation.active_interventions = active  # generate with them too
-        window.controller.request()
-
-    state.changed.connect(changed)
-    return state, strip
+    return strip

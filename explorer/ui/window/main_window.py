@@ -1,7 +1,11 @@
-"""The main window: wires the prompt, the panel docks, menus, toolbar and status bar together.
+"""The main window: lays out the prompt, the panel docks, menus, toolbar and status bar around one
+``Session`` (``explorer.ui.session``).
 
-It owns no analysis: the ``ModelLoader`` and the ``TraceController`` (``explorer.ui.session.workers``)
-run the model in worker threads, and panels draw the ``Trace`` they are handed.
+It owns no analysis and no shared state: the Session loads models and runs traces in worker threads
+and holds the model, the trace, the selection and the interventions; the window's parts (the docks,
+``PanelDrawing``, ``WindowState``, the export actions, the trace-file opener) are handed the Session
+and the widgets they draw on, never the window. Closing the window shuts the Session down (its
+workers stop and nothing they still send is applied) and deletes the window's widgets.
 """
 
 from __future__ import annotations
@@ -9,15 +13,16 @@ from __future__ import annotations
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+import shiboken6
 from PySide6.QtCore import (
     QByteArray,
     QMimeData,
     QSettings,
     Qt,
-    QThreadPool,
-    Signal,
+    SignalInstance,
 )
 from PySide6.QtGui import (
     QAction,
@@ -31,14 +36,27 @@ from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QToolBar,
     QWidget,
 )
 
-from explorer.core.cancel import Cancel
 from explorer.core.paths import resources_dir
+from explorer.ui.generation import GenerationPane
+from explorer.ui.panels.base import Panel
+from explorer.ui.session.interventions import InterventionState
+from explorer.ui.session.progressive import ProgressiveWork
+from explorer.ui.session.selection import Selection
+from explorer.ui.session.session import Session
+from explorer.ui.session.workers import LoadRequest, LoadResult, ModelLoader, TraceController
+from explorer.ui.window import export_actions
 from explorer.ui.window.about import show_about
+from explorer.ui.window.chrome.intervention_strip import InterventionStrip
+from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
+from explorer.ui.window.chrome.prompt_editor import PromptEditor
+from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadControls
+from explorer.ui.window.chrome.status_bar import StatusBar
 from explorer.ui.window.docks import (
     PanelDock,
     add_generation_dock,
@@ -47,30 +65,18 @@ from explorer.ui.window.docks import (
     place_docks,
     size_docks,
 )
-from explorer.ui.window import export_actions
-from explorer.ui.generation import GenerationPane
-from explorer.ui.window.interventions import wire_interventions
-from explorer.ui.window.open_trace import add_open_trace_action
-from explorer.ui.panels.base import Panel
-from explorer.ui.session.progressive import ProgressiveWork
-from explorer.ui.session.selection import Selection
-from explorer.ui.window.drawing import TraceDrawing
-from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
-from explorer.ui.window.chrome.prompt_editor import PromptEditor
-from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadControls
-from explorer.ui.window.chrome.status_bar import StatusBar
+from explorer.ui.window.drawing import PanelDrawing
+from explorer.ui.window.interventions import add_intervention_bar
+from explorer.ui.window.open_trace import TraceFileOpener
 from explorer.ui.window.window_state import WindowState, prompt_for_model
-from explorer.ui.session.workers import (
-    LoadRequest,
-    LoadResult,
-    ModelLoader,
-    TraceController,
-)
+
+if TYPE_CHECKING:
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.trace import Trace
 
 log = logging.getLogger(__name__)
 
 APP_NAME = "Transformer Explorer"
-CLOSE_WAIT_MS = 1000  # closing waits at most this long for cancelled work to reach a layer boundary
 
 
 def sample_prompts() -> list[str]:
@@ -95,49 +101,44 @@ def _builtin_names() -> list[str]:
     return builtin_names()
 
 
-class MainWindow(TraceDrawing, QMainWindow):
-    """Signals: model_loaded(LoadedModel), trace_applied(Trace), load_failed(str)."""
+class MainWindow(QMainWindow):
+    """The window around one ``Session`` (``self.session``).
 
-    model_loaded = Signal(object)
-    trace_applied = Signal(object)
-    load_failed = Signal(str)
+    Signals (the Session's and the drawing's, named here for callers): ``model_loaded(LoadedModel)``,
+    ``trace_applied(Trace)`` (every shown panel has drawn it), ``load_failed(str)``.
+    The window is deleted when it is closed (``WA_DeleteOnClose``); its Session outlives it only as
+    long as something still refers to it."""
 
     def __init__(self, settings: QSettings | None = None, device: str = "auto", dtype: str = "float32",
                  debounce_ms: int = 150, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.settings = settings if settings is not None else QSettings()
         self.setWindowTitle(APP_NAME)
-        self.selection = Selection(self)
-        self.loaded: Any = None  # the current LoadedModel
-        self._model_request: LoadRequest | None = None
-        self.source: str | None = None
-        self.trace: Any = None
-        self._drawing: Cancel | None = None  # set: the panels' drawing of the last trace is stale (_draw_panels)
-        self._drawing_worker: Any = None
-        self.last_update_seconds: float | None = None
-        self.attention_export: Any = None  # a running File > Export attention maps (window_actions)
-        self._stale: set[PanelDock] = set()
+        # no Qt parent: the workers' callbacks may still reach the Session after the window is deleted
+        self.session = Session(debounce_ms)
+        self.session.prompt_for = self._prompt_for
+        self.attention_export: export_actions.AttentionMapsExport | None = None  # a running File > Export attention maps
         self._last_panel: Panel | None = None
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
-        self.loader = ModelLoader(self)
-        self.controller = TraceController(self._preparers, debounce_ms, self)
-        self.progressive = ProgressiveWork(self)  # the panels' expensive views (explorer.ui.session.progressive)
-        self._closing = False
-        self._trim_pending = False
         self.prompt = PromptEditor(self)
         self.setCentralWidget(self.prompt)
         self.docks = self._build_docks()
-        self.generation_dock = add_generation_dock(self, GenerationPane(self.selection))  # sets self.generation
+        self.generation = GenerationPane(self.session.selection)
+        self.generation_dock = add_generation_dock(self, self.session, self.generation)
         self.device_controls = DeviceControls(device, dtype, self)
-        self.layer_head = LayerHeadControls(self.selection, self)
+        self.layer_head = LayerHeadControls(self.session.selection, self)
         self.status = StatusBar(self)
         self.setStatusBar(self.status)
         self.menus = ModelMenus(self.recent, _builtin_names, self)
+        self.drawing = PanelDrawing(self.session, self.docks, self.prompt, self.status, self.isVisible, self)
+        self.trace_files = TraceFileOpener(self.session, self, self.prompt, self.status, self.layer_head)
         self._build_toolbar()
-        self.interventions, self.intervention_strip = wire_interventions(self)  # explorer/ui/interventions/
+        self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         self._build_menus()
         self._connect()
-        self.window_state = WindowState(self, APP_NAME)  # what the panels show, computing…, placeholders
+        self.window_state = WindowState(self.session, self.prompt, self.status, self.docks, APP_NAME, self)
+        self.window_state.title_changed.connect(self.setWindowTitle)
         self.setAcceptDrops(True)
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks
                             | QMainWindow.DockOption.AllowNestedDocks)
@@ -145,23 +146,70 @@ class MainWindow(TraceDrawing, QMainWindow):
         self._default_state = self.saveState()
         self._sized_docks = self._restore_window()
 
-    # --- building ----------------------------------------------------------------------------
+    # --- the Session's state, read through the window (tests, notebooks) ----------------------------------
+    @property
+    def model_loaded(self) -> SignalInstance:
+        return self.session.model_loaded
+
+    @property
+    def load_failed(self) -> SignalInstance:
+        return self.session.load_failed
+
+    @property
+    def trace_applied(self) -> SignalInstance:
+        return self.drawing.applied
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        return self.session.loaded
+
+    @property
+    def trace(self) -> Trace | None:
+        return self.session.trace
+
+    @property
+    def source(self) -> str | None:
+        return self.session.source
+
+    @property
+    def selection(self) -> Selection:
+        return self.session.selection
+
+    @property
+    def interventions(self) -> InterventionState:
+        return self.session.interventions
+
+    @property
+    def controller(self) -> TraceController:
+        return self.session.controller
+
+    @property
+    def loader(self) -> ModelLoader:
+        return self.session.loader
+
+    @property
+    def progressive(self) -> ProgressiveWork:
+        return self.session.progressive
+
+    @property
+    def last_update_seconds(self) -> float | None:
+        return self.drawing.last_update_seconds
+
     @property
     def panels(self) -> list[Panel]:
         return [dock.panel for dock in self.docks]
 
+    # --- building ----------------------------------------------------------------------------
     def _build_docks(self) -> list[PanelDock]:
         docks = []
         for cls in load_panel_classes():
             try:
-                panel = cls(self.selection)
+                panel = cls(self.session.selection)
             except Exception:  # noqa: BLE001 - one broken panel must not stop the window
                 log.exception("skipping panel %s: its constructor failed", cls.__name__)
                 continue
-            panel.progressive = self.progressive
-            dock = PanelDock(panel, self)
-            dock.visibilityChanged.connect(lambda visible, d=dock: self._on_dock_visible(d, visible))
-            docks.append(dock)
+            panel.attach(self.session)
+            docks.append(PanelDock(panel, self))
         place_docks(self, docks)
         return docks
 
@@ -175,7 +223,8 @@ class MainWindow(TraceDrawing, QMainWindow):
         self.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
         self.toolbar = bar
 
-    def _action(self, menu, text: str, slot, shortcut: Any = None, tip: str = "") -> QAction:
+    def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
+                shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None, tip: str = "") -> QAction:
         action = menu.addAction(text)
         action.triggered.connect(lambda _=False: slot())
         if shortcut is not None:
@@ -191,7 +240,8 @@ class MainWindow(TraceDrawing, QMainWindow):
         self._action(file, "&Open checkpoint…", self.open_checkpoint_dialog, QKeySequence.StandardKey.Open,
                      "Open a checkpoint: pick its config.json or weights file")
         self._action(file, "Open checkpoint &folder…", self.open_folder_dialog, "Ctrl+Shift+O")
-        add_open_trace_action(self, file)  # File > Open trace… (explorer.ui.window.open_trace)
+        self.open_trace_action = self._action(file, "Open &trace…", self.trace_files.dialog, None,
+                                              "Open a trace.safetensors exported by this app (no model needed)")
         self.hub_action = self._action(file, "Open from &Hugging Face cache…", self.open_hub_dialog, None,
                                        "Pick a model already downloaded to the Hugging Face cache (offline)")
         file.addMenu(self.menus.recent_menu)
@@ -225,21 +275,19 @@ class MainWindow(TraceDrawing, QMainWindow):
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "&What am I looking at?", self.toggle_focused_explanation,
                      QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
-        self._action(help_menu, "&About", lambda: show_about(self))  # versions + Copy (explorer.ui.window.about)
+        self._action(help_menu, "&About", lambda: show_about(self.session.loaded, self))  # versions + Copy
 
     def _connect(self) -> None:
-        self.prompt.text_edited.connect(self.controller.set_text)
-        self.controller.trace_ready.connect(self._on_trace_ready)
-        self.controller.requested.connect(lambda _id: self.progressive.cancel_all())  # a newer trace comes
-        self.progressive.busy_changed.connect(lambda busy: None if busy else self._release_memory())
-        self.controller.failed.connect(self._on_trace_failed)
-        self.loader.stage.connect(self.status.set_loading)
-        self.loader.progress.connect(self.status.set_progress)
-        self.loader.cancelled.connect(self._on_load_cancelled)
-        self.status.cancel_requested.connect(self.loader.cancel)
-        self.loader.busy_changed.connect(lambda busy: None if busy else self.status.set_loading(None))
-        self.loader.loaded.connect(self._on_model_loaded)
-        self.loader.failed.connect(self._on_load_failed)
+        session = self.session
+        self.prompt.text_edited.connect(session.edit_prompt)
+        session.prompt_changed.connect(self.prompt.set_text)
+        session.failed.connect(self._on_trace_failed)
+        session.loading.connect(lambda stage: self.status.set_loading(stage or None))
+        session.load_progress.connect(self.status.set_progress)
+        session.load_cancelled.connect(self._on_load_cancelled)
+        session.model_changed.connect(self._on_model_changed)
+        session.load_refused.connect(self._on_load_failed)
+        self.status.cancel_requested.connect(self._cancel_load)
         self.menus.source_chosen.connect(lambda source: self.open_checkpoint(source))
         self.device_controls.changed.connect(self._on_device_changed)
         app = QApplication.instance()
@@ -258,10 +306,11 @@ class MainWindow(TraceDrawing, QMainWindow):
 
     def open_checkpoint(self, source: str | None, fallbacks: tuple[str | None, ...] = (), quiet: bool = False,
                         device: str | None = None, dtype: str | None = None) -> LoadRequest:
-        request = LoadRequest(None if source is None else str(source), device or self.device_controls.device,
-                              dtype or self.device_controls.dtype, fallbacks, quiet)
-        self.status.set_loading(f"Loading {source or 'the default model'}…")
-        return self.loader.load(request)
+        return self.session.open(source, device or self.device_controls.device, dtype or self.device_controls.dtype,
+                                 fallbacks, quiet)
+
+    def _cancel_load(self) -> None:
+        self.loader.cancel()  # looked up now: a test replaces it
 
     def open_checkpoint_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -282,12 +331,16 @@ class MainWindow(TraceDrawing, QMainWindow):
         if path:
             self.open_checkpoint(path)
 
-    def _dialog_dir(self) -> str:
-        return self.source if self.source and Path(self.source).exists() else str(Path.home())
+    def open_trace_file(self, path: str | Path) -> object:
+        """File > Open trace… without the dialog: read ``path`` in the background and show it."""
+        return self.trace_files.open(path)
 
-    def _on_model_loaded(self, result: LoadResult) -> None:
-        if self._closing:  # a load that finishes after the window closed starts nothing
-            return
+    def _dialog_dir(self) -> str:
+        source = self.session.source
+        return source if source and Path(source).exists() else str(Path.home())
+
+    def _on_model_changed(self, result: LoadResult) -> None:
+        """A new model is in the Session: the window's chrome follows (its trace is requested next)."""
         loaded, request = result.model, result.request
         if result.errors:
             message = "\n".join(result.errors) + f"\n\nLoaded {loaded.name} instead."
@@ -295,11 +348,8 @@ class MainWindow(TraceDrawing, QMainWindow):
                 self.status.notice(message.replace("\n", " "))
             else:
                 QMessageBox.warning(self, "Could not load the checkpoint", message)
-        self.loaded, self._model_request = loaded, request
-        self.source = getattr(loaded, "repo_id", None) or result.source or (
-            loaded.name if loaded.source == "built-in" else loaded.source)
-        self.recent.add(self.source)
-        self.menus.current = self.source
+        self.recent.add(self.session.source)
+        self.menus.current = self.session.source
         cfg = loaded.config
         self.layer_head.set_ranges(cfg.n_layers, cfg.n_heads)
         self.device_controls.set_values(request.device, request.dtype)
@@ -308,25 +358,15 @@ class MainWindow(TraceDrawing, QMainWindow):
         if getattr(loaded, "notes", None):  # what the loader wants the user to know (caps, stand-ins)
             self.status.notice(" ".join(loaded.notes), 20_000)
         self.setWindowTitle(f"{loaded.name} — {APP_NAME}")
-        for panel in self.panels:
-            panel.set_tokenizer(loaded.tokenizer)
-        self.controller.set_model(loaded)
-        self.interventions.clear()  # they name this model's heads and neurons: a new model starts clean
-        text = self._prompt_for(loaded)
-        self.prompt.set_text(text)
-        self.controller.request(text)
-        self.model_loaded.emit(loaded)
 
     def _on_load_failed(self, message: str, request: LoadRequest) -> None:
-        if self._closing:
-            return
-        if self._model_request is not None:  # keep the model that is there, and show its settings again
-            self.device_controls.set_values(self._model_request.device, self._model_request.dtype)
+        kept = self.session.model_request
+        if kept is not None:  # keep the model that is there, and show its settings again
+            self.device_controls.set_values(kept.device, kept.dtype)
         self.status.set_loading(None)
         self.status.notice(f"Could not load {request.source or 'the default model'}: {message}")
-        self.load_failed.emit(message)
-        if not request.quiet or self.loaded is None:
-            details = self.loader.last_error_details
+        if not request.quiet or self.session.loaded is None:
+            details = self.session.last_error_details
             if details:  # a bug, not the user's input: the traceback goes in the details pane
                 box = QMessageBox(QMessageBox.Icon.Critical, "Could not load the checkpoint", message,
                                   QMessageBox.StandardButton.Ok, self)
@@ -336,30 +376,32 @@ class MainWindow(TraceDrawing, QMainWindow):
                 QMessageBox.critical(self, "Could not load the checkpoint", message)
 
     def _on_load_cancelled(self, request: LoadRequest) -> None:
-        if self._model_request is not None:
-            self.device_controls.set_values(self._model_request.device, self._model_request.dtype)
-        self.status.set_loading(None)
-        kept = f"; {self.loaded.name} stays open" if self.loaded is not None else ""
-        self.status.notice(f"Loading {request.source or 'the default model'} was cancelled{kept}")
+        kept = self.session.model_request
+        if kept is not None:
+            self.device_controls.set_values(kept.device, kept.dtype)
+        loaded = self.session.loaded
+        self.status.notice(f"Loading {request.source or 'the default model'} was cancelled"
+                           + (f"; {loaded.name} stays open" if loaded is not None else ""))
 
     def _on_device_changed(self, device: str, dtype: str) -> None:
-        if self.source is not None:
-            self.open_checkpoint(self.source, device=device, dtype=dtype)
+        if self.session.source is not None:
+            self.open_checkpoint(self.session.source, device=device, dtype=dtype)
 
-    def _prompt_for(self, loaded: Any) -> str:
+    def _prompt_for(self, loaded: LoadedModel, current: str) -> str:
         """The current prompt if the new model can read it; else a sample it can, after asking."""
         from explorer.core import worked_example
 
         last = str(self.settings.value("prompt/last", "") or "")
         candidates = [last] if last else []  # an empty box takes the last prompt, else a sample, unasked
-        return prompt_for_model(self, loaded, self.prompt.text(), [*candidates, *sample_prompts(),
-                                                                    worked_example.PROMPT])[0]
+        return prompt_for_model(self, loaded, current, [*candidates, *sample_prompts(), worked_example.PROMPT])[0]
 
     # --- tracing -----------------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
-        self.prompt.set_text(text)
-        self.window_state.request_started(text)
-        self.controller.request(text)
+        self.session.set_prompt(text)
+
+    def show_generated(self, text: str, ids: list[int]) -> None:
+        """Make a prompt and its generated tokens the current trace, tokenized exactly as ``ids``."""
+        self.session.trace_ids(text, ids)
 
     def focus_prompt(self) -> None:
         self.prompt.edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
@@ -369,21 +411,21 @@ class MainWindow(TraceDrawing, QMainWindow):
         self.prompt.show_error(message)
         self.status.notice(message)
 
-    def show_generated(self, text: str, ids: list[int]) -> None:
-        """Make a prompt and its generated tokens the current trace, tokenized exactly as ``ids``
-        (encoding the decoded text again may cut it into other tokens)."""
-        if self.loaded is None:
-            return
-        ids = list(ids)[: self.loaded.config.n_ctx]
-        self.controller.pin_ids(text, ids)
-        self.set_prompt(text)
-
     # --- exports -----------------------------------------------------------------------------
     def export_trace(self) -> None:
-        export_actions.export_trace(self)
+        export_actions.export_trace(self.session, self)
 
-    def export_attention_maps(self) -> None:
-        export_actions.export_attention_maps(self)
+    def export_attention_maps(self, directory: str | None = None) -> export_actions.AttentionMapsExport | None:
+        """File > Export attention maps… (one at a time); ``directory``: skip the folder dialog."""
+        if self.attention_export is not None:
+            return None
+        self.attention_export = export_actions.export_attention_maps(self.session, self, directory,
+                                                                     self._attention_export_finished)
+        return self.attention_export
+
+    def _attention_export_finished(self, export: export_actions.AttentionMapsExport) -> None:
+        if self.attention_export is export:
+            self.attention_export = None
 
     # --- focus, help, layout -----------------------------------------------------------------
     def _on_focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:
@@ -393,7 +435,7 @@ class MainWindow(TraceDrawing, QMainWindow):
             self._last_panel = new
 
     def toggle_focused_explanation(self) -> None:
-        panel = self._last_panel or next((d.panel for d in self.docks if self._shows(d)), None)
+        panel = self._last_panel or next((d.panel for d in self.docks if self.drawing.shows(d)), None)
         if panel is None:
             return
         dock = dock_of(panel)
@@ -450,17 +492,23 @@ class MainWindow(TraceDrawing, QMainWindow):
             self.open_checkpoint(path)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        """Stop every worker and dialog of this window; nothing they still send reaches it."""
         self.save_window()
-        self._closing = True
-        if self.attention_export is not None:  # stop before the next head; the worker ends in ms
-            self.attention_export.cancel.set()
-        self.loader.cancel_all()  # a load stops at its next tensor and is never applied
-        self.controller.shutdown()  # a running forward pass stops at its next layer boundary
-        self.progressive.shutdown()  # so do the panels' background views
-        if self._drawing is not None:  # and the panels' preparation
-            self._drawing.set()
-        stop = getattr(self.generation, "stop", None)
-        if callable(stop):
-            stop()
-        QThreadPool.globalInstance().waitForDone(CLOSE_WAIT_MS)
+        if self.attention_export is not None:  # stops before the next head; its dialog goes now
+            self.attention_export.shutdown()
+            self.attention_export = None
+        self.generation.shutdown()
+        self.drawing.shutdown()
+        self.session.shutdown()  # loads, traces and the panels' views stop; waits briefly for them
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            app.focusChanged.disconnect(self._on_focus_changed)
         super().closeEvent(event)
+
+    def close(self) -> bool:
+        """Close the window; a window that was closed (and so deleted) before stays closed."""
+        return super().close() if shiboken6.isValid(self) else True
+
+    def deleteLater(self) -> None:  # noqa: N802 - Qt override
+        if shiboken6.isValid(self):
+            super().deleteLater()
