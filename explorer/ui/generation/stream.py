@@ -29,7 +29,7 @@ from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
 from explorer.ui.generation.controls import MAX_SEED
-from explorer.ui.session.workers import error_message
+from explorer.ui.session.workers import error_message, release, release_when_finished
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step
@@ -131,6 +131,7 @@ class GenerationRun:
         worker.returned.connect(lambda result, g=gen_id: self._on_returned(g, result))
         worker.errored.connect(lambda exc, g=gen_id: self._on_errored(g, exc))
         worker.finished.connect(lambda g=gen_id: self._on_finished(g))
+        release_when_finished(worker)
         self._worker = worker
         self.running = True
         self.status.setText(f"Generating… ({describe_params(params)}, seed {seed})")
@@ -149,6 +150,8 @@ class GenerationRun:
         """The window closes: stop, and let nothing the worker still sends reach the (deleted) widgets."""
         self.stop()
         self._gen_id += 1
+        release(self._worker)
+        self._worker = None
 
     def _on_steps(self, gen_id: int, steps: list[Step]) -> None:
         """Steps from the worker (one frame's worth): one text edit, then ``step_added`` for each."""

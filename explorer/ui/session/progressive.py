@@ -33,6 +33,7 @@ from PySide6.QtCore import QObject, Signal
 from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
+from explorer.ui.session.workers import release_when_finished
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
@@ -145,6 +146,7 @@ class ProgressiveWork(QObject):
         worker.returned.connect(lambda value, j=job: self._on_returned(j, value))
         worker.errored.connect(lambda exc, j=job: self._on_errored(j, exc))
         worker.finished.connect(lambda j=job: self._on_finished(j))
+        release_when_finished(worker)
         self._worker = worker
         self.busy_changed.emit(True)
         worker.start()

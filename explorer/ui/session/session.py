@@ -56,6 +56,7 @@ from explorer.ui.session.workers import (
     TraceController,
     TraceRequest,
     TraceResult,
+    disconnect_all,
 )
 
 if TYPE_CHECKING:
@@ -263,13 +264,9 @@ class Session(QObject):
         self.loader.cancel_all()
         self.controller.shutdown()
         self.progressive.shutdown()
-        for signal in (self.loading, self.load_progress, self.model_changed, self.model_loaded, self.load_failed,
-                       self.load_refused, self.load_cancelled, self.prompt_changed, self.prompt_edited, self.trace_requested,
-                       self.trace_ready, self.failed, self.trace_file_opened):
-            with warnings.catch_warnings():  # a signal nobody listens to says so
-                warnings.simplefilter("ignore")
-                try:
-                    signal.disconnect()
-                except (RuntimeError, TypeError):
-                    pass
+        # the connections among the session's own objects hold Python callables from C++, which the
+        # garbage collector cannot see: cut them, so that the session is freed with its window
+        for obj in (self, self.loader, self.controller, self.controller.debounce, self.progressive, self.selection,
+                    self.interventions):
+            disconnect_all(obj)
         QThreadPool.globalInstance().waitForDone(wait_ms)

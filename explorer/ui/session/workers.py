@@ -14,12 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QMetaMethod, QObject, QTimer, Signal
 from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
@@ -59,7 +61,40 @@ def run_in_background(func: Callable[..., Any], *args: Any, on_done: Callable[[A
         worker.errored.connect(on_error)
     else:
         worker.errored.connect(lambda exc: log.error("background task failed: %s", error_message(exc)))
+    release_when_finished(worker)
     worker.start()
+    return worker
+
+
+def disconnect_all(obj: QObject, keep: tuple[str, ...] = ()) -> None:
+    """Disconnect every receiver from every signal ``obj`` has (its own class's and Qt's), but ``keep``."""
+    meta = obj.metaObject()
+    names = {bytes(meta.method(i).name()).decode() for i in range(meta.methodCount())
+             if meta.method(i).methodType() == QMetaMethod.MethodType.Signal}
+    for name in names - set(keep):
+        signal = getattr(obj, name, None)
+        if signal is None:
+            continue
+        with warnings.catch_warnings():  # a signal nobody listens to says so
+            warnings.simplefilter("ignore")
+            try:
+                signal.disconnect()
+            except (RuntimeError, TypeError):
+                pass
+
+
+def release(worker: Any) -> None:
+    """Cut a superqt worker off from its receivers (its window closes): what it still sends goes
+    nowhere, and the object that kept it is no longer held through the worker's C++ connections."""
+    if worker is not None:  # superqt's own "_finished" takes the worker out of its set of running ones
+        disconnect_all(worker.signals, keep=("_finished",))
+
+
+def release_when_finished(worker: Any) -> Any:
+    """Release ``worker`` (``release``) once it has finished and its other receivers ran: a finished
+    worker that kept its connections would keep their owners (a panel, a window) alive. Connect it
+    after the worker's other receivers. Returns the worker."""
+    worker.finished.connect(partial(release, worker))
     return worker
 
 
@@ -171,15 +206,19 @@ class ModelLoader(QObject):
 
         def progress(i: int, n: int, name: str, rid: int = request.id) -> None:  # worker thread
             step = (i * 100) // max(n, 1)
-            if step != last[0]:  # at most ~100 queued signals per load
+            if step != last[0] and not cancel.is_set():  # at most ~100 queued signals per load
                 last[0] = step
-                self._tensor_read.emit(rid, i, n)
+                try:
+                    self._tensor_read.emit(rid, i, n)
+                except RuntimeError:  # the loader was deleted meanwhile (its window closed): nobody listens
+                    cancel.set()
 
         worker = create_worker(load_model_steps, request, progress, cancel, _start_thread=False, _ignore_errors=True)
         worker.yielded.connect(lambda text, i=request.id: self._on_stage(i, text))
         worker.returned.connect(self._on_returned)
         worker.errored.connect(lambda exc, r=request: self._on_errored(r, exc))
         worker.finished.connect(lambda w=worker, rid=request.id: self._on_finished(w, rid))
+        release_when_finished(worker)
         self._workers.add(worker)
         self._running += 1
         if self._running == 1:
@@ -399,6 +438,7 @@ class TraceController(QObject):
         worker.returned.connect(self._on_returned)
         worker.errored.connect(self._on_errored)
         worker.finished.connect(self._on_finished)
+        release_when_finished(worker)
         self._worker = worker
         if not was_busy:
             self.busy_changed.emit(True)

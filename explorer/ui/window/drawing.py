@@ -29,6 +29,8 @@ from explorer.ui.session.workers import (
     TraceResult,
     nonfinite,
     prepare_panels,
+    release,
+    release_when_finished,
     run_in_background,
 )
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
@@ -77,6 +79,8 @@ class PanelDrawing(QObject):
         self.closed = True
         if self._drawing is not None:
             self._drawing.set()
+        release(self._drawing_worker)
+        self._drawing_worker = None
 
     def _on_trace_ready(self, result: TraceResult) -> None:
         if self.closed:
@@ -112,8 +116,15 @@ class PanelDrawing(QObject):
         worker.errored.connect(lambda exc: None if isinstance(exc, Cancelled) else
                                (log.error("preparing the panels failed", exc_info=exc),
                                 self._draw_rest(result, rest, cancel)))
+        worker.finished.connect(self._prepared)
+        release_when_finished(worker)
         self._drawing_worker = worker  # keep it referenced while it runs
         worker.start()
+
+    def _prepared(self) -> None:
+        # a finished worker held here would hold this object through its signals' connections
+        if self._drawing_worker is not None and self.sender() is self._drawing_worker.signals:
+            self._drawing_worker = None
 
     def _draw_rest(self, result: TraceResult, docks: list[PanelDock], cancel: Cancel) -> None:
         """Draw the prepared panels one per turn of the event loop (a 1 ms timer, not a posted call,

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
 from explorer.ui.export.folders import last_folder, new_subfolder, remember, tell
 from explorer.ui.session.session import Session
-from explorer.ui.session.workers import run_in_background
+from explorer.ui.session.workers import release, release_when_finished, run_in_background
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
@@ -85,6 +85,7 @@ class AttentionMapsExport(QObject):
         self.worker.yielded.connect(self._on_progress)
         self.worker.errored.connect(self._on_error)
         self.worker.finished.connect(self._on_finished)
+        release_when_finished(self.worker)
 
     def start(self) -> None:
         self.dialog.setValue(0)
@@ -127,11 +128,7 @@ class AttentionMapsExport(QObject):
         self.cancel.set()
         if self.closed:
             return
-        for signal in (self.worker.yielded, self.worker.errored, self.worker.finished):
-            try:
-                signal.disconnect()
-            except (RuntimeError, TypeError):
-                pass
+        release(self.worker)
         self._close()
 
     def _close(self) -> None:

@@ -50,6 +50,7 @@ from explorer.ui.session.progressive import ProgressiveWork
 from explorer.ui.session.selection import Selection
 from explorer.ui.session.session import Session
 from explorer.ui.session.workers import LoadRequest, LoadResult, ModelLoader, TraceController
+from explorer.ui.widgets.plots import adopt_plot_menus
 from explorer.ui.window import export_actions
 from explorer.ui.window.about import show_about
 from explorer.ui.window.chrome.intervention_strip import InterventionStrip
@@ -503,6 +504,7 @@ class MainWindow(QMainWindow):
         app = QApplication.instance()
         if isinstance(app, QApplication):
             app.focusChanged.disconnect(self._on_focus_changed)
+        adopt_plot_menus(self)  # pyqtgraph's parentless menus are deleted with the window (WA_DeleteOnClose)
         super().closeEvent(event)
 
     def close(self) -> bool:
