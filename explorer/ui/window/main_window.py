@@ -250,7 +250,7 @@ class MainWindow(QMainWindow):
         self.export_trace_action = self._action(file, "&Export trace…", self.export_trace, "Ctrl+E",
                                                 "Write every array of the current trace to a .npz file")
         self.export_maps_action = self._action(file, "Export &attention maps…", self.export_attention_maps)
-        self.export_maps_action.setEnabled(importlib.util.find_spec("explorer.ui.export.offscreen") is not None)
+        self.export_maps_action.setEnabled(importlib.util.find_spec("explorer.ui.offscreen") is not None)
         file.addSeparator()
         self._action(file, "&Quit", self.close, QKeySequence.StandardKey.Quit).setShortcut(QKeySequence("Ctrl+Q"))
         bar.addMenu(self.menus.models_menu)
