@@ -39,7 +39,6 @@ trace_file_opened(str)
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 

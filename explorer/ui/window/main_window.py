@@ -10,10 +10,8 @@ workers stop and nothing they still send is applied) and deletes the window's wi
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import shiboken6
@@ -25,34 +23,28 @@ from PySide6.QtCore import (
     SignalInstance,
 )
 from PySide6.QtGui import (
-    QAction,
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
     QGuiApplication,
-    QKeySequence,
 )
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QMainWindow,
-    QMenu,
-    QMessageBox,
     QToolBar,
     QWidget,
 )
 
-from explorer.core.paths import resources_dir
 from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
 from explorer.ui.session.interventions import InterventionState
 from explorer.ui.session.progressive import ProgressiveWork
 from explorer.ui.session.selection import Selection
 from explorer.ui.session.session import Session
-from explorer.ui.session.workers import LoadRequest, LoadResult, ModelLoader, TraceController
+from explorer.ui.session.workers import LoadRequest, ModelLoader, TraceController
 from explorer.ui.widgets.plots import adopt_plot_menus
 from explorer.ui.window import export_actions
-from explorer.ui.window.about import show_about
 from explorer.ui.window.chrome.intervention_strip import InterventionStrip
 from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
@@ -68,8 +60,10 @@ from explorer.ui.window.docks import (
 )
 from explorer.ui.window.drawing import PanelDrawing
 from explorer.ui.window.interventions import add_intervention_bar
+from explorer.ui.window.loading import APP_NAME, LoadingChrome, sample_prompts
+from explorer.ui.window.menus import build_menus
 from explorer.ui.window.open_trace import TraceFileOpener
-from explorer.ui.window.window_state import WindowState, prompt_for_model
+from explorer.ui.window.window_state import WindowState
 
 if TYPE_CHECKING:
     from explorer.core.loaded import LoadedModel
@@ -77,15 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-APP_NAME = "Transformer Explorer"
-
-
-def sample_prompts() -> list[str]:
-    path = resources_dir() / "sample_prompts.txt"
-    try:
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except OSError:
-        return []
+__all__ = ["APP_NAME", "MainWindow", "checkpoint_from_mime", "sample_prompts"]
 
 
 def checkpoint_from_mime(mime: QMimeData) -> str | None:
@@ -118,7 +104,6 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(APP_NAME)
         # no Qt parent: the workers' callbacks may still reach the Session after the window is deleted
         self.session = Session(debounce_ms)
-        self.session.prompt_for = self._prompt_for
         self.attention_export: export_actions.AttentionMapsExport | None = None  # a running File > Export attention maps
         self._last_panel: Panel | None = None
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
@@ -132,11 +117,15 @@ class MainWindow(QMainWindow):
         self.status = StatusBar(self)
         self.setStatusBar(self.status)
         self.menus = ModelMenus(self.recent, _builtin_names, self)
+        self.loading = LoadingChrome(self.session, self, self.settings, self.status, self.device_controls,
+                                     self.layer_head, self.recent, self.menus)
         self.drawing = PanelDrawing(self.session, self.docks, self.prompt, self.status, self.isVisible, self)
         self.trace_files = TraceFileOpener(self.session, self, self.prompt, self.status, self.layer_head)
         self._build_toolbar()
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
-        self._build_menus()
+        actions = build_menus(self)
+        self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
+        self.export_trace_action, self.export_maps_action = actions.export_trace, actions.export_maps
         self._connect()
         self.window_state = WindowState(self.session, self.prompt, self.status, self.docks, APP_NAME, self)
         self.window_state.title_changed.connect(self.setWindowTitle)
@@ -224,70 +213,11 @@ class MainWindow(QMainWindow):
         self.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
         self.toolbar = bar
 
-    def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
-                shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None, tip: str = "") -> QAction:
-        action = menu.addAction(text)
-        action.triggered.connect(lambda _=False: slot())
-        if shortcut is not None:
-            action.setShortcut(QKeySequence(shortcut))
-            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        if tip:
-            action.setStatusTip(tip)
-        return action
-
-    def _build_menus(self) -> None:
-        bar = self.menuBar()
-        file = bar.addMenu("&File")
-        self._action(file, "&Open checkpoint…", self.open_checkpoint_dialog, QKeySequence.StandardKey.Open,
-                     "Open a checkpoint: pick its config.json or weights file")
-        self._action(file, "Open checkpoint &folder…", self.open_folder_dialog, "Ctrl+Shift+O")
-        self.open_trace_action = self._action(file, "Open &trace…", self.trace_files.dialog, None,
-                                              "Open a trace.safetensors exported by this app (no model needed)")
-        self.hub_action = self._action(file, "Open from &Hugging Face cache…", self.open_hub_dialog, None,
-                                       "Pick a model already downloaded to the Hugging Face cache (offline)")
-        file.addMenu(self.menus.recent_menu)
-        file.addSeparator()
-        self.export_trace_action = self._action(file, "&Export trace…", self.export_trace, "Ctrl+E",
-                                                "Write every array of the current trace to a .npz file")
-        self.export_maps_action = self._action(file, "Export &attention maps…", self.export_attention_maps)
-        self.export_maps_action.setEnabled(importlib.util.find_spec("explorer.ui.offscreen") is not None)
-        file.addSeparator()
-        self._action(file, "&Quit", self.close, QKeySequence.StandardKey.Quit).setShortcut(QKeySequence("Ctrl+Q"))
-        bar.addMenu(self.menus.models_menu)
-
-        prompt = bar.addMenu("&Prompt")
-        self._action(prompt, "&Focus prompt", self.focus_prompt, "Ctrl+L")
-        samples = prompt.addMenu("&Sample prompts")
-        for text in sample_prompts():
-            self._action(samples, text, lambda t=text: self.set_prompt(t))
-
-        view = bar.addMenu("&View")
-        for dock in self.docks:
-            view.addAction(dock.toggleViewAction())
-        view.addAction(self.generation_dock.toggleViewAction())
-        view.addAction(self.toolbar.toggleViewAction())
-        self._action(view, "&Reset layout", self.reset_layout)
-        view.addSeparator()
-        self._action(view, "Next layer", lambda: self.layer_head.step_layer(1), "Alt+Up")
-        self._action(view, "Previous layer", lambda: self.layer_head.step_layer(-1), "Alt+Down")
-        self._action(view, "Next head", lambda: self.layer_head.step_head(1), "Alt+Right")
-        self._action(view, "Previous head", lambda: self.layer_head.step_head(-1), "Alt+Left")
-
-        help_menu = bar.addMenu("&Help")
-        self._action(help_menu, "&What am I looking at?", self.toggle_focused_explanation,
-                     QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
-        self._action(help_menu, "&About", lambda: show_about(self.session.loaded, self))  # versions + Copy
-
     def _connect(self) -> None:
         session = self.session
         self.prompt.text_edited.connect(session.edit_prompt)
         session.prompt_changed.connect(self.prompt.set_text)
         session.failed.connect(self._on_trace_failed)
-        session.loading.connect(lambda stage: self.status.set_loading(stage or None))
-        session.load_progress.connect(self.status.set_progress)
-        session.load_cancelled.connect(self._on_load_cancelled)
-        session.model_changed.connect(self._on_model_changed)
-        session.load_refused.connect(self._on_load_failed)
         self.status.cancel_requested.connect(self._cancel_load)
         self.menus.source_chosen.connect(lambda source: self.open_checkpoint(source))
         self.device_controls.changed.connect(self._on_device_changed)
@@ -340,61 +270,9 @@ class MainWindow(QMainWindow):
         source = self.session.source
         return source if source and Path(source).exists() else str(Path.home())
 
-    def _on_model_changed(self, result: LoadResult) -> None:
-        """A new model is in the Session: the window's chrome follows (its trace is requested next)."""
-        loaded, request = result.model, result.request
-        if result.errors:
-            message = "\n".join(result.errors) + f"\n\nLoaded {loaded.name} instead."
-            if request.quiet:
-                self.status.notice(message.replace("\n", " "))
-            else:
-                QMessageBox.warning(self, "Could not load the checkpoint", message)
-        self.recent.add(self.session.source)
-        self.menus.current = self.session.source
-        cfg = loaded.config
-        self.layer_head.set_ranges(cfg.n_layers, cfg.n_heads)
-        self.device_controls.set_values(request.device, request.dtype)
-        self.device_controls.refresh()
-        self.status.show_model(loaded.info())
-        if getattr(loaded, "notes", None):  # what the loader wants the user to know (caps, stand-ins)
-            self.status.notice(" ".join(loaded.notes), 20_000)
-        self.setWindowTitle(f"{loaded.name} — {APP_NAME}")
-
-    def _on_load_failed(self, message: str, request: LoadRequest) -> None:
-        kept = self.session.model_request
-        if kept is not None:  # keep the model that is there, and show its settings again
-            self.device_controls.set_values(kept.device, kept.dtype)
-        self.status.set_loading(None)
-        self.status.notice(f"Could not load {request.source or 'the default model'}: {message}")
-        if not request.quiet or self.session.loaded is None:
-            details = self.session.last_error_details
-            if details:  # a bug, not the user's input: the traceback goes in the details pane
-                box = QMessageBox(QMessageBox.Icon.Critical, "Could not load the checkpoint", message,
-                                  QMessageBox.StandardButton.Ok, self)
-                box.setDetailedText(details)
-                box.exec()
-            else:
-                QMessageBox.critical(self, "Could not load the checkpoint", message)
-
-    def _on_load_cancelled(self, request: LoadRequest) -> None:
-        kept = self.session.model_request
-        if kept is not None:
-            self.device_controls.set_values(kept.device, kept.dtype)
-        loaded = self.session.loaded
-        self.status.notice(f"Loading {request.source or 'the default model'} was cancelled"
-                           + (f"; {loaded.name} stays open" if loaded is not None else ""))
-
     def _on_device_changed(self, device: str, dtype: str) -> None:
         if self.session.source is not None:
             self.open_checkpoint(self.session.source, device=device, dtype=dtype)
-
-    def _prompt_for(self, loaded: LoadedModel, current: str) -> str:
-        """The current prompt if the new model can read it; else a sample it can, after asking."""
-        from explorer.core import worked_example
-
-        last = str(self.settings.value("prompt/last", "") or "")
-        candidates = [last] if last else []  # an empty box takes the last prompt, else a sample, unasked
-        return prompt_for_model(self, loaded, current, [*candidates, *sample_prompts(), worked_example.PROMPT])[0]
 
     # --- tracing -----------------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
