@@ -29,7 +29,8 @@ from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
 from explorer.ui.generation.controls import MAX_SEED
-from explorer.ui.session.workers import error_message, release, release_when_finished
+from explorer.ui.session.lifetime import release, release_when_finished
+from explorer.ui.session.workers import error_message
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step

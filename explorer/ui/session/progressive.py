@@ -33,7 +33,7 @@ from PySide6.QtCore import QObject, Signal
 from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
-from explorer.ui.session.workers import release_when_finished
+from explorer.ui.session.lifetime import release_when_finished
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
 from explorer.ui.session.interventions import Entry, InterventionState
+from explorer.ui.session.lifetime import disconnect_all
 from explorer.ui.session.progressive import ProgressiveWork
 from explorer.ui.session.selection import Selection
 from explorer.ui.session.workers import (
@@ -55,7 +56,6 @@ from explorer.ui.session.workers import (
     TraceController,
     TraceRequest,
     TraceResult,
-    disconnect_all,
 )
 
 if TYPE_CHECKING:

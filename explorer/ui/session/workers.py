@@ -14,19 +14,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import warnings
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QMetaMethod, QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.errors import ExplorerError, InternalError, LoadCancelled
 from explorer.core.trace import CaptureSpec, Trace
+from explorer.ui.session.lifetime import release_when_finished
 
 if TYPE_CHECKING:
     from explorer.core.loaded import LoadedModel
@@ -63,38 +62,6 @@ def run_in_background(func: Callable[..., Any], *args: Any, on_done: Callable[[A
         worker.errored.connect(lambda exc: log.error("background task failed: %s", error_message(exc)))
     release_when_finished(worker)
     worker.start()
-    return worker
-
-
-def disconnect_all(obj: QObject, keep: tuple[str, ...] = ()) -> None:
-    """Disconnect every receiver from every signal ``obj`` has (its own class's and Qt's), but ``keep``."""
-    meta = obj.metaObject()
-    names = {bytes(meta.method(i).name()).decode() for i in range(meta.methodCount())
-             if meta.method(i).methodType() == QMetaMethod.MethodType.Signal}
-    for name in names - set(keep):
-        signal = getattr(obj, name, None)
-        if signal is None:
-            continue
-        with warnings.catch_warnings():  # a signal nobody listens to says so
-            warnings.simplefilter("ignore")
-            try:
-                signal.disconnect()
-            except (RuntimeError, TypeError):
-                pass
-
-
-def release(worker: Any) -> None:
-    """Cut a superqt worker off from its receivers (its window closes): what it still sends goes
-    nowhere, and the object that kept it is no longer held through the worker's C++ connections."""
-    if worker is not None:  # superqt's own "_finished" takes the worker out of its set of running ones
-        disconnect_all(worker.signals, keep=("_finished",))
-
-
-def release_when_finished(worker: Any) -> Any:
-    """Release ``worker`` (``release``) once it has finished and its other receivers ran: a finished
-    worker that kept its connections would keep their owners (a panel, a window) alive. Connect it
-    after the worker's other receivers. Returns the worker."""
-    worker.finished.connect(partial(release, worker))
     return worker
 
 

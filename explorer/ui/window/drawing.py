@@ -29,10 +29,9 @@ from explorer.ui.session.workers import (
     TraceResult,
     nonfinite,
     prepare_panels,
-    release,
-    release_when_finished,
     run_in_background,
 )
+from explorer.ui.session.lifetime import release, release_when_finished
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
 from explorer.ui.window.chrome.status_bar import StatusBar
 from explorer.ui.window.docks import PanelDock

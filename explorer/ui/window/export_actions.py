@@ -24,7 +24,8 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
 from explorer.ui.export.folders import last_folder, new_subfolder, remember, tell
 from explorer.ui.session.session import Session
-from explorer.ui.session.workers import release, release_when_finished, run_in_background
+from explorer.ui.session.lifetime import release, release_when_finished
+from explorer.ui.session.workers import run_in_background
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
