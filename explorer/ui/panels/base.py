@@ -9,6 +9,12 @@ Work before drawing runs on the worker thread (``prepare``). It reads no widget 
 ``self.selection``: it gets a ``PanelSnapshot``, a frozen copy of the selection and the panel's
 options taken on the GUI thread when the trace is requested (``snapshot``, ``preparer``).
 
+Prepare returns what is drawn: a panel that implements ``draw(view)`` returns a frozen
+``PanelView`` subclass from ``prepare`` (built from the trace and the snapshot); the window carries
+it from the worker to ``set_trace(trace, view)``, which hands it to ``draw``. (A view that is missing
+or was made for another trace is prepared again on the GUI thread.) Panels not converted yet return
+None and draw the trace in ``show_trace``. ``trace.memo`` holds only values derived from that trace.
+
 Adding a panel: a pure function in ``explorer/core`` with a headless test, a module here with a
 ``Panel`` subclass, one line in ``explorer/ui/panels/__init__.py``'s ``PANELS``, one pytest-qt test.
 """
@@ -37,7 +43,7 @@ if TYPE_CHECKING:
     from explorer.ui.session.session import Session
     from explorer.ui.session.workers import LoadResult
 
-__all__ = ["Exportable", "Panel", "PanelSnapshot"]
+__all__ = ["Exportable", "Panel", "PanelSnapshot", "PanelView"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,13 @@ class PanelSnapshot:
     head: int = 0
     token: int | None = None
     tokenizer: Any = None  # Qt-free; read-only use (display strings, vocab_size)
+
+
+@dataclass(frozen=True)
+class PanelView:
+    """What a panel's ``prepare`` made of one trace for ``draw`` (subclassed per panel)."""
+
+    trace: Trace
 
 
 def clamp_token(token: int | None, n: int) -> int:
@@ -81,8 +94,18 @@ class Panel(QWidget):
 
     # --- what subclasses implement ---------------------------------------------------------
     def show_trace(self, trace: Trace) -> None:
-        """Draw everything for a new trace (called on the GUI thread)."""
+        """Draw everything for a new trace (called on the GUI thread). A panel with ``draw`` draws
+        the view ``prepare`` makes of it instead."""
+        if not self._shows_views():
+            raise NotImplementedError
+        self.draw(self.prepare(trace, self.snapshot()))
+
+    def draw(self, view: PanelView) -> None:
+        """Draw ``view`` (what ``prepare`` returned for the trace being shown), on the GUI thread."""
         raise NotImplementedError
+
+    def _shows_views(self) -> bool:
+        return type(self).draw is not Panel.draw
 
     def selection_changed(self, what: str) -> None:
         """Redraw what depends on the selection; ``what`` is "layer", "head" or "token"."""
@@ -103,7 +126,7 @@ class Panel(QWidget):
         """The selected token, or the last one when none (or one beyond this trace) is selected."""
         return clamp_token(self.selection.token, self.trace.n_tokens if self.trace is not None else 1)
 
-    def preparer(self) -> Callable[[Trace], None]:
+    def preparer(self) -> Callable[[Trace], PanelView | None]:
         """``prepare`` bound to a snapshot taken now: call on the GUI thread, run on the worker."""
         return partial(self.prepare, snapshot=self.snapshot())
 
@@ -114,8 +137,9 @@ class Panel(QWidget):
         Called from the worker thread: read only the trace and ``snapshot``, touch no widget."""
         return []
 
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
-        """Work done on the worker thread before ``show_trace``: by default, compute ``needed_keys``.
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> PanelView | None:
+        """Work done on the worker thread before drawing: by default, compute ``needed_keys``.
+        A panel with ``draw`` returns its ``PanelView`` of the trace.
 
         Panels with heavier views (a downsampled mosaic, a logit lens) override it and keep the
         results with ``trace.memo(key, compute)``; ``show_trace`` then asks ``trace.memo`` with the
@@ -183,12 +207,18 @@ class Panel(QWidget):
                 self._lane().submit(job)
 
     # --- shared machinery --------------------------------------------------------------------
-    def set_trace(self, trace: Trace) -> None:
+    def set_trace(self, trace: Trace, view: PanelView | None = None) -> None:
+        """Show ``trace``; ``view``: what ``prepare`` made of it on a worker (else prepared here)."""
         if self.trace is not trace:  # the old trace's views are stale
             self._lane().cancel_owner(self)
             self._deferred.clear()
         self.trace = trace
-        self.show_trace(trace)
+        if self._shows_views():
+            if view is None or view.trace is not trace:
+                view = self.prepare(trace, self.snapshot())
+            self.draw(view)
+        else:
+            self.show_trace(trace)
         self.refresh_marks()
 
     def attach(self, session: Session) -> None:

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # a panel's prepare, bound to a snapshot taken on the GUI thread (Panel.preparer): runs on the worker
-Preparer = Callable[[Trace], None]
+# it returns the panel's typed view of the trace (a frozen PanelView) or None (a panel that draws from the trace)
+Preparer = Callable[[Trace], object]
 
 
 def error_message(exc: BaseException) -> str:
@@ -244,6 +245,7 @@ class TraceResult:
     worker_seconds: float  # encode + forward + the first panel's prepare
     rest: tuple[Preparer, ...] = ()  # the other panels' prepares (their snapshots of request time), not run yet
     baseline: Trace | None = None  # the same ids without interventions (only when the trace has some)
+    prepared: tuple[tuple[Preparer, object], ...] = ()  # the first panel's prepare and the view it returned
 
 
 def nonfinite(trace: Trace) -> Any:
@@ -273,27 +275,33 @@ def run_trace(request: TraceRequest) -> TraceResult:
     if request.interventions:  # the run without them, for "what changed" (TraceResult.baseline)
         baseline = request.model.trace_ids(ids, CaptureSpec.compact(), truncated_from, cancel=request.cancel)
     first, rest = request.preparers[:1], request.preparers[1:]
+    prepared = []
     for prepare in first:
         request.cancel.check()
-        prepare(trace)
-    return TraceResult(request, trace, time.perf_counter() - t0, tuple(rest), baseline)
+        prepared.append((prepare, prepare(trace)))
+    return TraceResult(request, trace, time.perf_counter() - t0, tuple(rest), baseline, tuple(prepared))
 
 
 def prepare_panels(trace: Trace, preparers: Sequence[Preparer], cancel: Cancel):
     """The other panels' prepares, one at a time (a generator for a worker thread): yields each
-    one's index when it is done, then checks the numbers for NaN (``nonfinite``). A prepare that
-    fails is logged and skipped: its panel then computes what it needs when it draws."""
+    one's index when it is done, then checks the numbers for NaN (``nonfinite``); returns each
+    prepare with the view it returned. A prepare that fails is logged and skipped (its view is None):
+    its panel then computes what it needs when it draws."""
+    views: list[tuple[Preparer, object]] = []
     for i, prepare in enumerate(preparers):
         cancel.check()
+        view = None
         try:
-            prepare(trace)
+            view = prepare(trace)
         except Cancelled:
             raise
         except Exception:  # noqa: BLE001 - one panel's bug leaves the others drawn
             log.exception("preparing a panel failed")
+        views.append((prepare, view))
         yield i
     cancel.check()
     nonfinite(trace)
+    return views
 
 
 class TraceController(QObject):

@@ -22,7 +22,7 @@ from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.trace import Trace
-from explorer.ui.panels.base import Panel
+from explorer.ui.panels.base import Panel, PanelView
 from explorer.ui.session.session import Session
 from explorer.ui.session.workers import (
     Preparer,
@@ -37,6 +37,12 @@ from explorer.ui.window.chrome.status_bar import StatusBar
 from explorer.ui.window.docks import PanelDock
 
 log = logging.getLogger(__name__)
+
+
+def _by_panel(prepared: object) -> dict[Panel, PanelView | None]:
+    """Each panel's prepared view, from (``Panel.preparer()``, what it returned) pairs."""
+    pairs = prepared if isinstance(prepared, (list, tuple)) else ()
+    return {prepare.func.__self__: view if isinstance(view, PanelView) else None for prepare, view in pairs}
 
 
 class PanelDrawing(QObject):
@@ -106,15 +112,16 @@ class PanelDrawing(QObject):
         cancel = self._drawing = Cancel()
         self.session.progressive.hold(True)  # the expensive views start once every panel is drawn (_drawn)
         first, rest = docks[:1], docks[1:]
+        views = _by_panel(result.prepared)  # the view the trace worker prepared for the first panel
         for dock in first:
-            self._draw_prepared(trace, dock, cancel)
+            self._draw_prepared(trace, dock, cancel, views.get(dock.panel))
         prepared = {p.func.__self__: p for p in result.rest}  # Panel.preparer(): partial(panel.prepare, snapshot=…)
         preparers = [prepared.get(dock.panel) or dock.panel.preparer() for dock in rest]  # newly shown: a fresh one
         worker = create_worker(prepare_panels, trace, preparers, cancel, _start_thread=False, _ignore_errors=True)
-        worker.returned.connect(lambda _none: self._draw_rest(result, rest, cancel))
+        worker.returned.connect(lambda done: self._draw_rest(result, rest, cancel, _by_panel(done)))
         worker.errored.connect(lambda exc: None if isinstance(exc, Cancelled) else
                                (log.error("preparing the panels failed", exc_info=exc),
-                                self._draw_rest(result, rest, cancel)))
+                                self._draw_rest(result, rest, cancel, {})))
         worker.finished.connect(self._prepared)
         release_when_finished(worker)
         self._drawing_worker = worker  # keep it referenced while it runs
@@ -125,21 +132,22 @@ class PanelDrawing(QObject):
         if self._drawing_worker is not None and self.sender() is self._drawing_worker.signals:
             self._drawing_worker = None
 
-    def _draw_rest(self, result: TraceResult, docks: list[PanelDock], cancel: Cancel) -> None:
+    def _draw_rest(self, result: TraceResult, docks: list[PanelDock], cancel: Cancel,
+                   views: dict[Panel, PanelView | None]) -> None:
         """Draw the prepared panels one per turn of the event loop (a 1 ms timer, not a posted call,
         so the window's own timers run in between), then say the trace is applied."""
         if cancel.is_set():
             return
         if docks:
-            self._draw_prepared(result.trace, docks[0], cancel)
-            QTimer.singleShot(1, self, lambda: self._draw_rest(result, docks[1:], cancel))
+            self._draw_prepared(result.trace, docks[0], cancel, views.get(docks[0].panel))
+            QTimer.singleShot(1, self, lambda: self._draw_rest(result, docks[1:], cancel, views))
         else:
             self._drawn(result, cancel)
 
-    def _draw_prepared(self, trace: Trace, dock: PanelDock, cancel: Cancel) -> None:
+    def _draw_prepared(self, trace: Trace, dock: PanelDock, cancel: Cancel, view: PanelView | None) -> None:
         if trace is not self.trace or cancel.is_set():
             return
-        self.show_panel(dock.panel, trace)
+        self.show_panel(dock.panel, trace, view)
         # paint it now: left to the window's next paint, every panel would be painted in one long turn
         dock.panel.repaint()
 
@@ -176,9 +184,9 @@ class PanelDrawing(QObject):
 
         run_in_background(release_freed_memory)
 
-    def show_panel(self, panel: Panel, trace: Trace) -> None:
+    def show_panel(self, panel: Panel, trace: Trace, view: PanelView | None = None) -> None:
         try:
-            panel.set_trace(trace)
+            panel.set_trace(trace, view)
         except Exception as exc:  # noqa: BLE001 - a drawing bug in one panel leaves the others working
             log.exception("panel %s failed to show the trace", panel.title)
             self.status.notice(f"{panel.title}: {type(exc).__name__}: {exc}")
@@ -192,8 +200,8 @@ class PanelDrawing(QObject):
         trace = self.trace
         self._stale.discard(dock)
 
-        def apply(_: object) -> None:
+        def apply(view: object) -> None:
             if trace is self.trace and not self.closed:
-                self.show_panel(dock.panel, trace)
+                self.show_panel(dock.panel, trace, view if isinstance(view, PanelView) else None)
 
         run_in_background(dock.panel.preparer(), trace, on_done=apply)
