@@ -134,3 +134,14 @@ def test_windows_closed_while_busy_leave_nothing_behind(qtbot, settings, tiny_ch
     first_count, first_memory = counts[0], memory[0]
     assert all(count <= first_count * 1.1 for count in counts), counts
     assert all(rss <= first_memory * 1.1 for rss in memory), [m // 2**20 for m in memory]
+
+
+def test_closing_twice_is_harmless(qtbot, make_window, caplog):
+    window = make_window()
+    caplog.set_level(logging.WARNING)
+    window.close()
+    window.close()  # again, before the deferred delete ran
+    with qtbot.waitSignal(window.destroyed, timeout=10_000):
+        pass
+    window.close()  # and after it: the window stays closed
+    assert window.session.closed and not any(r.levelno >= logging.ERROR for r in caplog.records)

@@ -372,6 +372,9 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         """Stop every worker and dialog of this window; nothing they still send reaches it."""
+        if self.session.closed:  # closed before (a second close() before the deferred delete ran)
+            super().closeEvent(event)
+            return
         self.save_window()
         if self.attention_export is not None:  # stops before the next head; its dialog goes now
             self.attention_export.shutdown()
