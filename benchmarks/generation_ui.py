@@ -56,7 +56,7 @@ def prompt_ids(loaded, n: int) -> list[int]:
 def bench(loaded, label: str, n_new: int, n_prompt: int, runs: int) -> float:
     from explorer.core.generation.generate import generate
     from explorer.ui.generation import GenerationPane
-    from explorer.ui.selection import Selection
+    from explorer.ui.session.selection import Selection
 
     app = QApplication.instance()
     pane = GenerationPane(Selection())

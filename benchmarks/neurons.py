@@ -52,7 +52,7 @@ def main() -> int:
     app = QApplication.instance() or QApplication([])
 
     from explorer.ui.panels.neurons import NeuronsPanel
-    from explorer.ui.selection import Selection
+    from explorer.ui.session.selection import Selection
 
     loaded = gpt2_small_loaded()
     cfg = loaded.config

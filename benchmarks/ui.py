@@ -4,7 +4,7 @@ Per model section (medians over the runs, the first two dropped as warm-up):
 
 * edit -> first panel drawn: from the trace request (after the debounce) until the first panel's
   ``show_trace`` returned (encode, forward pass, the panels' cheap ``prepare``, then drawing);
-* edit -> every visible panel complete: until the progressive views (``explorer.ui.progressive``:
+* edit -> every visible panel complete: until the progressive views (``explorer.ui.session.progressive``:
   the logit lens, the all-heads mosaic, vocabulary neighbours, a neuron's vocabulary effect) are
   all drawn too;
 * the forward pass alone, and the ratios against the targets (complete <= 1.5 x forward + 150 ms,
@@ -52,7 +52,7 @@ def prompt_of(loaded, n_tokens: int, variant: int) -> str:
     tok = loaded.tokenizer
     if tok.name == "stand-in words":
         return " ".join(f"w{(i * 7 + variant * 13 + 1) % tok.vocab_size}" for i in range(n_tokens))
-    from explorer.ui.main_window import sample_prompts
+    from explorer.ui.window.main_window import sample_prompts
 
     base = tok.encode(" ".join(sample_prompts() * 40))
     for ending in (f" and {variant} more", f" and {variant} more.", f", {variant} more", f" {variant}."):
@@ -103,9 +103,9 @@ def pump_until(app, condition, timeout_s: float = 600.0) -> None:
 
 
 def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heartbeat) -> dict[str, float]:
-    from explorer.ui.workers import LoadRequest, LoadResult
+    from explorer.ui.session.workers import LoadRequest, LoadResult
 
-    window._on_model_loaded(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
+    window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
     pump_until(app, lambda: window.trace is not None and complete(window))
     first_drawn: list[float] = []
     drawn_ms: dict[str, list[float]] = {}
@@ -205,9 +205,9 @@ def rss_mb() -> float:
 
 
 def memory_run(app, window, loaded, n_tokens: int = 512, prompts: int = 20) -> None:
-    from explorer.ui.workers import LoadRequest, LoadResult
+    from explorer.ui.session.workers import LoadRequest, LoadResult
 
-    window._on_model_loaded(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
+    window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
     pump_until(app, lambda: window.trace is not None and complete(window))
     sizes = []
     for i in range(prompts):
@@ -250,7 +250,7 @@ def main() -> int:
     app = QApplication.instance() or QApplication([])
     import tempfile
 
-    from explorer.ui.main_window import MainWindow
+    from explorer.ui.window.main_window import MainWindow
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = QSettings(str(Path(tmp) / "bench.ini"), QSettings.Format.IniFormat)

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import QApplication
 QSettings.setDefaultFormat(QSettings.Format.IniFormat)  # the window's settings go to the temporary directory
 QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, sys.argv[2])
 from explorer.ui.app import ensure_app
-from explorer.ui.main_window import MainWindow
+from explorer.ui.window.main_window import MainWindow
 app = ensure_app()
 seen, started = [], time.monotonic()
 

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             files = write_attention_files(trace, out / "attention", progress=say)
             written.append(f"{len(files)} attention files")
         if args.plots:
-            from explorer.ui.export.offscreen import render_plots
+            from explorer.ui.offscreen import render_plots
 
             pngs = render_plots(loaded, trace, out / "plots")
             written.append(f"{len(pngs)} plot images")

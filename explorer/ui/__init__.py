@@ -1,4 +1,8 @@
-"""The Qt desktop app: main window, one module per panel, small widgets, background workers.
+"""The Qt desktop app, in layers (an import-linter contract in pyproject.toml): ``window`` (the main
+window and what only it hosts) above ``generation`` and ``panels``, above ``export`` and
+``interventions``, above ``session`` (the ``Session``: state and background work, no widgets) and
+``widgets`` (reusable plot pieces). ``app``, ``show``, ``crash``, ``theme``, ``icon``,
+``explanations`` and ``offscreen`` sit outside the layers.
 
 Panels read a ``Trace`` and the shared ``Selection``; they never run the model.
 Importing this package picks the PySide6 binding and sets pyqtgraph's global options once.

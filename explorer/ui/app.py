@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = ensure_app(args.color_scheme)
     from PySide6.QtCore import QSettings, QTimer
 
-    from explorer.ui.main_window import MainWindow
+    from explorer.ui.window.main_window import MainWindow
 
     settings = QSettings()
     device, dtype = remembered_device(settings, args.device, args.dtype)

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 def report_text(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> str:
     """The traceback and the versions (Help > About's text), ready to paste into a bug report."""
-    from explorer.ui.about import versions_text
+    from explorer.ui.window.about import versions_text
 
     details = "".join(traceback.format_exception(exc_type, exc, tb))
     try:

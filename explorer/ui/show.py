@@ -36,7 +36,7 @@ def show(model_or_path: Any = None, tokenizer: Any = None, prompt: str | None = 
 
     from explorer.core.checkpoint.in_memory import register
     from explorer.ui.app import ensure_app
-    from explorer.ui.main_window import MainWindow
+    from explorer.ui.window.main_window import MainWindow
 
     app = ensure_app()
     if model_or_path is None or isinstance(model_or_path, str) or hasattr(model_or_path, "__fspath__"):
@@ -45,7 +45,7 @@ def show(model_or_path: Any = None, tokenizer: Any = None, prompt: str | None = 
         source = register(model_or_path, tokenizer)  # refuses what is neither a model nor a LoadedModel
     window = MainWindow(settings if settings is not None else QSettings(), device=device, dtype=dtype)
     if prompt:
-        window.prompt.set_text(prompt)
+        window.set_prompt(prompt)  # the Session's prompt: traced once the model is there
     window.open_checkpoint(source)
     window.show()
     _windows.append(window)

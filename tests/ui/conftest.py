@@ -88,7 +88,7 @@ def _no_dangling_workers():
 @pytest.fixture
 def make_window(qtbot, settings):
     """Build main windows on the temporary settings (closed at the end of the test)."""
-    from explorer.ui.main_window import MainWindow
+    from explorer.ui.window.main_window import MainWindow
 
     windows = []
 

@@ -15,7 +15,7 @@ from explorer.core.checkpoint import load_checkpoint
 from explorer.core.worked_example import PROMPT
 from explorer.ui.panels.attention import AttentionPanel
 from explorer.ui.panels.attention import views as attention_views
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 GPT2_PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat"
 

@@ -95,7 +95,7 @@ def test_closing_during_a_trace_does_not_wait_for_it(qtbot, make_window, tiny_ch
 
 
 def test_a_load_that_finishes_after_closing_starts_no_trace(qtbot, make_window, tiny_checkpoint, monkeypatch):
-    import explorer.ui.workers as workers
+    import explorer.ui.session.workers as workers
 
     gate = threading.Event()
     original = workers.load_model_steps

@@ -14,7 +14,7 @@ from explorer.core.model import Transformer
 from explorer.core.trace import CaptureSpec, capture
 from explorer.core.analysis.vectors import cosine_similarity_matrix, nearest_vocab_neighbours, sinusoid_curves
 from explorer.ui.panels.embeddings import EmbeddingsPanel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps on a mat"
 

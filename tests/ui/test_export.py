@@ -9,14 +9,15 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pyqtgraph as pg
 import pytest
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QGuiApplication, QImage
 from PySide6.QtWidgets import QLabel
 
 import explorer.ui  # noqa: F401
 from explorer.ui import export
+from explorer.ui.export.clipboard import copy_data, copy_image, data_tsv
 from explorer.ui.export.menu import Exportable
 from explorer.ui.panels.base import Panel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -176,3 +177,19 @@ def test_panel_add_exportable_attaches_the_menu(qtbot):
     qtbot.addWidget(panel)
     assert [a.text() for a in panel.map.plot.getViewBox().menu.actions()][:len(EXPORT_TEXTS)] == EXPORT_TEXTS
     assert [a.text() for a in panel.label._explorer_export_actions] == EXPORT_TEXTS
+
+
+def test_copy_data_is_tab_separated_with_labels_and_copy_image_renders(qtbot):
+    heatmap = Heatmap()
+    qtbot.addWidget(heatmap)
+    heatmap.resize(300, 200)
+    heatmap.show()
+    matrix = np.array([[0.5, -np.inf], [0.25, 0.75]], dtype=np.float32)
+    exportable = Exportable("pattern", heatmap, lambda: (matrix, ["0:To", "1: be"], ["0:To", "1: be"]))
+    assert data_tsv(exportable) == "\t0:To\t1: be\n0:To\t0.5\t-inf\n1: be\t0.25\t0.75\n"
+    assert copy_data(exportable) == QGuiApplication.clipboard().text()
+    vector = Exportable("norms", heatmap, lambda: (np.array([1.0, 2.0]), ["a", "b"], None))
+    assert data_tsv(vector) == "\tnorms\na\t1.0\nb\t2.0\n"
+    copy_image(exportable)
+    image = QGuiApplication.clipboard().image()
+    assert not image.isNull() and image.width() > 50

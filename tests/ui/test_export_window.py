@@ -11,13 +11,12 @@ from PySide6.QtWidgets import QApplication, QTableWidget, QTableWidgetItem
 from explorer.ui.export.folders import last_folder, new_subfolder
 from explorer.ui.export.images import paper_text, render_png
 from explorer.ui.export.raster import heatmap_image
-from explorer.ui.export.window_actions import export_attention_maps
 
 
 def test_attention_maps_are_written_in_the_background_into_a_new_subfolder(qtbot, window, tmp_path):
     cfg = window.trace.config
     before = {w for w in QApplication.topLevelWidgets() if w.isVisible()}
-    export = export_attention_maps(window, str(tmp_path))
+    export = window.export_attention_maps(str(tmp_path))
     assert export is not None and window.attention_export is export
     with qtbot.waitSignal(export.worker.finished, timeout=60_000):
         pass
@@ -33,14 +32,14 @@ def test_attention_maps_are_written_in_the_background_into_a_new_subfolder(qtbot
     assert last_folder(window) == str(tmp_path)
     appeared = {w for w in QApplication.topLevelWidgets() if w.isVisible()} - before
     assert not any(isinstance(w, pg.GraphicsView) for w in appeared), "a render window was shown"
-    again = export_attention_maps(window, str(tmp_path))  # a second export: a second subfolder
+    again = window.export_attention_maps(str(tmp_path))  # a second export: a second subfolder
     with qtbot.waitSignal(again.worker.finished, timeout=60_000):
         pass
     assert again.folder.name == folder.name + "-2"
 
 
 def test_cancel_stops_the_attention_maps_worker(qtbot, window, tmp_path):
-    export = export_attention_maps(window, str(tmp_path))
+    export = window.export_attention_maps(str(tmp_path))
     export.cancel.set()  # what the progress dialog's Cancel does
     # the cancelled worker may finish before a signal spy could connect: wait for what finishing does
     qtbot.waitUntil(lambda: bool(export.message) and window.attention_export is None, timeout=60_000)

@@ -17,7 +17,7 @@ from explorer.core.generation.generate import generate
 from explorer.core.generation.sampling import SamplingParams
 from explorer.ui.generation import GenerationPane, prob_colour
 from explorer.ui.generation import stream as gen_stream
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 PROMPT = "The capital of France is"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from explorer.ui.generation import GenerationPane
 from explorer.ui.generation.token_text import TokenText
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 
 def test_a_long_prompt_scrolls_to_the_new_tokens(qtbot):

@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QFileDialog
 
-from explorer.ui.widgets.hub_dialog import HubCacheDialog
-from explorer.ui.widgets.model_menu import RecentCheckpoints
+from explorer.ui.window.chrome.hub_dialog import HubCacheDialog
+from explorer.ui.window.chrome.model_menu import RecentCheckpoints
 
 transformers = pytest.importorskip("transformers")
 HASH = "c" * 40

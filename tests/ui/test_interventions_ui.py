@@ -14,8 +14,9 @@ from explorer.core.interventions.spec import Intervention
 from explorer.core.trace import CaptureSpec
 from explorer.ui.panels import panel_classes
 from explorer.ui.panels.interventions import DLAPanel, WhatChangedPanel
-from explorer.ui.selection import Selection
-from explorer.ui.workers import BASELINE
+from explorer.ui.session.selection import Selection
+from explorer.ui.session.session import Session
+from explorer.ui.session.workers import TraceRequest, TraceResult
 
 PROMPT = "The cat sat on the mat, and the dog sat on the log."
 
@@ -27,10 +28,15 @@ def shown(qtbot, window, panel) -> None:
     qtbot.waitUntil(lambda: panel.trace is window.trace, timeout=30_000)
 
 
-def fed(qtbot, cls, loaded, trace):
+def fed(qtbot, cls, loaded, trace, baseline=None):
+    """``panel`` of ``cls`` showing ``trace``; ``baseline``: its run without interventions (the Session's)."""
     selection = Selection()
     panel = cls(selection)
     qtbot.addWidget(panel)
+    if baseline is not None:
+        session = Session()
+        session.result = TraceResult(TraceRequest(0, None, ""), trace, 0.0, baseline=baseline)
+        panel.session = session
     panel.set_tokenizer(loaded.tokenizer)
     selection.clamp(trace.config.n_layers, trace.config.n_heads, trace.n_tokens)
     panel.prepare(trace, panel.snapshot())
@@ -44,8 +50,7 @@ def test_what_changed_panel_shows_both_runs(qtbot, tiny_loaded) -> None:
     ivs = [Intervention("attn", 0), Intervention("head", 1, 1, "mean")]
     trace = tiny_loaded.trace_ids(ids, interventions=ivs)
     baseline = tiny_loaded.trace_ids(ids, CaptureSpec.compact())
-    trace.memo(BASELINE, lambda: baseline)
-    panel = fed(qtbot, WhatChangedPanel, tiny_loaded, trace)
+    panel = fed(qtbot, WhatChangedPanel, tiny_loaded, trace, baseline)
     expected = compare_runs(baseline["logits"], trace["logits"], trace.token_ids, -1, 10)
     np.testing.assert_array_equal(panel.result.ids, expected.ids)
     np.testing.assert_allclose(panel.before_bars.opts["width"], expected.p_before)
@@ -195,8 +200,7 @@ def test_what_changed_shows_where_the_stream_moved(qtbot, tiny_loaded) -> None:
     ids = tiny_loaded.encode(PROMPT)[0]
     trace = tiny_loaded.trace_ids(ids, interventions=[Intervention("resid", 1, None, "zero", (4,))])
     baseline = tiny_loaded.trace_ids(ids, CaptureSpec.compact())
-    trace.memo(BASELINE, lambda: baseline)
-    panel = fed(qtbot, WhatChangedPanel, tiny_loaded, trace)
+    panel = fed(qtbot, WhatChangedPanel, tiny_loaded, trace, baseline)
     diff = stream_difference(trace, baseline)
     np.testing.assert_allclose(panel.stream_map.matrix, diff)
     assert not diff[:1].any() and not diff[1:, :4].any()  # before the layer and before the position: nothing

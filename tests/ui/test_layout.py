@@ -196,7 +196,7 @@ def test_placeholders_before_the_first_trace_and_the_model_ticked(qtbot, make_wi
 
 
 def test_a_model_that_cannot_read_the_prompt_asks_before_replacing_it(qtbot, window, monkeypatch):
-    from explorer.ui import window_state
+    from explorer.ui.window import window_state
 
     window.set_prompt("my own carefully typed text")
     asked = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -10,8 +11,9 @@ from PySide6.QtCore import QPoint, QMimeData, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from explorer.ui import app as app_module
 from explorer.ui.panels.tokenization import TokenizationPanel
-from explorer.ui.widgets.model_menu import MAX_RECENT, RecentCheckpoints
+from explorer.ui.window.chrome.model_menu import MAX_RECENT, RecentCheckpoints
 
 
 def wrap_trace_ids(monkeypatch, loaded, before=None):
@@ -227,3 +229,29 @@ def test_export_trace_writes_the_npz(qtbot, window, tmp_path, monkeypatch):
     qtbot.waitUntil(target.exists, timeout=30_000)
     with np.load(target) as data:
         assert list(data["token_ids"]) == list(window.trace.token_ids)
+
+
+def test_programmatic_prompt_changes_keep_the_undo_history(qtbot, window):
+    before = window.prompt.text()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.set_prompt("A sample prompt")  # what Prompt > Sample prompts and a model change do
+    assert window.prompt.edit.document().isUndoAvailable()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.prompt.edit.undo()
+    assert window.prompt.text() == before
+    assert "".join(window.trace.tokens) == before  # the undone text is analysed again
+
+
+def test_device_and_precision_are_remembered(qtbot, window, settings, other_checkpoint):
+    app_module.remember_device(window)
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.open_checkpoint(str(other_checkpoint), device="cpu", dtype="float32")
+    assert settings.value(app_module.DEVICE_KEY) == "cpu" and settings.value(app_module.DTYPE_KEY) == "float32"
+    assert app_module.remembered_device(settings, None, None) == ("cpu", "float32")
+    assert app_module.remembered_device(settings, "auto", None) == ("auto", "float32")  # the command line wins
+    settings.setValue(app_module.DEVICE_KEY, "mps" if sys.platform != "darwin" else "cuda")
+    settings.setValue(app_module.DTYPE_KEY, "float16")
+    from explorer.core.device import available_devices
+
+    if settings.value(app_module.DEVICE_KEY) not in available_devices():  # a GPU that is gone: start safely
+        assert app_module.remembered_device(settings, None, None) == ("auto", "float32")

@@ -27,7 +27,7 @@ from explorer.ui.panels.neurons import (
     NeuronsPanel,
 )
 from explorer.ui.panels.neurons import views as neuron_views
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 GPT2_PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat"
 

@@ -14,7 +14,7 @@ from explorer.core.analysis.neurons import top_neurons
 from explorer.ui.panels.attention import AttentionPanel, AttentionSnapshot
 from explorer.ui.panels.base import PanelSnapshot
 from explorer.ui.panels.neurons import VOCAB_K, NeuronsPanel, NeuronsSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 PROMPT = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat"
 
@@ -113,7 +113,7 @@ def test_the_window_binds_each_panels_snapshot_when_the_trace_is_requested(qtbot
     next(d for d in window.docks if d.panel is neurons).raise_()  # its tab in front: only panels on screen prepare
     qtbot.waitUntil(lambda: neurons.on_screen)
     window.selection.set_layer(1)
-    preparers = window._preparers()  # what TraceController.request hands the worker
+    preparers = window.drawing.preparers()  # what TraceController.request hands the worker
     assert any(p.func.__self__ is neurons and p.keywords["snapshot"].layer == 1 for p in preparers)
     window.selection.set_layer(0)
     trace = window.loaded.trace("A different prompt for a fresh trace")

@@ -1,4 +1,4 @@
-"""Progressive views (explorer.ui.progressive): expensive views are computed after the cheap drawing,
+"""Progressive views (explorer.ui.session.progressive): expensive views are computed after the cheap drawing,
 only for shown panels, the current selection first; stale work is abandoned and never drawn."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from PySide6.QtCore import QObject
 from explorer.core.analysis import residual as core
 from explorer.ui.panels.residual import ResidualPanel
 from explorer.ui.panels.residual import lens as residual_lens
-from explorer.ui.progressive import Job, ProgressiveWork
-from explorer.ui.selection import Selection
+from explorer.ui.session.progressive import Job, ProgressiveWork
+from explorer.ui.session.selection import Selection
 
 PROMPT = "The cat sat on the mat, and the dog sat on the log by the door."
 

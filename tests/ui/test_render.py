@@ -8,7 +8,7 @@ from PySide6.QtGui import QImage
 import explorer.ui  # noqa: F401
 from explorer.cli import main
 from explorer.core.checkpoint import load_checkpoint
-from explorer.ui.export.offscreen import export_attention_maps, render_plots
+from explorer.ui.offscreen import export_attention_maps, render_plots
 
 PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps on a mat"
 EMBEDDING_PLOTS = {"embeddings_token_embeddings.png", "embeddings_embedding_sum.png",

@@ -17,7 +17,7 @@ from explorer.core.worked_example import PROMPT
 from explorer.ui.panels import panel_classes
 from explorer.ui.panels.residual import ResidualPanel, visible_text
 from explorer.ui.panels.residual import lens as residual_lens
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 # " the the" and " dog dog": a random model with tied embeddings predicts the token it reads, so
 # these positions' top predictions are the real next token

@@ -9,7 +9,7 @@ import torch
 
 import explorer
 from explorer.core.interop import write_trace_safetensors
-from explorer.ui.docks import dock_of
+from explorer.ui.window.docks import dock_of
 
 PROMPT = "Hello world, the model in my notebook"
 
@@ -46,12 +46,12 @@ def test_show_opens_an_in_memory_transformers_model_and_traces_it_exactly(qtbot,
 
 
 def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path, other_checkpoint):
-    from explorer.ui import open_trace
+    from explorer.ui.window import open_trace
 
     original = window.trace
     path = write_trace_safetensors(original, tmp_path / "trace.safetensors", prompt=window.prompt.text())
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-        open_trace.open_trace(window, path)
+        window.open_trace_file(path)
     shown = window.trace
     assert shown is not original and not shown.has_model
     assert shown.tokens == original.tokens
@@ -74,13 +74,13 @@ def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path
 
 
 def test_a_foreign_file_is_refused_with_a_message(qtbot, window, tmp_path, monkeypatch):
-    from explorer.ui import open_trace
+    from explorer.ui.window import open_trace
 
     shown = []
     monkeypatch.setattr(open_trace.QMessageBox, "critical", lambda parent, title, text: shown.append(text))
     bad = tmp_path / "not-a-trace.safetensors"
     bad.write_bytes(b"nonsense")
     before = window.trace
-    open_trace.open_trace(window, bad)
+    window.open_trace_file(bad)
     qtbot.waitUntil(lambda: bool(shown), timeout=10_000)
     assert "cannot read not-a-trace.safetensors" in shown[0] and window.trace is before

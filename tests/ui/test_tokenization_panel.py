@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from explorer.core.tokenize.base import gpt2_tokenizer
 from explorer.core.tokenize.display import PARTIAL_COLOUR, visible_whitespace
 from explorer.ui.panels.tokenization import GPT2, TokenizationPanel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
 """Exporting what the window shows.
 
 * ``menu``: the right-click menu of a plot (``Exportable``, ``attach_export_menu``, ``export_actions``);
-* ``images``: PNG and SVG writers; ``data``: the data behind a plot as CSV/NPY;
-* ``window_actions``: File > Export trace… and File > Export attention maps…;
-* ``offscreen``: rendering every panel's plots without a window (``explorer export --plots``).
+* ``images``, ``raster``: PNG and SVG writers; ``data``: the data behind a plot as CSV/NPY;
+* ``attention_maps``: one map per head, written by a generator a worker runs.
 
-The last two are imported where they are used, not here.
+File > Export… lives with the window (``explorer.ui.window.export_actions``); rendering every panel
+without a window is ``explorer.ui.offscreen`` (it imports the panels, which sit above this package).
 """
 
 from explorer.ui.export.data import export_data

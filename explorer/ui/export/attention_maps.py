@@ -12,7 +12,6 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -20,6 +19,7 @@ import pyqtgraph as pg
 from explorer.core.cancel import Cancel
 from explorer.core.display.labels import token_labels
 from explorer.core.export import write_matrix_csv, write_npy
+from explorer.core.trace import Trace
 from explorer.ui.export.raster import heatmap_image, save_png
 
 LUT_POINTS = 256
@@ -38,7 +38,7 @@ def viridis_lut() -> np.ndarray:
     return pg.colormap.get("viridis").getLookupTable(0.0, 1.0, LUT_POINTS, alpha=False)
 
 
-def write_attention_maps(trace: Any, directory: str | os.PathLike[str], layers: Sequence[int] | None = None,
+def write_attention_maps(trace: Trace, directory: str | os.PathLike[str], layers: Sequence[int] | None = None,
                          cancel: Cancel | None = None, png: bool = True) -> Iterator[Progress]:
     """Write ``L{l}_H{h}.png`` (unless ``png`` is False), ``.npy`` and ``.csv`` per head into
     ``directory``; yield a ``Progress`` after each head; stop before the next head once ``cancel`` is set."""

@@ -1,6 +1,6 @@
 """The generation pane and its parts.
 
-* ``pane``: ``GenerationPane``, the widget (hosted by ``explorer.ui.docks.add_generation_dock``);
+* ``pane``: ``GenerationPane``, the widget (hosted by ``explorer.ui.window.docks.add_generation_dock``);
 * ``controls``: the sampling controls form; ``token_text``: the streaming, clickable text;
 * ``candidate_chart``: one step's candidates before and after the controls, as bars;
 * ``stream``: the worker's generator, its pacing, and the pane's Generate/Stop half.

@@ -13,7 +13,7 @@ the model's internals at that point. Generating runs in a worker, paced for the 
 Why a ``Panel`` subclass that is not in the panel registry: it reuses the panel machinery (the
 "What am I looking at?" explanation, ``add_exportable``'s right-click export of the chart, a
 ``PanelDock``) but it is not a trace panel: it drives the model instead of drawing a ``Trace``,
-so the window hosts it in its own dock (``explorer.ui.docks.add_generation_dock``) and never hands
+so the window hosts it in its own dock (``explorer.ui.window.docks.add_generation_dock``) and never hands
 it traces.
 """
 
@@ -27,6 +27,7 @@ import numpy as np
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QDockWidget,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -51,7 +52,6 @@ from explorer.core.generation.candidates import (
 )
 from explorer.core.generation.sampling import SamplingParams, softmax
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
-from explorer.ui.docks import PanelDock
 from explorer.ui.export.menu import ask_path
 from explorer.ui.generation.candidate_chart import (
     AFTER_BRUSH,
@@ -62,10 +62,13 @@ from explorer.ui.generation.controls import SamplingControls, row
 from explorer.ui.generation.stream import GenerationRun
 from explorer.ui.generation.token_text import TokenText, legend_html
 from explorer.ui.panels.base import Panel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.trace import Trace
+    from explorer.ui.session.session import Session
 
 MODEL_CHANGED = "A new model: the previous model's continuation was cleared."
 PROMPT_CHANGED = "The prompt changed: the previous prompt's continuation was cleared."
@@ -93,7 +96,7 @@ class GenerationPane(GenerationRun, Panel):
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
-        self.loaded: Any = None
+        self.loaded: LoadedModel | None = None
         self.prompt_ids: list[int] = []
         self.prompt_text = ""
         self.steps: list[Step] = []
@@ -222,7 +225,24 @@ class GenerationPane(GenerationRun, Panel):
         self.step_spin.valueChanged.connect(self._on_step_spin)
 
     # --- the model and the prompt --------------------------------------------------------------------
-    def set_model(self, loaded: Any) -> None:
+    def attach(self, session: Session) -> None:
+        """Follow ``session``: its model, the prompt the user types (unless this pane's was edited),
+        its interventions; a clicked token becomes the session's trace."""
+        super().attach(session)
+        session.model_loaded.connect(self._on_model_loaded)
+        session.trace_file_opened.connect(self._on_trace_file_opened)
+        session.prompt_edited.connect(self.follow_prompt)
+        self.trace_requested.connect(session.trace_ids)
+
+    def _on_model_loaded(self, loaded: LoadedModel) -> None:
+        self.set_model(loaded)
+        if self.session is not None:
+            self.follow_prompt(self.session.prompt)
+
+    def _on_trace_file_opened(self, _path: str) -> None:
+        self.set_model(None)
+
+    def set_model(self, loaded: LoadedModel | None) -> None:
         """A new model: whatever runs is stopped and forgotten, saying so if something was shown."""
         had_output = self.has_output()
         self.forget_run()
@@ -376,7 +396,7 @@ class GenerationPane(GenerationRun, Panel):
             QMessageBox.warning(self, "Export transcript", f"Could not write {path}:\n{exc}")
 
     # --- Panel contract and window events -----------------------------------------------------------
-    def show_trace(self, trace: Any) -> None:
+    def show_trace(self, trace: Trace) -> None:
         """Not a trace panel: the window never hands it traces."""
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
@@ -390,7 +410,7 @@ class GenerationPane(GenerationRun, Panel):
             return
         self._sized = True
         dock, window = self.parentWidget(), self.window()
-        if isinstance(window, QMainWindow) and isinstance(dock, PanelDock) and not dock.isFloating():
+        if isinstance(window, QMainWindow) and isinstance(dock, QDockWidget) and not dock.isFloating():
             if dock.width() < 360:
                 width = min(max(380, int(window.width() * 0.34)), 620)
                 window.resizeDocks([dock], [width], Qt.Orientation.Horizontal)

@@ -29,10 +29,12 @@ from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
 from explorer.ui.generation.controls import MAX_SEED
-from explorer.ui.workers import error_message
+from explorer.ui.session.lifetime import release, release_when_finished
+from explorer.ui.session.workers import error_message
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step
+    from explorer.core.loaded import LoadedModel
 
 log = logging.getLogger("explorer.ui.generation")
 
@@ -41,7 +43,7 @@ BAR_INTERVAL_MS = 50  # while streaming, the chart (the newest step) is redrawn 
 BAR_BUDGET = 0.03  # and less often if drawing it would take more than this share of the time
 
 
-def stream_steps(loaded: Any, prompt_ids: Sequence[int], params: SamplingParams, cancel: Cancel,
+def stream_steps(loaded: LoadedModel, prompt_ids: Sequence[int], params: SamplingParams, cancel: Cancel,
                  frame_seconds: float | None = None, interventions: Sequence[Any] = ()) -> Generator[list[Step], None, GenerationResult]:
     """``generate_steps``, its steps handed on in groups (run in the worker; returns the result).
 
@@ -125,12 +127,13 @@ class GenerationRun:
         self.step_spin.blockSignals(False)
         self._cancel = Cancel()
         worker = create_worker(stream_steps, self.loaded, list(ids), params, self._cancel,
-                               interventions=tuple(getattr(self, "active_interventions", ()) or ()),  # the window's, if any
+                               interventions=self.interventions.active() if self.interventions is not None else (),
                                _start_thread=False, _ignore_errors=True)
         worker.yielded.connect(lambda steps, g=gen_id: self._on_steps(g, steps))
         worker.returned.connect(lambda result, g=gen_id: self._on_returned(g, result))
         worker.errored.connect(lambda exc, g=gen_id: self._on_errored(g, exc))
         worker.finished.connect(lambda g=gen_id: self._on_finished(g))
+        release_when_finished(worker)
         self._worker = worker
         self.running = True
         self.status.setText(f"Generating… ({describe_params(params)}, seed {seed})")
@@ -167,6 +170,13 @@ class GenerationRun:
         self.status.setText("")
         self.status.setStyleSheet("")
         self._update_buttons()
+
+    def shutdown(self) -> None:
+        """The window closes: stop, and let nothing the worker still sends reach the (deleted) widgets."""
+        self.stop()
+        self._gen_id += 1
+        release(self._worker)
+        self._worker = None
 
     def _on_steps(self, gen_id: int, steps: list[Step]) -> None:
         """Steps from the worker (one frame's worth): one text edit, then ``step_added`` for each."""

@@ -9,6 +9,12 @@ Work before drawing runs on the worker thread (``prepare``). It reads no widget 
 ``self.selection``: it gets a ``PanelSnapshot``, a frozen copy of the selection and the panel's
 options taken on the GUI thread when the trace is requested (``snapshot``, ``preparer``).
 
+Prepare returns what is drawn: a panel that implements ``draw(view)`` returns a frozen
+``PanelView`` subclass from ``prepare`` (built from the trace and the snapshot); the window carries
+it from the worker to ``set_trace(trace, view)``, which hands it to ``draw``. (A view that is missing
+or was made for another trace is prepared again on the GUI thread.) Panels not converted yet return
+None and draw the trace in ``show_trace``. ``trace.memo`` holds only values derived from that trace.
+
 Adding a panel: a pure function in ``explorer/core`` with a headless test, a module here with a
 ``Panel`` subclass, one line in ``explorer/ui/panels/__init__.py``'s ``PANELS``, one pytest-qt test.
 """
@@ -19,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from PySide6.QtCore import Qt
@@ -28,12 +34,16 @@ from PySide6.QtWidgets import QToolButton, QVBoxLayout, QWidget
 from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
 from explorer.ui.explanations import ExplanationWindow
-from explorer.ui.interventions.state import InterventionState
 from explorer.ui.export.menu import Exportable, attach_export_menu
-from explorer.ui.progressive import Job, ProgressiveWork, lane
-from explorer.ui.selection import Selection
+from explorer.ui.session.progressive import Job, ProgressiveWork, lane
+from explorer.ui.session.interventions import InterventionState
+from explorer.ui.session.selection import Selection
 
-__all__ = ["Exportable", "Panel", "PanelSnapshot"]
+if TYPE_CHECKING:
+    from explorer.ui.session.session import Session
+    from explorer.ui.session.workers import LoadResult
+
+__all__ = ["Exportable", "Panel", "PanelSnapshot", "PanelView"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,13 @@ class PanelSnapshot:
     head: int = 0
     token: int | None = None
     tokenizer: Any = None  # Qt-free; read-only use (display strings, vocab_size)
+
+
+@dataclass(frozen=True)
+class PanelView:
+    """What a panel's ``prepare`` made of one trace for ``draw`` (subclassed per panel)."""
+
+    trace: Trace
 
 
 def clamp_token(token: int | None, n: int) -> int:
@@ -64,8 +81,9 @@ class Panel(QWidget):
         self.trace: Trace | None = None
         self._exportables: list[Exportable] = []
         self.tokenizer: Any = None  # the model's Tokenizer, set by the window (see set_tokenizer)
-        self.interventions: InterventionState | None = None  # the window's (explorer/ui/interventions/)
-        self.progressive: ProgressiveWork | None = None  # the window's lane (else the application's)
+        self.session: Session | None = None  # the window's Session, once attached (attach)
+        self.interventions: InterventionState | None = None  # the Session's (explorer/ui/interventions/)
+        self.progressive: ProgressiveWork | None = None  # the Session's lane (else the application's)
         self._deferred: dict[Any, Job] = {}  # expensive views asked for while hidden: run when shown
         self.on_screen = True  # set by the window (set_on_screen): False while behind another tab
         self.body = QVBoxLayout(self)
@@ -76,8 +94,18 @@ class Panel(QWidget):
 
     # --- what subclasses implement ---------------------------------------------------------
     def show_trace(self, trace: Trace) -> None:
-        """Draw everything for a new trace (called on the GUI thread)."""
+        """Draw everything for a new trace (called on the GUI thread). A panel with ``draw`` draws
+        the view ``prepare`` makes of it instead."""
+        if not self._shows_views():
+            raise NotImplementedError
+        self.draw(self.prepare(trace, self.snapshot()))
+
+    def draw(self, view: PanelView) -> None:
+        """Draw ``view`` (what ``prepare`` returned for the trace being shown), on the GUI thread."""
         raise NotImplementedError
+
+    def _shows_views(self) -> bool:
+        return type(self).draw is not Panel.draw
 
     def selection_changed(self, what: str) -> None:
         """Redraw what depends on the selection; ``what`` is "layer", "head" or "token"."""
@@ -98,7 +126,7 @@ class Panel(QWidget):
         """The selected token, or the last one when none (or one beyond this trace) is selected."""
         return clamp_token(self.selection.token, self.trace.n_tokens if self.trace is not None else 1)
 
-    def preparer(self) -> Callable[[Trace], None]:
+    def preparer(self) -> Callable[[Trace], PanelView | None]:
         """``prepare`` bound to a snapshot taken now: call on the GUI thread, run on the worker."""
         return partial(self.prepare, snapshot=self.snapshot())
 
@@ -109,8 +137,9 @@ class Panel(QWidget):
         Called from the worker thread: read only the trace and ``snapshot``, touch no widget."""
         return []
 
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
-        """Work done on the worker thread before ``show_trace``: by default, compute ``needed_keys``.
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> PanelView | None:
+        """Work done on the worker thread before drawing: by default, compute ``needed_keys``.
+        A panel with ``draw`` returns its ``PanelView`` of the trace.
 
         Panels with heavier views (a downsampled mosaic, a logit lens) override it and keep the
         results with ``trace.memo(key, compute)``; ``show_trace`` then asks ``trace.memo`` with the
@@ -122,7 +151,7 @@ class Panel(QWidget):
     def tokenizer_changed(self) -> None:
         """A new model (and so ``self.tokenizer``) was loaded; the next trace follows."""
 
-    # --- progressive views (explorer.ui.progressive) ---------------------------------------------
+    # --- progressive views (explorer.ui.session.progressive) ---------------------------------------------
     def later(self, key: Any, compute: Callable[[Callable[[], None]], Any], apply: Callable[[Any], None],
               priority: int = 0) -> Job:
         """Compute an expensive view of the current trace in the background and ``apply`` it here.
@@ -178,13 +207,33 @@ class Panel(QWidget):
                 self._lane().submit(job)
 
     # --- shared machinery --------------------------------------------------------------------
-    def set_trace(self, trace: Trace) -> None:
+    def set_trace(self, trace: Trace, view: PanelView | None = None) -> None:
+        """Show ``trace``; ``view``: what ``prepare`` made of it on a worker (else prepared here)."""
         if self.trace is not trace:  # the old trace's views are stale
             self._lane().cancel_owner(self)
             self._deferred.clear()
         self.trace = trace
-        self.show_trace(trace)
+        if self._shows_views():
+            if view is None or view.trace is not trace:
+                view = self.prepare(trace, self.snapshot())
+            self.draw(view)
+        else:
+            self.show_trace(trace)
         self.refresh_marks()
+
+    def attach(self, session: Session) -> None:
+        """Work with ``session``: its lane for background views, its interventions, its model's tokenizer."""
+        self.session = session
+        self.progressive = session.progressive
+        self.set_interventions(session.interventions)
+        session.model_changed.connect(self._on_model_changed)
+        session.trace_file_opened.connect(self._on_trace_file)
+
+    def _on_model_changed(self, result: LoadResult) -> None:
+        self.set_tokenizer(result.model.tokenizer)
+
+    def _on_trace_file(self, _path: str) -> None:
+        self.set_tokenizer(None)
 
     def set_interventions(self, state: InterventionState) -> None:
         """The session's interventions: right-click menus edit them, marks show the active ones."""

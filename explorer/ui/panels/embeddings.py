@@ -3,8 +3,8 @@ similar the prompt's vectors are to each other, and which vocabulary entries lie
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyqtgraph as pg
@@ -19,13 +19,13 @@ from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
                                    sinusoid_curves)
-from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
 
 N_NEIGHBOURS = 10
-NEIGHBOURS_NOW_MACS = 2**22  # V x d under this: neighbours at once; else progressively (explorer.ui.progressive)
+NEIGHBOURS_NOW_MACS = 2**22  # V x d under this: neighbours at once; else progressively (explorer.ui.session.progressive)
 NO_POSITIONS_NOTE = {
     "rotary": "Rotary positions rotate Q and K inside attention; nothing is added here.",
     "none": "This model has no positional information: nothing is added here, "
@@ -46,6 +46,17 @@ def _title(text: str) -> QLabel:
 @dataclass(frozen=True)
 class EmbeddingsSnapshot(PanelSnapshot):
     space: str = "sum"  # the vectors the cosine map compares: "embed", "pos" or "sum"
+
+
+@dataclass(frozen=True)
+class EmbeddingsView(PanelView):
+    """What the panel draws of one trace: labels, vectors, one colour range, the chosen cosine map."""
+
+    labels: tuple[str, ...] = ()
+    vectors: Mapping[str, np.ndarray] = field(default_factory=dict)  # "embed", "sum" and (if any) "pos"
+    levels: tuple[float, float] = (-1.0, 1.0)
+    space: str = "sum"  # the cosine map's vectors
+    cosine: np.ndarray | None = None
 
 
 def _vectors_of(trace: Trace) -> dict[str, np.ndarray]:
@@ -80,6 +91,7 @@ class EmbeddingsPanel(Panel):
         super().__init__(selection, parent)
         self._display: Callable[[int], str] | None = None
         self._vectors: dict[str, np.ndarray] = {}
+        self._view: EmbeddingsView | None = None  # what draw() drew last
         self._labels: list[str] = []
         self._markers: dict[int, QGraphicsRectItem] = {}
 
@@ -187,22 +199,23 @@ class EmbeddingsPanel(Panel):
     def snapshot(self) -> EmbeddingsSnapshot:
         return self._snapshot(EmbeddingsSnapshot, space=self._space_key())
 
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
-        """On the worker: the colour range and the cosine map of the chosen vectors."""
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> EmbeddingsView:
+        """On the worker: the vectors, the colour range and the cosine map of the chosen vectors."""
         super().prepare(trace, snapshot)
         vectors = _vectors_of(trace)
-        _levels_of(trace, vectors)
         key = getattr(snapshot, "space", "sum")
-        if key in vectors:
-            _cosine_of(trace, vectors, key)
+        return EmbeddingsView(trace, tuple(token_labels(trace.tokens)), vectors, _levels_of(trace, vectors), key,
+                              _cosine_of(trace, vectors, key) if key in vectors else None)
 
-    def show_trace(self, trace: Trace) -> None:
+    def draw(self, view: EmbeddingsView) -> None:
+        trace = view.trace
         cfg = trace.config
-        self._labels = token_labels(trace.tokens)
-        self._vectors = _vectors_of(trace)
+        self._labels = list(view.labels)
+        self._vectors = dict(view.vectors)
+        self._view = view
         embed, total = self._vectors["embed"], self._vectors["sum"]
         has_pos = "pos" in self._vectors
-        levels = _levels_of(trace, self._vectors)
+        levels = view.levels
         dims = [f"d{j}" for j in range(embed.shape[1])]
         self.embed_map.set_data(embed, self._labels, dims, levels=levels, value_name="value")
         self.sum_map.set_data(total, self._labels, dims, levels=levels, value_name="value")
@@ -247,7 +260,10 @@ class EmbeddingsPanel(Panel):
             return
         key = self._space_key()
         self.cosine_map.plot.setTitle(f"cosine similarity between tokens: {self.space_combo.currentText()}")
-        self.cosine_map.set_data(_cosine_of(self.trace, self._vectors, key), self._labels, self._labels,
+        view = self._view
+        ready = view.cosine if view is not None and view.trace is self.trace and view.space == key else None
+        self.cosine_map.set_data(ready if ready is not None else _cosine_of(self.trace, self._vectors, key),
+                                 self._labels, self._labels,
                                  levels=(-1.0, 1.0), value_name="cosine")
         self._mark_selected()
 

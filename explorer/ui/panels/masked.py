@@ -12,7 +12,7 @@ from explorer.core.analysis.masked import masked_predictions
 from explorer.core.display.tokens import visible
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 
 TOP_K = 5
 NO_HEAD = ("Masked-token predictions need an encoder with a masked-LM head (such as BertForMaskedLM). "

@@ -16,7 +16,7 @@ from explorer.core.tokenize.base import Tokenizer
 from explorer.core.tokenize.display import ChipView, display_bytes, display_chips, one_hot, tokenizer_chips, visible_whitespace
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.token_chips import TokenChips
 

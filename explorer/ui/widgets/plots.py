@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtWidgets import QGraphicsRectItem
+from PySide6.QtWidgets import QGraphicsRectItem, QMenu, QWidget
 
 from explorer.ui.widgets.axis import readable, thin_axes
 
@@ -31,3 +31,21 @@ def fixed_plot(grid: str = "y") -> pg.PlotWidget:
     for axis in ("left", "bottom"):
         widget.getAxis(axis).enableAutoSIPrefix(False)
     return widget
+
+
+def adopt_plot_menus(owner: QWidget) -> int:
+    """Make ``owner`` the Qt parent of the context menus pyqtgraph made without one under it (each
+    plot's "Plot Options" menu, each view box's menu, with their submenus), so they are deleted with
+    ``owner``. Left parentless, a menu's C++ connections hold its plot's Python objects, which hold the
+    menu: a cycle Python's collector cannot see, so a closed window's plots would never be freed.
+    Returns how many menus were adopted."""
+    adopted = 0
+    for view in owner.findChildren(pg.GraphicsView):
+        scene = view.scene()
+        for item in scene.items() if scene is not None else ():
+            for name in ("ctrlMenu", "menu"):
+                menu = getattr(item, name, None)
+                if isinstance(menu, QMenu) and menu.parent() is None:
+                    menu.setParent(owner, menu.windowFlags())
+                    adopted += 1
+    return adopted

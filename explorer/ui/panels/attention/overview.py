@@ -135,7 +135,7 @@ class AttentionOverview:
     def _draw_overview(self) -> None:
         trace, cfg = self.trace, self.trace.config
         if trace.memo_get(("attention.mosaic", MAX_TILE)) is None and not all_heads_cheap(trace):
-            # every head of a long prompt: in the background, drawn when ready (explorer.ui.progressive)
+            # every head of a long prompt: in the background, drawn when ready (explorer.ui.session.progressive)
             self.geometry = None
             self.overview_image.clear()
             self.overview_plot.setTitle("all heads: computing\u2026")

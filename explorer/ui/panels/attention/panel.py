@@ -51,7 +51,7 @@ from explorer.ui.panels.attention.views import (
     statistic_of,
 )
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
 
 

@@ -17,7 +17,7 @@ from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, ffn_column, head_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
 

@@ -13,7 +13,7 @@ strip), so every panel shows the patched run and "What changed" compares it with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtCore import Signal
@@ -27,12 +27,16 @@ from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, head_cells, resid_cells
 from explorer.ui.panels.base import Panel
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
-from explorer.ui.workers import error_message
+from explorer.ui.session.workers import error_message
+
+if TYPE_CHECKING:
+    from explorer.core.model import Transformer
+    from explorer.ui.session.session import Session
 
 
-def run_patching(model: Any, clean: list[int], corrupt: list[int], target: int, distractor: int | None,
+def run_patching(model: Transformer, clean: list[int], corrupt: list[int], target: int, distractor: int | None,
                  cancel: Cancel):
     """The worker's generator: ``patching_steps``'s updates, then its result."""
     from explorer.core.interventions.patching import patching_steps
@@ -48,7 +52,7 @@ STALE_PROMPT = ("The prompt changed: these grids are for the clean prompt {clean
 class PatchingPanel(Panel):
     title = "Activation patching"
     explanation = "patching"
-    run_prompt = Signal(str)  # the window runs this prompt (the corrupted one, to inspect a patch)
+    run_prompt = Signal(str)  # the session runs this prompt (the corrupted one, to inspect a patch)
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
@@ -101,6 +105,10 @@ class PatchingPanel(Panel):
         return [resid_cells(self.resid_map), head_cells(self.head_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
+
+    def attach(self, session: Session) -> None:
+        super().attach(session)
+        self.run_prompt.connect(session.set_prompt)
     def show_trace(self, trace: Trace) -> None:
         if not trace.interventions:  # the clean prompt: the window's own run (an inspected patch keeps it)
             self._clean_ids = [int(i) for i in trace.token_ids]

@@ -8,8 +8,10 @@
 * right: at every position, how the log-probability of the token that actually comes next moved
   (``core/analysis/changes.py``: ``compare_runs``).
 
-The trace controller runs the prompt a second time without interventions when there are any and
-keeps that run in the trace's memo (``workers.BASELINE``); this panel never runs the model.
+The trace controller runs the prompt a second time without interventions when there are any; the
+Session keeps that run as the shown result's ``baseline`` (``Session.baseline_of``). This panel never
+runs the model, and keeps what it compares with its own state (a value of two runs is not a value
+derived from one trace, so it is not put in the trace's memo).
 """
 
 from __future__ import annotations
@@ -29,10 +31,9 @@ from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.plots import fixed_plot
-from explorer.ui.workers import BASELINE
 
 
 BEFORE_BRUSH = pg.mkBrush(150, 150, 150)
@@ -45,22 +46,19 @@ class WhatChangedSnapshot(PanelSnapshot):
     pass
 
 
-def comparison(trace: Trace, position: int | None) -> RunComparison | None:
-    """The comparison for ``position`` (None: the last), kept in the trace's memo; None without interventions."""
-    baseline = trace.memo(BASELINE, lambda: None)
+def comparison(trace: Trace, baseline: Trace | None, position: int | None) -> RunComparison | None:
+    """The comparison for ``position`` (None: the last); None without interventions."""
     if baseline is None or not trace.interventions:
         return None
     p = trace.n_tokens - 1 if position is None else position
-    return trace.memo(("what_changed", p), lambda: compare_runs(baseline["logits"], trace["logits"],
-                                                                trace.token_ids, p, TOP))
+    return compare_runs(baseline["logits"], trace["logits"], trace.token_ids, p, TOP)
 
 
-def difference(trace: Trace) -> np.ndarray | None:
+def difference(trace: Trace, baseline: Trace | None) -> np.ndarray | None:
     """The residual stream's relative change at every boundary and position (None without interventions)."""
-    baseline = trace.memo(BASELINE, lambda: None)
     if baseline is None or not trace.interventions:
         return None
-    return trace.memo(("what_changed", "stream"), lambda: stream_difference(trace, baseline))
+    return stream_difference(trace, baseline)
 
 
 class WhatChangedPanel(Panel):
@@ -70,6 +68,8 @@ class WhatChangedPanel(Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.result: RunComparison | None = None
+        self.baseline: Trace | None = None  # the shown trace's run without interventions (from the Session)
+        self._stream: np.ndarray | None = None
         self.info = QLabel("No interventions: right-click a head, a neuron or a residual cell to switch it off.")
         # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
         # preferred height); the tooltip has the whole text
@@ -115,10 +115,11 @@ class WhatChangedPanel(Panel):
         return self._snapshot(WhatChangedSnapshot)
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
-        comparison(trace, snapshot.token)
-        difference(trace)
+        """Nothing ahead: the baseline reaches the Session with the trace (both are cheap to compare)."""
 
     def show_trace(self, trace: Trace) -> None:
+        self.baseline = self.session.baseline_of(trace) if self.session is not None else None
+        self._stream = difference(trace, self.baseline)
         self._draw()
         matrix, rows, cols = self._stream_data()
         self.stream_map.set_data(matrix, rows, cols, value_name="relative change")
@@ -130,7 +131,7 @@ class WhatChangedPanel(Panel):
     # --- drawing ---------------------------------------------------------------------------------
     def _draw(self) -> None:
         trace = self.trace
-        self.result = comparison(trace, self.selection.token) if trace is not None else None
+        self.result = comparison(trace, self.baseline, self.selection.token) if trace is not None else None
         if self.result is None:
             self._say("No interventions: right-click a head, a neuron or a residual cell to switch it off. "
                               "This panel then compares the run with them to the run without.")
@@ -161,7 +162,7 @@ class WhatChangedPanel(Panel):
         self.deltas.setXRange(-0.6, max(delta.size, 1) - 0.4, padding=0)
 
     def _stream_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        diff = difference(self.trace) if self.trace is not None else None
+        diff = self._stream if self.trace is not None else None
         if diff is None:
             return np.zeros((0, 0)), [], []
         return diff, boundary_labels(self.trace.config.n_layers), token_labels(self.trace.tokens)

@@ -59,7 +59,7 @@ from explorer.ui.panels.neurons.widgets import (
     ROW_OUTLINE,
     NeuronHeatmap,
 )
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
 
 NO_FFN_NOTE = ("This model has no FFN: it is attention-only, so its blocks have no neurons to show. "

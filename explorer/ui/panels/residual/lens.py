@@ -4,7 +4,7 @@ probability with its text in each cell; the tooltip lists the top five and the r
 
 A small lens (``LENS_NOW_MACS``) is computed whole on the worker thread in ``prepare`` and shown whole. A large one
 (GPT-2 small at 256 tokens is 13 x 256 x 50,257 x 768 multiply-adds, several times the forward pass)
-is filled progressively (``explorer.ui.progressive``) and only where it is looked at: a prompt longer
+is filled progressively (``explorer.ui.session.progressive``) and only where it is looked at: a prompt longer
 than the grid can show legibly (``lens_window``: as many positions as fit at ``LENS_CELL_PX`` each,
 8 to 24) shows the lens at a window of positions around the selected token (with each cell's text),
 computed in one background job; the window moves when the selection

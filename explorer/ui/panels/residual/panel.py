@@ -56,7 +56,7 @@ from explorer.ui.panels.residual.lens import (
     lens_of,
     lens_texts_of,
 )
-from explorer.ui.selection import Selection
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
 from explorer.ui.widgets.plots import fixed_plot, outline
 

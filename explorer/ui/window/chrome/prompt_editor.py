@@ -43,6 +43,7 @@ class PromptEditor(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.count)
         row.addWidget(self.notice, 1)
+        self._row = row
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 2)
         layout.setSpacing(3)
@@ -79,6 +80,19 @@ class PromptEditor(QWidget):
             self._notice(f"showing the first {n_tokens} of {truncated_from} tokens: the rest does not "
                          "fit the model's context", _NOTICE_STYLE)
         else:
+            self.notice.hide()
+
+    def add_to_row(self, widget: QWidget, index: int, stretch: int = 0) -> None:
+        """Put ``widget`` in the row under the text box (the token count, then the notice)."""
+        self._row.insertWidget(index, widget, stretch)
+
+    def show_notice(self, message: str) -> None:
+        self._notice(message, _NOTICE_STYLE)
+
+    def set_read_only(self, read_only: bool) -> None:
+        """A trace opened from a file cannot be traced again: its prompt is read-only until a model loads."""
+        self.edit.setReadOnly(read_only)
+        if not read_only:
             self.notice.hide()
 
     def show_error(self, message: str) -> None:

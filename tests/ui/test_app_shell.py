@@ -1,5 +1,5 @@
-"""The desktop polish: About, the exception dialog, Copy image/data, undo after programmatic
-prompt changes, remembered device and precision, the icon and desktop file, the dark palette."""
+"""The application around the window: Help > About, the unexpected-error dialog and the exception
+hook, the icon and desktop file, the dark palette."""
 
 from __future__ import annotations
 
@@ -8,18 +8,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tomllib
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QGuiApplication
 
-from explorer.ui import app as app_module
-from explorer.ui.about import AboutDialog, versions
 from explorer.ui.crash import ErrorDialog, ExceptionHook
-from explorer.ui.export.clipboard import copy_data, copy_image, data_tsv
-from explorer.ui.export.menu import Exportable
-from explorer.ui.widgets.heatmap import Heatmap
+from explorer.ui.window.about import AboutDialog, versions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,48 +66,6 @@ def test_the_installed_hook_catches_an_exception_raised_in_a_slot(qtbot):
         hook.dialogs[0].close()
     finally:
         hook.uninstall()
-
-
-def test_copy_data_is_tab_separated_with_labels_and_copy_image_renders(qtbot):
-    heatmap = Heatmap()
-    qtbot.addWidget(heatmap)
-    heatmap.resize(300, 200)
-    heatmap.show()
-    matrix = np.array([[0.5, -np.inf], [0.25, 0.75]], dtype=np.float32)
-    exportable = Exportable("pattern", heatmap, lambda: (matrix, ["0:To", "1: be"], ["0:To", "1: be"]))
-    assert data_tsv(exportable) == "\t0:To\t1: be\n0:To\t0.5\t-inf\n1: be\t0.25\t0.75\n"
-    assert copy_data(exportable) == QGuiApplication.clipboard().text()
-    vector = Exportable("norms", heatmap, lambda: (np.array([1.0, 2.0]), ["a", "b"], None))
-    assert data_tsv(vector) == "\tnorms\na\t1.0\nb\t2.0\n"
-    copy_image(exportable)
-    image = QGuiApplication.clipboard().image()
-    assert not image.isNull() and image.width() > 50
-
-
-def test_programmatic_prompt_changes_keep_the_undo_history(qtbot, window):
-    before = window.prompt.text()
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-        window.set_prompt("A sample prompt")  # what Prompt > Sample prompts and a model change do
-    assert window.prompt.edit.document().isUndoAvailable()
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-        window.prompt.edit.undo()
-    assert window.prompt.text() == before
-    assert "".join(window.trace.tokens) == before  # the undone text is analysed again
-
-
-def test_device_and_precision_are_remembered(qtbot, window, settings, other_checkpoint):
-    app_module.remember_device(window)
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-        window.open_checkpoint(str(other_checkpoint), device="cpu", dtype="float32")
-    assert settings.value(app_module.DEVICE_KEY) == "cpu" and settings.value(app_module.DTYPE_KEY) == "float32"
-    assert app_module.remembered_device(settings, None, None) == ("cpu", "float32")
-    assert app_module.remembered_device(settings, "auto", None) == ("auto", "float32")  # the command line wins
-    settings.setValue(app_module.DEVICE_KEY, "mps" if sys.platform != "darwin" else "cuda")
-    settings.setValue(app_module.DTYPE_KEY, "float16")
-    from explorer.core.device import available_devices
-
-    if settings.value(app_module.DEVICE_KEY) not in available_devices():  # a GPU that is gone: start safely
-        assert app_module.remembered_device(settings, None, None) == ("auto", "float32")
 
 
 def test_icon_desktop_file_gui_script_and_licence_agree():

@@ -1,12 +1,10 @@
 """Panels as dock widgets: finding the registered panel classes, placing their docks, and the
-generation pane's dock (built and wired to the window here)."""
+generation pane's dock."""
 
 from __future__ import annotations
 
 import logging
 from importlib import import_module
-from typing import Any
-
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -19,7 +17,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
+from explorer.ui.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -144,22 +144,12 @@ def size_docks(window: QMainWindow, docks: list[PanelDock], side: QDockWidget | 
     window.resizeDocks([docks[0], docks[1]], [int(height * 0.24), int(height * 0.76)], Qt.Orientation.Vertical)
 
 
-def add_generation_dock(window: Any, pane: Any) -> PanelDock:
-    """Host the ``GenerationPane`` ``pane`` in a dock on the window's right, full height, and wire it
-    up: a new model and the window's prompt reach the pane; a clicked token becomes the window's trace
-    (``MainWindow.show_generated``); closing the window stops a running generation."""
+def add_generation_dock(window: QMainWindow, session: Session, pane: GenerationPane) -> PanelDock:
+    """Host the ``GenerationPane`` ``pane`` in a dock on the window's right, full height, following
+    ``session`` (its model and prompt; a clicked token becomes its trace: ``GenerationPane.attach``)."""
     dock = PanelDock(pane, window, scroll=False)
     window.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
     window.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
     window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
-
-    def on_model(loaded: Any) -> None:
-        pane.set_model(loaded)
-        pane.follow_prompt(window.prompt.text())
-
-    window.model_loaded.connect(on_model)
-    window.prompt.text_edited.connect(pane.follow_prompt)
-    pane.trace_requested.connect(window.show_generated)
-    window.installEventFilter(pane)
-    window.generation = pane
+    pane.attach(session)
     return dock

@@ -1,14 +1,14 @@
 """The "Interventions" strip: one toggle per intervention of the session, a remove button, Clear all.
 
 Checked means active: the traces are run with it. The strip rebuilds itself whenever the
-:class:`~explorer.ui.interventions.state.InterventionState` changes.
+:class:`~explorer.ui.session.interventions.InterventionState` changes.
 """
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
-from explorer.ui.interventions.state import InterventionState
+from explorer.ui.session.interventions import InterventionState
 
 HINT = "none: right-click a head, a neuron or a residual cell to switch it off"
 

@@ -13,13 +13,21 @@ can read it, otherwise replaced only after asking (``prompt_for_model``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QLabel, QMessageBox, QSizePolicy, QWidget
 
 from explorer.core.display.levels import abbreviate
+from explorer.ui.session.session import Session
+from explorer.ui.session.workers import TraceResult
+from explorer.ui.window.chrome.prompt_editor import PromptEditor
+from explorer.ui.window.chrome.status_bar import StatusBar
+from explorer.ui.window.docks import PanelDock
+
+if TYPE_CHECKING:
+    from explorer.core.loaded import LoadedModel
 
 COMPUTING_STYLE = "QLabel { background: #e7f0ff; color: #1d3f7a; border-radius: 3px; padding: 1px 6px; }"
 EMPTY_STYLE = "QLabel { background: #f1f3f5; color: #343a40; border-radius: 3px; padding: 1px 6px; }"
@@ -42,14 +50,16 @@ class WindowState(QObject):
     ``requested_text`` (the prompt being traced), ``shown_text``/``shown_tokens``/``shown_request``
     (the trace on screen and the id of the request that made it), ``empty`` (the prompt box is empty).
 
-    Signals: ``changed()`` after any of them changed.
+    Signals: ``changed()`` after any of them changed; ``title_changed(str)``: the window's title.
     """
 
     changed = Signal()
+    title_changed = Signal(str)
 
-    def __init__(self, window: Any, app_name: str) -> None:
-        super().__init__(window)
-        self.window = window
+    def __init__(self, session: Session, prompt: PromptEditor, status: StatusBar, docks: Sequence[PanelDock],
+                 app_name: str, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.session, self.prompt, self.status, self.docks = session, prompt, status, list(docks)
         self.app_name = app_name
         self.computing = False
         self.empty = False
@@ -57,20 +67,18 @@ class WindowState(QObject):
         self.shown_text: str | None = None
         self.shown_tokens: int | None = None
         self.shown_request: int | None = None
-        self.label = QLabel("", window.prompt)
+        self.label = QLabel("", prompt)
         self.label.setObjectName("trace-state")
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         # never widens the window: the text takes the room there is (the tooltip has all of it)
         self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.label.hide()
-        layout = window.prompt.layout()  # the prompt editor: the text box, then [count, notice]
-        layout.itemAt(layout.count() - 1).layout().insertWidget(1, self.label, 1)
-        prompt, controller = window.prompt, window.controller
-        prompt.text_edited.connect(self._on_text)
-        controller.trace_ready.connect(self._on_trace_ready)
-        controller.failed.connect(lambda _message: self._finish_failed())
-        window.model_loaded.connect(self._on_model_loaded)
-        window.loader.stage.connect(self._on_loading)
+        prompt.add_to_row(self.label, 1, 1)  # between the token count and the notice
+        session.prompt_changed.connect(self.request_started)
+        session.trace_ready.connect(self._on_trace_ready)
+        session.failed.connect(self._finish_failed)
+        session.model_loaded.connect(self._on_model_loaded)
+        session.loading.connect(self._on_loading)
         self.placeholders("Loading the model\u2026")
 
     # --- the prompt and the requests ---------------------------------------------------------------
@@ -81,31 +89,28 @@ class WindowState(QObject):
         self.computing = not self.empty and text != self.shown_text
         self._show()
 
-    def _on_text(self, text: str) -> None:
-        self.request_started(text)
-
-    def _on_trace_ready(self, result: Any) -> None:
+    def _on_trace_ready(self, result: TraceResult) -> None:
         request, trace = result.request, result.trace
         self.shown_text, self.shown_tokens, self.shown_request = request.text, trace.n_tokens, request.id
         # only the trace of the prompt that is in the box now ends "computing…"
-        box = self.window.prompt.text()
-        if request.text == box and not self.window.controller.debounce.isActive():
+        box = self.session.prompt
+        if request.text == box and not self.session.controller.debounce.isActive():
             self.computing = False
         self.empty = not box.strip()
         self.show_content()
         self._show()
 
-    def _finish_failed(self) -> None:
+    def _finish_failed(self, _message: str = "") -> None:
         self.computing = False
-        self.empty = not self.window.prompt.text().strip()
+        self.empty = not self.session.prompt.strip()
         self._show()
 
-    def _on_model_loaded(self, loaded: Any) -> None:
+    def _on_model_loaded(self, loaded: LoadedModel) -> None:
         if self.shown_text is None:
             self.placeholders(f"Analysing the prompt with {loaded.name}\u2026")
         # the window requests the new model's trace right after this signal's caller set the prompt
         self.shown_text = None  # a new model: whatever is shown is the old model's
-        self.request_started(self.window.prompt.text())
+        self.request_started(self.session.prompt)
 
     def _on_loading(self, stage: str) -> None:
         if self.shown_text is None and stage:
@@ -115,13 +120,13 @@ class WindowState(QObject):
     def _show(self) -> None:
         label, shown = self.label, self.shown_text
         if self.empty:
-            self.window.prompt.notice.hide()  # "the prompt is empty" said once, here
+            self.prompt.notice.hide()  # "the prompt is empty" said once, here
             label.setText("Empty prompt: type some text to analyse."
                           + (f" The panels still show {prompt_title(shown, 24)} ({tokens_text(self.shown_tokens or 0)})."
                              if shown else ""))
             label.setStyleSheet(EMPTY_STYLE)
             label.show()
-            self.window.prompt.count.setText("<b>0</b> tokens")
+            self.prompt.count.setText("<b>0</b> tokens")
         elif self.computing:
             label.setText("computing\u2026" + (f" (the panels show {prompt_title(shown, 32)} until it is done)"
                                                if shown else ""))
@@ -130,15 +135,14 @@ class WindowState(QObject):
         else:
             label.hide()
         label.setToolTip(label.text())
-        status = self.window.status
         if self.computing:
-            status.fields["forward"].setText("computing\u2026")
-        self.window.setWindowTitle(self.title())
+            self.status.fields["forward"].setText("computing\u2026")
+        self.title_changed.emit(self.title())
         self.changed.emit()
 
     def title(self) -> str:
         """"model — “prompt…” (n tokens) — app", with "computing…" while a newer prompt is traced."""
-        loaded = getattr(self.window, "loaded", None)
+        loaded = self.session.loaded
         parts = [loaded.name] if loaded is not None else []
         if self.shown_text is not None and self.shown_tokens is not None:
             parts.append(f"{prompt_title(self.shown_text)} ({tokens_text(self.shown_tokens)})")
@@ -148,18 +152,16 @@ class WindowState(QObject):
 
     def placeholders(self, text: str) -> None:
         """Every panel dock shows ``text`` instead of its empty plots (before the first trace)."""
-        for dock in self.window.docks:
-            if hasattr(dock, "show_placeholder"):
-                dock.show_placeholder(text)
+        for dock in self.docks:
+            dock.show_placeholder(text)
 
     def show_content(self) -> None:
-        for dock in self.window.docks:
-            if hasattr(dock, "show_content"):
-                dock.show_content()
+        for dock in self.docks:
+            dock.show_content()
 
 
 # --- a new model and the user's text ---------------------------------------------------------------
-def prompt_for_model(parent: QWidget, loaded: Any, current: str, candidates: list[str],
+def prompt_for_model(parent: QWidget, loaded: LoadedModel, current: str, candidates: list[str],
                      ask: Callable[[str, str], bool] | None = None) -> tuple[str, str | None]:
     """The prompt to trace with a newly loaded model, and the reason it cannot read ``current`` (or
     None). ``current`` (the user's text) is kept if the model can read it. If it cannot, the first of

@@ -27,12 +27,16 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
+from explorer.ui.session.lifetime import release_when_finished
+
+if TYPE_CHECKING:
+    from explorer.core.trace import Trace
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +47,9 @@ _order = itertools.count()
 class Job:
     """One expensive view of one panel: ``compute(check)`` on the worker, ``apply(value)`` on the GUI thread."""
 
-    owner: Any  # the panel (a QWidget with ``trace``)
+    owner: object  # the panel (with a ``trace`` attribute: the trace it shows)
     key: Any
-    trace: Any
+    trace: Trace | None
     compute: Callable[[Callable[[], None]], Any]
     apply: Callable[[Any], None]
     priority: int = 0  # lower runs first
@@ -142,6 +146,7 @@ class ProgressiveWork(QObject):
         worker.returned.connect(lambda value, j=job: self._on_returned(j, value))
         worker.errored.connect(lambda exc, j=job: self._on_errored(j, exc))
         worker.finished.connect(lambda j=job: self._on_finished(j))
+        release_when_finished(worker)
         self._worker = worker
         self.busy_changed.emit(True)
         worker.start()

@@ -14,11 +14,12 @@ import warnings
 from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication
 
+    from explorer.core.loaded import LoadedModel
     from explorer.core.trace import Trace
 
 
@@ -78,7 +79,7 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "plot"
 
 
-def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> list[Path]:
+def render_plots(loaded: LoadedModel | None, trace: Trace, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Show ``trace`` in every panel offscreen; write ``<panel>_<plot>.png`` for each of their plots
     and ``attention/L{l}_H{h}.png`` (with .npy and .csv) per head. Returns the PNGs written."""
     app = ensure_app()
@@ -86,7 +87,7 @@ def render_plots(loaded: Any, trace: Trace, out_dir: str | os.PathLike[str]) -> 
     from PySide6.QtWidgets import QWidget
 
     from explorer.ui.export.images import export_png
-    from explorer.ui.selection import Selection
+    from explorer.ui.session.selection import Selection
 
     out_dir = Path(out_dir)
     written: list[Path] = []

@@ -7,7 +7,7 @@ loaded model's device are added here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
 from PySide6 import __version__ as pyside_version
@@ -24,10 +24,13 @@ from PySide6.QtWidgets import (
 
 from explorer.ui.icon import app_icon
 
+if TYPE_CHECKING:
+    from explorer.core.loaded import LoadedModel
+
 APP_NAME = "Transformer Explorer"
 
 
-def versions(loaded: Any = None) -> dict[str, str]:
+def versions(loaded: LoadedModel | None = None) -> dict[str, str]:
     from explorer.core.device import runtime_versions
 
     info = runtime_versions()
@@ -47,14 +50,14 @@ def versions(loaded: Any = None) -> dict[str, str]:
     return info
 
 
-def versions_text(loaded: Any = None) -> str:
+def versions_text(loaded: LoadedModel | None = None) -> str:
     info = versions(loaded)
     width = max(len(k) for k in info)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in info.items())
 
 
 class AboutDialog(QDialog):
-    def __init__(self, loaded: Any = None, parent: QWidget | None = None) -> None:
+    def __init__(self, loaded: LoadedModel | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle(f"About {APP_NAME}")
         self.text = versions_text(loaded)
@@ -85,8 +88,8 @@ class AboutDialog(QDialog):
         self.copy_button.setText("Copied")
 
 
-def show_about(window: Any) -> AboutDialog:
-    dialog = AboutDialog(getattr(window, "loaded", None), window)
+def show_about(loaded: LoadedModel | None, parent: QWidget) -> AboutDialog:
+    dialog = AboutDialog(loaded, parent)
     dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.show()
     return dialog

@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from superqt.utils import create_worker
@@ -24,12 +24,16 @@ from superqt.utils import create_worker
 from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.errors import ExplorerError, InternalError, LoadCancelled
 from explorer.core.trace import CaptureSpec, Trace
+from explorer.ui.session.lifetime import release_when_finished
+
+if TYPE_CHECKING:
+    from explorer.core.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
 
 # a panel's prepare, bound to a snapshot taken on the GUI thread (Panel.preparer): runs on the worker
-BASELINE = "baseline"  # trace.memo key of the same prompt's trace without interventions (when there are any)
-Preparer = Callable[[Trace], None]
+# it returns the panel's typed view of the trace (a frozen PanelView) or None (a panel that draws from the trace)
+Preparer = Callable[[Trace], object]
 
 
 def error_message(exc: BaseException) -> str:
@@ -56,6 +60,7 @@ def run_in_background(func: Callable[..., Any], *args: Any, on_done: Callable[[A
         worker.errored.connect(on_error)
     else:
         worker.errored.connect(lambda exc: log.error("background task failed: %s", error_message(exc)))
+    release_when_finished(worker)
     worker.start()
     return worker
 
@@ -78,7 +83,7 @@ class LoadRequest:
 @dataclass(frozen=True)
 class LoadResult:
     request: LoadRequest
-    model: Any  # explorer.core.loaded.LoadedModel
+    model: LoadedModel
     source: str | None  # the source that loaded (a fallback if the requested one failed)
     errors: tuple[str, ...] = ()  # messages of the sources that failed before it
 
@@ -172,15 +177,19 @@ class ModelLoader(QObject):
 
         def progress(i: int, n: int, name: str, rid: int = request.id) -> None:  # worker thread
             step = (i * 100) // max(n, 1)
-            if step != last[0]:  # at most ~100 queued signals per load
+            if step != last[0] and not cancel.is_set():  # at most ~100 queued signals per load
                 last[0] = step
-                self._tensor_read.emit(rid, i, n)
+                try:
+                    self._tensor_read.emit(rid, i, n)
+                except RuntimeError:  # the loader was deleted meanwhile (its window closed): nobody listens
+                    cancel.set()
 
         worker = create_worker(load_model_steps, request, progress, cancel, _start_thread=False, _ignore_errors=True)
         worker.yielded.connect(lambda text, i=request.id: self._on_stage(i, text))
         worker.returned.connect(self._on_returned)
         worker.errored.connect(lambda exc, r=request: self._on_errored(r, exc))
         worker.finished.connect(lambda w=worker, rid=request.id: self._on_finished(w, rid))
+        release_when_finished(worker)
         self._workers.add(worker)
         self._running += 1
         if self._running == 1:
@@ -222,7 +231,7 @@ class ModelLoader(QObject):
 @dataclass(frozen=True)
 class TraceRequest:
     id: int
-    model: Any  # LoadedModel: only the worker calls into it
+    model: LoadedModel | None  # only the worker calls into it (None: a trace read from a file)
     text: str
     preparers: tuple[Preparer, ...] = ()
     spec: CaptureSpec | None = None
@@ -238,6 +247,8 @@ class TraceResult:
     trace: Trace
     worker_seconds: float  # encode + forward + the first panel's prepare
     rest: tuple[Preparer, ...] = ()  # the other panels' prepares (their snapshots of request time), not run yet
+    baseline: Trace | None = None  # the same ids without interventions (only when the trace has some)
+    prepared: tuple[tuple[Preparer, object], ...] = ()  # the first panel's prepare and the view it returned
 
 
 def nonfinite(trace: Trace) -> Any:
@@ -251,8 +262,8 @@ def run_trace(request: TraceRequest) -> TraceResult:
     """Encode, run the forward pass, then let the first visible panel prepare what it will draw, so
     that it is drawn as soon as the trace exists; the other panels' prepares come back in ``rest``
     for the window to run in the background one by one, each panel drawn as its own is done
-    (``explorer.ui.trace_drawing``). Expensive views are computed later, per panel, by
-    ``explorer.ui.progressive``.
+    (``explorer.ui.window.drawing``). Expensive views are computed later, per panel, by
+    ``explorer.ui.session.progressive``.
 
     Raises ``Cancelled`` at the next layer boundary (or between panels) once ``request.cancel`` is set."""
     t0 = time.perf_counter()
@@ -263,31 +274,37 @@ def run_trace(request: TraceRequest) -> TraceResult:
     request.cancel.check()
     trace = request.model.trace_ids(ids, request.spec, truncated_from, cancel=request.cancel,
                                     interventions=request.interventions)
-    if request.interventions:  # the run without them, for "what changed" (BASELINE in the trace's memo)
+    baseline = None
+    if request.interventions:  # the run without them, for "what changed" (TraceResult.baseline)
         baseline = request.model.trace_ids(ids, CaptureSpec.compact(), truncated_from, cancel=request.cancel)
-        trace.memo(BASELINE, lambda: baseline)
     first, rest = request.preparers[:1], request.preparers[1:]
+    prepared = []
     for prepare in first:
         request.cancel.check()
-        prepare(trace)
-    return TraceResult(request, trace, time.perf_counter() - t0, tuple(rest))
+        prepared.append((prepare, prepare(trace)))
+    return TraceResult(request, trace, time.perf_counter() - t0, tuple(rest), baseline, tuple(prepared))
 
 
 def prepare_panels(trace: Trace, preparers: Sequence[Preparer], cancel: Cancel):
     """The other panels' prepares, one at a time (a generator for a worker thread): yields each
-    one's index when it is done, then checks the numbers for NaN (``nonfinite``). A prepare that
-    fails is logged and skipped: its panel then computes what it needs when it draws."""
+    one's index when it is done, then checks the numbers for NaN (``nonfinite``); returns each
+    prepare with the view it returned. A prepare that fails is logged and skipped (its view is None):
+    its panel then computes what it needs when it draws."""
+    views: list[tuple[Preparer, object]] = []
     for i, prepare in enumerate(preparers):
         cancel.check()
+        view = None
         try:
-            prepare(trace)
+            view = prepare(trace)
         except Cancelled:
             raise
         except Exception:  # noqa: BLE001 - one panel's bug leaves the others drawn
             log.exception("preparing a panel failed")
+        views.append((prepare, view))
         yield i
     cancel.check()
     nonfinite(trace)
+    return views
 
 
 class TraceController(QObject):
@@ -326,7 +343,7 @@ class TraceController(QObject):
         self._preparers = preparers
         self.spec: CaptureSpec | None = None
         self.interventions: tuple = ()  # applied to every trace from the next request on
-        self.model: Any = None
+        self.model: LoadedModel | None = None
         self.text = ""
         self._pinned: tuple[str, tuple[int, ...]] | None = None
         self._latest = 0
@@ -349,7 +366,7 @@ class TraceController(QObject):
     def is_idle(self) -> bool:
         return self._running is None and self._pending is None and not self.debounce.isActive()
 
-    def set_model(self, model: Any) -> None:
+    def set_model(self, model: LoadedModel | None) -> None:
         """Use ``model`` from the next request on; results still running for the old one are stale."""
         self.model = model
         self._pinned = None
@@ -399,6 +416,7 @@ class TraceController(QObject):
         worker.returned.connect(self._on_returned)
         worker.errored.connect(self._on_errored)
         worker.finished.connect(self._on_finished)
+        release_when_finished(worker)
         self._worker = worker
         if not was_busy:
             self.busy_changed.emit(True)

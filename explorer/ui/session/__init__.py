@@ -1,0 +1,1 @@
+"""Shared state and background work of one window, without widgets: the ``Session``."""

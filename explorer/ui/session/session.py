@@ -1,0 +1,278 @@
+"""``Session``: what one window's parts share, without a widget.
+
+The loaded model, the prompt and its trace requests (debounced, newest wins: ``TraceController``),
+the trace on screen with its baseline (the same prompt's run without interventions, a typed field of
+``TraceResult``), the selection, the interventions, the panels' background lane and the loaders and
+workers. Panels, the generation pane, the docks, the window state and the export actions get the
+Session and talk to it through its verbs and signals; none of them gets the window.
+
+Signals (all on the GUI thread)
+-------------------------------
+loading(str)
+    A load's stage ("" when it ends).
+load_progress(int, int)
+    Tensors read and in all, for the newest load.
+model_changed(LoadResult)
+    A new model is in place (``loaded``); its first trace has not been asked for yet: panels take
+    its tokenizer now, so that the snapshots of that request carry it.
+model_loaded(LoadedModel)
+    After ``model_changed``: the prompt for the new model is set and its trace requested.
+load_failed(str)
+    The newest load failed (the message); the previous model stays.
+load_refused(str, LoadRequest)
+    The same, with the request (the window decides between a dialog and a notice).
+load_cancelled(LoadRequest)
+prompt_changed(str)
+    The session's prompt is ``text`` now (typed, chosen, or generated).
+prompt_edited(str)
+    The user typed ``text`` (``edit_prompt``) or chose it (``set_prompt``: a sample, a patching cell); also
+    followed by ``prompt_changed``. A generated token clicked (``trace_ids``) is not an edit.
+trace_requested(int)
+    A trace was asked for (its id): whatever was computed for older traces is stale.
+trace_ready(TraceResult)
+    The newest trace (and its baseline) is the session's ``result`` now.
+failed(str)
+    The newest trace failed: the message for the user.
+trace_file_opened(str)
+    ``open_trace_file`` made a trace read from that file the shown one (there is no model now).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, QThreadPool, Signal
+
+from explorer.ui.session.interventions import Entry, InterventionState
+from explorer.ui.session.lifetime import disconnect_all
+from explorer.ui.session.progressive import ProgressiveWork
+from explorer.ui.session.selection import Selection
+from explorer.ui.session.workers import (
+    LoadRequest,
+    LoadResult,
+    ModelLoader,
+    Preparer,
+    TraceController,
+    TraceRequest,
+    TraceResult,
+)
+
+if TYPE_CHECKING:
+    from explorer.core.interventions.spec import Intervention
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.trace import Trace
+
+CLOSE_WAIT_MS = 1000  # closing waits at most this long for cancelled work to reach a layer boundary
+
+
+class Session(QObject):
+    """One window's model, prompt, trace, selection, interventions and background work (see the module)."""
+
+    loading = Signal(str)
+    load_progress = Signal(int, int)
+    model_changed = Signal(object)
+    model_loaded = Signal(object)
+    load_failed = Signal(str)
+    load_refused = Signal(str, object)
+    load_cancelled = Signal(object)
+    prompt_changed = Signal(str)
+    prompt_edited = Signal(str)
+    trace_requested = Signal(int)
+    trace_ready = Signal(object)
+    failed = Signal(str)
+    trace_file_opened = Signal(str)
+
+    def __init__(self, debounce_ms: int = 150, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.selection = Selection(self)
+        self.interventions = InterventionState(self)
+        self.progressive = ProgressiveWork(self)  # the panels' expensive views
+        self.loader = ModelLoader(self)
+        self.controller = TraceController(self._preparers, debounce_ms, self)
+        self.loaded: LoadedModel | None = None
+        self.model_request: LoadRequest | None = None  # the request that loaded ``loaded``
+        self.source: str | None = None  # where ``loaded`` came from (reopened on another device)
+        self.result: TraceResult | None = None  # the trace on screen and its baseline
+        self.trace_file: str | None = None  # a trace opened from a file, without its model
+        self.preparers: Callable[[], Sequence[Preparer]] = tuple  # the shown panels' prepares (the window's)
+        # the prompt to trace with a new model, given the one there is (the window may ask the user)
+        self.prompt_for: Callable[[LoadedModel, str], str] = lambda _loaded, text: text
+        self.closed = False
+        self._changing_model = False
+        self.loader.stage.connect(self._relay_stage)
+        self.loader.progress.connect(self.load_progress)
+        self.loader.busy_changed.connect(lambda busy: None if busy or self.closed else self.loading.emit(""))
+        self.loader.loaded.connect(self._on_loaded)
+        self.loader.failed.connect(self._on_load_failed)
+        self.loader.cancelled.connect(self._on_load_cancelled)
+        self.controller.requested.connect(self._on_requested)
+        self.controller.trace_ready.connect(self._on_trace_ready)
+        self.controller.failed.connect(self._on_failed)
+        self.interventions.changed.connect(self._on_interventions)
+
+    # --- what there is ---------------------------------------------------------------------------------
+    @property
+    def trace(self) -> Trace | None:
+        return self.result.trace if self.result is not None else None
+
+    @property
+    def baseline(self) -> Trace | None:
+        """The shown prompt's run without interventions (None when there are none)."""
+        return self.result.baseline if self.result is not None else None
+
+    def baseline_of(self, trace: Trace | None) -> Trace | None:
+        """``trace``'s run without interventions, if ``trace`` is the shown one and has one."""
+        return self.result.baseline if self.result is not None and self.result.trace is trace else None
+
+    @property
+    def prompt(self) -> str:
+        return self.controller.text
+
+    @property
+    def last_error_details(self) -> str:
+        return self.loader.last_error_details
+
+    # --- verbs: the model ------------------------------------------------------------------------------
+    def open(self, source: str | None, device: str = "auto", dtype: str = "float32",
+             fallbacks: tuple[str | None, ...] = (), quiet: bool = False, fit: bool = False) -> LoadRequest:
+        """Load ``source`` (None: the default model) in a worker; the newest load wins. ``fit``: lay the model
+        out across the GPU, CPU memory and disk (core/placement.py) when it does not fit one device."""
+        request = LoadRequest(None if source is None else str(source), device, dtype, fallbacks, quiet, fit=fit)
+        self.loading.emit(f"Loading {source or 'the default model'}…")
+        return self.loader.load(request)
+
+    def cancel_load(self) -> None:
+        self.loader.cancel()
+
+    def _relay_stage(self, text: str) -> None:
+        if not self.closed:
+            self.loading.emit(text)
+
+    def _on_loaded(self, result: LoadResult) -> None:
+        if not self.closed:  # a load that finishes after the window closed starts nothing
+            self.use_model(result)
+
+    def use_model(self, result: LoadResult) -> None:
+        """Make ``result``'s model the session's (a finished load; benchmarks hand one in directly)."""
+        loaded = result.model
+        self.loaded, self.model_request, self.trace_file = loaded, result.request, None
+        self.source = getattr(loaded, "repo_id", None) or result.source or (
+            loaded.name if loaded.source == "built-in" else loaded.source)
+        self.controller.set_model(loaded)
+        self._changing_model = True  # the interventions name the old model's heads: cleared, no trace yet
+        try:
+            self.interventions.clear()
+        finally:
+            self._changing_model = False
+        self.model_changed.emit(result)
+        self.set_prompt(self.prompt_for(loaded, self.prompt))
+        self.model_loaded.emit(loaded)
+
+    def _on_load_failed(self, message: str, request: LoadRequest) -> None:
+        if self.closed:
+            return
+        self.loading.emit("")
+        self.load_refused.emit(message, request)
+        self.load_failed.emit(message)
+
+    def _on_load_cancelled(self, request: LoadRequest) -> None:
+        if not self.closed:
+            self.loading.emit("")
+            self.load_cancelled.emit(request)
+
+    # --- verbs: the prompt and its trace ---------------------------------------------------------------
+    def edit_prompt(self, text: str) -> None:
+        """The user typed: trace ``text`` once the edits pause (the debounce)."""
+        self.controller.set_text(text)
+        self.prompt_edited.emit(text)
+        self.prompt_changed.emit(text)
+
+    def set_prompt(self, text: str) -> int:
+        """Make ``text`` the prompt and trace it now (a sample, a patching cell): whatever follows the typed
+        prompt follows it too (``prompt_edited``, as when typed). The request id (0: no model)."""
+        self.prompt_edited.emit(text)
+        return self._trace_now(text)
+
+    def _trace_now(self, text: str) -> int:
+        self.controller.text = text
+        self.prompt_changed.emit(text)
+        return self.controller.request(text)
+
+    def trace_ids(self, text: str, ids: Sequence[int]) -> int:
+        """Trace ``text`` as exactly ``ids`` (generated text: encoding it again may cut other tokens)."""
+        if self.loaded is None:
+            return 0
+        ids = list(ids)[: self.loaded.config.n_ctx]
+        self.controller.pin_ids(text, ids)
+        return self._trace_now(text)  # not prompt_edited: the generation pane keeps the continuation clicked
+
+    def retrace(self) -> int:
+        """Trace the prompt again now (the interventions changed)."""
+        return self.controller.request()
+
+    def _preparers(self) -> Sequence[Preparer]:
+        return self.preparers()
+
+    def _on_requested(self, request_id: int) -> None:
+        self.progressive.cancel_all()  # a newer trace comes: the old one's views are stale
+        self.trace_requested.emit(request_id)
+
+    def _on_trace_ready(self, result: TraceResult) -> None:
+        if not self.closed:
+            self.show_result(result)
+
+    def _on_failed(self, message: str) -> None:
+        if not self.closed:
+            self.failed.emit(message)
+
+    def show_result(self, result: TraceResult) -> None:
+        """Make ``result`` the shown trace and say so (``trace_ready``)."""
+        self.result = result
+        cfg, trace = result.trace.config, result.trace
+        self.selection.clamp(cfg.n_layers, cfg.n_heads, trace.n_tokens)
+        self.trace_ready.emit(result)
+
+    def open_trace_file(self, trace: Trace, path: str, worker_seconds: float = 0.0,
+                        requested: float | None = None) -> None:
+        """Show ``trace`` read from ``path``: there is no model now (a trace file has no weights)."""
+        self.loaded, self.trace_file = None, path
+        self.controller.set_model(None)
+        prompt = str(trace.meta.extra.get("prompt", "")) or "".join(trace.tokens)
+        self.controller.text = prompt
+        self.trace_file_opened.emit(path)
+        self.prompt_changed.emit(prompt)
+        request = TraceRequest(0, None, prompt, requested_at=requested if requested is not None else time.perf_counter())
+        self.show_result(TraceResult(request, trace, worker_seconds))
+
+    # --- verbs: interventions --------------------------------------------------------------------------
+    def set_interventions(self, interventions: Sequence[Intervention]) -> None:
+        """Replace the session's interventions with ``interventions`` (all on) and trace again."""
+        self.interventions.entries = [Entry(i) for i in interventions]
+        self.interventions.changed.emit()
+
+    def _on_interventions(self) -> None:
+        self.controller.interventions = self.interventions.active()
+        if not self._changing_model and not self.closed:
+            self.retrace()
+
+    # --- the end ---------------------------------------------------------------------------------------
+    def is_idle(self) -> bool:
+        return self.controller.is_idle() and not self.loader.busy and not self.progressive.busy
+
+    def shutdown(self, wait_ms: int = CLOSE_WAIT_MS) -> None:
+        """Stop every worker (a load at its next tensor, a trace at its next layer, the lane's views)
+        and never apply what still finishes; nothing is emitted from here on."""
+        if self.closed:
+            return
+        self.closed = True
+        self.loader.cancel_all()
+        self.controller.shutdown()
+        self.progressive.shutdown()
+        # the connections among the session's own objects hold Python callables from C++, which the
+        # garbage collector cannot see: cut them, so that the session is freed with its window
+        for obj in (self, self.loader, self.controller, self.controller.debounce, self.progressive, self.selection,
+                    self.interventions):
+            disconnect_all(obj)
+        QThreadPool.globalInstance().waitForDone(wait_ms)

@@ -1,0 +1,85 @@
+"""The main window's menu bar (File, Models, Prompt, View, Help), built from the window's verbs."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMenu
+
+from explorer.ui.window.about import show_about
+from explorer.ui.window.loading import sample_prompts
+
+if TYPE_CHECKING:
+    from explorer.ui.window.main_window import MainWindow
+
+
+@dataclass(frozen=True)
+class MenuActions:
+    open_trace: QAction
+    hub: QAction
+    export_trace: QAction
+    export_maps: QAction
+
+
+def add_action(menu: QMenu, text: str, slot: Callable[[], object],
+               shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None, tip: str = "") -> QAction:
+    """A menu entry calling ``slot``, with a window-wide ``shortcut`` and a status-bar ``tip``."""
+    action = menu.addAction(text)
+    action.triggered.connect(lambda _=False: slot())
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    if tip:
+        action.setStatusTip(tip)
+    return action
+
+
+def build_menus(window: MainWindow) -> MenuActions:
+    """The menu bar: File, Models, Prompt, View, Help; returns the actions others enable or trigger."""
+    bar = window.menuBar()
+    file = bar.addMenu("&File")
+    add_action(file, "&Open checkpoint…", window.open_checkpoint_dialog, QKeySequence.StandardKey.Open,
+               "Open a checkpoint: pick its config.json or weights file")
+    add_action(file, "Open checkpoint &folder…", window.open_folder_dialog, "Ctrl+Shift+O")
+    open_trace = add_action(file, "Open &trace…", window.trace_files.dialog, None,
+                            "Open a trace.safetensors exported by this app (no model needed)")
+    hub = add_action(file, "Open from &Hugging Face cache…", window.open_hub_dialog, None,
+                     "Pick a model already downloaded to the Hugging Face cache (offline)")
+    file.addMenu(window.menus.recent_menu)
+    file.addSeparator()
+    export_trace = add_action(file, "&Export trace…", window.export_trace, "Ctrl+E",
+                              "Write every array of the current trace to a .npz file")
+    export_maps = add_action(file, "Export &attention maps…", window.export_attention_maps)
+    export_maps.setEnabled(importlib.util.find_spec("explorer.ui.offscreen") is not None)
+    file.addSeparator()
+    add_action(file, "&Quit", window.close, QKeySequence.StandardKey.Quit).setShortcut(QKeySequence("Ctrl+Q"))
+    bar.addMenu(window.menus.models_menu)
+
+    prompt = bar.addMenu("&Prompt")
+    add_action(prompt, "&Focus prompt", window.focus_prompt, "Ctrl+L")
+    samples = prompt.addMenu("&Sample prompts")
+    for text in sample_prompts():
+        add_action(samples, text, lambda t=text: window.set_prompt(t))
+
+    view = bar.addMenu("&View")
+    for dock in window.docks:
+        view.addAction(dock.toggleViewAction())
+    view.addAction(window.generation_dock.toggleViewAction())
+    view.addAction(window.toolbar.toggleViewAction())
+    add_action(view, "&Reset layout", window.reset_layout)
+    view.addSeparator()
+    add_action(view, "Next layer", lambda: window.layer_head.step_layer(1), "Alt+Up")
+    add_action(view, "Previous layer", lambda: window.layer_head.step_layer(-1), "Alt+Down")
+    add_action(view, "Next head", lambda: window.layer_head.step_head(1), "Alt+Right")
+    add_action(view, "Previous head", lambda: window.layer_head.step_head(-1), "Alt+Left")
+
+    help_menu = bar.addMenu("&Help")
+    add_action(help_menu, "&What am I looking at?", window.toggle_focused_explanation,
+               QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
+    add_action(help_menu, "&About", lambda: show_about(window.session.loaded, window))  # versions + Copy
+    return MenuActions(open_trace, hub, export_trace, export_maps)

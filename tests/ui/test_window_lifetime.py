@@ -1,0 +1,147 @@
+"""Closing a window while its work runs: workers stop, dialogs go, nothing raises, the window is freed.
+
+Five windows are opened and closed in one process (as ``explorer.show`` from a notebook does), each
+closed while a trace, a generation and an attention-map export are running. No error dialog appears,
+nothing is logged as an error, and the number of top-level widgets and the process's resident memory
+come back to where they were after the first window (within 10%).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+import weakref
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QThreadPool
+from PySide6.QtWidgets import QApplication
+
+import explorer.ui.export.attention_maps as attention_maps
+from explorer.core.model import Transformer
+from explorer.ui.crash import ExceptionHook
+
+WINDOWS = 5
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (not its peak)."""
+    statm = Path("/proc/self/statm")
+    if statm.exists():
+        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    import psutil  # other systems (it comes with accelerate)
+
+    return psutil.Process().memory_info().rss
+
+
+def slow_blocks(monkeypatch, pause: float) -> list[int]:
+    """Every transformer block sleeps ``pause`` seconds first (a forward pass or a generation step
+    then takes long enough to be running when the window closes)."""
+    ran: list[int] = []
+    original = Transformer.block_forward
+
+    def slow(self, layer, *args, **kwargs):
+        ran.append(layer)
+        time.sleep(pause)
+        return original(self, layer, *args, **kwargs)
+
+    monkeypatch.setattr(Transformer, "block_forward", slow)
+    return ran
+
+
+def slow_maps(monkeypatch, pause: float) -> None:
+    original = attention_maps.write_attention_maps
+
+    def slow(*args, **kwargs):
+        for progress in original(*args, **kwargs):
+            time.sleep(pause)
+            yield progress
+
+    monkeypatch.setattr(attention_maps, "write_attention_maps", slow)
+
+
+def freed(refs: list[weakref.ref]) -> bool:
+    QApplication.sendPostedEvents(None, 0)  # the closed window's deferred deletes, on the GUI thread
+    gc.collect()
+    return all(r() is None for r in refs)
+
+
+def settle(qtbot, refs: list[weakref.ref]) -> list[str]:
+    """Wait for every worker to end and the closed window, its Session, model and trace to be freed;
+    what is still alive after 20 s."""
+    qtbot.waitUntil(lambda: QThreadPool.globalInstance().activeThreadCount() == 0, timeout=30_000)
+    try:
+        qtbot.waitUntil(lambda: freed(refs), timeout=20_000)
+    except qtbot.TimeoutError:
+        pass
+    return [type(r()).__name__ for r in refs if r() is not None]
+
+
+def open_busy_and_close(qtbot, settings, checkpoint, folder: Path, ran: list[int]) -> list[weakref.ref]:
+    """Open a window on ``checkpoint``, start an export, a generation and a trace, close it at once;
+    weak references to the window, its Session, its model and its trace."""
+    from explorer.ui.window.main_window import MainWindow
+
+    window = MainWindow(settings=settings, device="cpu")
+    window.resize(1000, 700)
+    window.show()
+    with qtbot.waitSignal(window.trace_applied, timeout=60_000):
+        window.open_checkpoint(str(checkpoint))
+    export = window.export_attention_maps(str(folder))
+    assert export is not None
+    qtbot.waitUntil(lambda: export.done >= 1, timeout=30_000)
+    pane = window.generation
+    pane.max_new.setValue(40)
+    pane.greedy.setChecked(True)
+    with qtbot.waitSignal(pane.step_added, timeout=30_000):
+        assert pane.generate()
+    before = len(ran)
+    window.controller.request("A trace that is still running when the window closes")
+    qtbot.waitUntil(lambda: len(ran) > before + 2 and window.controller.busy, timeout=30_000)
+    assert pane.running and window.attention_export is export and not window.controller.is_idle()
+    with qtbot.waitSignal(window.destroyed, timeout=30_000):
+        window.close()
+    assert export.closed  # its worker stops before the next head; its dialog is gone
+    return [weakref.ref(window), weakref.ref(window.session), weakref.ref(window.loaded), weakref.ref(window.trace)]
+
+
+@pytest.mark.qt_no_exception_capture
+def test_windows_closed_while_busy_leave_nothing_behind(qtbot, settings, tiny_checkpoint, tmp_path, monkeypatch,
+                                                        caplog):
+    ran = slow_blocks(monkeypatch, 0.02)
+    slow_maps(monkeypatch, 0.05)
+    pool = QThreadPool.globalInstance()
+    threads = pool.maxThreadCount()
+    pool.setMaxThreadCount(max(threads, 4))  # the export, the generation and the trace all run at once
+    hook = ExceptionHook().install()  # what the app shows for an unexpected error (sys and threads)
+    caplog.set_level(logging.ERROR)
+    counts, memory, alive = [], [], []
+    try:
+        for i in range(WINDOWS):
+            refs = open_busy_and_close(qtbot, settings, tiny_checkpoint, tmp_path / f"maps-{i}", ran)
+            alive.append(settle(qtbot, refs))
+            counts.append(len(QApplication.topLevelWidgets()))
+            memory.append(resident_bytes())
+    finally:
+        hook.uninstall()
+        pool.setMaxThreadCount(threads)
+    assert hook.dialogs == [], [d.report for d in hook.dialogs]
+    assert alive == [[]] * WINDOWS  # each window, its Session, model and trace were freed
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    print("top-level widgets", counts, "RSS MiB", [m // 2**20 for m in memory])
+    first_count, first_memory = counts[0], memory[0]
+    assert all(count <= first_count * 1.1 for count in counts), counts
+    assert all(rss <= first_memory * 1.1 for rss in memory), [m // 2**20 for m in memory]
+
+
+def test_closing_twice_is_harmless(qtbot, make_window, caplog):
+    window = make_window()
+    caplog.set_level(logging.WARNING)
+    window.close()
+    window.close()  # again, before the deferred delete ran
+    with qtbot.waitSignal(window.destroyed, timeout=10_000):
+        pass
+    window.close()  # and after it: the window stays closed
+    assert window.session.closed and not any(r.levelno >= logging.ERROR for r in caplog.records)
