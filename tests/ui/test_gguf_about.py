@@ -12,7 +12,7 @@ from decoder_reference import build  # noqa: E402
 from gguf_files import write_model  # noqa: E402
 
 from explorer.core.checkpoint import load_checkpoint  # noqa: E402
-from explorer.ui.about import AboutDialog, versions  # noqa: E402
+from explorer.ui.window.about import AboutDialog, versions  # noqa: E402
 
 
 def test_about_names_the_quantisation_of_a_gguf_model(qtbot, tmp_path):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from explorer.ui.widgets.model_menu import ModelMenus, RecentCheckpoints
-from explorer.ui.widgets.status_bar import StatusBar
-from explorer.ui.workers import LoadRequest, load_model_steps
+from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
+from explorer.ui.window.chrome.status_bar import StatusBar
+from explorer.ui.session.workers import LoadRequest, load_model_steps
 
 INFO = {"name": "big", "description": "d", "source": "s", "vocabulary": "v", "context_length": 8,
         "parameters": 10, "dtype": "float32", "device": "cuda:0"}

@@ -108,7 +108,7 @@ def test_the_generation_pane_clears_its_continuation_for_a_new_prompt_or_model(
 def test_max_new_tokens_follows_the_context_cap_and_leaves_the_worked_examples(
         qtbot, make_window, worked_loaded, tiny_loaded) -> None:
     from explorer.ui.generation import GenerationPane
-    from explorer.ui.selection import Selection
+    from explorer.ui.session.selection import Selection
 
     pane = GenerationPane(Selection())
     qtbot.addWidget(pane)

@@ -23,7 +23,7 @@ from explorer.ui.interventions.targets import Component, Point, Target, TargetPa
 if TYPE_CHECKING:
     from pyqtgraph.GraphicsScene.mouseEvents import MouseClickEvent
 
-    from explorer.ui.interventions.state import InterventionState
+    from explorer.ui.session.interventions import InterventionState
 
 MARK_PEN = pg.mkPen("#ff2a2a", width=2.5)
 

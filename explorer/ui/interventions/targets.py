@@ -19,7 +19,7 @@ from PySide6.QtCore import QPointF
 from explorer.core.interventions.spec import Intervention
 
 if TYPE_CHECKING:
-    from explorer.ui.interventions.state import InterventionState
+    from explorer.ui.session.interventions import InterventionState
     from explorer.ui.widgets.heatmap import Heatmap
 
 Point = tuple[float, float]
