@@ -167,7 +167,7 @@ class Session(QObject):
         finally:
             self._changing_model = False
         self.model_changed.emit(result)
-        self.set_prompt(self.prompt_for(loaded, self.prompt))
+        self._trace_now(self.prompt_for(loaded, self.prompt))  # model_loaded's listeners follow it
         self.model_loaded.emit(loaded)
 
     def _on_load_failed(self, message: str, request: LoadRequest) -> None:
