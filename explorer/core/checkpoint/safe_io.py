@@ -241,8 +241,16 @@ def convert_each(data: dict[str, torch.Tensor], total: int | None = None) -> dic
     for name in list(data):
         if ctx is not None:
             ctx.step(total or len(data), str(name))
-        out[str(name)] = _target(data.pop(name))
+        out[str(name)] = _owned(_target(data.pop(name)))
     return out
+
+
+def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor in memory of the process's own: torch.load(mmap=True) leaves tensors viewing the file, which a
+    training run re-saving it truncates (SIGBUS at the next read) or rewrites (silently other weights)."""
+    if tensor.numel() and not tensor.untyped_storage().resizable():  # a file's storage (own memory is resizable)
+        return tensor.clone(memory_format=torch.contiguous_format)
+    return tensor
 
 
 def read_sharded(index: Path, suffix: str) -> dict[str, torch.Tensor]:
