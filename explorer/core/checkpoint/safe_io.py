@@ -26,6 +26,7 @@ from explorer.core.checkpoint.validate import check_headers, current, read_cappe
 from explorer.core.config import ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError
+from explorer.core.text import shown
 from explorer.core.model import Transformer, sinusoidal_positions
 
 MAX_JSON_BYTES = 64 * 2**20  # config.json is a few kB; tokenizer.json up to tens of MB
@@ -175,8 +176,10 @@ def torch_load(path: Path) -> Any:
             data = torch.load(path, map_location="cpu", weights_only=True)  # the legacy format cannot be mapped
     except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError, TypeError,
             ImportError, IndexError, KeyError, NotImplementedError) as exc:
-        raise CheckpointError(f"refused to load {path}: it is not a plain tensor file, and loading it "
-                              f"could run code ({refusal_reason(exc)})") from None
+        reason = refusal_reason(exc)
+        code = ", and loading it could run code" if "global" in reason.lower() else ""
+        raise CheckpointError(f"refused to load {shown(path)}: it is not a plain tensor file{code} "
+                              f"({shown(reason)})") from None
     except OSError as exc:
         raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
     check_loaded_tensors(data, path)
