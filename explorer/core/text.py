@@ -7,7 +7,8 @@ clear the terminal nor split the line, and cuts it to ``limit`` characters, sayi
 
 from __future__ import annotations
 
-LIMIT = 160
+LIMIT = 160  # a name inside a message
+MESSAGE_LIMIT = 600  # a whole message line
 
 
 def _escape(c: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core import worked_example
+from explorer.core.text import MESSAGE_LIMIT, shown
 from explorer.core.checkpoint import (
     bert,
     bloom,
@@ -107,6 +108,9 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
     ``ExplorerError`` whose message is one line (an unexpected one is an ``InternalError``).
     """
     source = default_model_name() if source is None else source
+    if not isinstance(source, (str, os.PathLike)):
+        raise CheckpointError(f"a checkpoint is a folder, a file or a built-in model name, not a "
+                              f"{type(source).__name__} ({shown(repr(source), 60)})")
     ctx = None
     try:
         with loading(str(source), device, dtype, progress, cancel) as ctx:
@@ -115,9 +119,11 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
         text = str(exc)
         where = ctx.config_file if ctx is not None and ctx.config_file is not None else source
         if str(where) not in text and str(source) not in text and str(Path(str(source)).expanduser()) not in text:
-            raise CheckpointError(f"{where}: {text}") from None
-        raise
-    except ExplorerError:
+            text = f"{where}: {text}"
+        raise CheckpointError(shown(text, MESSAGE_LIMIT)) from None  # names from the files: escaped, one line, capped
+    except ExplorerError as exc:
+        if shown(str(exc), MESSAGE_LIMIT) != str(exc):
+            exc.args = (shown(str(exc), MESSAGE_LIMIT),)
         raise
     except MemoryError:
         raise CheckpointError(f"{source}: ran out of memory while loading") from None

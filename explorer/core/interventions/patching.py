@@ -101,6 +101,11 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
         raise InterventionError(f"the clean prompt has {len(clean_ids)} tokens and the corrupted one "
                                 f"{len(corrupt_ids)}: patching needs prompts of the same length")
     n = len(clean_ids)
+    if isinstance(position, bool) or not isinstance(position, int) or not -n <= position < max(n, 1):
+        raise InterventionError(f"position {str(position)[:40]} is outside the prompt's {n} tokens "
+                                f"(0 to {n - 1}, or -1 for the last)")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InterventionError(f"the batch size must be a positive whole number (got {str(batch_size)[:40]})")
     position = position % n if n else 0
     for name, tok in (("target", target), ("distractor", distractor)):
         if tok is not None and not 0 <= tok < cfg.vocab_size:
