@@ -70,8 +70,9 @@ def safetensors_header(path: Path) -> dict[str, Entry]:
                 raise CheckpointError(f"{path} is not a safetensors file: it has {size} bytes")
             n = struct.unpack("<Q", head)[0]
             if n > min(MAX_HEADER_BYTES, size - 8):
-                raise CheckpointError(f"{path} is not a valid safetensors file: its header claims {n:,} bytes "
-                                      f"(the file has {size:,}; headers are at most {MAX_HEADER_BYTES:,})")
+                raise CheckpointError(f"{path} is not a valid safetensors file: its first 8 bytes (the header "
+                                      f"length) claim more than the file's {size:,} bytes or the "
+                                      f"{MAX_HEADER_BYTES:,}-byte cap")  # not the number: 8 bytes of any file
             raw = f.read(n)
     except OSError as exc:
         raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
@@ -113,6 +114,12 @@ def _entry(path: Path, name: str, spec: Any, base: int, size: int) -> Entry:
     numel = 1
     for s in shape:
         numel *= s
+    span = 1
+    for s in shape:  # a zero-size tensor's other sizes must still fit torch's 64-bit arithmetic
+        span *= max(s, 1)
+    if span >= 2**62:
+        raise CheckpointError(f"{bad}: shape {tuple(shape)!s:.80} is beyond any tensor (over 2**62 elements "
+                              "without its zero sizes)")
     start, end = base + offsets[0], base + offsets[1]
     if end - start != numel * item:
         raise CheckpointError(f"{bad}: shape {tuple(shape)} of {dtype} needs {numel * item:,} bytes, its byte "
