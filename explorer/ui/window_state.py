@@ -68,7 +68,7 @@ class WindowState(QObject):
         prompt, controller = window.prompt, window.controller
         prompt.text_edited.connect(self._on_text)
         controller.trace_ready.connect(self._on_trace_ready)
-        controller.failed.connect(lambda _message: self._finish_failed())
+        controller.failed.connect(self._finish_failed)
         window.model_loaded.connect(self._on_model_loaded)
         window.loader.stage.connect(self._on_loading)
         self.placeholders("Loading the model\u2026")
@@ -79,6 +79,9 @@ class WindowState(QObject):
         self.requested_text = text
         self.empty = not text.strip()
         self.computing = not self.empty and text != self.shown_text
+        loaded = getattr(self.window, "loaded", None)
+        if self.empty and self.shown_text is None and loaded is not None:  # no trace will come: not "Analysing…"
+            self.placeholders(f"Type a prompt above to see what {loaded.name} does with it.")
         self._show()
 
     def _on_text(self, text: str) -> None:
@@ -95,9 +98,12 @@ class WindowState(QObject):
         self.show_content()
         self._show()
 
-    def _finish_failed(self) -> None:
+    def _finish_failed(self, message: str = "") -> None:
         self.computing = False
         self.empty = not self.window.prompt.text().strip()
+        if self.shown_text is None and not self.empty:  # nothing analysed: never "Analysing…" for ever
+            self.placeholders(f"The prompt could not be analysed: {message}" if message else
+                              "The prompt could not be analysed.")
         self._show()
 
     def _on_model_loaded(self, loaded: Any) -> None:

@@ -188,3 +188,16 @@ def activation_patching(model: Transformer, clean_ids: Sequence[int], corrupt_id
             return finished.value
         if progress is not None:
             progress(update)
+
+
+SMALL_GAP = 0.25  # logits: below this the shares restored are ratios of noise-sized differences
+
+
+def gap_warning(clean_metric: float, corrupt_metric: float) -> str | None:
+    """A warning when the clean and corrupted runs barely differ: every share restored divides by that
+    difference, so at a gap of 0.03 one head can "restore 116%" by noise. None when the gap is usable."""
+    gap = abs(clean_metric - corrupt_metric)
+    if gap >= SMALL_GAP:
+        return None
+    return (f"the clean and corrupted runs differ by only {gap:.3f} logits (under {SMALL_GAP}): the shares "
+            "restored divide by that gap and are mostly noise; choose prompts that change the prediction more")
