@@ -285,8 +285,8 @@ class ModelConfig:
 
 
 def _rope_problems(cfg: ModelConfig) -> list[str]:
-    """The RoPE scaling's optional fields (explorer/core/rope.py checks them; issue 26)."""
-    from explorer.core.rope import scaling_problems
+    """The RoPE scaling's optional fields (explorer/core/rope_checks.py; issue 26)."""
+    from explorer.core.rope_checks import scaling_problems
 
     rotary_dim = cfg.rotary_dim or cfg.d_head
     return scaling_problems(cfg.rope, rotary_dim) if isinstance(rotary_dim, int) else []

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.core.display.labels import token_labels
+from explorer.core.export_folder import _UMASK, export_directory  # noqa: F401  (export_directory re-exported)
 from explorer.core.trace import Trace
 
 
@@ -45,13 +46,6 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-def _read_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()  # read once at import: os.umask is process-wide and not thread-safe
 
 
 def write_bytes(target: str | os.PathLike[str], data: bytes) -> None:
@@ -196,10 +190,7 @@ def _write_npy(stream, part: ArrayPart) -> None:
         stream.write(np.ascontiguousarray(block, dtype=part.dtype).tobytes())
 
 
-# --- a directory of files: explorer.core.export_folder (an export owns only what it wrote) ------------
-
-from explorer.core.export_folder import export_directory  # noqa: E402,F401  (re-exported)
-
+# --- a directory of files: explorer.core.export_folder.export_directory (an export owns only what it wrote)
 
 def write_attention_files(trace: Trace, directory: str | os.PathLike[str], layers: Sequence[int] | None = None,
                           kind: str = "pattern", csv: bool = True, progress: Progress | None = None) -> list[Path]:

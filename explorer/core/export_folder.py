@@ -39,6 +39,15 @@ _FORMAT = "transformer-explorer export"
 _MANIFEST_CAP = 8 << 20
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once at import: os.umask is process-wide and not thread-safe
+
+
 def _step(name: str) -> None:
     """Called between the swap's steps; tests replace it to kill the process there."""
 
@@ -200,8 +209,6 @@ def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh staging folder; when the block completes, its files become the export in
     ``target`` (see the module's docstring). On failure ``target`` is as it was (a folder this
     call created is removed again)."""
-    from explorer.core.export import _UMASK
-
     folder = Path(os.path.abspath(os.fspath(target)))
     if os.path.lexists(folder) and not folder.is_dir():
         raise ExportError(f"{_shown(folder)} exists and is not a folder: choose a new or empty folder")

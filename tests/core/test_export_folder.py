@@ -155,3 +155,17 @@ def test_a_kill_at_each_step_of_the_swap_then_a_failed_run_keeps_a_complete_expo
             break
         at += 1
     assert at > 8 and outcomes[0] is False and outcomes[-1] is True  # every step was tried, old until commit
+
+
+def test_running_out_of_memory_during_an_export_is_one_line_and_leaves_nothing(tiny_gpt2_dir, tmp_path,
+                                                                               monkeypatch, capsys):
+    from explorer.core import export
+
+    def full(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(export, "write_trace_npz", full)
+    assert main(["export", "-c", str(tiny_gpt2_dir), "-p", "Hello world", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ran out of memory while exporting" in err and "internal" not in err
+    assert list(tmp_path.iterdir()) == []
