@@ -109,8 +109,22 @@ def _listing(root: Path) -> tuple[list[str], list[str]]:
 # --- recovery of an interrupted run ---------------------------------------------------------------
 
 def _is_staging(entry: Path) -> bool:
-    return entry.name.startswith(STAGING_PREFIX) and entry.is_dir() and not entry.is_symlink() \
-        and (entry / STAGING_MARKER).is_file()
+    """A staging folder of ours: our prefix, a real folder, and our marker in it (or still empty: killed
+    between making it and marking it)."""
+    if not entry.name.startswith(STAGING_PREFIX) or entry.is_symlink() or not entry.is_dir():
+        return False
+    return (entry / STAGING_MARKER).is_file() or not any(entry.iterdir())
+
+
+def _through_link(folder: Path, rel: str) -> bool:
+    """Whether a folder on the way to ``rel`` inside ``folder`` is a symbolic link (the user's, pointing
+    elsewhere): nothing is removed or written through it."""
+    here = folder
+    for part in PurePosixPath(rel).parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            return True
+    return False
 
 
 def _rmdir_empty(folder: Path, rel_dirs: list[str]) -> None:
@@ -167,9 +181,10 @@ def _commit(folder: Path, staging: Path, old: dict | None) -> None:
     old_files = old["files"] if old else []
     old_dirs = old["dirs"] if old else []
     for rel in new_files:  # a file of the user's where the export would write: refuse, touch nothing
-        if rel not in old_files and (os.path.lexists(folder / rel)):
+        if rel not in old_files and os.path.lexists(folder / rel) or _through_link(folder, rel):
             raise ExportError(f"{_shown(folder / rel)} is not from the earlier export and would be overwritten; "
                               "move it or choose another folder")
+    old_files = [rel for rel in old_files if not _through_link(folder, rel)]  # never through the user's links
     made_dirs = [d for d in new_dirs_all if d in old_dirs or not (folder / d).exists()]
     _step("backup")
     partial = folder / BACKUP_PARTIAL
@@ -212,7 +227,7 @@ def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     folder = Path(os.path.abspath(os.fspath(target)))
     if os.path.lexists(folder) and not folder.is_dir():
         raise ExportError(f"{_shown(folder)} exists and is not a folder: choose a new or empty folder")
-    created = not folder.exists()
+    created = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]  # deepest first
     folder.mkdir(parents=True, exist_ok=True)
     staging = None
     try:
@@ -244,6 +259,6 @@ def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
         with contextlib.suppress(OSError):
             (folder / BACKUP_PARTIAL).exists() and shutil.rmtree(folder / BACKUP_PARTIAL)
-        if created:
+        for made in created:  # only when empty: a failed first export leaves no empty folders
             with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty: a failed first export leaves no empty folder
+                made.rmdir()

@@ -169,3 +169,30 @@ def test_running_out_of_memory_during_an_export_is_one_line_and_leaves_nothing(t
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ran out of memory while exporting" in err and "internal" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_nothing_is_removed_or_written_through_a_users_link(tmp_path):
+    import shutil
+
+    out = tmp_path / "export"
+    write_export(out, OLD)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "L0_H0.csv").write_text("mine")
+    shutil.rmtree(out / "attention")
+    (out / "attention").symlink_to(mine)  # the user put a link where the export's folder was
+    with pytest.raises(ExportError, match="not from the earlier export"):
+        write_export(out, NEW)
+    write_export(out, {"trace.npz": "again"})  # the old attention/L0_H0.csv is not removed through the link
+    assert (mine / "L0_H0.csv").read_text() == "mine" and (out / "trace.npz").read_text() == "again"
+
+
+def test_a_failed_first_export_leaves_no_empty_folders_and_an_unmarked_staging_folder_is_ours(tmp_path):
+    with pytest.raises(RuntimeError), export_directory(tmp_path / "a" / "b" / "c") as d:
+        (d / "trace.npz").write_text("half")
+        raise RuntimeError("failed")
+    assert list(tmp_path.iterdir()) == []
+    out = tmp_path / "export"
+    (out / ".explorer-export-staging-k1ll3d").mkdir(parents=True)  # killed before its marker was written
+    write_export(out, OLD)
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
