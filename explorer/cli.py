@@ -76,10 +76,21 @@ def _unknown_command(word: str) -> str | None:
 
 
 def report(exc: BaseException, debug: bool, doing: str = "") -> int:
-    """The one error path of the command line: one line on stderr (and the traceback under --debug); exit status."""
-    from explorer.core.errors import ExplorerError, InternalError
+    """The one error path of the command line: one line on stderr (and the traceback under --debug); exit status.
+    The line is escaped and capped (``explorer.core.text.shown``): names from files cannot drive the terminal."""
+    import builtins
 
-    if isinstance(exc, InternalError) or not isinstance(exc, (ExplorerError, OSError)):
+    from explorer.core.errors import ExplorerError, InternalError
+    from explorer.core.text import MESSAGE_LIMIT, shown
+
+    def print(text: str, file=sys.stderr) -> None:  # noqa: A001 - every line below goes through here
+        builtins.print(shown(text, MESSAGE_LIMIT), file=file)
+
+    if isinstance(exc, MemoryError):
+        print(f"error: ran out of memory {('while ' + doing) if doing else ''}: try a shorter prompt, a smaller "
+              "model or --dtype bfloat16", file=sys.stderr)
+        status = 2
+    elif isinstance(exc, InternalError) or not isinstance(exc, (ExplorerError, OSError)):
         text = str(exc) if isinstance(exc, InternalError) else str(InternalError.wrap(exc, doing))
         print(f"error: {text}" + ("" if debug else "; run with --debug for the traceback"), file=sys.stderr)
         status = 1

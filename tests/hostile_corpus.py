@@ -41,6 +41,7 @@ class Case:
     names: str  # the message must contain this (the file or the value at fault)
     extra_rss_limit_mb: float = 500.0
     result: dict = field(default_factory=dict)
+    keep: dict = field(default_factory=dict)  # files that must be there unchanged afterwards (no data loss)
 
 
 class Payload:
@@ -433,6 +434,10 @@ def build(root: Path) -> list[Case]:
                         ("--temperature", "inf")):
         cases.append(Case(f"generate: {flag} {value}", ["generate", "-c", str(native), "--device", "cpu", "-p",
                                                          "abc", flag, value], flag.lstrip("-").replace("-", "_")))
+    from hostile_corpus_more import build_more  # issue 26's classes
+
+    cases += build_more(root, lambda name, argv, names, keep: Case(name, argv, names, keep=keep),
+                        sys.modules[__name__])
     return cases
 
 
@@ -459,6 +464,11 @@ def _rss_kb() -> int:
 
 
 def _child(case: Case) -> int:
+    from hostile_corpus_more import run_kind
+
+    code = run_kind(case.argv)
+    if code is not None:
+        return code
     if case.argv[0] == "api":
         from explorer.core.checkpoint import load_checkpoint
         from explorer.core.errors import ExplorerError
@@ -547,7 +557,9 @@ def check(case: Case) -> str | None:
         return f"took {r['seconds']} s"
     if r["extra_rss_mb"] >= case.extra_rss_limit_mb:
         return f"used {r['extra_rss_mb']} MB more"
-    return None
+    from hostile_corpus_more import extra_problem
+
+    return extra_problem(case, r["stderr"])
 
 
 def main() -> int:
@@ -555,20 +567,24 @@ def main() -> int:
         root = Path(tmp)
         cases = run(build(root))
         markers = list(root.rglob(MARKER))
-    clean = [c for c in cases if check(c) is None]
+        problems = {id(c): check(c) for c in cases}  # while the files that must survive are still there
+    clean = [c for c in cases if problems[id(c)] is None]
+    crashes = [c for c in cases if c.result["exit"] is None or c.result["exit"] < 0 or c.result["exit"] == 1]
+    lost = [c for c in cases if (problems[id(c)] or "").startswith("data loss")]
     if "--json" in sys.argv:
-        print(json.dumps({"markers": len(markers),
-                          "cases": [{"name": c.name, **c.result, "problem": check(c)} for c in cases]}, indent=1))
+        print(json.dumps({"markers": len(markers), "clean": len(clean), "crashes": len(crashes), "data_loss": len(lost),
+                          "cases": [{"name": c.name, **c.result, "problem": problems[id(c)]} for c in cases]}, indent=1))
         return 0
     for c in cases:
         line = c.result["stderr"].strip().splitlines()[-1] if c.result["stderr"].strip() else ""
-        print(f"{'ok ' if check(c) is None else 'BAD'} {c.result['seconds']:6.2f} s {c.result['extra_rss_mb']:7.1f} MB"
-              f"  {c.name}: {check(c) or line[:150]}")
+        print(f"{'ok ' if problems[id(c)] is None else 'BAD'} {c.result['seconds']:6.2f} s "
+              f"{c.result['extra_rss_mb']:7.1f} MB  {ascii(c.name)[1:-1][:80]}: {problems[id(c)] or ascii(line)[1:150]}")
     slow = max(cases, key=lambda c: c.result["seconds"])
     big = max(cases, key=lambda c: c.result["extra_rss_mb"])
-    print(f"\n{len(clean)} of {len(cases)} cases end in one clean line; marker files created: {len(markers)}")
-    print(f"slowest: {slow.result['seconds']:.2f} s ({slow.name}); largest extra peak RSS: "
-          f"{big.result['extra_rss_mb']:.1f} MB ({big.name})")
+    print(f"\n{len(clean)} of {len(cases)} cases end in one clean line; crashes or internal errors: {len(crashes)}; "
+          f"data loss: {len(lost)}; marker files created: {len(markers)}")
+    print(f"slowest: {slow.result['seconds']:.2f} s ({ascii(slow.name)}); largest extra peak RSS: "
+          f"{big.result['extra_rss_mb']:.1f} MB ({ascii(big.name)})")
     return 0 if len(clean) == len(cases) and not markers else 1
 
 

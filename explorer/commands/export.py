@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_intervention_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path,
-                        help="the directory to write into (replaced whole when the export is complete)")
+                        help="the folder to write into: new, empty, or an earlier export (its own files are replaced "
+                             "when the new ones are complete; other files in it are kept)")
     parser.add_argument("--per-head", action="store_true",
                         help="also write attention/L{layer}_H{head}.npy and .csv per head (large: 13.5 MB "
                              "of CSV per head at 1024 tokens)")
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if bad is not None:  # exported as computed, but never silently
         print(f"warning: the model's numbers are not finite: {bad.describe()}", file=sys.stderr)
     written = []
-    # every file goes into a temporary directory that replaces args.out only when all are written
+    # every file goes into a staging folder; the export's own files are swapped in when all are written
     with export_directory(args.out) as out:
         write_trace_npz(trace, out / "trace.npz", progress=say, compress=args.compress)
         written.append("trace.npz")

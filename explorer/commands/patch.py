@@ -92,4 +92,9 @@ def run(args: argparse.Namespace) -> int:
     write_text(out / "patch.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     print(f"clean {result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f} at position {result.position}; "
           f"{result.runs} patched runs in {result.batches} batches ({result.seconds:.1f} s); wrote {out}")
+    from explorer.core.interventions.patching import gap_warning
+
+    warning = gap_warning(result.clean_metric, result.corrupt_metric)
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0

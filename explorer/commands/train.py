@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 from explorer.core.paths import user_cache_dir, user_data_dir
@@ -30,15 +31,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the final summary as JSON")
 
 
+def check_out(out: Path) -> None:
+    """The checkpoint folder can be made: neither it nor a folder above it is an existing file."""
+    from explorer.core.errors import ExplorerError
+    from explorer.core.text import shown
+
+    for path in (out, *out.parents):
+        if path.exists() and not path.is_dir():
+            raise ExplorerError(f"--out {shown(out)}: {shown(path)} is a file, not a folder; nothing was trained")
+        if path.exists():
+            return
+
+
 def run(args: argparse.Namespace) -> int:
     from explorer.core.errors import ExplorerError
     from explorer.core.training.recipes import TRAINERS
 
     if args.steps is not None and args.steps <= 0:
         raise ExplorerError("--steps must be positive")
-    if args.threads <= 0:
-        raise ExplorerError("--threads must be positive")
+    most = max(64, os.cpu_count() or 1)  # torch aborts (or segfaults) creating tens of thousands of threads
+    if not 1 <= args.threads <= most:
+        raise ExplorerError(f"--threads must be between 1 and {most} (this machine has {os.cpu_count()} CPUs)")
     out = args.out if args.out is not None else user_data_dir() / "models" / args.recipe
+    check_out(out)  # before training, not after it
     cache = args.cache.expanduser() if args.cache is not None else user_cache_dir()
     summary = TRAINERS[args.recipe](out, steps=args.steps, seed=args.seed, threads=args.threads, cache=cache)
     shown = {k: v for k, v in summary.items() if k not in ("curve", "samples")}

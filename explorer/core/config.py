@@ -214,6 +214,8 @@ class ModelConfig:
             problems.append(f"RoPE scaling type {kind!r} is not one of {tuple(ROPE_SCALING_KEYS)}")
         elif missing := [k for k in ROPE_SCALING_KEYS[kind] if self.rope.get(k) is None]:
             problems.append(f"RoPE scaling {kind!r} needs {', '.join(missing)}")
+        elif self.rope:
+            problems += _rope_problems(self)
         return problems
 
     def _layout_problems(self) -> list[str]:
@@ -282,3 +284,11 @@ class ModelConfig:
         if self.rope:
             extras.append(f"RoPE scaling {self.rope.get('rope_type')}")
         return "".join(f", {e}" for e in extras)
+
+
+def _rope_problems(cfg: ModelConfig) -> list[str]:
+    """The RoPE scaling's optional fields (explorer/core/rope_checks.py; issue 26)."""
+    from explorer.core.rope_checks import scaling_problems
+
+    rotary_dim = cfg.rotary_dim or cfg.d_head
+    return scaling_problems(cfg.rope, rotary_dim) if isinstance(rotary_dim, int) else []

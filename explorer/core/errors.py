@@ -33,3 +33,7 @@ class InternalError(ExplorerError):
     def wrap(cls, exc: BaseException, doing: str = "") -> InternalError:
         where = f" while {doing}" if doing else ""
         return cls(f"internal error{where}: {type(exc).__name__}: {str(exc)[:300]} (please report)")
+
+
+class ExportError(ExplorerError):
+    """An export cannot be written where asked (a folder that is not an earlier export, a user's file in the way)."""

@@ -3,7 +3,8 @@
 Every writer goes through ``atomic_path``: the data goes to a temporary file in the target's own
 directory, which is renamed over the target only once it is complete, so an existing file is
 never left half-overwritten and a failed export leaves no half-file behind. A multi-file export
-goes through ``export_directory``: written into a temporary sibling directory, swapped in whole.
+goes through ``export_directory`` (``export_folder``): written into a staging folder, then swapped in
+file by file under a journal; the export owns only the files its manifest lists.
 
 ``trace.npz`` is streamed (``write_trace_npz``): each array goes into the archive a block at a
 time (a head's scores or pattern, a layer's stream or neurons), so a 1024-token trace of GPT-2
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.core.display.labels import token_labels
+from explorer.core.export_folder import _UMASK, export_directory  # noqa: F401  (export_directory re-exported)
 from explorer.core.trace import Trace
 
 
@@ -44,13 +46,6 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-def _read_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()  # read once at import: os.umask is process-wide and not thread-safe
 
 
 def write_bytes(target: str | os.PathLike[str], data: bytes) -> None:
@@ -195,50 +190,7 @@ def _write_npy(stream, part: ArrayPart) -> None:
         stream.write(np.ascontiguousarray(block, dtype=part.dtype).tobytes())
 
 
-# --- a directory of files, all or nothing --------------------------------------------------------
-
-@contextlib.contextmanager
-def export_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a fresh temporary directory beside ``target``; when the block completes it takes
-    ``target``'s place in two renames (an existing export is moved aside, then removed), so
-    ``target`` is always either the old export or the new one, never a mix. On failure the
-    temporary directory is removed; leftovers of an interrupted earlier run (a killed process)
-    are removed when the next export starts. A non-empty ``target`` that is not an export
-    (no ``trace.npz``) is refused rather than replaced."""
-    import shutil
-
-    target = Path(target)
-    if target.exists() and not target.is_dir():
-        raise NotADirectoryError(f"{target} exists and is not a directory")
-    if target.is_dir() and any(target.iterdir()) and not (target / "trace.npz").exists():
-        raise FileExistsError(f"{target} is not empty and holds no earlier export (no trace.npz): "
-                              "choose a new or empty directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.partial-*"):  # an interrupted earlier run
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in target.parent.glob(f".{target.name}.old-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        try:
-            yield tmp
-        except OSError as exc:  # name the file as the user asked for it, not its temporary place
-            name = exc.filename
-            if isinstance(name, str) and Path(name).is_relative_to(tmp):
-                exc.filename = str(target / Path(name).relative_to(tmp))
-            raise
-        tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700; an export gets ordinary permissions
-        old = None
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            os.replace(target, old / target.name)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
+# --- a directory of files: explorer.core.export_folder.export_directory (an export owns only what it wrote)
 
 def write_attention_files(trace: Trace, directory: str | os.PathLike[str], layers: Sequence[int] | None = None,
                           kind: str = "pattern", csv: bool = True, progress: Progress | None = None) -> list[Path]:

@@ -34,6 +34,7 @@ import numpy as np
 
 from explorer.core.config import ModelConfig
 from explorer.core.errors import ExplorerError
+from explorer.core.text import MESSAGE_LIMIT, shown
 from explorer.core.trace import Trace, TraceMeta
 
 FORMAT = "transformer-explorer-trace"
@@ -115,8 +116,15 @@ def _shape_of(key: str, cfg: ModelConfig, n: int) -> tuple[int, ...]:
     if site == "logits":
         return (n, cfg.vocab_size)
     if site.split(".")[-1] in _STATS:
-        return (n,)
+        return _stat_shape(site, cfg, n)
     return (n, cfg.d_model)
+
+
+def _stat_shape(site: str, cfg: ModelConfig, n: int) -> tuple[int, ...]:
+    """A norm statistic: one per position, or per head and position for per-head q/k norms (Qwen3, Gemma 3)."""
+    if cfg.qk_norm in ("head", "per_head") and site.startswith(("attn.q_norm.", "attn.k_norm.")):
+        return (cfg.n_heads if site.startswith("attn.q_norm.") else cfg.kv_heads, n)
+    return (n,)
 
 
 def _tl_shape(site: str, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -129,7 +137,10 @@ def _scale(trace: Trace, prefix: str) -> np.ndarray:
     """TransformerLens' ``hook_scale`` [1, n, 1]: sqrt(var + eps) (LayerNorm), sqrt(mean(x^2) + eps) (RMSNorm)."""
     key = f"{prefix}.var" if trace.config.norm == "layernorm" else f"{prefix}.mean_square"
     stat = np.asarray(trace[key], dtype=np.float64)
-    return np.sqrt(stat + trace.config.norm_eps).astype(np.float32)[None, :, None]
+    scale = np.sqrt(stat + trace.config.norm_eps).astype(np.float32)
+    if scale.ndim == 2:  # per head [H, n] -> TransformerLens' [batch, pos, head_index, 1]
+        return np.ascontiguousarray(scale.T[None, :, :, None])
+    return scale[None, :, None]
 
 
 def trace_entries(trace: Trace) -> list[Entry]:
@@ -147,10 +158,12 @@ def trace_entries(trace: Trace) -> list[Entry]:
                                  lambda k=key, s=site: _tl_layout(s, trace[k])))
         elif site.split(".")[-1] in _STATS:  # a norm statistic: TL's hook_scale once, ours kept as extras
             prefix = key.rsplit(".", 1)[0]
+            shape = _shape_of(key, cfg, n)
             if prefix not in scaled:
                 scaled.add(prefix)
-                entries.append(Entry(f"{prefix}.hook_scale", (1, n, 1), _FLOAT, lambda p=prefix: _scale(trace, p)))
-            entries.append(Entry(EXTRA + key, (n,), _FLOAT,
+                tl_shape = (1, n, shape[0], 1) if len(shape) == 2 else (1, n, 1)
+                entries.append(Entry(f"{prefix}.hook_scale", tl_shape, _FLOAT, lambda p=prefix: _scale(trace, p)))
+            entries.append(Entry(EXTRA + key, shape, _FLOAT,
                                  lambda k=key: np.ascontiguousarray(trace[k], dtype=_FLOAT)))
 
     for key in available:
@@ -282,10 +295,8 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
             if meta.get("format") != FORMAT:
                 raise TraceFileError(f"{path.name} is not a Transformer Explorer trace (no '{FORMAT}' metadata)")
             cfg = ModelConfig.from_dict(json.loads(meta["config"]))
-            token_ids, tokens = json.loads(meta["token_ids"]), json.loads(meta["tokens"])
+            token_ids, tokens = _checked_tokens(path, meta, cfg)
             n = len(token_ids)
-            if not isinstance(tokens, list) or len(tokens) != n:
-                raise TraceFileError(f"{path.name}: {n} token ids but {len(tokens)} token strings")
             arrays: dict[str, np.ndarray] = {}
             for name in f.keys():
                 mapped = _our_key(name, cfg)
@@ -299,12 +310,32 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
                                          f"the configuration implies {expected}")
                 value.flags.writeable = False
                 arrays[key] = value
+        if not arrays:
+            raise TraceFileError(f"{shown(path.name)} holds no traced tensors (only its metadata)")
+        truncated = meta.get("truncated_from") or None
+        if truncated is not None and (not str(truncated).isdigit() or not n <= int(truncated) <= 1 << 40):
+            raise TraceFileError(f"{shown(path.name)}: truncated_from {shown(truncated, 40)!r} is not a token count "
+                                 f"of at least {n}")
+        trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
+                               dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
+                               extra={"source_file": str(path), "prompt": meta.get("prompt", "")})
+        return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)
     except ExplorerError as exc:
-        raise exc if isinstance(exc, TraceFileError) else TraceFileError(f"{path.name}: {exc}") from None
+        if isinstance(exc, TraceFileError):
+            raise TraceFileError(shown(str(exc), MESSAGE_LIMIT)) from None
+        raise TraceFileError(shown(f"{path.name}: {exc}", MESSAGE_LIMIT)) from None
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: one line for the user
-        raise TraceFileError(f"cannot read {path.name} as a trace: {type(exc).__name__}: {exc}") from None
-    truncated = meta.get("truncated_from") or None
-    trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
-                           dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
-                           extra={"source_file": str(path), "prompt": meta.get("prompt", "")})
-    return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)
+        raise TraceFileError(shown(f"cannot read {path.name} as a trace: {type(exc).__name__}: {exc}",
+                                   MESSAGE_LIMIT)) from None
+
+
+def _checked_tokens(path: Path, meta: dict[str, str], cfg: ModelConfig) -> tuple[list[int], list[str]]:
+    """The metadata's token ids (whole numbers in the vocabulary) and their strings, as many of each."""
+    token_ids, tokens = json.loads(meta["token_ids"]), json.loads(meta["tokens"])
+    if not isinstance(token_ids, list) or not token_ids or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < cfg.vocab_size for i in token_ids):
+        raise TraceFileError(f"{shown(path.name)}: token_ids should be a list of ids in the vocabulary "
+                             f"(0 to {cfg.vocab_size - 1}); got {shown(meta['token_ids'], 60)}")
+    if not isinstance(tokens, list) or len(tokens) != len(token_ids) or not all(isinstance(t, str) for t in tokens):
+        raise TraceFileError(f"{shown(path.name)}: {len(token_ids)} token ids but not as many token strings")
+    return token_ids, tokens

@@ -16,6 +16,7 @@ import torch
 from explorer.core.cancel import CancelLike
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
+from explorer.core.text import shown
 from explorer.core.model import Transformer
 from explorer.core.placement import describe, input_device, model_dtype
 from explorer.core.tokenize.base import Tokenizer
@@ -24,6 +25,31 @@ from explorer.core.trace import CaptureSpec, Trace, capture
 
 ENCODERS = ("bert", "roberta", "distilbert")
 ENCODER_REASON = "this model is an encoder: it fills in masked tokens rather than continuing text"
+
+
+def checked_ids(ids: Any, vocab_size: int, n_ctx: int) -> list[int]:
+    """Token ids as a list of ints in the vocabulary, no longer than the context; else one ``PromptError`` line
+    (an id of 10**9 is not an IndexError deep in the embedding, 1.7 is not silently token 1)."""
+    import operator
+
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) and not hasattr(ids, "__iter__"):
+        raise PromptError(f"token ids should be a list of whole numbers, not a {type(ids).__name__}")
+    out = []
+    for i, value in enumerate(ids):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            token = operator.index(value)
+        except TypeError:
+            raise PromptError(f"token id {i} is {shown(repr(value), 40)}, not a whole number") from None
+        if not 0 <= token < vocab_size:
+            raise PromptError(f"token id {shown(token, 40)} (at {i}) is outside the vocabulary (0 to {vocab_size - 1})")
+        out.append(token)
+    if not out:
+        raise PromptError("no token ids: give at least one")
+    if len(out) > n_ctx:
+        raise PromptError(f"{len(out)} token ids are more than the model's context of {n_ctx}")
+    return out
 
 
 @dataclass
@@ -87,6 +113,7 @@ class LoadedModel:
                   cancel: CancelLike = None, interventions: Sequence[Any] = ()) -> Trace:
         """``cancel``: a callable asked at every layer boundary (see ``capture``); ``interventions``
         (explorer/core/interventions/) are applied to the run."""
+        ids = checked_ids(ids, self.config.vocab_size, self.config.n_ctx)
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
                            interventions)
         return trace

@@ -128,3 +128,4 @@ def inverse_frequencies(rotary_dim: int, base: float, scaling: Mapping[str, Any]
         return _longrope(rotary_dim, base, s, seq_len)
     raise ValueError(f"unknown RoPE scaling type {kind!r}; known: {', '.join(SCALING_TYPES)}")
 
+

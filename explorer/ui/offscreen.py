@@ -14,13 +14,14 @@ import warnings
 from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication
 
     from explorer.core.loaded import LoadedModel
     from explorer.core.trace import Trace
+    from explorer.ui.panels.base import Panel
 
 
 def ensure_app() -> QApplication:
@@ -71,17 +72,64 @@ def available_panel_classes() -> list[type]:
 
 
 def _panel_stem(cls: type) -> str:
-    return cls.__module__.rsplit(".", 1)[-1]
+    """The panel's name in file names: its module, or its package for ``<package>/panel.py``
+    (``attention``, not ``panel``)."""
+    parts = cls.__module__.split(".")
+    return parts[-2] if parts[-1] == "panel" else parts[-1]
 
 
 def _slug(name: str) -> str:
     """A file-name-safe form of a plot's name ("attention, all heads" -> "attention_all_heads")."""
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "plot"
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_").lower() or "plot"
+
+
+def plot_file_name(cls: type, name: str) -> str:
+    """``<panel>_<view>.png``: the view's name without the panel's own name repeated in front of it
+    ("what changed: log p…" in what_changed -> ``what_changed_log_p….png``)."""
+    panel, view = _panel_stem(cls), _slug(name)
+    if view.startswith(panel + "_"):
+        view = view[len(panel) + 1:]
+    return f"{panel}_{view}.png"
+
+
+def _has_content(exportable: Any) -> bool:
+    """Whether a plot has something to show (What changed without an intervention, patching without a
+    corrupted prompt: nothing) - judged by the data behind it."""
+    import numpy as np
+
+    try:
+        data = np.asarray(exportable.data()[0])
+    except Exception:  # noqa: BLE001 - a plot whose data cannot be read is drawn as it is
+        return True
+    if data.size == 0:
+        return False
+    return not (np.issubdtype(data.dtype, np.floating) and not np.isfinite(data).any())
+
+
+WAIT_S = 1800.0  # the longest `export --plots` waits for a panel's background views (a large model's lens)
+
+
+def _wait_for_views(app: QApplication, panel: Panel) -> bool:
+    """Run the event loop until ``panel``'s progressive views (logit lens, all-heads mosaic, nearest
+    neighbours…) are all drawn, so no image says "computing…". False when ``WAIT_S`` ran out."""
+    import time
+
+    from PySide6.QtCore import QEventLoop, QThread
+
+    deadline = time.monotonic() + WAIT_S
+    while panel.computing():
+        if time.monotonic() > deadline:
+            return False
+        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        QThread.msleep(5)
+    app.processEvents()
+    return True
 
 
 def render_plots(loaded: LoadedModel | None, trace: Trace, out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Show ``trace`` in every panel offscreen; write ``<panel>_<plot>.png`` for each of their plots
-    and ``attention/L{l}_H{h}.png`` (with .npy and .csv) per head. Returns the PNGs written."""
+    """Show ``trace`` in every panel offscreen, wait for each panel's background views, and write
+    ``<panel>_<view>.png`` for each plot that has something to show, and ``attention/L{l}_H{h}.png``
+    (with .npy and .csv) per head. Returns the PNGs written."""
     app = ensure_app()
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QWidget
@@ -103,13 +151,19 @@ def render_plots(loaded: LoadedModel | None, trace: Trace, out_dir: str | os.Pat
             panel.resize(1100, 900)
             panel.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)  # laid out, never on screen
             panel.show()
+            panel.set_on_screen(True)
             panel.set_trace(trace)
             app.processEvents()
+            if not _wait_for_views(app, panel):
+                warnings.warn(f"the {cls.__name__}'s views took over {WAIT_S:.0f} s; its images may be "
+                              "unfinished", stacklevel=2)
             for exportable in panel.exportables():
                 item = exportable.item
                 if isinstance(item, QWidget) and not item.isVisibleTo(panel):
                     continue  # e.g. the positions heatmap of a model with rotary positions
-                written.append(export_png(item, out_dir / f"{_panel_stem(cls)}_{_slug(exportable.name)}.png"))
+                if not _has_content(exportable):
+                    continue  # nothing to show (no intervention, no corrupted prompt): no empty axes
+                written.append(export_png(item, out_dir / plot_file_name(cls, exportable.name)))
         except Exception as exc:  # one broken panel must not cost the user the other images
             warnings.warn(f"could not render the {cls.__name__}: {exc!r}", stacklevel=2)
         finally:

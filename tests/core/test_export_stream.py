@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from explorer.cli import main
+from explorer.core.errors import ExportError
 from explorer.core.export import export_directory, trace_arrays, write_trace_npz
 
 PROMPT = "Hello world, hello again, and once more"
@@ -48,6 +49,7 @@ def test_a_failed_export_leaves_the_old_one_whole_and_nothing_else(tmp_path):
         raise RuntimeError("disk full halfway")
     assert (out / "trace.npz").read_text() == "old" and (out / "attention" / "L0_H0.csv").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no temporary directory left
+    assert sorted(p.name for p in out.iterdir()) == ["attention", "export-manifest.json", "trace.npz"]
     with export_directory(out) as d:
         (d / "trace.npz").write_text("new")
     assert (out / "trace.npz").read_text() == "new" and not (out / "attention").exists()  # not mixed
@@ -55,24 +57,27 @@ def test_a_failed_export_leaves_the_old_one_whole_and_nothing_else(tmp_path):
 
 
 def test_leftovers_of_an_interrupted_run_are_removed_and_foreign_directories_refused(tmp_path):
-    killed = tmp_path / ".export.partial-abc123"  # what a SIGTERM mid-write leaves behind
+    out = tmp_path / "export"
+    out.mkdir()
+    killed = out / ".explorer-export-staging-abc123"  # what a SIGTERM mid-write leaves behind
     killed.mkdir()
+    (killed / ".explorer-export-staging").write_bytes(b"")
     (killed / "trace.npz").write_bytes(b"half")
-    with export_directory(tmp_path / "export") as d:
+    with export_directory(out) as d:
         (d / "trace.npz").write_text("complete")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    assert sorted(p.name for p in out.iterdir()) == ["export-manifest.json", "trace.npz"]
     home = tmp_path / "documents"
     home.mkdir()
     (home / "thesis.tex").write_text("precious")
-    with pytest.raises(FileExistsError, match="no earlier export"), export_directory(home):
+    with pytest.raises(ExportError, match="not an earlier export"), export_directory(home):
         pass
-    assert (home / "thesis.tex").read_text() == "precious"
+    assert sorted(p.name for p in home.iterdir()) == ["thesis.tex"]
 
 
 def test_export_command_writes_per_head_files_only_when_asked(tiny_gpt2_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["export", "-c", str(tiny_gpt2_dir), "--prompt", PROMPT, "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["trace.npz", "trace.safetensors"]  # no per-head files
+    assert sorted(p.name for p in out.iterdir()) == ["export-manifest.json", "trace.npz", "trace.safetensors"]  # no per-head files
     captured = capsys.readouterr()
     assert "trace.npz" in captured.out and "attention" in captured.out and captured.err == ""  # progress
     assert main(["export", "-c", str(tiny_gpt2_dir), "--prompt", PROMPT, "--out", str(out), "--per-head"]) == 0

@@ -32,6 +32,8 @@ def test_every_corpus_case_ends_in_one_clean_line():
     bad = {c["name"]: (c["problem"], c["stderr"][-300:]) for c in cases if c["problem"] is not None}
     assert not bad
     assert report["markers"] == 0  # no pickle payload ran
+    assert report["crashes"] == 0 and report["data_loss"] == 0  # issue 26: no internal error, nothing of the user's lost
+    assert sum(c["name"].startswith(("text:", "trace file:", "API trace_ids", "export: a")) for c in cases) >= 15
     assert max(c["seconds"] for c in cases) < 5.0
     assert max(c["extra_rss_mb"] for c in cases) < 500
 

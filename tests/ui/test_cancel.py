@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from PySide6.QtCore import QCoreApplication, QThreadPool
 
 from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.model import Transformer
@@ -56,11 +57,11 @@ def test_a_stale_trace_is_abandoned_at_a_layer_boundary(qtbot, window, monkeypat
     window.trace_applied.connect(applied.append)
     window.controller.dropped.connect(dropped.append)
     first = window.controller.request("The first request, soon stale")
-    qtbot.waitUntil(lambda: len(ran) == 1)  # block 0 of the first pass is under way
+    qtbot.waitUntil(lambda: len(ran) == 1, timeout=60_000)  # block 0 of the first pass is under way
     window.controller.request("A newer request")
     gate.set()
-    qtbot.waitUntil(lambda: len(applied) == 1, timeout=30_000)
-    qtbot.waitUntil(window.controller.is_idle)
+    qtbot.waitUntil(lambda: len(applied) == 1, timeout=60_000)
+    qtbot.waitUntil(window.controller.is_idle, timeout=60_000)
     n_layers = window.loaded.config.n_layers
     assert dropped == [first]
     assert ran == [0] + list(range(n_layers))  # the stale pass stopped after block 0; the new one ran whole
@@ -68,11 +69,13 @@ def test_a_stale_trace_is_abandoned_at_a_layer_boundary(qtbot, window, monkeypat
 
 
 def test_closing_during_a_trace_does_not_wait_for_it(qtbot, make_window, tiny_checkpoint, monkeypatch):
+    """Closing returns while the pass is still inside a block (held there by a gate, not by time), and
+    the pass then stops at the next layer boundary instead of running its remaining 39 passes."""
     window = make_window()
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+    with qtbot.waitSignal(window.trace_applied, timeout=60_000):
         window.open_checkpoint(str(tiny_checkpoint))
     original = window.loaded.trace_ids
-    passes = 40  # a pass that would take 40 x 2 blocks x 0.1 s = 8 s if nobody stopped it
+    passes = 40
 
     def long_trace(ids, *args, **kwargs):
         for _ in range(passes - 1):
@@ -80,17 +83,28 @@ def test_closing_during_a_trace_does_not_wait_for_it(qtbot, make_window, tiny_ch
         return original(ids, *args, **kwargs)
 
     monkeypatch.setattr(window.loaded, "trace_ids", long_trace)
-    ran = count_blocks(monkeypatch, pause=0.1)
+    inside, gate, left = threading.Event(), threading.Event(), threading.Event()
+    ran: list[int] = []
+    block = Transformer.block_forward
+
+    def held(self, layer, *args, **kwargs):
+        ran.append(layer)
+        if len(ran) == 2:  # the second block of the first pass waits for the test
+            inside.set()
+            gate.wait(60)
+            left.set()
+        return block(self, layer, *args, **kwargs)
+
+    monkeypatch.setattr(Transformer, "block_forward", held)
     applied = []
     window.trace_applied.connect(applied.append)
     window.controller.request("A long trace the user closes the window on")
-    qtbot.waitUntil(lambda: len(ran) >= 2)
-    t0 = time.perf_counter()
+    qtbot.waitUntil(inside.is_set, timeout=60_000)
     window.close()
-    closing = time.perf_counter() - t0
-    qtbot.waitUntil(lambda: window.controller.is_idle(), timeout=10_000)
-    assert len(ran) < 2 * passes  # abandoned, not finished
-    assert closing < 0.5 * passes * 2 * 0.1  # well before the uncancelled pass would have ended
+    assert not left.is_set()  # close() returned while the worker was still held inside the block
+    gate.set()
+    qtbot.waitUntil(lambda: window.controller.is_idle(), timeout=60_000)
+    assert len(ran) < 2 * passes  # abandoned at a boundary, not finished
     assert applied == []
 
 
@@ -112,6 +126,8 @@ def test_a_load_that_finishes_after_closing_starts_no_trace(qtbot, make_window, 
     window.open_checkpoint(str(tiny_checkpoint))
     window.close()
     gate.set()
-    qtbot.waitUntil(lambda: not window.loader.busy, timeout=30_000)
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: not window.loader.busy, timeout=60_000)
+    assert QThreadPool.globalInstance().waitForDone(60_000)  # every worker done, then every queued signal
+    QCoreApplication.processEvents()
+    QCoreApplication.sendPostedEvents()
     assert requests == [] and window.loaded is None and window.trace is None

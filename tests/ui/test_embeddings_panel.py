@@ -33,7 +33,13 @@ def _panel(qtbot, trace, display=None):
     if display is not None:
         panel.set_vocabulary_display(display)
     panel.set_trace(trace)
+    settle(qtbot, panel)
     return panel, selection
+
+
+def settle(qtbot, panel):
+    """Wait for the panel's background views (neighbours of a large vocabulary) by condition, not time."""
+    qtbot.waitUntil(lambda: not panel.computing(), timeout=60_000)
 
 
 def _toy_trace(positions):
@@ -80,7 +86,12 @@ def test_cosine_matrix_for_each_space(qtbot, gpt2_trace):
     assert panel.cosine_map.matrix[6, 10] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_neighbours_follow_the_selected_token(qtbot, gpt2_trace):
+@pytest.mark.parametrize("background", [False, True])
+def test_neighbours_follow_the_selected_token(qtbot, gpt2_trace, monkeypatch, background):
+    from explorer.ui.panels import embeddings
+
+    if background:  # as with a real vocabulary: computed in the background, waited for by condition
+        monkeypatch.setattr(embeddings, "NEIGHBOURS_NOW_MACS", 0)
     loaded, trace = gpt2_trace
     panel, selection = _panel(qtbot, trace, loaded.tokenizer.display)
     n = trace.n_tokens
@@ -94,6 +105,7 @@ def test_neighbours_follow_the_selected_token(qtbot, gpt2_trace):
     assert panel.neighbours.item(0, 0).text() == quoted(loaded.tokenizer.display(int(ids[0])), 40)  # was repr()
 
     selection.set_token(3)
+    settle(qtbot, panel)
     ids3, _ = nearest_vocab_neighbours(trace, 3, 10)
     assert [r[0] for r in panel.neighbour_rows()] == ids3.tolist()
     assert "3:\u00b7fox" in panel.neighbours_title.text()

@@ -68,3 +68,38 @@ def test_cli_export_plots(qapp, tiny_gpt2_dir, tmp_path, capsys):
     assert EMBEDDING_PLOTS <= {p.name for p in plots.glob("*.png")}
     assert len(list((plots / "attention").glob("*.png"))) == 12
     assert "plot images" in capsys.readouterr().out
+
+
+def test_export_plots_waits_for_every_background_view_and_skips_empty_ones(qapp, tiny_gpt2, tmp_path,
+                                                                           monkeypatch):
+    """As on a GPT-2-small-sized model: the lens and the all-heads views are computed in the background
+    (forced here); no image is written while any is still computing, nothing without content is
+    drawn (no intervention: What changed and patching have nothing), names are <panel>_<view>.png."""
+    import re
+
+    from explorer.ui.export import images
+    from explorer.ui.panels.attention import views
+    from explorer.ui.panels.residual import lens
+    from explorer.ui.session.progressive import lane
+
+    monkeypatch.setattr(lens, "LENS_NOW_MACS", 0)
+    monkeypatch.setattr(views, "ALL_HEADS_NOW_MACS", 0)
+    pending_at_write = []
+    real = images.export_png
+
+    def recording(item, path, *args, **kwargs):
+        pending_at_write.append((path.name, len(lane().pending())))
+        return real(item, path, *args, **kwargs)
+
+    monkeypatch.setattr(images, "export_png", recording)
+    loaded, _ = tiny_gpt2
+    names = _render_and_check(loaded, loaded.trace(PROMPT), tmp_path)
+    assert lane().computed  # the background lane did run the views
+    assert [name for name, pending in pending_at_write if pending] == []
+    panel_plots = {n for n in names if not n.startswith("L")}
+    assert {"residual_logit_lens_top-1_probability.png", "attention_all_heads.png"} <= panel_plots
+    assert not any(n.startswith(("what_changed", "patching")) for n in panel_plots)
+    for name in panel_plots:
+        panel, view = re.match(r"^([a-z_]+?)_(.+)\.png$", name).groups()
+        assert not view.startswith(panel) and panel in {"attention", "dla", "embeddings", "neurons", "residual",
+                                                        "tokenization", "masked"}, name

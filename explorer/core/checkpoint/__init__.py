@@ -26,20 +26,20 @@ import stat
 from pathlib import Path
 
 from explorer.core import worked_example
-from explorer.core.checkpoint import hub_cache, nanogpt
+from explorer.core.cancel import CancelLike
+from explorer.core.checkpoint import gguf_config, gguf_format, hub_cache, local_stores, nanogpt
 from explorer.core.checkpoint.families import FAMILIES
-from explorer.core.checkpoint.loader import load_family
-from explorer.core.checkpoint import gguf_config, gguf_format, local_stores
 from explorer.core.checkpoint.gguf_validate import is_gguf
+from explorer.core.checkpoint.loader import load_family
 from explorer.core.checkpoint.native import NATIVE_FORMAT, load_native, save_native
 from explorer.core.checkpoint.safe_io import finish, read_json
-from explorer.core.cancel import CancelLike
 from explorer.core.checkpoint.validate import Progress, loading
 from explorer.core.checkpoint.validate import current as current_load
 from explorer.core.errors import CheckpointError, ExplorerError, InternalError
 from explorer.core.loaded import LoadedModel
 from explorer.core.paths import models_dir
 from explorer.core.placement import Placement
+from explorer.core.text import MESSAGE_LIMIT, shown
 
 __all__ = ["FAMILIES", "LoadedModel", "builtin_names", "default_model_name", "load_checkpoint",
            "save_native", "supported_formats"]
@@ -83,6 +83,9 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
 
         require_accelerate()
     source = default_model_name() if source is None else source
+    if not isinstance(source, (str, os.PathLike)):
+        raise CheckpointError(f"a checkpoint is a folder, a file or a built-in model name, not a "
+                              f"{type(source).__name__} ({shown(repr(source), 60)})")
     ctx = None
     try:
         with loading(str(source), device, dtype, progress, cancel, placement) as ctx:
@@ -91,9 +94,11 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
         text = str(exc)
         where = ctx.config_file if ctx is not None and ctx.config_file is not None else source
         if str(where) not in text and str(source) not in text and str(Path(str(source)).expanduser()) not in text:
-            raise CheckpointError(f"{where}: {text}") from None
-        raise
-    except ExplorerError:
+            text = f"{where}: {text}"
+        raise CheckpointError(shown(text, MESSAGE_LIMIT)) from None  # names from the files: escaped, one line, capped
+    except ExplorerError as exc:
+        if shown(str(exc), MESSAGE_LIMIT) != str(exc):
+            exc.args = (shown(str(exc), MESSAGE_LIMIT),)
         raise
     except MemoryError:
         raise CheckpointError(f"{source}: ran out of memory while loading") from None

@@ -56,6 +56,17 @@ def position_offset(hf: dict[str, Any], family: str) -> int:
     return pad + 1
 
 
+def _check_sizes(family: str, d_ff: int, types: int) -> None:
+    """Sizes an encoder block cannot do without: a feed-forward layer, and (BERT) a token-type table."""
+    key = "hidden_dim" if family == "distilbert" else "intermediate_size"
+    if d_ff < 1:
+        raise CheckpointError(f"{family} config.json: {key} should be at least 1 (got {d_ff}): an encoder block "
+                              "always has a feed-forward layer")
+    if family == "bert" and types < 1:
+        raise CheckpointError(f"{family} config.json: type_vocab_size should be at least 1 (got {types}): BERT adds "
+                              "a token-type embedding to every token")
+
+
 def bert_config(hf: dict[str, Any], family: str, has_head: bool) -> ModelConfig:
     if family in ("bert", "roberta"):
         d, n_heads = get_int(hf, family, "hidden_size"), get_int(hf, family, "num_attention_heads")
@@ -77,6 +88,7 @@ def bert_config(hf: dict[str, Any], family: str, has_head: bool) -> ModelConfig:
             raise CheckpointError("distilbert: sinusoidal position embeddings are not supported (learned ones are)")
     if n_heads <= 0 or d % n_heads:
         raise CheckpointError(f"{family}: the width ({d}) is not a multiple of the number of heads ({n_heads})")
+    _check_sizes(family, d_ff, types)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise CheckpointError(f"{family} config.json: layer_norm_eps should be a small positive number (got {eps!r})")
     return ModelConfig(

@@ -136,9 +136,10 @@ def rope_scaling(hf: dict[str, Any], family: str, params: dict[str, Any] | None 
                 raise CheckpointError(f"{where(family)}: LongRoPE's {key} should be a list of positive "
                                       f"numbers (got {value!r:.80})")
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+                or value > 1 << 24:  # a factor of 1e308 would overflow the context it scales
             raise CheckpointError(f"{where(family)}: RoPE scaling {kind!r} needs a positive number {key} "
-                                  f"(got {value!r})")
+                                  f"up to {1 << 24:,} (got {value!r:.40})")
     return out
 
 

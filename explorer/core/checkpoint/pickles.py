@@ -15,14 +15,18 @@ from __future__ import annotations
 import io
 import pickle
 import pickletools
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from explorer.core.checkpoint.validate import read_capped, why
 from explorer.core.errors import CheckpointError
+from explorer.core.text import shown
 
-MAX_PICKLE_BYTES = 256 * 2**20  # the pickled structure of a torch file (its tensors' data lie beside it)
+MAX_PICKLE_BYTES = 64 * 2**20  # the pickled structure of a torch file (its tensors' data lie beside it)
+MAX_PICKLE_SECONDS = 10.0  # reading the opcodes of a real state dict's structure takes well under a second
+MAX_INFLATION = 64  # a deflated data.pkl this many times its compressed size is a decompression bomb
 MAX_META_BYTES = 64 * 2**20
 _PLAIN = (str, int, float, bool, bytes, type(None))
 _STORAGES = {f"{kind}Storage" for kind in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char",
@@ -32,13 +36,24 @@ ALLOWED_GLOBALS = ({("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_r
                    | {("torch", name) for name in _STORAGES})
 
 
-def _globals(data: bytes | io.BufferedReader, found: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _globals(data: bytes | io.BufferedReader, found: list[tuple[str, str]],
+             limit: int = MAX_PICKLE_BYTES) -> list[tuple[str, str]]:
     """(module, name) of every GLOBAL / STACK_GLOBAL in a pickle, following the memo for the names, added to
-    ``found`` as they come (so a damaged pickle still shows what it referred to before the damage)."""
+    ``found`` as they come (so a damaged pickle still shows what it referred to before the damage). Bounded:
+    a pickle running past ``limit`` bytes or ``MAX_PICKLE_SECONDS`` is refused, naming what it is made of."""
     pushed, memo = [], {}
+    counts: dict[str, int] = {}
+    start = getattr(data, "tell", lambda: 0)()
+    deadline = time.monotonic() + MAX_PICKLE_SECONDS
     try:
-        for op, arg, _ in pickletools.genops(data):
+        for n, (op, arg, pos) in enumerate(pickletools.genops(data)):
             name = op.name
+            counts[name] = counts.get(name, 0) + 1
+            if (pos or 0) - start > limit or (n & 0xFFFF == 0xFFFF and time.monotonic() > deadline):
+                top = sorted(counts.items(), key=lambda kv: -kv[1])[:2]
+                made = " and ".join(f"{k} ({v:,})" for k, v in top)
+                raise CheckpointError(f"its pickle goes on past {(pos or 0) - start:,} bytes and {n + 1:,} opcodes, "
+                                      f"mostly {made}: not the structure of a state dict")
             if name == "GLOBAL":
                 module, _, attr = str(arg).partition(" ")
                 found.append((module, attr))
@@ -60,13 +75,32 @@ def _globals(data: bytes | io.BufferedReader, found: list[tuple[str, str]]) -> l
                 memo[int(arg)] = pushed[-1] if pushed else None
             elif name in ("GET", "BINGET", "LONG_BINGET"):
                 pushed.append(memo.get(int(arg)))
+            elif name == "POP" and pushed:
+                pushed.pop()
             elif op.stack_after:
                 pushed.append(None)
             if name == "STOP":
                 break
     except (ValueError, EOFError, IndexError, KeyError) as exc:
-        raise CheckpointError(f"its pickle is damaged ({exc})") from None
+        raise CheckpointError(f"its pickle is damaged ({shown(exc)})") from None
     return found
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """A zip member read in pieces, never past ``MAX_PICKLE_BYTES`` nor ``MAX_INFLATION`` times its
+    compressed size, whatever its header claims."""
+    limit = MAX_PICKLE_BYTES
+    if info.compress_type != zipfile.ZIP_STORED:
+        limit = min(limit, max(2**20, MAX_INFLATION * info.compress_size))
+    out = bytearray()
+    with archive.open(info) as member:
+        while len(out) <= limit:
+            piece = member.read(2**20)
+            if not piece:
+                return bytes(out)
+            out += piece
+    raise CheckpointError(f"its data.pkl inflates past {limit:,} bytes from {info.compress_size:,} compressed: "
+                          "not the structure of a state dict (a decompression bomb)")
 
 
 def _torch_globals(path: Path, found: list[tuple[str, str]]) -> None:
@@ -80,11 +114,11 @@ def _torch_globals(path: Path, found: list[tuple[str, str]]) -> None:
             if names[0].file_size > MAX_PICKLE_BYTES:
                 raise CheckpointError(f"its data.pkl is {names[0].file_size:,} bytes; a state dict's structure is "
                                       "far smaller")
-            _globals(archive.read(names[0]), found)
+            _globals(_read_member(archive, names[0]), found)
             return
     with open(path, "rb") as f:  # legacy format: magic, protocol, sys info, the object; then raw storages
         for _ in range(4):
-            _globals(f, found)
+            _globals(f, found, MAX_PICKLE_BYTES - f.tell())
             if f.tell() > MAX_PICKLE_BYTES:
                 raise CheckpointError("its pickled structure is larger than any state dict's")
 
@@ -95,8 +129,8 @@ def check_torch_pickle(path: Path) -> None:
     damage = None
     try:
         _torch_globals(path, found)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as exc:
+        raise CheckpointError(f"cannot read {shown(path)} ({shown(why(exc))})") from None
     except CheckpointError as exc:
         damage = exc
     for module, name in found:
@@ -106,10 +140,10 @@ def check_torch_pickle(path: Path) -> None:
             if name in what:
                 raise CheckpointError(f"refused to load {path}: it builds {what[name]}; only plain tensors and "
                                       "containers are read from a torch file")
-            raise CheckpointError(f"refused to load {path}: it refers to {module}.{name}, so loading it could run "
+            raise CheckpointError(f"refused to load {shown(path)}: it refers to {shown(module)}.{shown(name)}, so loading it could run "
                                   "code; only plain tensors and containers are read from a torch file")
     if damage is not None:
-        raise CheckpointError(f"refused to load {path}: {damage}")
+        raise CheckpointError(f"refused to load {shown(path)}: {damage}")
 
 
 

@@ -26,6 +26,7 @@ from explorer.core.checkpoint.validate import check_headers, current, read_cappe
 from explorer.core.config import ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError
+from explorer.core.text import shown
 from explorer.core.model import Transformer, sinusoidal_positions
 
 MAX_JSON_BYTES = 64 * 2**20  # config.json is a few kB; tokenizer.json up to tens of MB
@@ -69,8 +70,9 @@ def safetensors_header(path: Path) -> dict[str, Entry]:
                 raise CheckpointError(f"{path} is not a safetensors file: it has {size} bytes")
             n = struct.unpack("<Q", head)[0]
             if n > min(MAX_HEADER_BYTES, size - 8):
-                raise CheckpointError(f"{path} is not a valid safetensors file: its header claims {n:,} bytes "
-                                      f"(the file has {size:,}; headers are at most {MAX_HEADER_BYTES:,})")
+                raise CheckpointError(f"{path} is not a valid safetensors file: its first 8 bytes (the header "
+                                      f"length) claim more than the file's {size:,} bytes or the "
+                                      f"{MAX_HEADER_BYTES:,}-byte cap")  # not the number: 8 bytes of any file
             raw = f.read(n)
     except OSError as exc:
         raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
@@ -112,6 +114,12 @@ def _entry(path: Path, name: str, spec: Any, base: int, size: int) -> Entry:
     numel = 1
     for s in shape:
         numel *= s
+    span = 1
+    for s in shape:  # a zero-size tensor's other sizes must still fit torch's 64-bit arithmetic
+        span *= max(s, 1)
+    if span >= 2**62:
+        raise CheckpointError(f"{bad}: shape {tuple(shape)!s:.80} is beyond any tensor (over 2**62 elements "
+                              "without its zero sizes)")
     start, end = base + offsets[0], base + offsets[1]
     if end - start != numel * item:
         raise CheckpointError(f"{bad}: shape {tuple(shape)} of {dtype} needs {numel * item:,} bytes, its byte "
@@ -175,8 +183,10 @@ def torch_load(path: Path) -> Any:
             data = torch.load(path, map_location="cpu", weights_only=True)  # the legacy format cannot be mapped
     except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, ValueError, TypeError,
             ImportError, IndexError, KeyError, NotImplementedError) as exc:
-        raise CheckpointError(f"refused to load {path}: it is not a plain tensor file, and loading it "
-                              f"could run code ({refusal_reason(exc)})") from None
+        reason = refusal_reason(exc)
+        code = ", and loading it could run code" if "global" in reason.lower() else ""
+        raise CheckpointError(f"refused to load {shown(path)}: it is not a plain tensor file{code} "
+                              f"({shown(reason)})") from None
     except OSError as exc:
         raise CheckpointError(f"cannot read {path} ({why(exc)})") from None
     check_loaded_tensors(data, path)
@@ -241,8 +251,16 @@ def convert_each(data: dict[str, torch.Tensor], total: int | None = None) -> dic
     for name in list(data):
         if ctx is not None:
             ctx.step(total or len(data), str(name))
-        out[str(name)] = _target(data.pop(name))
+        out[str(name)] = _owned(_target(data.pop(name)))
     return out
+
+
+def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor in memory of the process's own: torch.load(mmap=True) leaves tensors viewing the file, which a
+    training run re-saving it truncates (SIGBUS at the next read) or rewrites (silently other weights)."""
+    if tensor.numel() and not tensor.untyped_storage().resizable():  # a file's storage (own memory is resizable)
+        return tensor.clone(memory_format=torch.contiguous_format)
+    return tensor
 
 
 def read_sharded(index: Path, suffix: str) -> dict[str, torch.Tensor]:

@@ -135,6 +135,14 @@ class Step:
     def params(self) -> SamplingParams:
         return self.scores.params
 
+    @cached_property
+    def model_prob(self) -> float:
+        """The chosen token's probability under the model alone (no controls): under greedy decoding or a
+        small top-k, ``prob`` (after the controls) is 1 or near it for every token, which says nothing."""
+        x = np.asarray(self.scores.logits, dtype=np.float64)
+        top = float(np.max(x))
+        return float(np.exp(x[self.token_id] - top) / np.exp(x - top).sum())
+
     @property
     def position(self) -> int:
         """Position of the chosen token in the whole sequence (prompt tokens come first)."""

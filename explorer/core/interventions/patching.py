@@ -102,6 +102,11 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
         raise InterventionError(f"the clean prompt has {len(clean_ids)} tokens and the corrupted one "
                                 f"{len(corrupt_ids)}: patching needs prompts of the same length")
     n = len(clean_ids)
+    if isinstance(position, bool) or not isinstance(position, int) or not -n <= position < max(n, 1):
+        raise InterventionError(f"position {str(position)[:40]} is outside the prompt's {n} tokens "
+                                f"(0 to {n - 1}, or -1 for the last)")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InterventionError(f"the batch size must be a positive whole number (got {str(batch_size)[:40]})")
     position = position % n if n else 0
     for name, tok in (("target", target), ("distractor", distractor)):
         if tok is not None and not 0 <= tok < cfg.vocab_size:
@@ -184,3 +189,16 @@ def activation_patching(model: Transformer, clean_ids: Sequence[int], corrupt_id
             return finished.value
         if progress is not None:
             progress(update)
+
+
+SMALL_GAP = 0.25  # logits: below this the shares restored are ratios of noise-sized differences
+
+
+def gap_warning(clean_metric: float, corrupt_metric: float) -> str | None:
+    """A warning when the clean and corrupted runs barely differ: every share restored divides by that
+    difference, so at a gap of 0.03 one head can "restore 116%" by noise. None when the gap is usable."""
+    gap = abs(clean_metric - corrupt_metric)
+    if gap >= SMALL_GAP:
+        return None
+    return (f"the clean and corrupted runs differ by only {gap:.3f} logits (under {SMALL_GAP}): the shares "
+            "restored divide by that gap and are mostly noise; choose prompts that change the prediction more")

@@ -5,6 +5,7 @@ The rows come from ``explorer.core.generation.candidates.candidate_table``; this
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -27,8 +28,14 @@ def nice_limit(value: float) -> float:
     (and its cached drawing) rarely changes from one step to the next."""
     for limit in (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75):
         if value <= limit / 1.06:
-            return limit
-    return 1.06
+            break
+    else:
+        return 1.06
+    if limit > 0.02:
+        return limit
+    value = max(float(value), 1e-9)  # smaller still (a flat distribution): 1, 2 or 5 times a power of ten,
+    decade = 10.0 ** math.floor(math.log10(value * 1.06))  # so the longest bar fills half the axis or more
+    return next(m * decade for m in (1, 2, 5, 10) if value * 1.06 <= m * decade * (1 + 1e-9))
 
 
 

@@ -348,7 +348,7 @@ class GenerationPane(GenerationRun, Panel):
         display = self.loaded.tokenizer.display
         self.chart.show_table(table, [token_label(display(int(i))) for i in table.ids])
         rank, prob = table.chosen_after
-        now = f"p {prob:.3g} (rank {rank})" if rank is not None else "removed"
+        now = f"p {prob:.3g} (rank {rank + 1})" if rank is not None else "removed"  # ranks shown from 1
         same = self.params_used is not None and controls_equal(params, self.params_used)
         drawn = "" if same else f" · drawn at p {step.prob:.3g} with {describe_params(self.params_used)}"
         self.info.setText(
@@ -363,10 +363,10 @@ class GenerationPane(GenerationRun, Panel):
     def tooltip_for(self, index: int) -> str:
         step = self.steps[index]
         raw = step.before
-        own = (f"rank {raw.chosen_rank}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
+        own = (f"rank {raw.chosen_rank + 1}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
                else f"p {raw.chosen_prob:.3g}")
         return (f"<b>step {step.index}</b>: “{_html(visible(step.text))}” (id {step.token_id})<br>"
-                f"p {step.prob:.3g}, rank {step.rank} under the controls it was drawn with "
+                f"p {step.prob:.3g}, rank {step.rank + 1} under the controls it was drawn with "
                 f"({_html(describe_params(step.params))})<br>model's own: {own}<br>"
                 "<i>click: show its candidates, and every panel at this token</i>")
 

@@ -183,7 +183,7 @@ class GenerationRun:
         if gen_id != self._gen_id:
             return
         self.steps.extend(steps)
-        self.text_view.append_tokens([(s.index, self._incremental.push(s.token_id), s.prob) for s in steps])
+        self.text_view.append_tokens([(s.index, self._incremental.push(s.token_id), s.model_prob) for s in steps])
         if self._follow_latest:
             self.selected = steps[-1].index  # the step box follows when the chart does (_draw_bars)
         if self._follow_latest:

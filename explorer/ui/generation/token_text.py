@@ -1,7 +1,7 @@
 """The streaming text of the generation pane: the prompt in grey, then one coloured span per token.
 
-A generated token's background is its probability under the controls it was drawn with, on a log
-scale (``prob_colour``); hovering shows a tooltip, clicking (not dragging) emits the step's index.
+A generated token's background is the model's own probability of it (before the sampling controls,
+which make every greedy token p = 1), on a log scale (``prob_colour``); hovering shows a tooltip, clicking (not dragging) emits the step's index.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def legend_html() -> str:
     """The colour key shown under the text."""
     cells = "".join(f'<span style="background:{prob_colour(p).name()}">&nbsp;{label}&nbsp;</span>'
                     for p, label in ((0.001, "0.001"), (0.01, "0.01"), (0.1, "0.1"), (1.0, "1")))
-    return f'<span style="color:{PROMPT_GREY}">token colour = its probability:</span> {cells}'
+    return f'<span style="color:{PROMPT_GREY}">token colour = the model\u2019s probability of it:</span> {cells}'
 
 
 class TokenText(QPlainTextEdit):

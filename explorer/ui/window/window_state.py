@@ -87,6 +87,9 @@ class WindowState(QObject):
         self.requested_text = text
         self.empty = not text.strip()
         self.computing = not self.empty and text != self.shown_text
+        loaded = self.session.loaded
+        if self.empty and self.shown_text is None and loaded is not None:  # no trace will come: not "Analysing…"
+            self.placeholders(f"Type a prompt above to see what {loaded.name} does with it.")
         self._show()
 
     def _on_trace_ready(self, result: TraceResult) -> None:
@@ -100,9 +103,12 @@ class WindowState(QObject):
         self.show_content()
         self._show()
 
-    def _finish_failed(self, _message: str = "") -> None:
+    def _finish_failed(self, message: str = "") -> None:
         self.computing = False
         self.empty = not self.session.prompt.strip()
+        if self.shown_text is None and not self.empty:  # nothing analysed: never "Analysing…" for ever
+            self.placeholders(f"The prompt could not be analysed: {message}" if message else
+                              "The prompt could not be analysed.")
         self._show()
 
     def _on_model_loaded(self, loaded: LoadedModel) -> None:

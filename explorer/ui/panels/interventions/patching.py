@@ -212,6 +212,11 @@ class PatchingPanel(Panel):
             f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
             f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target}{against}: clean "
             f"{result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f}. Click a cell to run that patch.")
+        from explorer.core.interventions.patching import gap_warning
+
+        warning = gap_warning(result.clean_metric, result.corrupt_metric)
+        if warning is not None:  # first, where it is read: the grid's colours mislead at this gap
+            self._done_text = f"⚠ Careful: {warning}. " + self._done_text
         self.status.setText(self._done_text)
 
     def _on_finished(self) -> None:

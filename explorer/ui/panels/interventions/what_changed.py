@@ -46,6 +46,11 @@ class WhatChangedSnapshot(PanelSnapshot):
     pass
 
 
+def prob_text(p: float) -> str:
+    """A probability with its digits: 0.123, or 2.0e-05 where three decimals would say 0.000."""
+    return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
+
+
 def comparison(trace: Trace, baseline: Trace | None, position: int | None) -> RunComparison | None:
     """The comparison for ``position`` (None: the last); None without interventions."""
     if baseline is None or not trace.interventions:
@@ -149,9 +154,10 @@ class WhatChangedPanel(Panel):
         self.before_bars.setOpts(x0=np.zeros(k), y=y - 0.2, width=r.p_before)
         self.after_bars.setOpts(x0=np.zeros(k), y=y + 0.2, width=r.p_after)
         names = [self._display(int(i)) for i in r.ids]
-        self.candidates.getAxis("left").setTicks([[(float(i), f"{n}  {b:.3f}\u2192{a:.3f}")
+        self.candidates.getAxis("left").setTicks([[(float(i), f"{n}  {prob_text(b)}\u2192{prob_text(a)}")
                                                    for i, (n, b, a) in enumerate(zip(names, r.p_before, r.p_after))]])
-        self.candidates.setXRange(0, float(max(r.p_before.max(initial=0), r.p_after.max(initial=0), 1e-3)), padding=0.05)
+        top = float(max(r.p_before.max(initial=0), r.p_after.max(initial=0)))
+        self.candidates.setXRange(0, max(top, 1e-12), padding=0.05)  # a flat distribution's bars stay visible
         self.candidates.setYRange(-0.6, k - 0.4, padding=0)
         delta = r.next_delta
         self.delta_bars.setOpts(x=np.arange(delta.size), height=delta,
