@@ -130,7 +130,8 @@ def reference_directory(source: str | Path) -> tuple[Path, dict[str, Any]]:
 
     text = str(source)
     if text.startswith("memory:"):
-        raise VerifyRefused("an in-memory model has no files for the reference to read; save it and verify the directory")
+        raise VerifyRefused("an in-memory model has no files for the reference to read; "
+                            "save it and verify the directory")
     if text in builtin_names():
         raise VerifyRefused(f"{text} is a built-in model in the app's own format, which transformers does not read")
     path = Path(text).expanduser()

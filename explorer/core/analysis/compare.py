@@ -131,8 +131,8 @@ class Comparison:
         block, boundary, position = self.first_block, self.first_boundary, self.first_position
         parts.append("attention patterns agree in every layer" if block is None
                      else f"attention first differs in layer {block}")
-        parts.append("residual streams agree everywhere" if boundary is None else
-                     f"residual streams first differ {'at the embeddings' if boundary == 0 else f'after layer {boundary - 1}'}")
+        where = "at the embeddings" if boundary == 0 else f"after layer {(boundary or 0) - 1}"
+        parts.append("residual streams agree everywhere" if boundary is None else f"residual streams first differ {where}")
         parts.append("next-token distributions agree at every position" if position is None
                      else f"next-token distributions first differ at position {position}")
         return "; ".join(parts)
