@@ -76,7 +76,7 @@ class VerifyReport:
     ids: tuple[int, ...]              # the token ids both models read
     layers: tuple[LayerCheck, ...]    # the embeddings, then one row per block
     logits: float | None              # max |ours - reference| (None: the reference has no logits)
-    next_ids_differ: int              # positions whose most likely next token differs beyond the tolerance
+    next_ids_differ: int              # positions whose top token (next token; an encoder's fill) differs beyond tolerance
     prompt_ids_equal: bool | None     # our tokenization == transformers' (None: not compared)
     notes: tuple[str, ...] = ()
 
@@ -111,7 +111,8 @@ class VerifyReport:
             f"logits {self.logits:.2e} (tol {LOGITS_TOL:.0e}{'' if self.logits_ok else ' FAIL'})"
         prompt = {None: "prompt ids not compared", True: "prompt ids equal", False: "prompt ids DIFFER"}[
             self.prompt_ids_equal]
-        nxt = f"next-token ids {self.next_ids_differ} of {len(self.ids)} differ"
+        nxt = ("top-token ids not compared" if self.logits is None else
+               f"top-token ids {self.next_ids_differ} of {len(self.ids)} differ")
         return f"{logits}  {prompt}  {nxt}: {self.verdict()}"
 
     def lines(self) -> list[str]:

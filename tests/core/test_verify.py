@@ -122,3 +122,16 @@ def test_next_token_ids_differ_only_beyond_a_tie_within_the_tolerance():
     theirs = np.array([[0.0, 1.0, 1.0 - 1e-5], [3.0, 0.0, 0.0]])
     assert next_ids_differ(np.array([[0.0, 0.0, 1.0], [3.0, 0.0, 0.0]]), theirs) == 0  # a near-tie
     assert next_ids_differ(np.array([[0.0, 0.0, 1.0], [0.0, 3.0, 0.0]]), theirs) == 1
+
+
+def test_falcon_rw_is_checked_against_the_sdpa_reference_without_patterns(tmp_path):
+    """transformers 5's eager Falcon adds ALiBi twice (test_family_falcon.py): its ReferenceMap runs SDPA."""
+    from decoder_reference import build
+
+    build("FalconConfig", "FalconForCausalLM", pad_token_id=0, alibi=True, multi_query=False, parallel_attn=False,
+          bias=True).save_pretrained(tmp_path)
+    write_tokenizer(tmp_path)
+    report = verify_checkpoint(tmp_path, PROMPT)
+    assert report.passed, "\n".join(report.lines())
+    assert all(row.pattern is None for row in report.layers) and "pattern not compared" in report.lines()[-2]
+    assert any("ALiBi" in note for note in report.notes)
