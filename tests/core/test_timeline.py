@@ -101,3 +101,25 @@ def test_encoders_and_length_dependent_rotary_are_not_sliced():
     reason = why_not_sliceable(Trace([1, 2], ["a", "b"], dynamic, {}))
     assert reason is not None and "dynamic" in reason
     assert why_not_sliceable(Trace([1, 2], ["a", "b"], shakespeare, {})) is None
+
+
+def test_control_stages_say_which_sampling_control_changed_the_choice():
+    from explorer.core.analysis.timeline import control_stages
+    from explorer.core.generation.sampling import SamplingParams, StepScores
+
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    # token 2 was drawn at temperature 2 with top-k 3: the temperature raised it, top-k kept it
+    stages = control_stages(StepScores(logits, SamplingParams(temperature=2.0, top_k=3), (), chosen_id=2))
+    assert [s.control for s in stages] == ["model", "temperature", "top-k"]
+    assert [s.chosen_rank for s in stages] == [2, 2, 2] and stages[0].chosen_prob == pytest.approx(0.15)
+    assert stages[1].chosen_prob > stages[0].chosen_prob and stages[2].chosen_prob > stages[1].chosen_prob
+    assert [s.changed for s in stages] == [False, False, False] and all(s.top_id == 0 for s in stages)
+    # a repetition penalty on token 0 makes token 1 the most likely, and greedy then picks it
+    stages = control_stages(StepScores(logits, SamplingParams(temperature=0.0, repetition_penalty=3.0), (0,),
+                                       chosen_id=1))
+    assert [s.control for s in stages] == ["model", "repetition penalty", "greedy"]
+    assert [s.chosen_rank for s in stages] == [1, 0, 0] and [s.top_id for s in stages] == [0, 1, 1]
+    assert [s.changed for s in stages] == [False, True, False] and stages[-1].chosen_prob == pytest.approx(1.0)
+    removed = control_stages(StepScores(logits, SamplingParams(top_k=1), (), chosen_id=0))
+    assert removed[-1].chosen_rank == 0
+    assert control_stages(StepScores(logits, SamplingParams(top_k=1), (), chosen_id=3))[-1].chosen_rank is None

@@ -15,7 +15,9 @@ the caller traces each step afresh instead.
 
 ``journey(trace, n_prompt, t)``: the token produced at step t, its rank and probability at every
 layer boundary (the logit lens at the position that predicts it), and for each layer and head the
-attention that position pays to every earlier token, with the ``top`` tokens it reads most.
+attention that position pays to every earlier token, with the ``top`` tokens it reads most;
+``control_stages(step.scores)``: which sampling controls changed the choice (the chosen token's rank and
+probability after each control that was on, in the order they run).
 """
 
 from __future__ import annotations
@@ -117,3 +119,42 @@ def journey(trace: Trace, n_prompt: int, t: int, top: int = 3, vocab_size: int |
     return Journey(step=t, position=position, token_id=int(trace.token_ids[position]),
                    labels=tuple(boundary_labels(cfg.n_layers)), ranks=block.target_ranks[:, 0].copy(),
                    probs=block.target_probs[:, 0].copy(), attention=attention, top_sources=order)
+
+
+# --- which sampling controls changed the choice ---------------------------------------------------
+
+@dataclass(frozen=True)
+class ControlStage:
+    """The chosen token after the controls up to this one (in the order they run)."""
+
+    control: str               # "model" (no controls), "repetition penalty", "temperature", "greedy", "top-k", ...
+    chosen_rank: int | None    # 0-based over the vocabulary; None: this control removed it
+    chosen_prob: float
+    top_id: int                # the most likely token now (ties: the lower id)
+    changed: bool              # this control moved the chosen token's rank or the most likely token
+
+
+def control_stages(scores) -> tuple[ControlStage, ...]:
+    """How each sampling control of a recorded step (``generation.sampling.StepScores`` with its
+    ``chosen_id``) moved the chosen token: the model's own distribution first, then one stage per
+    control that was on, each applied on top of the ones before (their order in ``apply_controls``)."""
+    params = scores.params
+    if scores.chosen_id is None:
+        raise ValueError("the step does not record which token was chosen")
+    current = params.replace(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0)
+    stages: list[tuple[str, object]] = [("model", current)]
+    changes = [("repetition penalty", "repetition_penalty", params.repetition_penalty != 1.0),
+               ("greedy" if params.greedy else "temperature", "temperature", params.temperature != 1.0),
+               ("top-k", "top_k", params.top_k > 0), ("top-p", "top_p", params.top_p < 1.0),
+               ("min-p", "min_p", params.min_p > 0.0)]
+    for name, field_name, on in changes:
+        if on:
+            current = current.replace(**{field_name: getattr(params, field_name)})
+            stages.append((name, current))
+    out: list[ControlStage] = []
+    for name, stage_params in stages:
+        rank, prob = scores.rank_and_prob(scores.chosen_id, stage_params)
+        top_id = int(np.argmax(scores.processed(stage_params)))
+        changed = bool(out) and (rank != out[-1].chosen_rank or top_id != out[-1].top_id)
+        out.append(ControlStage(name, rank, prob, top_id, changed))
+    return tuple(out)
