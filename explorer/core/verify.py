@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from explorer.core.cancel import CancelLike, checker
 from explorer.core.errors import CheckpointError, ExplorerError
 
 LOGITS_TOL = 1e-3
@@ -217,20 +218,23 @@ def next_ids_differ(ours: np.ndarray, theirs: np.ndarray, tol: float = LOGITS_TO
 # --- the check -----------------------------------------------------------------------------------
 
 def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[int] | None = None,
-                      _loaded: Any = None) -> VerifyReport:
+                      cancel: CancelLike = None, _loaded: Any = None) -> VerifyReport:
     """Compare our model with transformers' eager model from the same files (see the module docstring).
 
-    ``ids``: token ids to run instead of the prompt. ``_loaded`` (tests): our model to use instead of
-    opening the directory, e.g. one whose conversion a test broke on purpose.
+    ``ids``: token ids to run instead of the prompt. ``cancel`` is checked between the steps (our load,
+    the reference's load, its forward pass, ours); it raises ``Cancelled`` there. ``_loaded`` (tests):
+    our model to use instead of opening the directory, e.g. one whose conversion a test broke on purpose.
     """
     from explorer.core.checkpoint import load_checkpoint
     from explorer.core.checkpoint.reference import reference_map
     from explorer.core.tokenize.huggingface import TokenIdTokenizer
     from explorer.core.trace import CaptureSpec
 
+    check = checker(cancel)
     directory, config = reference_directory(source)
     transformers = _transformers()
-    loaded = _loaded if _loaded is not None else load_checkpoint(directory, device="cpu", dtype="float32")
+    loaded = _loaded if _loaded is not None else load_checkpoint(directory, device="cpu", dtype="float32",
+                                                                 cancel=cancel)
     mapping = reference_map(config["model_type"], config)
     notes = [mapping.note] if mapping.note else []
     stand_in = isinstance(loaded.tokenizer, TokenIdTokenizer)
@@ -248,14 +252,17 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
                 if theirs is None:
                     notes.append("transformers reads no tokenizer here: prompt ids not compared")
     ids = [int(i) for i in ids]
+    check()
     reference = _reference_model(transformers, directory, config, loaded.generation_blocked is not None,
                                  mapping.attn_implementation)
+    check()
     batch = torch.tensor([ids])
     with torch.no_grad():
         out = reference(batch, attention_mask=torch.ones_like(batch), output_hidden_states=True,
                         output_attentions=mapping.patterns)
     kinds = {"resid", "logits"} | ({"pattern"} if mapping.patterns else set())
-    trace = loaded.trace_ids(ids, CaptureSpec(kinds=frozenset(kinds)))
+    check()
+    trace = loaded.trace_ids(ids, CaptureSpec(kinds=frozenset(kinds)), cancel=cancel)
     L = loaded.config.n_layers
     hidden = [h[0].float().numpy() for h in out.hidden_states]
     if len(hidden) != L + 1:

@@ -135,3 +135,13 @@ def test_falcon_rw_is_checked_against_the_sdpa_reference_without_patterns(tmp_pa
     assert report.passed, "\n".join(report.lines())
     assert all(row.pattern is None for row in report.layers) and "pattern not compared" in report.lines()[-2]
     assert any("ALiBi" in note for note in report.notes)
+
+
+def test_a_cancelled_check_stops_between_its_steps(tmp_path):
+    from explorer.core.cancel import Cancel, Cancelled
+
+    saved("llama", tmp_path)
+    cancel = Cancel()
+    cancel.set()
+    with pytest.raises(Cancelled):
+        verify_checkpoint(tmp_path, PROMPT, cancel=cancel)
