@@ -145,3 +145,16 @@ def test_a_cancelled_check_stops_between_its_steps(tmp_path):
     cancel.set()
     with pytest.raises(Cancelled):
         verify_checkpoint(tmp_path, PROMPT, cancel=cancel)
+
+
+def test_gpt2_with_its_own_tokenizer_files_compares_the_prompts_ids(tmp_path):
+    """A real byte-level BPE (GPT-2's, rebuilt from the shipped ranks) saved by transformers: the prompt's
+    ids are transformers' own tokenization, compared with ours."""
+    from decoder_reference import build
+    from gpt2_files import transformers_gpt2_tokenizer  # tests/gpt2_files.py
+
+    build("GPT2Config", "GPT2LMHeadModel", vocab_size=50257, n_embd=64, n_layer=2, n_head=4,
+          n_positions=64).save_pretrained(tmp_path)
+    transformers_gpt2_tokenizer().save_pretrained(tmp_path)
+    report = verify_checkpoint(tmp_path, "Hello world, this is a check of the tokenizer.")
+    assert report.prompt_ids_equal is True and report.ids[:4] == (15496, 995, 11, 428) and report.passed, "\n".join(report.lines())
