@@ -77,9 +77,10 @@ class VerifyReport:
     ids: tuple[int, ...]              # the token ids both models read
     layers: tuple[LayerCheck, ...]    # the embeddings, then one row per block
     logits: float | None              # max |ours - reference| (None: the reference has no logits)
-    next_ids_differ: int              # positions whose top token (next token; an encoder's fill) differs beyond tolerance
+    next_ids_differ: int              # positions whose top token (an encoder's: its fill) differs beyond tolerance
     prompt_ids_equal: bool | None     # our tokenization == transformers' (None: not compared)
     notes: tuple[str, ...] = ()
+    reference_ids: tuple[int, ...] | None = None  # transformers' tokenization of the prompt, where compared
 
     @property
     def logits_ok(self) -> bool:
@@ -112,6 +113,11 @@ class VerifyReport:
             f"logits {self.logits:.2e} (tol {LOGITS_TOL:.0e}{'' if self.logits_ok else ' FAIL'})"
         prompt = {None: "prompt ids not compared", True: "prompt ids equal", False: "prompt ids DIFFER"}[
             self.prompt_ids_equal]
+        if self.prompt_ids_equal is False and self.reference_ids is not None:
+            theirs = self.reference_ids
+            first = next((i for i, (a, b) in enumerate(zip(self.ids, theirs)) if a != b),
+                         min(len(self.ids), len(theirs)))
+            prompt += f" ({len(self.ids)} tokens here, {len(theirs)} in transformers; first at token {first})"
         nxt = ("top-token ids not compared" if self.logits is None else
                f"top-token ids {self.next_ids_differ} of {len(self.ids)} differ")
         return f"{logits}  {prompt}  {nxt}: {self.verdict()}"
@@ -238,7 +244,7 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
     mapping = reference_map(config["model_type"], config)
     notes = [mapping.note] if mapping.note else []
     stand_in = isinstance(loaded.tokenizer, TokenIdTokenizer)
-    prompt_equal = None
+    prompt_equal, reference_ids = None, None
     if ids is None:
         if prompt is None and stand_in:
             ids = list(range(1, min(17, loaded.config.vocab_size)))
@@ -249,6 +255,7 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
             if not stand_in:
                 theirs = _reference_ids(transformers, directory, text, loaded.config.n_ctx)
                 prompt_equal = None if theirs is None else theirs == ids
+                reference_ids = None if theirs is None else tuple(int(i) for i in theirs)
                 if theirs is None:
                     notes.append("transformers reads no tokenizer here: prompt ids not compared")
     ids = [int(i) for i in ids]
@@ -290,4 +297,4 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
     else:
         notes.append("the reference has no output head: logits not compared")
     return VerifyReport(str(directory), type(reference).__name__, tuple(ids), tuple(rows), logits, differ,
-                        prompt_equal, tuple(notes))
+                        prompt_equal, tuple(notes), reference_ids)

@@ -157,4 +157,15 @@ def test_gpt2_with_its_own_tokenizer_files_compares_the_prompts_ids(tmp_path):
           n_positions=64).save_pretrained(tmp_path)
     transformers_gpt2_tokenizer().save_pretrained(tmp_path)
     report = verify_checkpoint(tmp_path, "Hello world, this is a check of the tokenizer.")
-    assert report.prompt_ids_equal is True and report.ids[:4] == (15496, 995, 11, 428) and report.passed, "\n".join(report.lines())
+    assert report.passed, "\n".join(report.lines())
+    assert report.prompt_ids_equal is True and report.ids[:4] == (15496, 995, 11, 428)  # "Hello world, this"
+
+
+def test_a_prompt_transformers_tokenizes_differently_fails_on_the_token_ids(tmp_path, capsys):
+    saved("qwen2", tmp_path)  # transformers 5 rebuilds this toy word-level file as a BPE that encodes nothing
+    report = verify_checkpoint(tmp_path, PROMPT)
+    assert report.prompt_ids_equal is False and report.first_failure is None and not report.passed
+    assert main(["verify", "--checkpoint", str(tmp_path), "--prompt", PROMPT]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "prompt ids DIFFER (14 tokens here, 0 in transformers; first at token 0)  top-token ids 0 of 14 differ: "
+        "FAILED: the token ids differ")
