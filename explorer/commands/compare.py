@@ -42,8 +42,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{a.name} against {b.name} on {len(result.token_ids)} tokens")
     for note in result.notes:
         print(f"note: {note}")
-    print(f"lowest residual cosine {float(np.nanmin(result.resid_cos)):.6f}, largest head JS "
-          f"{float(result.head_js.max(initial=0.0)):.3g}, largest KL {float(result.logit_kl.max(initial=0.0)):.3g}")
+    cos = np.isfinite(result.resid_cos)
+    lowest = f"{float(result.resid_cos[cos].min()):.6f}" if cos.any() else "not defined"
+    print(f"lowest residual cosine {lowest}, largest head JS {float(result.head_js.max(initial=0.0)):.3g}, "
+          f"largest KL {float(result.logit_kl.max(initial=0.0)):.3g}")
     print(result.summary())
     print(f"wrote {target}")
     return 0

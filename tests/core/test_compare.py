@@ -86,3 +86,27 @@ def test_the_command_writes_compare_npz(tmp_path, capsys):
         assert np.all(data["logit_kl"] >= 0) and np.all(data["head_js"] <= math.log(2) + 1e-6)
         assert list(data["first_diverge"]) == [0, 0, 0]
     assert "first differs" in capsys.readouterr().out
+
+
+def test_different_head_counts_compare_head_averaged_patterns_and_different_widths_no_cosine():
+    pytest.importorskip("transformers")
+    from decoder_reference import VOCAB, build
+
+    from explorer.core.checkpoint.in_memory import register
+    from explorer.core.tokenize.base import VocabTokenizer
+
+    def tiny(**overrides):
+        model = build("LlamaConfig", "LlamaForCausalLM", **overrides)
+        return load_checkpoint(register(model, VocabTokenizer([f"w{i}" for i in range(VOCAB)])), device="cpu")
+
+    prompt = "w5 w17 w99 w3 w50 w42"
+    four, two = tiny(), tiny(num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=3)
+    result = compare_models(four, two, prompt)
+    assert result.head_js.shape == (2, 1) and result.resid_cos.shape == (3, 6)
+    assert list(result.layer_map) == [0, 2, 3]  # A's 2 layers against B's 3 by relative depth
+    assert any("heads" in n for n in result.notes) and any("relative depth" in n for n in result.notes)
+    assert np.all(result.head_js > 0) and np.all(np.isfinite(result.resid_cos))
+    wide = tiny(hidden_size=128)
+    result = compare_models(four, wide, prompt)
+    assert np.all(np.isnan(result.resid_cos)) and any("dimensions" in n for n in result.notes)
+    assert result.head_js.shape == (2, 4) and np.all(np.isfinite(result.logit_kl))
