@@ -8,6 +8,8 @@ stream leaving each block and each layer's attention patterns, then the logits a
 token). Where transformers' outputs sit among our Trace keys is the family's ``ReferenceMap``
 (``checkpoint/reference.py``). The result is a ``VerifyReport`` the command line prints and the
 window can show. Checkpoints the reference cannot read are refused with one line (``VerifyRefused``).
+Our loader opens the directory first, with its checks of every file (``checkpoint/validate.py``,
+``pickles.py``, ``hf_files.py``), so a hostile checkpoint is refused before transformers reads it.
 """
 
 from __future__ import annotations
