@@ -89,9 +89,9 @@ def test_greedy_tokens_are_coloured_by_the_models_probability_and_ranks_count_fr
 
 def test_analysing_never_stays_with_an_empty_prompt_or_a_failing_one(qtbot, make_window, tiny_checkpoint,
                                                                      monkeypatch):
-    from explorer.ui.window.main_window import MainWindow
+    from explorer.ui.window.loading import LoadingChrome
 
-    monkeypatch.setattr(MainWindow, "_prompt_for", lambda self, loaded: "")
+    monkeypatch.setattr(LoadingChrome, "prompt_for", lambda self, loaded, current: "")
     window = make_window()
     with qtbot.waitSignal(window.model_loaded, timeout=30_000):
         window.open_checkpoint(str(tiny_checkpoint))

@@ -1,0 +1,222 @@
+"""Two models on the same tokens: where their residual streams, attention and predictions part (no Qt).
+
+Given a trace of model A and one of model B on the same token ids (``compare_traces``), or two
+models and a prompt (``compare_models``, which first checks that both tokenize it the same):
+
+* ``resid_cos`` [L + 1, n]: cosine of the two residual streams at each boundary (entering each block,
+  then after the last one, as ``residual.residual_stack``) and position; ``resid_rel`` the relative norm
+  difference ``|a - b| / |a|`` there;
+* ``head_js`` [L, H]: each head's Jensen-Shannon divergence of the two attention patterns (natural log,
+  so at most ln 2), averaged over query positions;
+* ``logit_kl`` [n]: KL(A || B) of the two next-token distributions at each position (natural log);
+* where they first diverge: the first boundary, block and position past a small tolerance.
+
+Models of different depth are compared by relative depth (A's boundary i against B's nearest
+``i * L_B / L_A``), with a note; different head counts compare each layer's head-averaged pattern
+(``head_js`` [L, 1]); different widths leave the cosines undefined (NaN). Rows follow model A.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from explorer.core.errors import ExplorerError
+
+if TYPE_CHECKING:
+    from explorer.core.trace import Trace
+
+COS_TOL = 1e-5   # a boundary diverges where some position's cosine is below 1 - COS_TOL
+JS_TOL = 1e-6    # a block diverges where some head's mean JS divergence is above this
+KL_TOL = 1e-6    # a position diverges where KL(A || B) is above this
+
+
+class TokenizerMismatch(ExplorerError):
+    """The two models do not read the prompt as the same token ids."""
+
+
+def _floats(a: np.ndarray) -> np.ndarray:
+    """float64 stays float64 (exact small examples), anything else is float32 (half the memory traffic
+    over [H, n, n] patterns and [n, V] logits)."""
+    a = np.asarray(a)
+    return a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Stable log-softmax over the last axis."""
+    x = _floats(logits)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _plogp_over(p: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """p ln(p / r) elementwise, 0 where p = 0 (inf where r = 0 < p)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(p > 0, p * np.log(p / r), 0.0).astype(p.dtype, copy=False)
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """KL(p || q) over the last axis (natural log; 0 log 0 = 0; inf where q = 0 < p)."""
+    p, q = _floats(p), _floats(q)
+    return _plogp_over(p, q).sum(-1)
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Jensen-Shannon divergence over the last axis (natural log: 0 .. ln 2)."""
+    p, q = _floats(p), _floats(q)
+    m = (p + q) / 2
+    return np.maximum((_plogp_over(p, m) + _plogp_over(q, m)).sum(-1) / 2, 0.0)
+
+
+def logit_kl(logits_a: np.ndarray, logits_b: np.ndarray) -> np.ndarray:
+    """KL(A || B) of the next-token distributions at each position, from logits [n, V].  [n]"""
+    la, lb = log_softmax(logits_a), log_softmax(logits_b)
+    return np.maximum((np.exp(la) * (la - lb)).sum(-1), 0.0)
+
+
+def head_js(pattern_a: np.ndarray, pattern_b: np.ndarray) -> np.ndarray:
+    """Per head, the JS divergence of the two patterns [H, n, n] averaged over query rows.  [H]"""
+    return js_divergence(pattern_a, pattern_b).mean(-1)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine along the last axis (float64; 0 where either vector is zero)."""
+    from explorer.core.analysis.residual import cosine_rows
+
+    return cosine_rows(a, b)
+
+
+def relative_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| / |a| along the last axis (float64; |a - b| where a is zero)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    norm = np.linalg.norm(a, axis=-1)
+    diff = np.linalg.norm(a - b, axis=-1)
+    return np.divide(diff, norm, out=diff.copy(), where=norm > 0)
+
+
+def depth_map(n_a: int, n_b: int) -> np.ndarray:
+    """For each of A's boundaries 0..n_a, B's at the same relative depth (ends map to ends).  int64 [n_a + 1]"""
+    if n_a == 0:
+        return np.zeros(1, dtype=np.int64)
+    return np.rint(np.arange(n_a + 1) * (n_b / n_a)).astype(np.int64)
+
+
+def first_over(values: np.ndarray, tol: float) -> int | None:
+    """The first row (axis 0) where any value is above ``tol`` (NaN ignored), or None."""
+    rows = np.flatnonzero(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0).reshape(len(values), -1)
+                          .max(-1, initial=0.0) > tol)
+    return int(rows[0]) if rows.size else None
+
+
+@dataclass(frozen=True, eq=False)
+class Comparison:
+    """Model A against model B on the same tokens (arrays as in the module docstring; rows follow A)."""
+
+    token_ids: tuple[int, ...]
+    resid_cos: np.ndarray     # [L_A + 1, n]
+    resid_rel: np.ndarray     # [L_A + 1, n]
+    head_js: np.ndarray       # [L_A, H_A] (or [L_A, 1]: head-averaged patterns when head counts differ)
+    logit_kl: np.ndarray      # [n]
+    layer_map: np.ndarray     # [L_A + 1]: B's boundary compared with each of A's
+    notes: tuple[str, ...] = ()
+
+    @property
+    def first_boundary(self) -> int | None:
+        """The first boundary (0: the embeddings, l: entering block l, L: after the last) whose cosine drops."""
+        return first_over(1.0 - self.resid_cos, COS_TOL)
+
+    @property
+    def first_block(self) -> int | None:
+        """The first block with a head whose patterns differ."""
+        return first_over(self.head_js, JS_TOL)
+
+    @property
+    def first_position(self) -> int | None:
+        """The first position whose next-token distributions differ."""
+        return first_over(self.logit_kl[:, None], KL_TOL)
+
+    def summary(self) -> str:
+        parts = []
+        block, boundary, position = self.first_block, self.first_boundary, self.first_position
+        parts.append("attention patterns agree in every layer" if block is None
+                     else f"attention first differs in layer {block}")
+        where = "at the embeddings" if boundary == 0 else f"after layer {(boundary or 0) - 1}"
+        parts.append("residual streams agree everywhere" if boundary is None else f"residual streams first differ {where}")
+        parts.append("next-token distributions agree at every position" if position is None
+                     else f"next-token distributions first differ at position {position}")
+        return "; ".join(parts)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What compare.npz holds."""
+        missing = -1
+        return {"resid_cos": self.resid_cos.astype(np.float32), "resid_rel": self.resid_rel.astype(np.float32),
+                "head_js": self.head_js.astype(np.float32), "logit_kl": self.logit_kl.astype(np.float32),
+                "layer_map": self.layer_map, "token_ids": np.asarray(self.token_ids, dtype=np.int64),
+                "first_diverge": np.array([missing if v is None else v for v in
+                                           (self.first_boundary, self.first_block, self.first_position)],
+                                          dtype=np.int64)}
+
+
+def _streams(trace: Trace) -> list[str]:
+    L = trace.config.n_layers
+    return [f"blocks.{layer}.resid_pre" for layer in range(L)] + ["resid_final"]
+
+
+def compare_traces(a: Trace, b: Trace) -> Comparison:
+    """Compare two traces of the same token ids (see the module docstring)."""
+    if list(a.token_ids) != list(b.token_ids):
+        raise TokenizerMismatch("the two traces are not of the same token ids")
+    ca, cb = a.config, b.config
+    notes: list[str] = []
+    layer_map = depth_map(ca.n_layers, cb.n_layers)
+    if ca.n_layers != cb.n_layers:
+        notes.append(f"A has {ca.n_layers} layers, B {cb.n_layers}: layers are compared by relative depth")
+    keys_a, keys_b = _streams(a), _streams(b)
+    n = a.n_tokens
+    if ca.d_model == cb.d_model:
+        cos = np.stack([cosine(a[keys_a[i]], b[keys_b[j]]) for i, j in enumerate(layer_map)])
+        rel = np.stack([relative_difference(a[keys_a[i]], b[keys_b[j]]) for i, j in enumerate(layer_map)])
+    else:
+        notes.append(f"A's residual stream has {ca.d_model} dimensions, B's {cb.d_model}: no cosine between them")
+        cos = rel = np.full((ca.n_layers + 1, n), np.nan)
+    same_heads = ca.n_heads == cb.n_heads
+    if not same_heads:
+        notes.append(f"A has {ca.n_heads} heads per layer, B {cb.n_heads}: each layer's head-averaged "
+                     "pattern is compared")
+    js = []
+    for i in range(ca.n_layers):
+        j = min(int(layer_map[i]), cb.n_layers - 1)
+        pa, pb = a[f"blocks.{i}.attn.pattern"], b[f"blocks.{j}.attn.pattern"]
+        js.append(head_js(pa, pb) if same_heads else head_js(pa.mean(0, keepdims=True), pb.mean(0, keepdims=True)))
+    head = np.stack(js) if js else np.zeros((0, ca.n_heads))
+    la, lb = a["logits"], b["logits"]
+    vocab = min(la.shape[-1], lb.shape[-1])
+    if la.shape[-1] != lb.shape[-1]:
+        notes.append(f"A has {la.shape[-1]} logits, B {lb.shape[-1]}: the first {vocab} are compared")
+    kl = logit_kl(la[:, :vocab], lb[:, :vocab])
+    return Comparison(tuple(int(t) for t in a.token_ids), cos, rel, head, kl, layer_map, tuple(notes))
+
+
+def same_tokens(a: Any, b: Any, prompt: str) -> list[int]:
+    """The prompt's token ids when both models (LoadedModel) read it the same, else ``TokenizerMismatch``."""
+    ids_a, _ = a.encode(prompt)
+    ids_b, _ = b.encode(prompt)
+    if ids_a != ids_b:
+        where = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
+        raise TokenizerMismatch(f"the two models tokenize the prompt differently ({len(ids_a)} and {len(ids_b)} "
+                                f"tokens, first difference at token {where}): comparing them needs the same tokenizer")
+    if a.tokenizer.vocab_size != b.tokenizer.vocab_size:
+        raise TokenizerMismatch(f"the two tokenizers differ ({a.tokenizer.vocab_size} and {b.tokenizer.vocab_size} "
+                                "tokens): comparing them needs the same tokenizer")
+    return ids_a
+
+
+def compare_models(a: Any, b: Any, prompt: str) -> Comparison:
+    """Trace both models (LoadedModel) on the prompt's tokens and compare them."""
+    from explorer.core.trace import CaptureSpec
+
+    ids = same_tokens(a, b, prompt)
+    spec = CaptureSpec(kinds=frozenset({"embed", "resid", "norm", "qkv", "logits"}))
+    return compare_traces(a.trace_ids(ids, spec), b.trace_ids(ids, spec))
