@@ -32,6 +32,7 @@ class HookPoint:
     site: str                # our forward-pass site
     layer: int | None        # the block (None for resid_final)
     width: int               # the activation's width there (flattened heads for attn.z)
+    block: int               # the layer an intervention names: ``layer``, or n_layers for resid_final
 
 
 def hook_point(hook_name: str, cfg: ModelConfig) -> HookPoint:
@@ -46,8 +47,8 @@ def hook_point(hook_name: str, cfg: ModelConfig) -> HookPoint:
         raise SAEError(f"the SAE reads {hook_name}, but the model has {cfg.n_layers} layers")
     if hook == "hook_resid_post":
         if layer == cfg.n_layers - 1:
-            return HookPoint(hook_name, "resid_final", "resid_final", None, cfg.d_model)
-        return HookPoint(hook_name, f"blocks.{layer + 1}.resid_pre", "resid_pre", layer + 1, cfg.d_model)
+            return HookPoint(hook_name, "resid_final", "resid_final", None, cfg.d_model, cfg.n_layers)
+        return HookPoint(hook_name, f"blocks.{layer + 1}.resid_pre", "resid_pre", layer + 1, cfg.d_model, layer + 1)
     site = next((s for s, tl in TL_NAMES.items() if tl == hook), None)
     if site not in READABLE:
         raise SAEError(f"the SAE reads {hook_name}: that hook is not supported ({known})")
@@ -57,4 +58,4 @@ def hook_point(hook_name: str, cfg: ModelConfig) -> HookPoint:
     if site in ("mlp.post", "mlp.out") and not cfg.has_ffn:
         raise SAEError(f"the SAE reads {hook_name}, but this model has no FFN sublayers")
     width = {"attn.z": cfg.n_heads * cfg.d_head, "mlp.post": cfg.d_ff}.get(site, cfg.d_model)
-    return HookPoint(hook_name, f"blocks.{layer}.{site}", site, layer, width)
+    return HookPoint(hook_name, f"blocks.{layer}.{site}", site, layer, width, layer)
