@@ -8,14 +8,18 @@ from pathlib import Path
 from explorer.commands import (
     add_intervention_arguments,
     add_model_arguments,
+    add_steer_arguments,
+    check_steers,
     interventions_from,
     load_model,
+    steers_from,
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_intervention_arguments(parser)
+    add_steer_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path,
                         help="the directory to write into (replaced whole when the export is complete)")
@@ -36,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f} s] {text}", flush=True)
 
     interventions = interventions_from(args)  # a bad spec fails before the model loads
+    check_steers(args)
     loaded = load_model(args)
+    interventions += steers_from(args, loaded)
     trace = loaded.trace(args.prompt, interventions=interventions)
     say(f"traced {trace.n_tokens} tokens (forward pass {trace.meta.forward_seconds:.2f} s)")
     if trace.meta.truncated_from:

@@ -9,15 +9,12 @@ each position.
 
 The interventions are :class:`~explorer.core.interventions.spec.Intervention` objects (target
 ``"feature"``, the SAE as ``value``) in the same list as heads and neurons, applied by the same
-``Intervener``. Transcoders read one site and write another: their features are not edited here.
+``Intervener``, which calls the SAE's ``edit`` (``sae.py``) at the hook point. Transcoders read one site and write another: their features are not edited here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
-from torch import Tensor
 
 from explorer.core.features.hooks import WRITABLE, SAEError
 from explorer.core.features.sae import SAE, check_feature
@@ -37,24 +34,3 @@ def feature_intervention(sae: SAE, feature: int, mode: str = "zero", amount: flo
     return Intervention("feature", sae.hook.block, int(feature), mode,
                         tuple(positions) if positions is not None else None, sae,
                         None if amount is None else float(amount), sae.name)
-
-
-def edit_feature(t: Tensor, rows: slice, local: Tensor, iv: Intervention) -> None:
-    """Apply feature intervention ``iv`` to site tensor ``t`` in place, at batch ``rows`` and positions ``local``."""
-    sae: SAE = iv.value
-    heads = sae.hook.site == "attn.z"
-    if heads:                                                          # [B, H, m, dh] -> [B, m, H * dh]
-        sub = t[rows][:, :, local]
-        B, H, m, dh = sub.shape
-        x = sub.permute(0, 2, 1, 3).reshape(B, m, H * dh)
-    else:
-        x = t[rows, local]                                             # [B, m, d]
-    x = x.float()
-    a = sae.encode(x)[..., iv.index]                                   # [B, m]
-    target = torch.zeros_like(a) if iv.mode == "zero" else (
-        torch.full_like(a, iv.amount) if iv.mode == "clamp" else a * iv.amount)
-    delta = (target - a)[..., None] * sae.decoder_rows(x)[iv.index]    # [B, m, d_in]
-    if heads:
-        t[rows, :, local] += delta.reshape(B, m, H, dh).permute(0, 2, 1, 3).to(t.dtype)
-    else:
-        t[rows, local] += delta.to(t.dtype)

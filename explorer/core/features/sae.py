@@ -122,6 +122,26 @@ class SAE:
         acts = torch.as_tensor(acts).float()
         return acts @ self.decoder_rows(acts) + self.on(acts)["b_dec"]
 
+    def edit(self, t: Tensor, rows: slice, local: Tensor, iv: Any) -> None:
+        """Apply a feature intervention (``features/edits.py``) to the site tensor ``t`` in place, at batch
+        ``rows`` and positions ``local``: ``x += (target - a_f) * d_f`` (target 0, ``amount`` or ``a_f * amount``)."""
+        heads = self.hook.site == "attn.z"
+        if heads:                                                      # [B, H, m, dh] -> [B, m, H * dh]
+            sub = t[rows][:, :, local]
+            B, H, m, dh = sub.shape
+            x = sub.permute(0, 2, 1, 3).reshape(B, m, H * dh)
+        else:
+            x = t[rows, local]                                         # [B, m, d]
+        x = x.float()
+        a = self.encode(x)[..., iv.index]                              # [B, m]
+        target = torch.zeros_like(a) if iv.mode == "zero" else (
+            torch.full_like(a, iv.amount) if iv.mode == "clamp" else a * iv.amount)
+        delta = (target - a)[..., None] * self.decoder_rows(x)[iv.index]  # [B, m, d_in]
+        if heads:
+            t[rows, :, local] += delta.reshape(B, m, H, dh).permute(0, 2, 1, 3).to(t.dtype)
+        else:
+            t[rows, local] += delta.to(t.dtype)
+
     def direction(self, feature: int) -> np.ndarray:
         """Feature ``feature``'s decoder row (what one unit of its activation adds), float32 [d_out]."""
         check_feature(self, feature)

@@ -92,17 +92,22 @@ def contrast_vector(model: Any, ids_a: Sequence[int], ids_b: Sequence[int], laye
     return (a - b).astype(np.float32)
 
 
-def parse_steer(text: str, d_model: int, n_layers: int) -> Intervention:
-    """``L:FILE.npy:ALPHA`` (the command line's ``--steer``): the vector in FILE, times ALPHA, entering block L."""
+def split_steer(text: str) -> tuple[int, str, float]:
+    """``L:FILE.npy:ALPHA`` -> (L, FILE, ALPHA), checked for form only (before any model is loaded)."""
     layer, sep, rest = text.partition(":")
     file, sep2, alpha = rest.rpartition(":")
     try:
         layer_i, alpha_f = int(layer), float(alpha)
     except ValueError:
         layer_i = alpha_f = None
-    if not sep or not sep2 or not file or layer_i is None:
+    if not sep or not sep2 or not file or layer_i is None or layer_i < 0 or not np.isfinite(alpha_f):
         raise InterventionError(f"cannot read --steer {text!r}: use LAYER:FILE.npy:ALPHA, e.g. 3:happy.npy:4.0")
-    if not 0 <= layer_i <= n_layers:
-        raise InterventionError(f"--steer {text}: layer {layer_i} is outside 0-{n_layers}")
-    return steer(layer_i, load_vector(file, d_model), alpha_f, Path(file).name)
+    return layer_i, file, alpha_f
 
+
+def parse_steer(text: str, d_model: int, n_layers: int) -> Intervention:
+    """``L:FILE.npy:ALPHA`` (the command line's ``--steer``): the vector in FILE, times ALPHA, entering block L."""
+    layer, file, alpha = split_steer(text)
+    if layer > n_layers:
+        raise InterventionError(f"--steer {text}: layer {layer} is outside 0-{n_layers}")
+    return steer(layer, load_vector(file, d_model), alpha, Path(file).name)

@@ -104,10 +104,8 @@ class Intervener:
         if iv.target == "steer":                           # alpha * v added at every position named
             t[rows, local] += float(iv.amount) * self._value(iv, t)
             return
-        if iv.target == "feature":
-            from explorer.core.features.edits import edit_feature
-
-            edit_feature(t, rows, local, iv)
+        if iv.target == "feature":                         # the SAE edits its own term (core/features/sae.py)
+            iv.value.edit(t, rows, local, iv)
             return
         if iv.mode == "zero":
             value: Tensor | float = 0.0
