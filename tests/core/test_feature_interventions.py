@@ -14,6 +14,7 @@ from explorer.core.features.analysis import (
     reconstruction_error,
     strongest_features,
     top_features,
+    trace_activations,
 )
 from explorer.core.features.edits import feature_intervention
 from explorer.core.features.sae import open_sae
@@ -143,6 +144,13 @@ def test_analysis_functions(setup) -> None:
     trace = loaded.trace_ids(ids)
     sae, _ = saes["resid"]
     acts = sae.activations(trace)
+    np.testing.assert_array_equal(sae.activations(trace, rows=slice(2, 5)), acts[2:5])  # visible rows first
+    memo = trace_activations(trace, sae)
+    assert memo is trace_activations(trace, sae) and np.array_equal(memo, acts)
+    from explorer.core.cancel import Cancelled
+
+    with pytest.raises(Cancelled):
+        sae.activations(trace, chunk=2, cancel=lambda: True)
     fid, values = top_features(acts, 4, k=5)
     assert list(values) == sorted(values, reverse=True) and (values > 0).all()
     assert set(fid) <= set(np.flatnonzero(acts[4] > 0)) and values[0] == acts[4].max()

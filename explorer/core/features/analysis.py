@@ -1,6 +1,8 @@
 """Pure functions behind a Features panel: they read feature activations (``SAE.activations(trace)``,
 float32 [n_tokens, d_sae]) and the SAE's weights, never run the model.
 
+* ``trace_activations``: an SAE's activations over a Trace, memoised with it (the panel's first read;
+  ``SAE.activations(trace, rows=...)`` computes only the visible rows, for a progressive view);
 * ``top_features``: the strongest features of one token (highest first, ties by lower id);
 * ``strongest_features``: the features with the largest activation anywhere in the prompt and their
   columns, a tokens x features view (``rows`` limits the work to the visible tokens first);
@@ -25,6 +27,12 @@ import torch
 
 from explorer.core.analysis.ranking import top_k_ids
 from explorer.core.features.sae import SAE, check_feature
+
+
+def trace_activations(trace: Any, sae: SAE) -> np.ndarray:
+    """``sae.activations(trace)`` computed once per trace and SAE and kept with the trace (``Trace.memo``), so
+    a panel's worker computes it and the GUI thread reads it without waiting (``Trace.memo_get``)."""
+    return trace.memo(("features", id(sae)), lambda: sae.activations(trace))
 
 
 def top_features(acts: np.ndarray, token: int, k: int = 10) -> tuple[np.ndarray, np.ndarray]:

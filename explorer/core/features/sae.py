@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from explorer.core.checkpoint.safe_io import read_json, read_safetensors, safetensors_header
+from explorer.core.cancel import Cancelled
 from explorer.core.checkpoint.validate import available_memory
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
@@ -154,12 +155,16 @@ class SAE:
             array = array.transpose(1, 0, 2).reshape(array.shape[1], -1)
         return array
 
-    def activations(self, trace: Any, chunk: int = 128) -> np.ndarray:
-        """Feature activations at every position of a Trace: float32 [n, d_sae], computed ``chunk`` rows at a time."""
-        x = torch.from_numpy(self.input_of(trace))
+    def activations(self, trace: Any, rows: slice | None = None, chunk: int = 128,
+                    cancel: Any = None) -> np.ndarray:
+        """Feature activations at the positions ``rows`` (default all) of a Trace: float32 [n_rows, d_sae],
+        computed ``chunk`` rows at a time (``cancel``: a callable asked between chunks; True stops)."""
+        x = torch.from_numpy(self.input_of(trace)[rows if rows is not None else slice(None)])
         out = np.empty((x.shape[0], self.d_sae), dtype=np.float32)
         with torch.inference_mode():
             for i in range(0, x.shape[0], chunk):
+                if cancel is not None and cancel():
+                    raise Cancelled("feature activations cancelled")
                 out[i:i + chunk] = self.encode(x[i:i + chunk]).numpy()
         return out
 
