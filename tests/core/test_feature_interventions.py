@@ -174,8 +174,8 @@ def test_what_a_feature_writes(setup) -> None:
     model = loaded.model
     sae, _ = saes["resid"]
     top, tv, bottom, bv = feature_vocab_effect(sae, model, 7, k=5)
-    effect = (reference.lm_head.weight.detach().double().numpy()
-              @ (reference.transformer.ln_f.weight.detach().double().numpy() * sae.weights["W_dec"][7].double().numpy()))
+    gamma = reference.transformer.ln_f.weight.detach().double().numpy()
+    effect = reference.lm_head.weight.detach().double().numpy() @ (gamma * sae.weights["W_dec"][7].double().numpy())
     np.testing.assert_array_equal(top, np.argsort(-effect, kind="stable")[:5])
     np.testing.assert_array_equal(bottom, np.argsort(effect, kind="stable")[:5])
     np.testing.assert_allclose(tv, effect[top], rtol=1e-4, atol=1e-5)

@@ -109,7 +109,7 @@ def feature_vocab_effect(sae: SAE, model: Any, feature: int, k: int = 10, fold_n
 class Reconstruction:
     error_norm: np.ndarray       # |x - x_hat| per token, float32 [n]
     relative: np.ndarray         # |x - x_hat| / |x| per token (0 where x is 0)
-    unexplained: float           # fraction of variance unexplained over the prompt: sum |x - x_hat|^2 / sum |x - mean|^2
+    unexplained: float           # fraction of variance unexplained: sum |x - x_hat|^2 / sum |x - mean|^2
 
 
 def reconstruction_error(sae: SAE, trace: Any, acts: np.ndarray | None = None) -> Reconstruction:

@@ -9,7 +9,8 @@ each position.
 
 The interventions are :class:`~explorer.core.interventions.spec.Intervention` objects (target
 ``"feature"``, the SAE as ``value``) in the same list as heads and neurons, applied by the same
-``Intervener``, which calls the SAE's ``edit`` (``sae.py``) at the hook point. Transcoders read one site and write another: their features are not edited here.
+``Intervener``, which calls the SAE's ``edit`` (``sae.py``) at the hook point. Transcoders read one
+site and write another: their features are not edited here.
 """
 
 from __future__ import annotations

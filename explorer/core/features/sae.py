@@ -285,7 +285,8 @@ def open_sae(directory: str | os.PathLike[str], cfg: ModelConfig, model_name: st
     if hook.width != d_in:
         raise SAEError(f"{path.name}: d_in is {d_in}, but {hook.hook_name} is {hook.width} wide in this model")
     if hook_out is not None and hook_out.width != d_out:
-        raise SAEError(f"{path.name}: d_out is {d_out}, but {hook_out.hook_name} is {hook_out.width} wide in this model")
+        raise SAEError(f"{path.name}: d_out is {d_out}, but {hook_out.hook_name} is {hook_out.width} wide "
+                       "in this model")
     named = _str(flat, path, "model_name", None)
     warnings = []
     if named and model_name and not _same_model(named, model_name):

@@ -9,10 +9,11 @@ An :class:`Intervention` names
   ``"feature"`` (one learned feature of an SAE at the SAE's hook point; ``value`` is the SAE, see
   ``core/features/edits.py``), ``"steer"`` (``amount`` times the vector ``value`` added to the residual
   stream entering block ``layer``, at every position it names);
-* **how** (``mode``): ``"zero"``; for a feature also ``"clamp"`` (its activation set to ``amount``) and
-  ``"scale"`` (multiplied by ``amount``); a steer is ``"add"``; ``"mean"`` (the mean over the prompt's positions of the same
+* **how** (``mode``): ``"zero"``; ``"mean"`` (the mean over the prompt's positions of the same
   activation in the run without interventions, see :func:`~explorer.core.interventions.apply.resolve`);
-  ``"patch"`` (the value the same site had in another run, position by position);
+  ``"patch"`` (the value the same site had in another run, position by position); for a feature
+  ``"zero"`` (off), ``"clamp"`` (its activation set to ``amount``) or ``"scale"`` (multiplied by
+  ``amount``); a steer is ``"add"``;
 * **where**: ``layer``, ``index`` (the head or the neuron), ``positions`` (None: every position).
 
 ``value`` holds the numbers a mode needs: for ``"patch"`` the other run's activation indexed by
@@ -61,7 +62,8 @@ class Intervention:
         if self.mode in ("clamp", "scale", "add") and self.amount is None:
             raise InterventionError(f"a {self.mode} needs an amount")
         if self.target in _MODES_OF and self.value is None:
-            raise InterventionError(f"a {self.target} intervention needs its {'SAE' if self.target == 'feature' else 'vector'}")
+            what = "SAE" if self.target == "feature" else "vector"
+            raise InterventionError(f"a {self.target} intervention needs its {what}")
         if (self.index is None) != (self.target not in _INDEXED):
             raise InterventionError(f"a {self.target} intervention {'needs' if self.index is None else 'takes no'} index")
         if self.mode == "patch" and self.value is None:
@@ -101,7 +103,8 @@ class Intervention:
             what += "@" + ",".join(str(p) for p in self.positions)
         how = "off" if (self.target, self.mode) == ("feature", "zero") else self.mode
         if self.amount is not None and self.mode in ("clamp", "scale", "add"):
-            how = {"clamp": f"clamp {self.amount:g}", "scale": f"x{self.amount:g}", "add": f"{self.amount:+g}"}[self.mode]
+            how = {"clamp": f"clamp {self.amount:g}", "scale": f"x{self.amount:g}",
+                   "add": f"{self.amount:+g}"}[self.mode]
         return f"{what} {how}"
 
     def describe(self) -> dict[str, Any]:
