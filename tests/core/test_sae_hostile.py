@@ -106,3 +106,34 @@ def test_bad_config_values(tmp_path) -> None:
     d = write(tmp_path / "i", {})
     (d / "cfg.json").write_bytes(b" " * (2 << 20))
     refused(d, "cfg.json is .* bytes")
+
+
+def test_weights_larger_than_free_memory_are_refused_before_reading(tmp_path, monkeypatch) -> None:
+    import explorer.core.features.sae as sae_module
+
+    monkeypatch.setattr(sae_module, "available_memory", lambda: 1000)
+    refused(write(tmp_path, {}), "its weights need about .* GiB is free")
+
+
+def test_features_that_cannot_be_edited_say_why(tmp_path) -> None:
+    from explorer.core.features.edits import feature_intervention
+
+    mid = open_sae(write(tmp_path / "mid", {"metadata": {"hook_name": "blocks.1.hook_resid_mid"}}), CFG)
+    assert mid.hook.key == "blocks.1.resid_mid"
+    with pytest.raises(SAEError, match="cannot be changed at blocks.1.hook_resid_mid"):
+        feature_intervention(mid, 0)
+    tensors = {"W_enc": torch.randn(16, 8), "b_enc": torch.zeros(8), "W_dec": torch.randn(8, 16),
+               "b_dec": torch.zeros(16)}
+    tc = open_sae(write(tmp_path / "tc", {"architecture": "transcoder", "apply_b_dec_to_input": False, "d_out": 16,
+                                          "metadata": {"hook_name": "blocks.0.hook_resid_mid",
+                                                       "hook_name_out": "blocks.0.hook_mlp_out"}}, tensors), CFG)
+    with pytest.raises(SAEError, match="transcoder's features are read at one site"):
+        feature_intervention(tc, 0)
+    refused(write(tmp_path / "tc2", {"architecture": "transcoder", "d_out": 16,
+                                     "metadata": {"hook_name": "blocks.0.hook_resid_mid",
+                                                  "hook_name_out": "blocks.0.hook_mlp_out"}}, tensors),
+            "a transcoder cannot subtract b_dec")
+    refused(write(tmp_path / "z", {"reshape_activations": "none", "metadata": {"hook_name": "blocks.0.attn.hook_z"}}),
+            "reshape_activations is 'none'")
+    z = open_sae(write(tmp_path / "z_old", {"metadata": {"hook_name": "blocks.0.attn.hook_z"}}), CFG)
+    assert z.hook.site == "attn.z"  # an older cfg.json without the key: hook_z from the name, as SAELens reads it
