@@ -196,3 +196,23 @@ def test_what_a_feature_writes(setup) -> None:
     finally:
         mlp_sae.weights["W_dec"][2] = saved
         mlp_sae._on.clear()
+
+
+def test_generation_with_a_feature_off_matches_the_replacement_by_hand(setup) -> None:
+    from explorer.core.generation.generate import generate
+    from explorer.core.generation.sampling import SamplingParams
+
+    loaded, _, saes, ids = setup
+    sae, ref = saes["resid"]
+    f = _active_feature(sae, loaded.trace_ids(ids))
+    rec = _by_hand_rec(ref, "resid_pre", 1, f, "clamp", 8.0)
+    expected, seq = [], list(ids)
+    with torch.inference_mode():
+        for _ in range(6):                             # greedy, the whole sequence each step, no cache
+            nxt = int(loaded.model(torch.tensor([seq]), rec)[0, -1].argmax())
+            expected.append(nxt)
+            seq.append(nxt)
+    params = SamplingParams(temperature=0.0, max_new_tokens=6, stop_at_eos=False)
+    iv = feature_intervention(sae, f, "clamp", 8.0)
+    for use_cache in (True, False):
+        assert generate(loaded, ids, params, use_cache=use_cache, interventions=[iv]).token_ids == expected
