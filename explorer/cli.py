@@ -20,6 +20,7 @@ COMMANDS = {
     "info": "describe a checkpoint: architecture, parameters, vocabulary, context, device",
     "export": "run a prompt and write trace.npz, trace.safetensors and per-head attention files",
     "generate": "continue a prompt, printing the continuation (and optionally each step)",
+    "features": "run a prompt through the model and an SAE; write its feature activations to features.npz",
     "patch": "activation patching between a clean and a corrupted prompt, and direct logit attribution",
     "train": "train one of the built-in models (shakespeare, induction) from scratch",
     "compare": "two models on the same prompt: residual cosines, attention and next-token divergences to compare.npz",

@@ -33,6 +33,29 @@ def add_intervention_arguments(parser: argparse.ArgumentParser) -> None:
                         help="zero, or the mean over the prompt's positions (default zero)")
 
 
+def add_steer_arguments(parser: argparse.ArgumentParser) -> None:
+    """--steer L:FILE.npy:ALPHA (repeatable): ALPHA times the vector in FILE added to the residual stream
+    entering block L at every position."""
+    parser.add_argument("--steer", action="append", default=[], metavar="L:FILE.npy:ALPHA",
+                        help="add ALPHA times the vector in FILE (float32, length d_model) to the residual stream "
+                             "entering block L, at every position (repeatable)")
+
+
+def check_steers(args: argparse.Namespace) -> None:
+    """The --steer values' form, before the model loads."""
+    from explorer.core.features.steering import split_steer
+
+    for text in getattr(args, "steer", []):
+        split_steer(text)
+
+
+def steers_from(args: argparse.Namespace, loaded) -> list:
+    from explorer.core.features.steering import parse_steer
+
+    cfg = loaded.config
+    return [parse_steer(text, cfg.d_model, cfg.n_layers) for text in getattr(args, "steer", [])]
+
+
 def interventions_from(args: argparse.Namespace) -> list:
     from explorer.core.interventions.spec import parse_spec
 

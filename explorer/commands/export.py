@@ -8,14 +8,18 @@ from pathlib import Path
 from explorer.commands import (
     add_intervention_arguments,
     add_model_arguments,
+    add_steer_arguments,
+    check_steers,
     interventions_from,
     load_model,
+    steers_from,
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_intervention_arguments(parser)
+    add_steer_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path,
                         help="the folder to write into: new, empty, or an earlier export (its own files are replaced "
@@ -41,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f} s] {text}", flush=True)
 
     interventions = interventions_from(args)  # a bad spec fails before the model loads
+    check_steers(args)
     if args.backend == "nnsight":
         return _run_nnsight(args, say)
     loaded = load_model(args)
+    interventions += steers_from(args, loaded)
     trace = loaded.trace(args.prompt, interventions=interventions)
     say(f"traced {trace.n_tokens} tokens (forward pass {trace.meta.forward_seconds:.2f} s)")
     if trace.meta.truncated_from:
@@ -84,9 +90,9 @@ def _run_nnsight(args: argparse.Namespace, say) -> int:
     from explorer.core.export import atomic_path, export_directory
     from explorer.core.remote.backend import compact_arrays, trace_directory
 
-    if args.checkpoint is None or args.ablate or args.plots or args.per_head:
+    if args.checkpoint is None or args.ablate or getattr(args, "steer", []) or args.plots or args.per_head:
         raise ExplorerError("--backend nnsight takes a Hugging Face directory (--checkpoint) and no --ablate, "
-                            "--plots or --per-head")
+                            "--steer, --plots or --per-head")
     trace = trace_directory(args.checkpoint, args.prompt)
     say(f"traced {trace.n_tokens} tokens through nnsight ({trace.meta.forward_seconds:.2f} s)")
     with export_directory(args.out) as out, atomic_path(out / "trace.npz") as tmp:

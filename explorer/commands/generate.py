@@ -13,14 +13,18 @@ import sys
 from explorer.commands import (
     add_intervention_arguments,
     add_model_arguments,
+    add_steer_arguments,
+    check_steers,
     interventions_from,
     load_model,
+    steers_from,
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_intervention_arguments(parser)
+    add_steer_arguments(parser)
     parser.add_argument("--prompt", "-p", required=True, help="the text to continue")
     parser.add_argument("--max-new-tokens", "-n", type=int, default=64, help="at most this many new tokens (64)")
     parser.add_argument("--temperature", "-t", type=float, default=1.0, help="0 is greedy (default 1)")
@@ -76,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
 
     params = sampling_params(args)  # bad controls and specs fail before the model loads
     interventions = interventions_from(args)
+    check_steers(args)
     loaded = load_model(args)
+    interventions += steers_from(args, loaded)
     if loaded.generation_blocked:
         from explorer.core.errors import ExplorerError
 

@@ -36,6 +36,9 @@ _EXPORTS = {
     "Intervention": "explorer.core.interventions.spec",
     "activation_patching": "explorer.core.interventions.patching",
     "direct_logit_attribution": "explorer.core.analysis.dla",
+    "open_sae": "explorer.core.features.sae",
+    "feature_intervention": "explorer.core.features.edits",
+    "steer": "explorer.core.features.steering",
     "ExplorerError": "explorer.core.errors",
     "CheckpointError": "explorer.core.errors",
     "TokenizerError": "explorer.core.errors",
@@ -68,6 +71,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.generation.generate import GenerationResult, Step, generate, generate_steps
     from explorer.core.generation.sampling import SamplingParams
     from explorer.core.analysis.dla import direct_logit_attribution
+    from explorer.core.features.edits import feature_intervention
+    from explorer.core.features.sae import open_sae
+    from explorer.core.features.steering import steer
     from explorer.core.interventions.patching import activation_patching
     from explorer.core.interventions.spec import Intervention
     from explorer.core.loaded import LoadedModel

@@ -399,10 +399,11 @@ class Trace:
         recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
                                         layers=frozenset({layer}), dtype="float32"))
         rec = recorder
-        if self.interventions:  # the block ran with them: re-run it with them (resolved, so idempotent)
+        if self.interventions:  # the block ran with them: re-run it with them
             from explorer.core.interventions.apply import Intervener
 
-            rec = Intervener([self.interventions], self.config.n_layers, recorder)
+            rec = Intervener([self.interventions], self.config.n_layers, recorder,
+                             skip=frozenset({("resid_pre", layer)}))  # the stored input is already changed
         with torch.inference_mode():
             model.block_forward(layer, x, mask, model.rotary_for(n, x.device, layer), rec)
         for key, value in recorder.arrays.items():

@@ -11,9 +11,10 @@ every element.
 Positions are absolute: with a KV cache the tensors at a site hold positions ``start`` onwards.
 
 Mean ablation is resolved before the forward pass (:func:`resolve`): the mean over the prompt's
-positions of the activation in the run *without* interventions. Resolved, every intervention is
-idempotent (applying it to its own output changes nothing), so the Trace can re-run a block on
-its stored, already intervened input and get the same numbers.
+positions of the activation in the run *without* interventions. Resolved, the zero, mean and patch
+interventions are idempotent (applying one to its own output changes nothing); a steer and a feature
+edit are not, so a Trace re-running a block on its stored, already intervened input skips that
+input's site (``skip``) and gets the same numbers.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ Interventions = Sequence[Intervention]
 
 def site_of(iv: Intervention, n_layers: int) -> tuple[str, int | None]:
     """The (site, layer) of the forward pass where ``iv`` acts."""
-    if iv.target == "resid" and iv.layer == n_layers:
+    if iv.target == "feature":
+        return iv.value.hook.site, iv.value.hook.layer
+    if iv.target in ("resid", "steer") and iv.layer == n_layers:
         return "resid_final", None
     return iv.site, iv.layer
 
@@ -43,7 +46,9 @@ class Intervener:
     """A ``rec`` that applies interventions (one list per batch element, or one for all)."""
 
     def __init__(self, groups: Sequence[Interventions], n_layers: int, inner: Rec | None = None,
-                 start: int = 0) -> None:
+                 start: int = 0, skip: frozenset[tuple[str, int | None]] = frozenset()) -> None:
+        """``skip``: sites whose tensor was already changed (a Trace re-running a block on its stored,
+        intervened input: a steer or a feature edit there must not be applied twice)."""
         self.inner = inner
         self.start = start
         self.broadcast = len(groups) == 1
@@ -52,7 +57,8 @@ class Intervener:
             for iv in group:
                 if iv.mode == "mean" and iv.value is None:
                     raise InterventionError(f"{iv.label}: resolve() the mean before running")
-                self._by_site[site_of(iv, n_layers)].append((b, iv))
+                if site_of(iv, n_layers) not in skip:
+                    self._by_site[site_of(iv, n_layers)].append((b, iv))
         self._values: dict[int, Tensor] = {}
 
     def __bool__(self) -> bool:
@@ -87,7 +93,7 @@ class Intervener:
         return cached
 
     def _apply(self, t: Tensor, rows: slice, iv: Intervention) -> None:
-        pos_dim = 2 if iv.target == "head" else 1          # z: [B, H, n, dh]; the rest [B, n, ...]
+        pos_dim = 2 if iv.site == "attn.z" else 1          # z: [B, H, n, dh]; the rest [B, n, ...]
         n = t.shape[pos_dim]
         wanted = range(self.start, self.start + n) if iv.positions is None else iv.positions
         absolute = [p for p in wanted if self.start <= p < self.start + n]
@@ -96,6 +102,12 @@ class Intervener:
         if not absolute:
             return
         local = torch.tensor([p - self.start for p in absolute], device=t.device)
+        if iv.target == "steer":                           # alpha * v added at every position named
+            t[rows, local] += float(iv.amount) * self._value(iv, t)
+            return
+        if iv.target == "feature":                         # the SAE edits its own term (core/features/sae.py)
+            iv.value.edit(t, rows, local, iv)
+            return
         if iv.mode == "zero":
             value: Tensor | float = 0.0
         elif iv.mode == "mean":

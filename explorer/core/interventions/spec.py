@@ -6,9 +6,14 @@ An :class:`Intervention` names
   activation, ``mlp.post``), ``"attn"`` / ``"mlp"`` (a whole sublayer's output, what is added to the
   residual stream), ``"resid"`` (the residual stream entering block ``layer``; ``layer == L`` is the
   stream after the last block, before the final norm);
+  ``"feature"`` (one learned feature of an SAE at the SAE's hook point; ``value`` is the SAE, see
+  ``core/features/edits.py``), ``"steer"`` (``amount`` times the vector ``value`` added to the residual
+  stream entering block ``layer``, at every position it names);
 * **how** (``mode``): ``"zero"``; ``"mean"`` (the mean over the prompt's positions of the same
   activation in the run without interventions, see :func:`~explorer.core.interventions.apply.resolve`);
-  ``"patch"`` (the value the same site had in another run, position by position);
+  ``"patch"`` (the value the same site had in another run, position by position); for a feature
+  ``"zero"`` (off), ``"clamp"`` (its activation set to ``amount``) or ``"scale"`` (multiplied by
+  ``amount``); a steer is ``"add"``;
 * **where**: ``layer``, ``index`` (the head or the neuron), ``positions`` (None: every position).
 
 ``value`` holds the numbers a mode needs: for ``"patch"`` the other run's activation indexed by
@@ -22,10 +27,14 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from explorer.core.errors import ExplorerError
 
-TARGETS = ("head", "neuron", "attn", "mlp", "resid")
-MODES = ("zero", "mean", "patch")
+TARGETS = ("head", "neuron", "attn", "mlp", "resid", "feature", "steer")
+MODES = ("zero", "mean", "patch", "clamp", "scale", "add")
+_INDEXED = ("head", "neuron", "feature")
+_MODES_OF = {"feature": ("zero", "clamp", "scale"), "steer": ("add",)}
 
 
 class InterventionError(ExplorerError):
@@ -39,14 +48,23 @@ class Intervention:
     index: int | None = None
     mode: str = "zero"
     positions: tuple[int, ...] | None = None
-    value: Any = None  # numpy array or tensor; see the module docstring
+    value: Any = None  # numpy array or tensor (an SAE for a feature); see the module docstring
+    amount: float | None = None  # a feature's clamp value or scale factor; a steer's alpha
+    source: str | None = None    # what a feature or steer comes from (the SAE's name, the vector's), for labels
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise InterventionError(f"unknown intervention target {self.target!r}; known: {', '.join(TARGETS)}")
         if self.mode not in MODES:
             raise InterventionError(f"unknown intervention mode {self.mode!r}; known: {', '.join(MODES)}")
-        if (self.index is None) != (self.target not in ("head", "neuron")):
+        if self.mode not in _MODES_OF.get(self.target, ("zero", "mean", "patch")):
+            raise InterventionError(f"a {self.target} intervention cannot be {self.mode!r}")
+        if self.mode in ("clamp", "scale", "add") and self.amount is None:
+            raise InterventionError(f"a {self.mode} needs an amount")
+        if self.target in _MODES_OF and self.value is None:
+            what = "SAE" if self.target == "feature" else "vector"
+            raise InterventionError(f"a {self.target} intervention needs its {what}")
+        if (self.index is None) != (self.target not in _INDEXED):
             raise InterventionError(f"a {self.target} intervention {'needs' if self.index is None else 'takes no'} index")
         if self.mode == "patch" and self.value is None:
             raise InterventionError("a patch needs the values of the run it patches from")
@@ -56,15 +74,19 @@ class Intervention:
     @property
     def key(self) -> tuple:
         """Identity without the values: two interventions with equal keys change the same numbers alike."""
-        return (self.target, self.layer, self.index, self.mode, self.positions)
+        base = (self.target, self.layer, self.index, self.mode, self.positions)
+        return base + (self.amount, self.source) if self.target in _MODES_OF else base
 
     @property
     def component(self) -> tuple:
         """What is changed (not how): the UI marks a component once whatever the mode."""
-        return (self.target, self.layer, self.index, self.positions)
+        base = (self.target, self.layer, self.index, self.positions)
+        return base + (self.source,) if self.target in _MODES_OF else base
 
     @property
     def site(self) -> str:
+        if self.target == "feature":
+            return self.value.hook.site
         return SITES[self.target]
 
     def with_value(self, value: Any) -> Intervention:
@@ -74,10 +96,16 @@ class Intervention:
     def label(self) -> str:
         """Short text: ``head 1.2 zero``, ``neuron 0:37 mean``, ``mlp 1 zero``, ``resid 2@5 patch``."""
         what = {"head": f"head {self.layer}.{self.index}", "neuron": f"neuron {self.layer}:{self.index}",
-                "attn": f"attn {self.layer}", "mlp": f"mlp {self.layer}", "resid": f"resid {self.layer}"}[self.target]
+                "attn": f"attn {self.layer}", "mlp": f"mlp {self.layer}", "resid": f"resid {self.layer}",
+                "feature": f"feature {self.index} ({self.source})", "steer": f"steer {self.layer} ({self.source})",
+                }[self.target]
         if self.positions is not None:
             what += "@" + ",".join(str(p) for p in self.positions)
-        return f"{what} {self.mode}"
+        how = "off" if (self.target, self.mode) == ("feature", "zero") else self.mode
+        if self.amount is not None and self.mode in ("clamp", "scale", "add"):
+            how = {"clamp": f"clamp {self.amount:g}", "scale": f"x{self.amount:g}",
+                   "add": f"{self.amount:+g}"}[self.mode]
+        return f"{what} {how}"
 
     def describe(self) -> dict[str, Any]:
         """JSON-able description (values left out) for exported traces and transcripts."""
@@ -86,10 +114,15 @@ class Intervention:
             out["index"] = self.index
         if self.positions is not None:
             out["positions"] = list(self.positions)
+        if self.amount is not None:
+            out["amount"] = float(self.amount)
+        if self.source is not None:
+            out["source"] = self.source
         return out
 
 
-SITES = {"head": "attn.z", "neuron": "mlp.post", "attn": "attn.out", "mlp": "mlp.out", "resid": "resid_pre"}
+SITES = {"head": "attn.z", "neuron": "mlp.post", "attn": "attn.out", "mlp": "mlp.out", "resid": "resid_pre",
+         "steer": "resid_pre"}
 
 _SPEC = re.compile(r"^(?:(?P<layer>\d+)\.(?P<head>\d+)|mlp(?P<nl>\d+):(?P<neuron>\d+)|(?P<sub>attn|mlp)(?P<sl>\d+))$")
 
@@ -110,7 +143,7 @@ def parse_spec(text: str, mode: str = "zero") -> Intervention:
 def check(interventions: tuple[Intervention, ...] | list[Intervention], cfg: Any, n_tokens: int | None = None) -> None:
     """Raise :class:`InterventionError` for an intervention outside the model's shapes."""
     for iv in interventions:
-        top = cfg.n_layers if iv.target == "resid" else cfg.n_layers - 1
+        top = cfg.n_layers if iv.target in ("resid", "steer", "feature") else cfg.n_layers - 1
         if not 0 <= iv.layer <= top:
             raise InterventionError(f"{iv.label}: layer {iv.layer} is outside 0-{top}")
         if iv.target in ("neuron", "mlp") and not cfg.has_ffn:
@@ -119,6 +152,11 @@ def check(interventions: tuple[Intervention, ...] | list[Intervention], cfg: Any
             raise InterventionError(f"{iv.label}: head {iv.index} is outside 0-{cfg.n_heads - 1}")
         if iv.target == "neuron" and not 0 <= iv.index < cfg.d_ff:
             raise InterventionError(f"{iv.label}: neuron {iv.index} is outside 0-{cfg.d_ff - 1}")
+        if iv.target == "feature" and not 0 <= iv.index < iv.value.d_sae:
+            raise InterventionError(f"{iv.label}: feature {iv.index} is outside 0-{iv.value.d_sae - 1}")
+        if iv.target == "steer" and np.shape(iv.value) != (cfg.d_model,):
+            raise InterventionError(f"{iv.label}: the vector has shape {np.shape(iv.value)}, the residual stream "
+                                    f"is {cfg.d_model} wide")
         if n_tokens is not None and iv.positions is not None and any(not 0 <= p < n_tokens for p in iv.positions):
             raise InterventionError(f"{iv.label}: a position is outside 0-{n_tokens - 1}")
 
