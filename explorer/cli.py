@@ -24,7 +24,7 @@ COMMANDS = {
     "patch": "activation patching between a clean and a corrupted prompt, and direct logit attribution",
     "train": "train one of the built-in models (shakespeare, induction) from scratch",
     "compare": "two models on the same prompt: residual cosines, attention and next-token divergences to compare.npz",
-    "verify": "check a Hugging Face checkpoint against transformers' own model, layer by layer",
+    "verify": "check a Hugging Face checkpoint or GGUF file against transformers' own model, layer by layer",
 }
 
 

@@ -10,6 +10,8 @@ token). Where transformers' outputs sit among our Trace keys is the family's ``R
 window can show. Checkpoints the reference cannot read are refused with one line (``VerifyRefused``).
 Our loader opens the directory first, with its checks of every file (``checkpoint/validate.py``,
 ``pickles.py``, ``hf_files.py``), so a hostile checkpoint is refused before transformers reads it.
+A GGUF file is checked against transformers' own GGUF loading of it (``verify_gguf``: the same
+per-layer lines and tolerances), its header read by our reader first.
 """
 
 from __future__ import annotations
@@ -131,12 +133,30 @@ class VerifyReport:
 
 # --- what the reference can read -----------------------------------------------------------------
 
-def reference_directory(source: str | Path) -> tuple[Path, dict[str, Any]]:
-    """The Hugging Face directory behind ``source`` and its config.json, or ``VerifyRefused`` saying why not."""
+@dataclass(frozen=True)
+class Reference:
+    """What the reference reads: a Hugging Face directory, or a GGUF file in ``directory`` (``gguf_file``)."""
+
+    directory: Path
+    config: dict[str, Any]            # config.json, or the GGUF file's metadata read as one
+    gguf_file: str | None = None      # the file's name inside ``directory``
+
+    @property
+    def ours(self) -> Path:
+        """What our loader opens."""
+        return self.directory / self.gguf_file if self.gguf_file else self.directory
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+
+def reference_source(source: str | Path, transformers: Any = None, gguf: bool = True) -> Reference:
+    """What transformers reads for ``source`` (a directory, or a GGUF file when ``gguf``), or ``VerifyRefused``."""
     from explorer.core.checkpoint import MAX_CONFIG_BYTES, builtin_names, hub_cache, nanogpt
     from explorer.core.checkpoint.families import FAMILIES
     from explorer.core.checkpoint.native import NATIVE_FORMAT
     from explorer.core.checkpoint.safe_io import read_json
+    from explorer.core.verify_gguf import gguf_reference, gguf_target
 
     text = str(source)
     if text.startswith("memory:"):
@@ -148,11 +168,15 @@ def reference_directory(source: str | Path) -> tuple[Path, dict[str, Any]]:
     cached = hub_cache.resolve(path if path.exists() else text)
     if cached is not None:
         path = cached.path
+    found = gguf_target(text, path)
+    if found is not None and gguf:
+        if transformers is None:
+            transformers = _transformers()
+        return Reference(found.parent, gguf_reference(found, transformers), found.name)
+    if found is not None:
+        raise VerifyRefused(f"{found}: a GGUF file, not a Hugging Face directory")
     if not path.exists():
         raise VerifyRefused(f"no checkpoint at {path}")
-    if path.is_file() and path.suffix.lower() in GGUF_SUFFIXES:
-        raise VerifyRefused(f"{path}: a GGUF file; the reference check reads Hugging Face directories "
-                            "(config.json and safetensors/bin weights) only")
     if path.is_file() and path.suffix in nanogpt.SUFFIXES:
         raise VerifyRefused(f"{path}: a nanoGPT checkpoint, which transformers does not read")
     directory = path.parent if path.is_file() else path
@@ -169,7 +193,7 @@ def reference_directory(source: str | Path) -> tuple[Path, dict[str, Any]]:
     model_type = config.get("model_type")
     if model_type not in FAMILIES:
         raise VerifyRefused(f"{directory / 'config.json'}: model_type {model_type!r:.80} is not one this app opens")
-    return directory, config
+    return Reference(directory, config)
 
 
 def _transformers():
@@ -180,10 +204,10 @@ def _transformers():
     return transformers
 
 
-def _reference_model(transformers: Any, directory: Path, config: dict[str, Any], encoder: bool, attn: str):
+def _reference_model(transformers: Any, ref: Reference, encoder: bool, attn: str):
     """transformers' model class the config names (a class transformers itself defines), else the Auto class."""
-    cls = None
-    for name in config.get("architectures") or []:
+    cls, directory = None, ref.directory
+    for name in ref.config.get("architectures") or []:
         candidate = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
         if isinstance(candidate, type) and issubclass(candidate, transformers.PreTrainedModel):
             cls = candidate
@@ -194,18 +218,18 @@ def _reference_model(transformers: Any, directory: Path, config: dict[str, Any],
     dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     try:
         model = cls.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False,
-                                    attn_implementation=attn, **{dtype_key: torch.float32})
+                                    attn_implementation=attn, **{dtype_key: torch.float32}, **ref.kwargs())
     except Exception as exc:  # noqa: BLE001 - whatever transformers says becomes one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise VerifyRefused(f"transformers cannot read {directory}: {first:.300}") from None
+        raise VerifyRefused(f"transformers cannot read {ref.ours}: {first:.300}") from None
     return model.eval()
 
 
-def _reference_ids(transformers: Any, directory: Path, prompt: str, n_ctx: int) -> list[int] | None:
-    """transformers' tokenization of the prompt from the directory's own files (None: it reads none)."""
+def _reference_ids(transformers: Any, ref: Reference, prompt: str, n_ctx: int) -> list[int] | None:
+    """transformers' tokenization of the prompt from the checkpoint's own files (None: it reads none)."""
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True,
-                                                         trust_remote_code=False)
+        tok = transformers.AutoTokenizer.from_pretrained(str(ref.directory), local_files_only=True,
+                                                         trust_remote_code=False, **ref.kwargs())
         return list(tok(prompt)["input_ids"])[:n_ctx]
     except Exception:  # noqa: BLE001 - no tokenizer transformers reads: the ids are not compared
         return None
@@ -239,11 +263,11 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
     from explorer.core.trace import CaptureSpec
 
     check = checker(cancel)
-    directory, config = reference_directory(source)
+    ref = reference_source(source)
     transformers = _transformers()
-    loaded = _loaded if _loaded is not None else load_checkpoint(directory, device="cpu", dtype="float32",
+    loaded = _loaded if _loaded is not None else load_checkpoint(ref.ours, device="cpu", dtype="float32",
                                                                  cancel=cancel)
-    mapping = reference_map(config["model_type"], config)
+    mapping = reference_map(ref.config["model_type"], ref.config)
     notes = [mapping.note] if mapping.note else []
     stand_in = isinstance(loaded.tokenizer, TokenIdTokenizer)
     prompt_equal, reference_ids = None, None
@@ -255,15 +279,14 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
             text = prompt if prompt is not None else "The quick brown fox jumps over the lazy dog."
             ids, _ = loaded.encode(text)
             if not stand_in:
-                theirs = _reference_ids(transformers, directory, text, loaded.config.n_ctx)
+                theirs = _reference_ids(transformers, ref, text, loaded.config.n_ctx)
                 prompt_equal = None if theirs is None else theirs == ids
                 reference_ids = None if theirs is None else tuple(int(i) for i in theirs)
                 if theirs is None:
                     notes.append("transformers reads no tokenizer here: prompt ids not compared")
     ids = [int(i) for i in ids]
     check()
-    reference = _reference_model(transformers, directory, config, loaded.generation_blocked is not None,
-                                 mapping.attn_implementation)
+    reference = _reference_model(transformers, ref, loaded.generation_blocked is not None, mapping.attn_implementation)
     check()
     batch = torch.tensor([ids])
     with torch.no_grad():
@@ -298,5 +321,5 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
         logits, differ = _max_diff(mine, theirs), next_ids_differ(mine, theirs)
     else:
         notes.append("the reference has no output head: logits not compared")
-    return VerifyReport(str(directory), type(reference).__name__, tuple(ids), tuple(rows), logits, differ,
+    return VerifyReport(str(ref.ours), type(reference).__name__, tuple(ids), tuple(rows), logits, differ,
                         prompt_equal, tuple(notes), reference_ids)

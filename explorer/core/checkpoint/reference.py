@@ -12,6 +12,10 @@
 The one exception is kept here, beside the registry, not in the verify code: transformers 5's eager
 Falcon path adds an ALiBi bias twice (Falcon-RW), so that reference runs SDPA (which returns no patterns)
 and its patterns are not compared.
+
+A GGUF file is checked against transformers' own GGUF loading (``from_pretrained(folder, gguf_file=...)``),
+which reads some files as a different model than llama.cpp runs; ``gguf_reference_gap`` names those, and
+``verify`` refuses them in one line rather than report a difference that is transformers' reading.
 """
 
 from __future__ import annotations
@@ -59,3 +63,24 @@ def reference_map(model_type: str, hf: HFConfig) -> ReferenceMap:
     """The map for one checkpoint's config.json."""
     override = OVERRIDES.get(model_type)
     return override(hf) if override else DEFAULT
+
+
+def gguf_reference_gap(header: Any, arch: str, spec: Any) -> str:
+    """Why transformers' GGUF loading does not give this file's model ("" where it does)."""
+    from explorer.core.checkpoint.gguf_config import FALCON_NEW, LONGROPE, ROPE_FREQS
+
+    names = {t.name for t in header.tensors}
+    scaling = header.metadata.get(f"{arch}.rope.scaling.type")
+    if spec is FALCON_NEW:
+        return ("transformers' GGUF loading keeps llama.cpp's regrouped q/k/v rows of the Falcon-40B/180B "
+                "decoder, so its model is not this file's; verify the Hugging Face directory instead")
+    if ROPE_FREQS in names:
+        return ("transformers' GGUF loading drops rope_freqs (Llama 3.1+'s RoPE scaling), so its model is not "
+                "this file's; verify the Hugging Face directory instead")
+    if names & set(LONGROPE):
+        return ("transformers' GGUF loading drops Phi-3's LongRoPE factors (rope_factors_long/short), so its "
+                "model is not this file's; verify the Hugging Face directory instead")
+    if scaling not in (None, "none"):
+        return (f"transformers' GGUF loading does not read {arch}.rope.scaling.type ({str(scaling)[:20]}), so its "
+                "model is not this file's; verify the Hugging Face directory instead")
+    return ""

@@ -1,0 +1,69 @@
+"""What ``verify`` checks a GGUF file against: ``transformers``' own GGUF loading of the same file.
+
+The reference is ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)``
+(never ``trust_remote_code``), run eager on the same token ids, and its tokenizer
+``AutoTokenizer.from_pretrained(folder, gguf_file=name)``. The file is found as our loader finds it: a
+``*.gguf`` path, a file with the GGUF magic (an Ollama blob), a folder holding one GGUF model, an Ollama
+or LM Studio model name. Its header is read and checked by our own reader (``gguf_validate``) before
+transformers opens it; an architecture transformers does not read from GGUF, or a file transformers
+reads as a different model (``reference.gguf_reference_gap``), is refused with one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from explorer.core.errors import CheckpointError
+
+
+def gguf_target(text: str, path: Path) -> Path | None:
+    """The GGUF file ``verify`` was given (by path, folder or local model name), or None: not a GGUF model."""
+    from explorer.core.checkpoint import local_stores
+    from explorer.core.checkpoint.gguf_validate import is_gguf
+    from explorer.core.verify import GGUF_SUFFIXES, VerifyRefused
+
+    if not path.exists():
+        local = local_stores.resolve(text)
+        return None if local is None else local.path
+    if path.is_file():
+        return path if path.suffix.lower() in GGUF_SUFFIXES or is_gguf(path) else None
+    if path.is_dir() and not (path / "config.json").exists() and (found := local_stores.gguf_files(path)):
+        if len(found) > 1:
+            raise VerifyRefused(f"{path} holds {len(found)} GGUF files; verify one of them: "
+                                + ", ".join(p.name for p in found[:8]) + (" ..." if len(found) > 8 else ""))
+        return found[0]
+    return None
+
+
+def supported_architectures(transformers: Any) -> list[str]:
+    """The GGUF ``general.architecture`` values transformers reads (empty: this transformers reads no GGUF)."""
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:
+        return []
+    return [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer")]
+
+
+def gguf_reference(file: Path, transformers: Any) -> dict[str, Any]:
+    """The file's ``config.json``-style configuration, or ``VerifyRefused`` saying why transformers cannot
+    be the reference for it (after our own reader has checked the header)."""
+    from explorer.core.checkpoint.gguf_config import architecture, hf_config
+    from explorer.core.checkpoint.gguf_validate import read_header
+    from explorer.core.checkpoint.reference import gguf_reference_gap
+    from explorer.core.verify import VerifyRefused
+
+    try:
+        header = read_header(file)
+        arch, spec = architecture(header)
+        hf = hf_config(header)
+    except CheckpointError as exc:
+        raise VerifyRefused(str(exc)) from None
+    supported = supported_architectures(transformers)
+    if arch not in supported:
+        raise VerifyRefused(f"{file}: transformers {transformers.__version__} does not read GGUF architecture "
+                            f"{arch!r} (it reads " + (", ".join(supported) or "no GGUF files") + ")")
+    gap = gguf_reference_gap(header, arch, spec)
+    if gap:
+        raise VerifyRefused(f"{file}: {gap}")
+    return hf
