@@ -35,5 +35,9 @@ class InternalError(ExplorerError):
         return cls(f"internal error{where}: {type(exc).__name__}: {str(exc)[:300]} (please report)")
 
 
+class VerifyRefused(ExplorerError):
+    """``verify``'s reference cannot read this checkpoint, or transformers is missing (one line, exit status 2)."""
+
+
 class ExportError(ExplorerError):
     """An export cannot be written where asked (a folder that is not an earlier export, a user's file in the way)."""

@@ -24,18 +24,13 @@ import numpy as np
 import torch
 
 from explorer.core.cancel import CancelLike, checker
-from explorer.core.errors import CheckpointError, ExplorerError
+from explorer.core.errors import CheckpointError, VerifyRefused
 
 LOGITS_TOL = 1e-3
 PATTERN_TOL = 1e-4
 RESID_RTOL = 1e-4   # of the largest |value| of the reference's residual stream at that layer (at least 1)
 INSTALL = ("the reference check needs transformers, which is not installed: "
            "pip install 'transformer-explorer[verify]'")
-GGUF_SUFFIXES = (".gguf",)
-
-
-class VerifyRefused(ExplorerError):
-    """The reference cannot read this checkpoint, or transformers is missing (one line, exit status 2)."""
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from explorer.core.errors import CheckpointError
+from explorer.core.errors import CheckpointError, VerifyRefused
+
+GGUF_SUFFIXES = (".gguf",)
 
 
 def gguf_target(text: str, path: Path) -> Path | None:
     """The GGUF file ``verify`` was given (by path, folder or local model name), or None: not a GGUF model."""
     from explorer.core.checkpoint import local_stores
     from explorer.core.checkpoint.gguf_validate import is_gguf
-    from explorer.core.verify import GGUF_SUFFIXES, VerifyRefused
 
     if not path.exists():
         local = local_stores.resolve(text)
@@ -51,7 +52,6 @@ def gguf_reference(file: Path, transformers: Any) -> dict[str, Any]:
     from explorer.core.checkpoint.gguf_config import architecture, hf_config
     from explorer.core.checkpoint.gguf_validate import read_header
     from explorer.core.checkpoint.reference import gguf_reference_gap
-    from explorer.core.verify import VerifyRefused
 
     try:
         header = read_header(file)
@@ -63,7 +63,7 @@ def gguf_reference(file: Path, transformers: Any) -> dict[str, Any]:
     if arch not in supported:
         raise VerifyRefused(f"{file}: transformers {transformers.__version__} does not read GGUF architecture "
                             f"{arch!r} (it reads " + (", ".join(supported) or "no GGUF files") + ")")
-    gap = gguf_reference_gap(header, arch, spec)
+    gap = gguf_reference_gap(header, arch, spec, hf)
     if gap:
         raise VerifyRefused(f"{file}: {gap}")
     return hf

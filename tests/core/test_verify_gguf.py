@@ -27,14 +27,23 @@ REFERENCE = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gpt2": "
 def with_tokenizer(tmp_path, family: str, qtype: str):
     """test_gguf.py's file, its byte vocabulary given one merge ("T h" -> "Th", token 98) so that transformers'
     GGUF tokenizer reads it too (it needs merges or scores)."""
-    tok = byte_vocabulary(100)
+    model, tok = tiny(family), byte_vocabulary(100)
     tok["tokens"][98], tok["merges"] = "Th", ["T h"]
+    if isinstance(getattr(model.config, "pad_token_id", None), int):
+        tok["pad"] = model.config.pad_token_id  # transformers reads the config's pad id from here (Phi-3)
     path = tmp_path / f"{family}-{qtype}.gguf"
-    return write_model(tiny(family), path, ARCH.get(family, family), qtype, tokenizer=tok)
+    return write_model(model, path, ARCH.get(family, family), qtype, tokenizer=tok)
 
 
-@pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+CASES = [(f, q) for f in ("llama", "qwen2", "gpt2") for q in ("F32", "Q8_0")] + \
+    [("llama", "Q4_0"), ("qwen3", "Q5_0"), ("gemma2", "Q8_0"), ("gemma3", "Q4_0"), ("phi3", "Q8_0"),
+     ("stablelm", "F16"), ("falcon", "Q8_0"), ("mistral", "Q4_0")]
+REFERENCE.update(qwen3="Qwen3ForCausalLM", gemma2="Gemma2ForCausalLM", gemma3="Gemma3ForCausalLM",
+                 phi3="Phi3ForCausalLM", stablelm="StableLmForCausalLM", falcon="FalconForCausalLM",
+                 mistral="LlamaForCausalLM")  # transformers reads a llama file as Mistral only by its name
+
+
+@pytest.mark.parametrize(("family", "qtype"), CASES)
 def test_gguf_files_verify_within_tolerance(tmp_path, family, qtype):
     path = with_tokenizer(tmp_path, family, qtype)
     report = verify_checkpoint(path, PROMPT)
@@ -134,8 +143,9 @@ def test_an_architecture_this_app_does_not_read_is_refused_naming_it(tmp_path, c
 
 
 def test_files_transformers_reads_as_another_model_are_refused(tmp_path, capsys):
-    """transformers' GGUF loading drops Llama 3.1+'s rope_freqs and keeps Falcon-40B's regrouped q/k/v rows:
-    its model would differ from the file's at layer 0, so verify says why instead of failing."""
+    """transformers' GGUF loading drops Llama 3.1+'s rope_freqs and RoPE scaling metadata, keeps Falcon-40B's
+    regrouped q/k/v rows and scales every Gemma's scores by 1/sqrt(256): its model would differ from the
+    file's at layer 0, so verify says why instead of failing."""
     llama3 = build("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2, max_position_embeddings=131072,
                    rope_parameters={"rope_theta": 500000.0, "rope_type": "llama3", "factor": 32.0,
                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -148,6 +158,8 @@ def test_files_transformers_reads_as_another_model_are_refused(tmp_path, capsys)
     scaled = build("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2,
                    rope_parameters={"rope_theta": 10000.0, "rope_type": "linear", "factor": 4.0})
     _refused(write_model(scaled, tmp_path / "linear.gguf", "llama", "F32"), capsys, "rope.scaling.type")
+    gemma = build("Gemma2Config", "Gemma2ForCausalLM", head_dim=32)  # llama.cpp: scores / sqrt(32)
+    _refused(write_model(gemma, tmp_path / "gemma2.gguf", "gemma2", "F32"), capsys, "1/sqrt(32)")
 
 
 def test_two_gguf_files_in_a_folder_are_refused_naming_them(tmp_path, capsys):

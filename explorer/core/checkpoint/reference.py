@@ -65,7 +65,7 @@ def reference_map(model_type: str, hf: HFConfig) -> ReferenceMap:
     return override(hf) if override else DEFAULT
 
 
-def gguf_reference_gap(header: Any, arch: str, spec: Any) -> str:
+def gguf_reference_gap(header: Any, arch: str, spec: Any, hf: HFConfig) -> str:
     """Why transformers' GGUF loading does not give this file's model ("" where it does)."""
     from explorer.core.checkpoint.gguf_config import FALCON_NEW, LONGROPE, ROPE_FREQS
 
@@ -80,6 +80,11 @@ def gguf_reference_gap(header: Any, arch: str, spec: Any) -> str:
     if names & set(LONGROPE):
         return ("transformers' GGUF loading drops Phi-3's LongRoPE factors (rope_factors_long/short), so its "
                 "model is not this file's; verify the Hugging Face directory instead")
+    scalar = hf.get("query_pre_attn_scalar")
+    if spec.model_type in ("gemma2", "gemma3_text") and scalar not in (None, 256):
+        return (f"transformers' GGUF loading scales Gemma's attention scores by 1/sqrt(256), llama.cpp by "
+                f"1/sqrt({scalar}) for this file, so its model is not this file's; verify the Hugging Face "
+                "directory instead")
     if scaling not in (None, "none"):
         return (f"transformers' GGUF loading does not read {arch}.rope.scaling.type ({str(scaling)[:20]}), so its "
                 "model is not this file's; verify the Hugging Face directory instead")
