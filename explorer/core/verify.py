@@ -145,8 +145,8 @@ class Reference:
         return {"gguf_file": self.gguf_file} if self.gguf_file else {}
 
 
-def reference_source(source: str | Path, transformers: Any = None, gguf: bool = True) -> Reference:
-    """What transformers reads for ``source`` (a directory, or a GGUF file when ``gguf``), or ``VerifyRefused``."""
+def reference_source(source: str | Path) -> Reference:
+    """What transformers reads for ``source`` (a Hugging Face directory or a GGUF file), or ``VerifyRefused``."""
     from explorer.core.checkpoint import MAX_CONFIG_BYTES, builtin_names, hub_cache, nanogpt
     from explorer.core.checkpoint.families import FAMILIES
     from explorer.core.checkpoint.native import NATIVE_FORMAT
@@ -164,12 +164,8 @@ def reference_source(source: str | Path, transformers: Any = None, gguf: bool = 
     if cached is not None:
         path = cached.path
     found = gguf_target(text, path)
-    if found is not None and gguf:
-        if transformers is None:
-            transformers = _transformers()
-        return Reference(found.parent, gguf_reference(found, transformers), found.name)
     if found is not None:
-        raise VerifyRefused(f"{found}: a GGUF file, not a Hugging Face directory")
+        return Reference(found.parent, gguf_reference(found, _transformers()), found.name)
     if not path.exists():
         raise VerifyRefused(f"no checkpoint at {path}")
     if path.is_file() and path.suffix in nanogpt.SUFFIXES:
