@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 import numpy as np
@@ -14,6 +16,8 @@ from explorer.core.features.steering import steer
 from explorer.core.generation.generate import generate
 from explorer.core.generation.sampling import SamplingParams
 from explorer.core.interventions.apply import run
+
+pytestmark = pytest.mark.recent_reference  # compares with sae_lens (needs NumPy 2: not in the floors step)
 
 PROMPT = "The cat sat on the mat and the dog"
 

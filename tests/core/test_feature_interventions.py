@@ -22,6 +22,8 @@ from explorer.core.interventions.apply import record_sites, run
 from explorer.core.interventions.spec import InterventionError, check
 from explorer.core.trace import CaptureSpec
 
+pytestmark = pytest.mark.recent_reference  # compares with sae_lens (needs NumPy 2: not in the floors step)
+
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 TOL = 1e-4
 

@@ -198,6 +198,7 @@ def test_a_gguf_file_without_its_suffix_opens(tmp_path):
     assert load_checkpoint(blob, device="cpu").arch == "qwen2"
 
 
+@pytest.mark.recent_reference  # transformers' torch dequantiser (transformers.integrations.gguf, newer than the floors allow)
 @pytest.mark.parametrize("type_id", [10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 29])
 def test_k_and_iq_blocks_equal_transformers_dequantiser(type_id):
     from gguf import GGMLQuantizationType, quants
@@ -212,6 +213,7 @@ def test_k_and_iq_blocks_equal_transformers_dequantiser(type_id):
     assert np.array_equal(ours, theirs, equal_nan=True)
 
 
+@pytest.mark.recent_reference  # transformers' torch dequantiser (transformers.integrations.gguf, newer than the floors allow)
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "IQ4_XS"])
 def test_a_k_quant_tensor_is_read_in_chunks_as_transformers_dequantises_it(tmp_path, monkeypatch, qtype):
     """A tensor of a type gguf cannot write (its blocks random bytes), read row chunk by row chunk from a file."""

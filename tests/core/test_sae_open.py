@@ -10,6 +10,8 @@ from sae_reference import write_sae
 
 from explorer.core.features.sae import SAEModelMismatch, open_sae
 
+pytestmark = pytest.mark.recent_reference  # compares with sae_lens (needs NumPy 2: not in the floors step)
+
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 TOL = 1e-5
 
