@@ -13,6 +13,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
+NAMES = {"TokenizationPanel": "tokenization", "EmbeddingsPanel": "embeddings", "AttentionPanel": "attention",
+         "NeuronsPanel": "neurons", "ResidualPanel": "residual", "WhatChangedPanel": "what-changed",
+         "DLAPanel": "dla", "PatchingPanel": "patching", "MaskedTokensPanel": "masked"}
+
+
 def pump(app, condition, timeout_s=900.0):
     deadline = time.perf_counter() + timeout_s
     while not condition():
@@ -67,12 +72,13 @@ def main() -> None:
     settle(app)
     out = Path(args.out)
     for dock in window.docks:
-        dock.show()
+        if dock.isHidden():
+            continue  # a panel that does not apply to this model
         dock.raise_()
         settle(app, 0.3)
         pump(app, complete)
         settle(app, 0.8)
-        name = dock.panel.title.split(" ")[0].split("&")[0].strip().lower().replace(",", "")
+        name = NAMES.get(type(dock.panel).__name__, type(dock.panel).__name__.lower())
         path = out / f"{args.prefix}-{w}x{h}-{name}.png"
         window.grab().save(str(path))
         print("wrote", path)
