@@ -63,6 +63,7 @@ from explorer.ui.window.interventions import add_intervention_bar
 from explorer.ui.window.loading import APP_NAME, LoadingChrome, sample_prompts
 from explorer.ui.window.menus import build_menus
 from explorer.ui.window.open_trace import TraceFileOpener
+from explorer.ui.window.tab_titles import TabTitles
 from explorer.ui.window.window_state import WindowState
 
 if TYPE_CHECKING:
@@ -201,6 +202,7 @@ class MainWindow(QMainWindow):
             panel.attach(self.session)
             docks.append(PanelDock(panel, self))
         place_docks(self, docks)
+        self.tab_titles = TabTitles(self, docks)  # short tab titles, the full one in the tooltip and View menu
         return docks
 
     def _build_toolbar(self) -> None:
