@@ -45,6 +45,7 @@ from explorer.ui.session.session import Session
 from explorer.ui.session.workers import LoadRequest, ModelLoader, TraceController
 from explorer.ui.widgets.plots import adopt_plot_menus
 from explorer.ui.window import export_actions
+from explorer.ui.window.applicable import PanelApplicability
 from explorer.ui.window.chrome.intervention_strip import InterventionStrip
 from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
@@ -203,6 +204,7 @@ class MainWindow(QMainWindow):
             docks.append(PanelDock(panel, self))
         place_docks(self, docks)
         self.tab_titles = TabTitles(self, docks)  # short tab titles, the full one in the tooltip and View menu
+        self.applicable = PanelApplicability(self.session, docks, self)  # hide the docks that do not apply
         return docks
 
     def _build_toolbar(self) -> None:
@@ -330,6 +332,7 @@ class MainWindow(QMainWindow):
         self.restoreState(self._default_state)
         for dock in self.docks:
             dock.show()
+        self.applicable.reapply()
 
     def _default_size(self) -> None:
         """Most of the screen on a first start (later starts restore the saved geometry)."""
@@ -356,7 +359,8 @@ class MainWindow(QMainWindow):
 
     def save_window(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/state", self.saveState())
+        with self.applicable.shown():  # a panel hidden for this model is not one the user closed
+            self.settings.setValue("window/state", self.saveState())
         self.settings.setValue("prompt/last", self.prompt.text())
         self.settings.sync()
 
