@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QByteArray, QObject
+from PySide6.QtWidgets import QMainWindow
 
 from explorer.ui.session.session import Session
 
@@ -47,11 +48,19 @@ class PanelApplicability(QObject):
                 action.setEnabled(False)
                 action.setToolTip(NOT_APPLICABLE.format(title=dock.panel.title))
 
-    def reapply(self) -> None:
-        """After the layout was reset (every dock shown): hide again what does not apply."""
+    def show_all(self) -> None:
+        """Every dock shown (the layout reset), then those that do not apply to the model hidden again."""
+        for dock in self.docks:
+            dock.show()
         self.hidden_here.clear()
         if self.config is not None:
             self.apply(self.config)
+
+    def saved_state(self, window: QMainWindow) -> QByteArray:
+        """``window.saveState()`` with the docks hidden here shown: a saved layout must not remember
+        them as closed by the user (the next model may need them)."""
+        with self.shown():
+            return window.saveState()
 
     @contextmanager
     def shown(self) -> Iterator[None]:

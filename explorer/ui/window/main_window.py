@@ -64,7 +64,6 @@ from explorer.ui.window.interventions import add_intervention_bar
 from explorer.ui.window.loading import APP_NAME, LoadingChrome, sample_prompts
 from explorer.ui.window.menus import build_menus
 from explorer.ui.window.open_trace import TraceFileOpener
-from explorer.ui.window.tab_titles import TabTitles
 from explorer.ui.window.window_state import WindowState
 
 if TYPE_CHECKING:
@@ -202,8 +201,7 @@ class MainWindow(QMainWindow):
                 continue
             panel.attach(self.session)
             docks.append(PanelDock(panel, self))
-        place_docks(self, docks)
-        self.tab_titles = TabTitles(self, docks)  # short tab titles, the full one in the tooltip and View menu
+        self.tab_titles = place_docks(self, docks)  # short tab titles, the full one in the tooltip and View menu
         self.applicable = PanelApplicability(self.session, docks, self)  # hide the docks that do not apply
         return docks
 
@@ -330,9 +328,7 @@ class MainWindow(QMainWindow):
 
     def reset_layout(self) -> None:
         self.restoreState(self._default_state)
-        for dock in self.docks:
-            dock.show()
-        self.applicable.reapply()
+        self.applicable.show_all()  # then hides again those that do not apply to the model
 
     def _default_size(self) -> None:
         """Most of the screen on a first start (later starts restore the saved geometry)."""
@@ -359,8 +355,7 @@ class MainWindow(QMainWindow):
 
     def save_window(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
-        with self.applicable.shown():  # a panel hidden for this model is not one the user closed
-            self.settings.setValue("window/state", self.saveState())
+        self.settings.setValue("window/state", self.applicable.saved_state(self))
         self.settings.setValue("prompt/last", self.prompt.text())
         self.settings.sync()
 
