@@ -30,7 +30,8 @@ def test_chance_levels_beside_head_scores(qtbot, tiny_gpt2):
         assert f"(chance {chance:.3f})" in panel.statistics.plot.titleLabel.text
         model = panel.statistics_table.model()
         assert model.headerData(2, Qt.Orientation.Horizontal) == f"value (chance {chance:.3f})"
-        assert f"chance level {chance:.4f}" in model.headerData(2, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+        tip = model.headerData(2, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+        assert f"chance level {chance:.4f}" in tip
         assert f"chance level {chance:.4f}" in model.index(0, 2).data(Qt.ItemDataRole.ToolTipRole)
     panel.set_trace(loaded.trace("one two three four"))  # nothing repeats: no induction chance level
     panel.set_statistic("induction")

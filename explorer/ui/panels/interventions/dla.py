@@ -117,9 +117,12 @@ class DLAPanel(Panel):
     def _draw(self) -> None:
         trace = self.trace
         position = self.selected_token
-        self.choose.offer(self.tokenizer, top_predictions(trace["logits"][clamp_token(position, trace.n_tokens)]))
+        logits = trace.get("logits")  # none in a trace file opened without its model: nothing to offer
+        here = clamp_token(position, trace.n_tokens)
+        self.choose.offer(self.tokenizer, [] if logits is None else top_predictions(logits[here]))
         choice = self._choice()
-        if trace.memo_get(dla_key(trace, position, choice)) is None:  # not computed yet: in the background (a 1B model's
+        key = dla_key(trace, position, choice)
+        if trace.memo_get(key) is None:  # not computed yet: in the background (a 1B model's
             self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
             self.result = None
             matrix = self.heatmap.matrix  # never another token's numbers under this one's name: blank cells,
