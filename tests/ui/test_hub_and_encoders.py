@@ -136,7 +136,9 @@ def test_an_encoder_fills_in_masks_and_cannot_generate(qtbot, make_window, tiny_
     assert "it fills in masked tokens rather than continuing text" in pane.status.text()
     assert pane.generate() is False
     panel = next(p for p in window.panels if p.title == "Masked tokens")
-    next(d for d in window.docks if d.panel is panel).raise_()  # a tab behind another one draws nothing
+    dock = next(d for d in window.docks if d.panel is panel)
+    assert not dock.isHidden() and dock.toggleViewAction().isEnabled()  # an encoder with its MLM head
+    dock.raise_()  # a tab behind another one draws nothing
     qtbot.waitUntil(lambda: panel.on_screen)
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.set_prompt("the cat [MASK] on the [MASK].")
@@ -147,9 +149,13 @@ def test_an_encoder_fills_in_masks_and_cannot_generate(qtbot, make_window, tiny_
     assert window.selection.token == 6
 
 
-def test_the_masked_panel_explains_itself_for_a_decoder(qtbot, window):
+def test_the_masked_panel_is_hidden_for_a_decoder_and_explains_itself(qtbot, window):
     panel = next(p for p in window.panels if p.title == "Masked tokens")
-    next(d for d in window.docks if d.panel is panel).raise_()  # a tab behind another one is drawn when shown
+    dock = next(d for d in window.docks if d.panel is panel)
+    assert dock.isHidden() and not dock.toggleViewAction().isEnabled()  # it does not apply: no tab at all
+    assert "does not apply" in dock.toggleViewAction().toolTip()
+    dock.show()  # shown anyway (a saved layout, a notebook): it says why it is empty
+    dock.raise_()
     qtbot.waitUntil(lambda: panel.trace is window.trace, timeout=30_000)
     assert "continues text instead" in panel.status.text() and panel.table.rowCount() == 0
     assert panel.explanation_path().is_file()

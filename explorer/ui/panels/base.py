@@ -107,6 +107,12 @@ class Panel(QWidget):
     def _shows_views(self) -> bool:
         return type(self).draw is not Panel.draw
 
+    @classmethod
+    def applies_to(cls, config: Any) -> bool:
+        """Whether this panel has anything to show for a model of ``config`` (the window hides the dock
+        of one that has not)."""
+        return True
+
     def selection_changed(self, what: str) -> None:
         """Redraw what depends on the selection; ``what`` is "layer", "head" or "token"."""
 

@@ -6,6 +6,8 @@ the probabilities come from ``explorer.core.analysis.masked``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
 
 from explorer.core.analysis.masked import masked_predictions
@@ -38,6 +40,10 @@ class MaskedTokensPanel(Panel):
         self.table.cellClicked.connect(self._on_row_clicked)
         self.body.addWidget(self.table, 1)
         self.positions: list[int] = []
+
+    @classmethod
+    def applies_to(cls, config: Any) -> bool:
+        return bool(getattr(config, "mlm_head", False))  # a decoder's dock is hidden (the window)
 
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
         return ["logits"] if trace.config.mlm_head else []

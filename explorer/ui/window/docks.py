@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
 from explorer.ui.session.session import Session
+from explorer.ui.window.tab_titles import TabTitles
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +106,13 @@ def dock_of(widget: QWidget | None) -> PanelDock | None:
     return widget
 
 
-def place_docks(window: QMainWindow, docks: list[PanelDock]) -> None:
+def place_docks(window: QMainWindow, docks: list[PanelDock]) -> TabTitles:
     """Default layout below the prompt: the first panel (tokenization, short) across the full width,
-    every other panel under it as a tab of one full-width area, tabs on top."""
+    every other panel under it as a tab of one full-width area, tabs on top, each tab with a short
+    title (the full one in its tooltip and the View menu: ``tab_titles.py``)."""
+    titles = TabTitles(window, docks)
     if not docks:
-        return
+        return titles
     window.setTabPosition(Qt.DockWidgetArea.AllDockWidgetAreas, QTabWidget.TabPosition.North)
     first, rest = docks[0], docks[1:]
     window.addDockWidget(AREA, first)
@@ -121,6 +124,7 @@ def place_docks(window: QMainWindow, docks: list[PanelDock]) -> None:
             window.tabifyDockWidget(rest[0], dock)
     if rest:
         rest[0].raise_()
+    return titles
 
 
 COMPACT_HEIGHT = 950  # below this window height the tokenization panel becomes the first tab

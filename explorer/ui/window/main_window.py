@@ -45,6 +45,7 @@ from explorer.ui.session.session import Session
 from explorer.ui.session.workers import LoadRequest, ModelLoader, TraceController
 from explorer.ui.widgets.plots import adopt_plot_menus
 from explorer.ui.window import export_actions
+from explorer.ui.window.applicable import PanelApplicability
 from explorer.ui.window.chrome.intervention_strip import InterventionStrip
 from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
@@ -200,7 +201,8 @@ class MainWindow(QMainWindow):
                 continue
             panel.attach(self.session)
             docks.append(PanelDock(panel, self))
-        place_docks(self, docks)
+        self.tab_titles = place_docks(self, docks)  # short tab titles, the full one in the tooltip and View menu
+        self.applicable = PanelApplicability(self.session, docks, self)  # hide the docks that do not apply
         return docks
 
     def _build_toolbar(self) -> None:
@@ -326,8 +328,7 @@ class MainWindow(QMainWindow):
 
     def reset_layout(self) -> None:
         self.restoreState(self._default_state)
-        for dock in self.docks:
-            dock.show()
+        self.applicable.show_all()  # then hides again those that do not apply to the model
 
     def _default_size(self) -> None:
         """Most of the screen on a first start (later starts restore the saved geometry)."""
@@ -354,7 +355,7 @@ class MainWindow(QMainWindow):
 
     def save_window(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/state", self.saveState())
+        self.settings.setValue("window/state", self.applicable.saved_state(self))
         self.settings.setValue("prompt/last", self.prompt.text())
         self.settings.sync()
 

@@ -15,6 +15,7 @@ from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QSplitter, QToolTip
 
 from explorer.core.analysis import attention as analysis
+from explorer.core.analysis.chance import chance_level
 from explorer.core.display.levels import finite_levels
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted
@@ -189,10 +190,11 @@ class AttentionOverview:
         values = self.statistic_values()
         label = analysis.STATISTIC_LABELS[self.statistic]
         levels = statistic_levels(self.statistic, values, self.trace.n_tokens)
-        self.statistics.plot.setTitle(label)
+        chance = chance_level(self.statistic, trace.token_ids, cfg.causal)  # uniform attention's score
+        self.statistics.plot.setTitle(label + (f" (chance {chance:.3f})" if math.isfinite(chance) else ""))
         self.statistics.set_data(values, [f"L{layer}" for layer in range(cfg.n_layers)],
                                  [f"H{head}" for head in range(cfg.n_heads)], levels=levels, value_name=label)
-        self.statistics_table.set_values(values, label)
+        self.statistics_table.set_values(values, label, chance)
         self.statistics_table.select_head(*self.layer_head())
         # each value in its cell, in black or white by the cell's luminance; CellTexts leaves out text
         # that has no room on screen (the table and the tooltips have every value)

@@ -27,6 +27,13 @@ def statistic_text(value: float) -> str:
     return f"{value:.4f}" if math.isfinite(value) else "\u2013"
 
 
+def chance_text(chance: float, sep: str) -> str:
+    """The chance level as a tooltip says it ("" when it is undefined)."""
+    if not math.isfinite(chance):
+        return ""
+    return f"{sep}chance level {chance:.4f}: what a head attending evenly to every token it may see scores on this prompt"
+
+
 class HeadStatisticsModel(QAbstractTableModel):
     """[L, H] values as L*H rows of (layer, head, value)."""
 
@@ -34,11 +41,13 @@ class HeadStatisticsModel(QAbstractTableModel):
         super().__init__(parent)
         self.values = np.zeros((0, 0), dtype=np.float64)
         self.name = "value"
+        self.chance = math.nan  # what uniform attention gives on this prompt (core/analysis/chance.py)
 
-    def set_values(self, values: np.ndarray, name: str) -> None:
+    def set_values(self, values: np.ndarray, name: str, chance: float = math.nan) -> None:
         self.beginResetModel()
         self.values = np.asarray(values, dtype=np.float64)
         self.name = name
+        self.chance = chance
         self.endResetModel()
         self.headerDataChanged.emit(Qt.Orientation.Horizontal, 2, 2)
 
@@ -56,9 +65,11 @@ class HeadStatisticsModel(QAbstractTableModel):
         if orientation != Qt.Orientation.Horizontal:
             return None
         if role == Qt.ItemDataRole.ToolTipRole and section == 2:
-            return self.name
+            return self.name + chance_text(self.chance, "; ")
         if role != Qt.ItemDataRole.DisplayRole:
             return None
+        if section == 2 and math.isfinite(self.chance):
+            return f"value (chance {self.chance:.3f})"
         return HEADERS[section]
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole):
@@ -77,7 +88,7 @@ class HeadStatisticsModel(QAbstractTableModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
             shown = f"{value:.6f}" if math.isfinite(value) else "undefined"
-            return f"L{layer} H{head}: {self.name} {shown}"
+            return f"L{layer} H{head}: {self.name} {shown}" + chance_text(self.chance, "\n")
         return None
 
 
@@ -113,8 +124,8 @@ class HeadStatisticsTable(QTableView):
         self.setMinimumSize(width, 4 * (metrics.height() + 6) + 30)  # a header and a few rows
         self.clicked.connect(self._on_clicked)
 
-    def set_values(self, values: np.ndarray, name: str) -> None:
-        self.source.set_values(values, name)
+    def set_values(self, values: np.ndarray, name: str, chance: float = math.nan) -> None:
+        self.source.set_values(values, name, chance)
 
     def head_at(self, row: int) -> tuple[int, int]:
         """(layer, head) shown in table row ``row`` (after sorting)."""

@@ -1,7 +1,8 @@
 """Direct logit attribution: each head's (and each FFN's) direct share of one token's logit.
 
 The token is the one that actually follows the selected position (the model's own top choice at
-the last position), read through the final norm with its scale frozen
+the last position), or one the user chose (typed, or picked from the top predictions), optionally
+minus a distractor's logit (``dla_choice.py``), read through the final norm with its scale frozen
 (``core/analysis/dla.py``). A layers x heads heatmap, one more column for the FFNs; red pushes the
 token up, blue down. Heads switched off (the session's interventions) write nothing: their cell is 0.
 """
@@ -17,8 +18,11 @@ from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, ffn_column, head_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
+from explorer.ui.panels.interventions.dla_choice import DLAChoice, DLATargetBar, top_predictions
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
+
+DEFAULT = DLAChoice()
 
 
 def dla_target(trace: Trace, position: int) -> int:
@@ -28,17 +32,28 @@ def dla_target(trace: Trace, position: int) -> int:
     return int(np.argmax(trace["logits"][position]))
 
 
-def attribution(trace: Trace, position: int | None) -> DLA | str:
-    """The attribution at ``position`` (None, or one this trace does not have: the last), or the reason there is none (kept in the memo)."""
+def dla_key(trace: Trace, position: int | None, choice: DLAChoice = DEFAULT) -> tuple:
+    """The memo key of the attribution at ``position`` for ``choice`` (the default: ("dla", p))."""
+    p = clamp_token(position, trace.n_tokens)
+    return ("dla", p) if choice == DEFAULT else ("dla", p, choice.target, choice.distractor)
+
+
+def attribution(trace: Trace, position: int | None, choice: DLAChoice = DEFAULT) -> DLA | str:
+    """The attribution at ``position`` (None, or one this trace does not have: the last) of the chosen
+    target's logit (minus the distractor's), or the reason there is none (kept in the memo)."""
     p = clamp_token(position, trace.n_tokens)
 
     def compute() -> DLA | str:
+        target = choice.target if choice.target is not None else dla_target(trace, p)
+        for what, token in (("target", target), ("distractor", choice.distractor)):
+            if token is not None and not 0 <= token < trace.config.vocab_size:
+                return f"the {what} token {token} is outside this model's vocabulary of {trace.config.vocab_size}"
         try:
-            return direct_logit_attribution(trace, dla_target(trace, p), p)
+            return direct_logit_attribution(trace, target, p, choice.distractor)
         except DLAError as exc:
             return str(exc)
 
-    return trace.memo(("dla", p), compute)
+    return trace.memo(dla_key(trace, p, choice), compute)
 
 
 class DLAPanel(Panel):
@@ -48,6 +63,10 @@ class DLAPanel(Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.result: DLA | None = None
+        self.note = ""  # why the chosen target was cleared or cannot be used (one line, before the numbers)
+        self.choose = DLATargetBar(self)  # the target (and distractor) chosen: dla_choice.py
+        self.choose.changed.connect(self._on_choice)
+        self.body.addWidget(self.choose)
         self.info = QLabel("")
         # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
         # preferred height); the tooltip has the whole text
@@ -75,6 +94,22 @@ class DLAPanel(Panel):
     def show_trace(self, trace: Trace) -> None:
         self._draw()
 
+    def tokenizer_changed(self) -> None:
+        """Another model: the chosen tokens are read again with its tokenizer (cleared, with a line, where
+        they are no longer one token)."""
+        self.note = self.choose.follow_model(self.tokenizer)
+
+    def _on_choice(self) -> None:
+        self.note = ""
+        if self.trace is not None:
+            self._draw()
+
+    def _choice(self) -> DLAChoice:
+        choice, refused = self.choose.choice(self.tokenizer)
+        if refused:
+            self.note = refused
+        return choice
+
     def selection_changed(self, what: str) -> None:
         if what == "token":
             self._draw()
@@ -82,27 +117,35 @@ class DLAPanel(Panel):
     def _draw(self) -> None:
         trace = self.trace
         position = self.selected_token
-        if trace.memo_get(("dla", position)) is None:  # not computed yet: in the background (a 1B model's
+        logits = trace.get("logits")  # none in a trace file opened without its model: nothing to offer
+        here = clamp_token(position, trace.n_tokens)
+        self.choose.offer(self.tokenizer, [] if logits is None else top_predictions(logits[here]))
+        choice = self._choice()
+        key = dla_key(trace, position, choice)
+        if trace.memo_get(key) is None:  # not computed yet: in the background (a 1B model's
             self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
             self.result = None
             matrix = self.heatmap.matrix  # never another token's numbers under this one's name: blank cells,
             if matrix.size:               # the same rows and columns (so the axes need not be laid out again)
                 self.heatmap.set_data(np.full(matrix.shape, np.nan, np.float32), self.heatmap.row_labels,
                                       self.heatmap.col_labels, value_name="logit contribution")
-            self.later(("dla",), lambda check: attribution(trace, position), lambda _got: self._draw())
+            self.later(("dla",), lambda check: attribution(trace, position, choice), lambda _got: self._draw())
             return
-        got = attribution(trace, position)
+        got = attribution(trace, position, choice)
         if isinstance(got, str):
             self.result = None
-            self._say(got)
+            self._say((f"{self.note} " if self.note else "") + got)
             self.heatmap.set_data(np.zeros((0, 0)))
             return
         self.result = d = got
         matrix, rows, cols = self._data()
         self.heatmap.set_data(matrix, rows, cols, value_name="logit contribution")
         target = vocab_quoted(self.tokenizer, d.target)
+        if d.distractor is not None:
+            target += f" minus the logit of {vocab_quoted(self.tokenizer, d.distractor)}"
         ffn = f" + FFNs {d.mlp.sum():.3f}" if trace.config.has_ffn else ""
         self._say(
+            (f"{self.note} " if self.note else "") +
             f"Logit of {target} after {d.position}:{quoted(trace.tokens[d.position])} = {d.logit:.3f} = "
             f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
             f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "

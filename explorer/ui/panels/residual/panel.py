@@ -50,6 +50,7 @@ from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
+from explorer.ui.panels.residual.headroom import LegendHeadroom
 from explorer.ui.panels.residual.lens import (
     NEXT_TOKEN,
     LogitLensView,
@@ -112,6 +113,8 @@ class ResidualPanel(LogitLensView, Panel):
         self.bars_plot.addItem(self.attn_bars)
         self.bars_plot.addItem(self.ffn_bars)
         self.bars_legend = self.bars_plot.addLegend(offset=(-10, 5), colCount=2)
+        self._bars_top: float | None = None
+        self.bars_headroom = LegendHeadroom(self.bars_plot, self.bars_legend, lambda: self._bars_top)
 
         self.lens_map = DescribedHeatmap(colormap="viridis", title="logit lens")
         self.lens_map.describe = self.lens_cell_text
@@ -317,6 +320,7 @@ class ResidualPanel(LogitLensView, Panel):
                 if legend[1]:
                     self.bars_legend.addItem(self.ffn_bars, "FFN")
         if self.contributions is None:
+            self._bars_top = None
             self.attn_bars.setOpts(x=[], height=[])
             self.ffn_bars.setOpts(x=[], height=[])
             self.bars_plot.setTitle("sublayer outputs: not captured (and no model)")
@@ -339,10 +343,8 @@ class ResidualPanel(LogitLensView, Panel):
         step = max(1, math.ceil(L / 16))
         self.bars_plot.getAxis("bottom").setTicks([[(layer, str(layer)) for layer in range(0, L, step)]])
         self.bars_plot.setXRange(-0.6, L - 0.4, padding=0)
-        # headroom so that the legend (top right) sits above the tallest bar: its share of the plot's height
-        height = self.bars_plot.getViewBox().height()
-        share = min(0.6, (self.bars_legend.boundingRect().height() + 10) / height) if height > 40 else 0.3
-        self.bars_plot.setYRange(0, (top or 1.0) / (1 - share), padding=0)
+        self._bars_top = top  # headroom so that the legend (top right) sits above the tallest bar, at any size
+        self.bars_headroom.fit()
 
     # --- tooltips --------------------------------------------------------------------------------
     def _where(self, row_label: str, col: int) -> str:

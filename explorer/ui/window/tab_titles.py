@@ -1,0 +1,84 @@
+"""Tab titles that can be read at 1280x800: each dock's tab carries a short title (the panel's
+``short_title``, or its own ``title`` when it has none), the View menu and the tab's tooltip its full
+title.
+
+Nine full titles ("Residual stream & logit lens", "Direct logit attribution", …) need about 1,130 px
+of tab bar, more than the ~830 px a 1280-wide window leaves beside the generation pane, so Qt cut
+them to "At…", "FF…". The short ones need about 700 px. Qt sets a dock tab's tooltip to the dock's
+(short) title whenever it rebuilds the tab, so the full title is given at the moment a tooltip is
+asked for (an event filter on the window's tab bars), never stored in the tab bar.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QHelpEvent
+from PySide6.QtWidgets import QMainWindow, QTabBar, QToolTip
+
+from explorer.ui.panels.base import Panel
+
+# by the dock's object name (``docks.dock_name``), so that the panels' modules need not change
+SHORT_TITLES = {
+    "dock-tokenization": "Tokens",
+    "dock-embeddings": "Embeddings",
+    "dock-attention": "Attention",
+    "dock-neurons": "Neurons",
+    "dock-residual": "Residual",
+    "dock-interventions-what_changed": "What changed",
+    "dock-interventions-dla": "Logit attribution",
+    "dock-interventions-patching": "Patching",
+    "dock-masked": "Masked",
+}
+
+
+def full_title(panel: Panel) -> str:
+    return panel.title or type(panel).__name__
+
+
+def short_title(panel: Panel, dock_name: str) -> str:
+    """The tab's text: the panel's own ``short_title`` if it declares one, else the table's, else its title."""
+    return getattr(panel, "short_title", None) or SHORT_TITLES.get(dock_name) or full_title(panel)
+
+
+def _mnemonic_safe(text: str) -> str:
+    return text.replace("&", "&&")  # "&" would be read as a mnemonic marker in tabs and menus
+
+
+class TabTitles(QObject):
+    """Watches ``window``'s dock tab bars (made and remade by Qt as docks are tabbed) and answers a
+    tab's tooltip with its panel's full title. ``docks`` are the window's ``PanelDock``s."""
+
+    def __init__(self, window: QMainWindow, docks: list) -> None:
+        super().__init__(window)
+        self.window = window
+        self.full: dict[str, str] = {}
+        for dock in docks:
+            short = _mnemonic_safe(short_title(dock.panel, dock.objectName()))
+            full = full_title(dock.panel)
+            dock.setWindowTitle(short)
+            dock.toggleViewAction().setText(_mnemonic_safe(full))
+            dock.toggleViewAction().setToolTip(full)
+            self.full[short] = full
+        window.installEventFilter(self)
+        self.watch()
+
+    def watch(self) -> None:
+        for bar in self.window.findChildren(QTabBar):
+            bar.removeEventFilter(self)  # never twice
+            bar.installEventFilter(self)
+
+    def tooltip(self, bar: QTabBar, index: int) -> str | None:
+        """The full title for tab ``index`` of ``bar`` (None: not a panel's tab)."""
+        if not 0 <= index < bar.count():
+            return None
+        return self.full.get(bar.tabText(index))
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if obj is self.window and event.type() == QEvent.Type.ChildAdded and isinstance(event.child(), QTabBar):
+            event.child().installEventFilter(self)
+        elif isinstance(obj, QTabBar) and event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            text = self.tooltip(obj, obj.tabAt(event.pos()))
+            if text is not None:
+                QToolTip.showText(event.globalPos(), text, obj)
+                return True
+        return False
