@@ -8,6 +8,8 @@ token up, blue down. Heads switched off (the session's interventions) write noth
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
@@ -16,7 +18,7 @@ from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, ffn_column, head_cells
-from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
@@ -39,6 +41,14 @@ def attribution(trace: Trace, position: int | None) -> DLA | str:
             return str(exc)
 
     return trace.memo(("dla", p), compute)
+
+
+@dataclass(frozen=True)
+class DLAView(PanelView):
+    """The attribution at the snapshot's token (``position``, clamped), or why there is none."""
+
+    position: int = 0
+    attribution: DLA | str | None = None
 
 
 class DLAPanel(Panel):
@@ -69,20 +79,22 @@ class DLAPanel(Panel):
 
         return [head_cells(self.heatmap, heads), ffn_column(self.heatmap, ffn)]
 
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
-        attribution(trace, snapshot.token)
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> DLAView:
+        """On the worker: the attribution at the snapshot's token (memoised with the trace)."""
+        return DLAView(trace, clamp_token(snapshot.token, trace.n_tokens), attribution(trace, snapshot.token))
 
-    def show_trace(self, trace: Trace) -> None:
-        self._draw()
+    def draw(self, view: DLAView) -> None:
+        self._draw(view)
 
     def selection_changed(self, what: str) -> None:
         if what == "token":
             self._draw()
 
-    def _draw(self) -> None:
+    def _draw(self, view: DLAView | None = None) -> None:
         trace = self.trace
         position = self.selected_token
-        if trace.memo_get(("dla", position)) is None:  # not computed yet: in the background (a 1B model's
+        ready = view.attribution if view is not None and view.trace is trace and view.position == position else None
+        if ready is None and trace.memo_get(("dla", position)) is None:  # not computed yet: in the background (a 1B model's
             self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
             self.result = None
             matrix = self.heatmap.matrix  # never another token's numbers under this one's name: blank cells,
@@ -91,7 +103,7 @@ class DLAPanel(Panel):
                                       self.heatmap.col_labels, value_name="logit contribution")
             self.later(("dla",), lambda check: attribution(trace, position), lambda _got: self._draw())
             return
-        got = attribution(trace, position)
+        got = ready if ready is not None else attribution(trace, position)
         if isinstance(got, str):
             self.result = None
             self._say(got)
