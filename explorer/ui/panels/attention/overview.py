@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QSplitter, QToolTip
 
 from explorer.core.analysis import attention as analysis
 from explorer.core.display.levels import finite_levels
+from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted
 from explorer.core.interventions.spec import Intervention
@@ -132,9 +133,9 @@ class AttentionOverview:
 
 
 
-    def _draw_overview(self) -> None:
+    def _draw_overview(self, ready: tuple[np.ndarray, MosaicGeometry] | None = None) -> None:
         trace, cfg = self.trace, self.trace.config
-        if trace.memo_get(("attention.mosaic", MAX_TILE)) is None and not all_heads_cheap(trace):
+        if ready is None and trace.memo_get(("attention.mosaic", MAX_TILE)) is None and not all_heads_cheap(trace):
             # every head of a long prompt: in the background, drawn when ready (explorer.ui.session.progressive)
             self.geometry = None
             self.overview_image.clear()
@@ -144,7 +145,7 @@ class AttentionOverview:
                        priority=2)
             return
         self.overview_plot.setTitle("all heads")
-        self.mosaic, self.geometry = mosaic_of(trace)
+        self.mosaic, self.geometry = ready if ready is not None else mosaic_of(trace)
         geo = self.geometry
         levels = (0.0, finite_levels(self.mosaic)[1])
         self.overview_image.setImage(self.mosaic, levels=levels, autoLevels=False)

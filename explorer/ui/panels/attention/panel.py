@@ -50,7 +50,7 @@ from explorer.ui.panels.attention.views import (
     mosaic_of,
     statistic_of,
 )
-from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
 
@@ -61,6 +61,16 @@ class AttentionSnapshot(PanelSnapshot):
 
     statistics_on: bool = False
     statistic: str = "induction"
+
+
+@dataclass(frozen=True)
+class AttentionView(PanelView):
+    """The all-heads mosaic and its geometry (None: a long prompt's, computed progressively) and,
+    when the snapshot shows statistics, the chosen statistic's [L, H] values."""
+
+    mosaic: tuple[np.ndarray, MosaicGeometry] | None = None
+    statistic: str = "induction"
+    statistic_values: np.ndarray | None = None
 
 
 class AttentionPanel(AttentionOverview, Panel):
@@ -171,22 +181,21 @@ class AttentionPanel(AttentionOverview, Panel):
             return []
         return [f"blocks.{layer}.attn.pattern" for layer in range(trace.config.n_layers)]
 
-    def prepare(self, trace: Trace, snapshot: AttentionSnapshot) -> None:
+    def prepare(self, trace: Trace, snapshot: AttentionSnapshot) -> AttentionView:
         """On the worker thread: the patterns (when they fit), the mosaic and, if the snapshot shows
         them, the statistic."""
         super().prepare(trace, snapshot)
-        if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (show_trace)
+        if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (draw)
             cfg = trace.config
             trace.head(min(snapshot.layer, cfg.n_layers - 1), min(snapshot.head, cfg.n_heads - 1))
-            return
-        mosaic_of(trace)
-        if snapshot.statistics_on:
-            statistic_of(trace, snapshot.statistic)
+            return AttentionView(trace, statistic=snapshot.statistic)
+        values = statistic_of(trace, snapshot.statistic) if snapshot.statistics_on else None
+        return AttentionView(trace, mosaic_of(trace), snapshot.statistic, values)
 
-    def show_trace(self, trace: Trace) -> None:
-        self._statistics = {}
+    def draw(self, view: AttentionView) -> None:
+        self._statistics = {view.statistic: view.statistic_values} if view.statistic_values is not None else {}
         self._head_cache = {}
-        self._draw_overview()
+        self._draw_overview(view.mosaic)
         self._draw_statistics()
         self._draw_detail()
 
