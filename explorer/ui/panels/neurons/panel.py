@@ -18,8 +18,6 @@ K and neuron of a ``NeuronsSnapshot`` taken on the GUI thread, and kept with ``t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -38,11 +36,11 @@ from explorer.core.interventions.spec import Intervention
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.panels.neurons.snapshot import NeuronsSnapshot, NeuronsView, neurons_view
 from explorer.ui.panels.neurons.detail import NeuronDetail
 from explorer.ui.panels.neurons.views import (
     DEFAULT_TOP_K,
     ORDERS,
-    VOCAB_NOW_MACS,
     LayerView,
     arranged,
     column_marks,
@@ -51,7 +49,6 @@ from explorer.ui.panels.neurons.views import (
     neuron_for,
     switched_off,
     top_ids,
-    vocab_effect_of,
 )
 from explorer.ui.panels.neurons.widgets import (
     BAR_POSITIVE,
@@ -66,16 +63,6 @@ NO_FFN_NOTE = ("This model has no FFN: it is attention-only, so its blocks have 
                "Each block's attention output goes straight into the residual stream.")
 NOT_CAPTURED_NOTE = ("Layer {layer}'s FFN activations were not captured in this trace, and without the model "
                      "they cannot be recomputed.")
-
-
-@dataclass(frozen=True)
-class NeuronsSnapshot(PanelSnapshot):
-    """The neurons panel's options for ``prepare``: K, and the neuron chosen by hand on ``neuron_layer``."""
-
-    top_k: int = DEFAULT_TOP_K
-    neuron: int | None = None
-    neuron_layer: int | None = None
-    order: str = "index"
 
 
 class NeuronsPanel(NeuronDetail, Panel):
@@ -193,25 +180,13 @@ class NeuronsPanel(NeuronDetail, Panel):
             return []
         return [f"blocks.{layer_of(trace, snapshot.layer)}.mlp.post"]
 
-    def prepare(self, trace: Trace, snapshot: NeuronsSnapshot) -> None:
+    def prepare(self, trace: Trace, snapshot: NeuronsSnapshot) -> NeuronsView:
         """On the worker thread: the snapshot's layer's activations, orderings, levels and top-K
-        subset, and the vocabulary effect of the neuron that ``show_trace`` will select."""
-        if not trace.config.has_ffn:
-            return
-        layer = layer_of(trace, snapshot.layer)
-        view = layer_view(trace, layer)
-        if view is None:
-            return
-        top_ids(trace, layer, view, snapshot.top_k)
-        view.order(snapshot.order)
-        neuron = neuron_for(view, layer, snapshot.token, snapshot.neuron, snapshot.neuron_layer)
-        cfg = trace.config
-        if neuron is not None and cfg.vocab_size * cfg.d_model <= VOCAB_NOW_MACS:  # else progressive (detail.py)
-            vocab_size = getattr(snapshot.tokenizer, "vocab_size", None) if snapshot.tokenizer is not None else None
-            vocab_effect_of(trace, layer, neuron, vocab_size)
+        subset, and the vocabulary effect of the neuron that ``draw`` will select (``neurons_view``)."""
+        return neurons_view(trace, snapshot)
 
-    def show_trace(self, trace: Trace) -> None:
-        self._draw_layer()
+    def draw(self, view: NeuronsView) -> None:
+        self._draw_layer(view)
 
     def selection_changed(self, what: str) -> None:
         if what == "layer":
@@ -312,18 +287,20 @@ class NeuronsPanel(NeuronDetail, Panel):
         self.content.setVisible(text is None)
         self.controls.setVisible(text is None)
 
-    def _draw_layer(self) -> None:
+    def _draw_layer(self, ready: NeuronsView | None = None) -> None:
         trace = self.trace
         if trace is None:
             return
         self._layer = self._layer_of(trace)
+        if ready is not None and (ready.trace is not trace or ready.layer != self._layer):
+            ready = None  # prepared for another trace or layer
         if not trace.config.has_ffn:
             self._view = None
             self._clear()
             self._show_note(NO_FFN_NOTE)
             self.info.setText("")
             return
-        self._view = layer_view(trace, self._layer)
+        self._view = ready.layer_view if ready is not None else layer_view(trace, self._layer)
         if self._view is None:
             self._clear()
             self._show_note(NOT_CAPTURED_NOTE.format(layer=self._layer))
