@@ -73,17 +73,13 @@ def lens_of(trace: Trace, tokenizer: Any) -> core.LogitLens | None:
     return trace.memo(("residual.lens", LENS_TOP, vocab), lambda: core.empty_lens(trace, LENS_TOP, vocab))
 
 
-def lens_texts_of(trace: Trace, lens: core.LogitLens | None, tokenizer: Any) -> list[list[str]]:
+def lens_texts(lens: core.LogitLens | None, tokenizer: Any) -> list[list[str]]:
     """Each lens cell's top prediction as written in the cell (a complete lens; [] otherwise)."""
     if lens is None or not lens.complete:
         return []
-
-    def compute() -> list[list[str]]:
-        top = lens.ids[..., 0]
-        shown = {int(i): visible_text(vocab_text(tokenizer, int(i))) for i in np.unique(top)}
-        return [[shown[int(i)] for i in row] for row in top]
-
-    return trace.memo(("residual.lens_texts", LENS_TOP, vocab_size_of(tokenizer), id(tokenizer)), compute)
+    top = lens.ids[..., 0]
+    shown = {int(i): visible_text(vocab_text(tokenizer, int(i))) for i in np.unique(top)}
+    return [[shown[int(i)] for i in row] for row in top]
 
 
 class LogitLensView:
@@ -154,7 +150,7 @@ class LogitLensView:
                 self.lens_texts = [[visible_text(self.token_text(int(lens.ids[r, a + i, 0]))) if filled[i] else ""
                                     for i in range(n)] for r in range(B)]
             else:  # the whole lens, complete (perhaps just now, by its last block): every cell's text
-                self.lens_texts = lens_texts_of(trace, lens, self.tokenizer)
+                self.lens_texts = self._complete_lens_texts()
             self.lens_cells.set_cells(self.lens_texts, hits, dark_cells(self.lens_map.colormap, top1, (0.0, 1.0)))
         else:
             self.lens_cells.set_cells([], np.zeros((0, 0), bool), np.zeros((0, 0), bool))

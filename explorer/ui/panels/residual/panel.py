@@ -50,12 +50,8 @@ from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
-from explorer.ui.panels.residual.lens import (
-    NEXT_TOKEN,
-    LogitLensView,
-    lens_of,
-    lens_texts_of,
-)
+from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView, lens_texts
+from explorer.ui.panels.residual.view import ResidualView, residual_view
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
 from explorer.ui.widgets.plots import fixed_plot, outline
@@ -83,6 +79,7 @@ class ResidualPanel(LogitLensView, Panel):
         self._lens_shown = (0, 0)  # the positions the lens grid shows now, start .. stop - 1
         self._lens_window_job: tuple | None = None  # (lens, start, stop) of the last window job asked for
         self._texts: dict[int, str] = {}  # vocabulary id -> display text, for the current trace
+        self._view: ResidualView | None = None  # what draw() drew last
 
         row = QHBoxLayout()
         self.info = QLabel()
@@ -194,45 +191,33 @@ class ResidualPanel(LogitLensView, Panel):
         return [resid_cells(self.norm_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> ResidualView:
         """On the worker thread: norms, sublayer sizes, cosines and the logit lens with its texts
-        (for the snapshot's tokenizer)."""
+        (for the snapshot's tokenizer; ``view.py``)."""
         super().prepare(trace, snapshot)
-        self._norms(trace)
-        self._contributions(trace)
-        self._cosine(trace)
-        lens_texts_of(trace, lens_of(trace, snapshot.tokenizer), snapshot.tokenizer)  # large: only an empty lens
+        return residual_view(trace, snapshot)
 
-    @staticmethod
-    def _norms(trace: Trace) -> np.ndarray:
-        return trace.memo(("residual.norms",), lambda: core.residual_norms(trace))
-
-    @staticmethod
-    def _cosine(trace: Trace) -> np.ndarray:
-        return trace.memo(("residual.cosine",), lambda: core.consecutive_cosine(trace))
-
-    @staticmethod
-    def _contributions(trace: Trace) -> dict[str, np.ndarray] | None:
-        def compute() -> dict[str, np.ndarray] | None:
-            try:
-                return core.sublayer_contributions(trace)
-            except KeyError:  # neither stored nor derivable (a saved trace without its model)
-                return None
-
-        return trace.memo(("residual.contributions",), compute)
-    def show_trace(self, trace: Trace) -> None:
-        self._labels = core.boundary_labels(trace.config.n_layers)
-        self.norms = self._norms(trace)
-        self.contributions = self._contributions(trace)
-        self.cosine = self._cosine(trace)
-        self.lens = lens_of(trace, self.tokenizer)
-        self.lens_texts = lens_texts_of(trace, self.lens, self.tokenizer)
+    def draw(self, view: ResidualView) -> None:
+        self._view = view
+        self._labels = list(view.labels)
+        self.norms = view.norms
+        self.contributions = view.contributions
+        self.cosine = view.cosine
+        self.lens = view.lens
+        self.lens_texts = [list(row) for row in view.lens_texts]
         self._lens_start = None  # a new prompt: the window centres on the selected token again
         self._draw_norms()
         self._draw_cosine()
         self._draw_lens()
         self._draw_token()
         self._schedule_lens()
+
+    def _complete_lens_texts(self) -> list[list[str]]:
+        """Every cell's text of the complete lens shown (the view's when it was made for this lens and tokenizer)."""
+        view = self._view
+        if view is not None and view.lens is self.lens and view.lens_texts and view.trace is self.trace:
+            return [list(row) for row in view.lens_texts]
+        return lens_texts(self.lens, self.tokenizer)
 
     def selection_changed(self, what: str) -> None:
         if what == "token":
