@@ -50,7 +50,7 @@ from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
-from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView, lens_texts
+from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView
 from explorer.ui.panels.residual.view import ResidualView, residual_view
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
@@ -62,7 +62,7 @@ SELECTED_LINE = pg.mkPen("#ff2d55", width=2.5)
 OTHER_LINES = pg.mkPen((150, 150, 150, 90), width=1)
 
 
-class ResidualPanel(LogitLensView, Panel):
+class ResidualPanel(Panel):
     title = "Residual stream & logit lens"
     explanation = "residual"
 
@@ -71,13 +71,7 @@ class ResidualPanel(LogitLensView, Panel):
         self.norms = np.zeros((0, 0), dtype=np.float32)
         self.contributions: dict[str, np.ndarray] | None = None
         self.cosine = np.zeros((0, 0), dtype=np.float32)
-        self.lens: core.LogitLens | None = None
-        self.lens_texts: list[list[str]] = []  # [B][n]: the top prediction's text as written in the cell
-        self.next_token_hits = np.zeros((0, 0), dtype=bool)  # [B, n]: top prediction == the real next token
         self._labels: list[str] = []  # boundary labels
-        self._lens_start: int | None = None  # first position of the lens window (lens.py: lens_span)
-        self._lens_shown = (0, 0)  # the positions the lens grid shows now, start .. stop - 1
-        self._lens_window_job: tuple | None = None  # (lens, start, stop) of the last window job asked for
         self._texts: dict[int, str] = {}  # vocabulary id -> display text, for the current trace
         self._view: ResidualView | None = None  # what draw() drew last
 
@@ -111,7 +105,6 @@ class ResidualPanel(LogitLensView, Panel):
         self.bars_legend = self.bars_plot.addLegend(offset=(-10, 5), colCount=2)
 
         self.lens_map = DescribedHeatmap(colormap="viridis", title="logit lens")
-        self.lens_map.describe = self.lens_cell_text
         self.lens_cells = CellTexts()
         self.lens_cells.setZValue(20)
         self.lens_map.plot.addItem(self.lens_cells)
@@ -133,6 +126,12 @@ class ResidualPanel(LogitLensView, Panel):
                                    "positions around the selected token")
         self.lens_whole.toggled.connect(self._on_lens_whole)
         self.lens_whole.setVisible(False)
+        self.lens_view = LogitLensView(  # the lens: an object of its own, handed what it uses
+            self.lens_map, self.lens_cells, self.lens_marks, self.lens_whole, later=self.later,
+            pending_keys=lambda: [job.key for job in self._lane().pending(self)],
+            selected_token=lambda: self.selected_token, token_text=self.token_text,
+            tokenizer=lambda: self.tokenizer, where=self._where)
+        self.lens_map.describe = self.lens_view.lens_cell_text
         self._lens_resize = QTimer(self)  # the grid's width settles: show as many positions as fit
         self._lens_resize.setSingleShot(True)
         self._lens_resize.setInterval(80)
@@ -174,8 +173,8 @@ class ResidualPanel(LogitLensView, Panel):
         self.add_exportable("consecutive cosine", self.cosine_map, self._cosine_data)
         # two exports of one plot: the menu hosts one set of actions per plot, so the token ids
         # (registered first, then displaced) come back as a submenu below the probabilities'
-        ids = self.add_exportable("logit lens top token ids", self.lens_map, self._lens_ids_data)
-        self.add_exportable("logit lens top-1 probability", self.lens_map, self._lens_probs_data)
+        ids = self.add_exportable("logit lens top token ids", self.lens_map, self.lens_view.ids_data)
+        self.add_exportable("logit lens top-1 probability", self.lens_map, self.lens_view.probs_data)
         menu = self.lens_map.plot.getViewBox().menu
         submenu = QMenu("Top token ids", menu)
         submenu.addActions(export_actions(ids, self))
@@ -203,28 +202,58 @@ class ResidualPanel(LogitLensView, Panel):
         self.norms = view.norms
         self.contributions = view.contributions
         self.cosine = view.cosine
-        self.lens = view.lens
-        self.lens_texts = [list(row) for row in view.lens_texts]
-        self._lens_start = None  # a new prompt: the window centres on the selected token again
         self._draw_norms()
         self._draw_cosine()
-        self._draw_lens()
+        self.lens_view.show(view.trace, view.lens, [list(row) for row in view.lens_texts])
         self._draw_token()
-        self._schedule_lens()
+        self.lens_view.schedule()
 
-    def _complete_lens_texts(self) -> list[list[str]]:
-        """Every cell's text of the complete lens shown (the view's when it was made for this lens and tokenizer)."""
-        view = self._view
-        if view is not None and view.lens is self.lens and view.lens_texts and view.trace is self.trace:
-            return [list(row) for row in view.lens_texts]
-        return lens_texts(self.lens, self.tokenizer)
+    # --- the lens (lens.py), as the panel's own names ----------------------------------------------
+    @property
+    def lens(self) -> core.LogitLens | None:
+        """The shown trace's logit lens (filled progressively when it is large)."""
+        return self.lens_view.lens
+
+    @property
+    def lens_texts(self) -> list[list[str]]:
+        return self.lens_view.lens_texts
+
+    @property
+    def next_token_hits(self) -> np.ndarray:
+        return self.lens_view.next_token_hits
+
+    @property
+    def _lens_shown(self) -> tuple[int, int]:
+        return self.lens_view.shown
+
+    def lens_window(self) -> int:
+        return self.lens_view.lens_window()
+
+    def lens_span(self) -> tuple[int, int]:
+        return self.lens_view.lens_span()
+
+    def lens_position(self, col: int) -> int:
+        return self.lens_view.lens_position(col)
+
+    def lens_cell_text(self, row: int, col: int) -> str:
+        return self.lens_view.lens_cell_text(row, col)
+
+    def _lens_probs_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        return self.lens_view.probs_data()
+
+    def _lens_resized(self) -> None:
+        """The grid's width changed: show as many positions as now fit (computing the new ones)."""
+        if self.lens_view.moved():
+            self.lens_view.draw()
+            self._draw_token()
+            self.lens_view.schedule()
 
     def selection_changed(self, what: str) -> None:
         if what == "token":
-            if self.lens is not None and self.lens_span() != self._lens_shown:
-                self._draw_lens()  # the selection left the lens window: it moves
+            if self.lens_view.moved():
+                self.lens_view.draw()  # the selection left the lens window: it moves
             self._draw_token()
-            self._schedule_lens()  # the newly shown (or selected) positions first
+            self.lens_view.schedule()  # the newly shown (or selected) positions first
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
         if watched is self.lens_map and event.type() == QEvent.Type.Resize:
@@ -233,9 +262,9 @@ class ResidualPanel(LogitLensView, Panel):
 
     def _on_lens_whole(self, _checked: bool) -> None:
         if self.trace is not None:
-            self._draw_lens()
+            self.lens_view.draw()
             self._draw_token()
-            self._schedule_lens()
+            self.lens_view.schedule()
 
     def tokenizer_changed(self) -> None:
         self._texts = {}
