@@ -19,6 +19,7 @@ it traces.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -58,9 +59,9 @@ from explorer.ui.generation.candidate_chart import (
     CandidateChart,
     token_label,
 )
-from explorer.ui.generation.controls import SamplingControls, row
-from explorer.ui.generation.stream import GenerationRun
-from explorer.ui.generation.token_text import TokenText, legend_html
+from explorer.ui.generation.controls import MAX_SEED, SamplingControls, row
+from explorer.ui.generation.stream import GenerationRun, chart_delay_ms
+from explorer.ui.generation.token_text import TokenText, legend_html, step_tooltip
 from explorer.ui.panels.base import Panel
 from explorer.ui.session.selection import Selection
 
@@ -74,7 +75,7 @@ MODEL_CHANGED = "A new model: the previous model's continuation was cleared."
 PROMPT_CHANGED = "The prompt changed: the previous prompt's continuation was cleared."
 
 
-class GenerationPane(GenerationRun, Panel):
+class GenerationPane(Panel):
     """Generate from a prompt and inspect every step. See the module docstring.
 
     Signals
@@ -97,31 +98,44 @@ class GenerationPane(GenerationRun, Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.loaded: LoadedModel | None = None
-        self.prompt_ids: list[int] = []
-        self.prompt_text = ""
-        self.steps: list[Step] = []
-        self.result: GenerationResult | None = None
-        self.params_used: SamplingParams | None = None
         self.selected: int | None = None
-        self.running = False
-        self.error: str | None = None
         self.stop_at_eos = True  # end at the end-of-text token (no control for it here)
         self._follow_latest = True
-        self._cancel: Cancel | None = None
-        self._worker: Any = None
-        self._gen_id = 0
-        self._incremental: Any = None
         self._bar_seconds = 0.0  # the last chart update's time (painting apart)
         self._pinned: tuple[str, list[int]] | None = None  # prompt text -> exact ids (continue, clicks)
         self._own_prompt = False
         self._setting_prompt = False
-        self._run_prompt = ""  # the prompt box's text the shown continuation was generated from
         self._raw_probs: tuple[Step, np.ndarray] | None = None
         self._sized = False
         self.table: CandidateTable | None = None
         self._build()
+        self.run = GenerationRun(self.text_view, self.status, on_start=self._run_started,
+                                 on_steps=self._steps_added, on_finished=self._run_finished)
         self._connect()
         self.set_model(None)
+
+    # --- the run (stream.py: GenerationRun), as the pane's own names ----------------------------------
+    # the run's data, read from it (tests, the window and notebooks use the pane's names)
+    steps = property(lambda self: self.run.steps, doc="The steps generated so far.")
+    result = property(lambda self: self.run.result, doc="The finished run's GenerationResult (None: none).")
+    error = property(lambda self: self.run.error, doc="Why the last run failed (None: it did not).")
+    running = property(lambda self: self.run.running, doc="Whether a generation runs now.")
+    prompt_ids = property(lambda self: self.run.prompt_ids, doc="The ids the shown continuation continues.")
+    prompt_text = property(lambda self: self.run.prompt_text, doc="That prompt as the text view shows it.")
+    params_used = property(lambda self: self.run.params_used, doc="The controls the run was drawn with.")
+    _cancel = property(lambda self: self.run.cancel, doc="The running generation's Cancel.")
+
+    def stop(self) -> None:
+        """Stop the running generation before its next step (its result comes back as "cancelled")."""
+        self.run.stop()
+
+    def has_output(self) -> bool:
+        """Whether a continuation (running, finished or failed) is shown."""
+        return self.run.has_output()
+
+    def shutdown(self) -> None:
+        """The window closes: stop, and let nothing the worker still sends reach the (deleted) widgets."""
+        self.run.shutdown()
 
     # --- building --------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -275,7 +289,7 @@ class GenerationPane(GenerationRun, Panel):
         text = self.prompt_edit.toPlainText()
         if not self._setting_prompt:
             self._own_prompt = bool(text)
-        if self.has_output() and text != self._run_prompt:  # the continuation was for another prompt
+        if self.has_output() and text != self.run.run_prompt:  # the continuation was for another prompt
             self.forget_run()
             self.status.setText(PROMPT_CHANGED)
 
@@ -293,6 +307,92 @@ class GenerationPane(GenerationRun, Panel):
             raise PromptError(f"the prompt has {len(ids)} tokens and the model's context holds {n_ctx}: "
                               "shorten it to leave room for the continuation")
         return ids
+
+    # --- generating (the worker's side: stream.py) -------------------------------------------------------
+    def generate(self) -> bool:
+        """Continue the prompt box's text with the current controls. False if it could not start."""
+        if self.loaded is None or self.running or getattr(self.loaded, "generation_blocked", None):
+            return False
+        try:
+            ids = self._encode_prompt()
+        except ExplorerError as exc:
+            self.run.show_error(str(exc))
+            return False
+        return self._start(ids)
+
+    def continue_from_here(self) -> bool:
+        """Generate again from the selected step: prompt + generated tokens up to it are the new prompt."""
+        if self.loaded is None or self.running or self.selected is None or not self.steps:
+            return False
+        ids = self.prompt_ids + [s.token_id for s in self.steps[: self.selected + 1]]
+        self.set_prompt(self.loaded.tokenizer.decode(ids), ids)
+        self._own_prompt = True
+        return self._start(ids)
+
+    def _start(self, ids: list[int]) -> bool:
+        seed = secrets.randbelow(MAX_SEED + 1) if self.random_seed.isChecked() else int(self.seed.value())
+        if self.random_seed.isChecked():
+            self.seed.setValue(seed)
+        interventions = self.interventions.active() if self.interventions is not None else ()
+        self.run.start(self.loaded, ids, self.current_params(seed), self.prompt_edit.toPlainText(), interventions)
+        self._update_buttons()
+        self.run.launch()
+        return True
+
+    def _run_started(self, params: SamplingParams) -> None:
+        self.selected, self.table = None, None
+        self._follow_latest, self._raw_probs = True, None
+        self.info.setText("")  # the chart keeps the last run's step until its first redraw: clearing it
+        # would cost a repaint, and a short run then pays for three instead of two
+        self.step_spin.blockSignals(True)
+        self.step_spin.setRange(0, params.max_new_tokens - 1)  # set once: a new maximum is a new layout
+        self.step_spin.setValue(0)
+        self.step_spin.blockSignals(False)
+
+    def _steps_added(self, steps: list[Step]) -> None:
+        if self._follow_latest:
+            self.selected = steps[-1].index  # the step box follows when the chart does (_draw_bars)
+            self._schedule_bars()
+        for step in steps:
+            self.step_added.emit(step.index)
+
+    def _run_finished(self, result: GenerationResult | None) -> None:
+        self._bar_timer.stop()
+        if self.selected is not None:
+            self.text_view.set_selected(self.selected)
+        self._draw_bars()
+        self._update_buttons()
+        self.generation_finished.emit(result)
+
+    def forget_run(self) -> None:
+        """Stop what runs and clear the continuation, its status, the chart and the step selector."""
+        self.run.forget()
+        self.selected, self.table = None, None
+        self._pinned, self._raw_probs = None, None
+        self._bar_timer.stop()
+        self.text_view.start("")
+        self.chart.show_table(None, [])
+        self.info.setText("")
+        self.step_spin.blockSignals(True)
+        self.step_spin.setRange(0, 0)
+        self.step_spin.setValue(0)
+        self.step_spin.blockSignals(False)
+        self.status.setText("")
+        self.status.setStyleSheet("")
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        ready = self.loaded is not None and not getattr(self.loaded, "generation_blocked", None)
+        self.generate_button.setEnabled(ready and not self.running)
+        self.stop_button.setEnabled(self.running)
+        self.continue_button.setEnabled(ready and not self.running and self.selected is not None)
+        self.export_button.setEnabled(not self.running and self.result is not None)
+
+    def _schedule_bars(self) -> None:
+        """Redraw the chart soon: after ``BAR_INTERVAL_MS``, or later if a redraw (re-scoring and
+        painting) costs more than ``BAR_BUDGET`` of the time in between."""
+        if not self._bar_timer.isActive():
+            self._bar_timer.start(chart_delay_ms(self._bar_seconds + self.chart.paint_seconds))
 
     # --- the controls ----------------------------------------------------------------------------------
     def current_params(self, seed: int | None = None) -> SamplingParams:
@@ -361,14 +461,7 @@ class GenerationPane(GenerationRun, Panel):
         self._bar_seconds = time.perf_counter() - t0
 
     def tooltip_for(self, index: int) -> str:
-        step = self.steps[index]
-        raw = step.before
-        own = (f"rank {raw.chosen_rank}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
-               else f"p {raw.chosen_prob:.3g}")
-        return (f"<b>step {step.index}</b>: “{_html(visible(step.text))}” (id {step.token_id})<br>"
-                f"p {step.prob:.3g}, rank {step.rank} under the controls it was drawn with "
-                f"({_html(describe_params(step.params))})<br>model's own: {own}<br>"
-                "<i>click: show its candidates, and every panel at this token</i>")
+        return step_tooltip(self.steps[index])
 
     def _chart_data(self) -> tuple[np.ndarray, list[str] | None, list[str] | None]:
         return self.chart.values, list(self.chart.labels), ["model's own", "after the controls"]
