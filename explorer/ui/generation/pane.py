@@ -20,12 +20,10 @@ it traces.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -35,32 +33,19 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
 from explorer.core.cancel import Cancel
-from explorer.core.display.tokens import visible
 from explorer.core.errors import ExplorerError, PromptError
-from explorer.core.generation.candidates import (
-    N_CANDIDATES,
-    CandidateTable,
-    candidate_table,
-    controls_equal,
-    describe_params,
-)
-from explorer.core.generation.sampling import SamplingParams, softmax
+from explorer.core.generation.sampling import SamplingParams
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
 from explorer.ui.export.menu import ask_path
-from explorer.ui.generation.candidate_chart import (
-    AFTER_BRUSH,
-    CandidateChart,
-    token_label,
-)
-from explorer.ui.generation.controls import MAX_SEED, SamplingControls, row
-from explorer.ui.generation.stream import GenerationRun, chart_delay_ms
+from explorer.ui.generation.controls import MAX_SEED, SamplingControls
+from explorer.ui.generation.steps import StepView
+from explorer.ui.generation.stream import GenerationRun
 from explorer.ui.generation.token_text import TokenText, legend_html, step_tooltip
 from explorer.ui.panels.base import Panel
 from explorer.ui.session.selection import Selection
@@ -98,18 +83,13 @@ class GenerationPane(Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.loaded: LoadedModel | None = None
-        self.selected: int | None = None
         self.stop_at_eos = True  # end at the end-of-text token (no control for it here)
-        self._follow_latest = True
-        self._bar_seconds = 0.0  # the last chart update's time (painting apart)
         self._pinned: tuple[str, list[int]] | None = None  # prompt text -> exact ids (continue, clicks)
         self._own_prompt = False
         self._setting_prompt = False
-        self._raw_probs: tuple[Step, np.ndarray] | None = None
         self._sized = False
-        self.table: CandidateTable | None = None
         self._build()
-        self.run = GenerationRun(self.text_view, self.status, on_start=self._run_started,
+        self.run = GenerationRun(self.text_view, self.status, on_start=self.step_view.start,
                                  on_steps=self._steps_added, on_finished=self._run_finished)
         self._connect()
         self.set_model(None)
@@ -193,22 +173,11 @@ class GenerationPane(Panel):
         top_layout.addWidget(self.text_view, 1)
         top_layout.addWidget(self.legend)
 
-        self.step_spin = QSpinBox(self)
-        self.step_spin.setToolTip("The step whose candidates are shown")
-        self.step_spin.setPrefix("step ")
-        self.info = QLabel("", self)
-        self.info.setObjectName("step-info")
-        self.info.setWordWrap(True)
-        self.info.setTextFormat(Qt.TextFormat.RichText)
-        self.info.setFixedHeight(3 * self.info.fontMetrics().lineSpacing() + 4)  # no relayout per step
-        self.info.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-        self.chart = CandidateChart(self)
-        bottom = QWidget(self)
-        bottom_layout = QVBoxLayout(bottom)
-        bottom_layout.setContentsMargins(0, 0, 0, 0)
-        bottom_layout.setSpacing(2)
-        bottom_layout.addWidget(row(self, self.step_spin, self.info, grow=1))
-        bottom_layout.addWidget(self.chart, 1)
+        self.step_view = sv = StepView(self, self.text_view, steps=lambda: self.run.steps, loaded=lambda: self.loaded,
+                                       params=self.current_params, params_used=lambda: self.run.params_used,
+                                       selected_changed=self._update_buttons)
+        self.step_spin, self.info, self.chart, self._bar_timer = sv.step_spin, sv.info, sv.chart, sv.bar_timer
+        bottom = sv.widget
         self.splitter = QSplitter(Qt.Orientation.Vertical, self)
         self.splitter.addWidget(top)
         self.splitter.addWidget(bottom)
@@ -216,10 +185,7 @@ class GenerationPane(Panel):
         self.splitter.setStretchFactor(0, 2)
         self.splitter.setStretchFactor(1, 3)
         self.body.addWidget(self.splitter, 1)
-        self.add_exportable("next-token candidates", self.chart.getPlotItem(), self._chart_data)
-        self._bar_timer = QTimer(self)
-        self._bar_timer.setSingleShot(True)
-        self._bar_timer.timeout.connect(self._draw_bars)
+        self.add_exportable("next-token candidates", self.chart.getPlotItem(), sv.chart_data)
 
     def _connect(self) -> None:
         self.generate_button.clicked.connect(self.generate)
@@ -236,7 +202,6 @@ class GenerationPane(Panel):
         self.controls.changed.connect(self._controls_changed)
         self.prompt_edit.textChanged.connect(self._on_prompt_edited)
         self.text_view.token_clicked.connect(self.click_token)
-        self.step_spin.valueChanged.connect(self._on_step_spin)
 
     # --- the model and the prompt --------------------------------------------------------------------
     def attach(self, session: Session) -> None:
@@ -339,44 +304,22 @@ class GenerationPane(Panel):
         self.run.launch()
         return True
 
-    def _run_started(self, params: SamplingParams) -> None:
-        self.selected, self.table = None, None
-        self._follow_latest, self._raw_probs = True, None
-        self.info.setText("")  # the chart keeps the last run's step until its first redraw: clearing it
-        # would cost a repaint, and a short run then pays for three instead of two
-        self.step_spin.blockSignals(True)
-        self.step_spin.setRange(0, params.max_new_tokens - 1)  # set once: a new maximum is a new layout
-        self.step_spin.setValue(0)
-        self.step_spin.blockSignals(False)
-
     def _steps_added(self, steps: list[Step]) -> None:
-        if self._follow_latest:
-            self.selected = steps[-1].index  # the step box follows when the chart does (_draw_bars)
-            self._schedule_bars()
+        self.step_view.steps_added(steps)
         for step in steps:
             self.step_added.emit(step.index)
 
     def _run_finished(self, result: GenerationResult | None) -> None:
-        self._bar_timer.stop()
-        if self.selected is not None:
-            self.text_view.set_selected(self.selected)
-        self._draw_bars()
+        self.step_view.finished()
         self._update_buttons()
         self.generation_finished.emit(result)
 
     def forget_run(self) -> None:
         """Stop what runs and clear the continuation, its status, the chart and the step selector."""
         self.run.forget()
-        self.selected, self.table = None, None
-        self._pinned, self._raw_probs = None, None
-        self._bar_timer.stop()
+        self.step_view.clear()
+        self._pinned = None
         self.text_view.start("")
-        self.chart.show_table(None, [])
-        self.info.setText("")
-        self.step_spin.blockSignals(True)
-        self.step_spin.setRange(0, 0)
-        self.step_spin.setValue(0)
-        self.step_spin.blockSignals(False)
         self.status.setText("")
         self.status.setStyleSheet("")
         self._update_buttons()
@@ -388,12 +331,6 @@ class GenerationPane(Panel):
         self.continue_button.setEnabled(ready and not self.running and self.selected is not None)
         self.export_button.setEnabled(not self.running and self.result is not None)
 
-    def _schedule_bars(self) -> None:
-        """Redraw the chart soon: after ``BAR_INTERVAL_MS``, or later if a redraw (re-scoring and
-        painting) costs more than ``BAR_BUDGET`` of the time in between."""
-        if not self._bar_timer.isActive():
-            self._bar_timer.start(chart_delay_ms(self._bar_seconds + self.chart.paint_seconds))
-
     # --- the controls ----------------------------------------------------------------------------------
     def current_params(self, seed: int | None = None) -> SamplingParams:
         """The controls as they are now (``seed``: the one to record; default the seed box's)."""
@@ -402,26 +339,20 @@ class GenerationPane(Panel):
     def _controls_changed(self) -> None:
         """Re-score the shown step under the new controls (no forward pass)."""
         if self.running:
-            self._schedule_bars()
+            self.step_view.schedule()
         else:
-            self._draw_bars()
+            self.step_view.draw()
 
     # --- steps: selection, clicks, the chart ----------------------------------------------------------
+    selected = property(lambda self: self.step_view.selected, doc="The step shown (None: none).")
+    table = property(lambda self: self.step_view.table, doc="The shown step's CandidateTable.")
+
     def select_step(self, index: int, follow: bool = False) -> None:
         """Show step ``index``'s candidates (``follow``: keep following the newest step while streaming)."""
-        if not 0 <= index < len(self.steps):
-            return
-        self._follow_latest = follow
-        self.selected = index
-        self.text_view.set_selected(index)
-        self._draw_bars()
-        self._update_buttons()
+        self.step_view.select(index, follow)
 
-    def _on_step_spin(self, value: int) -> None:
-        if value < len(self.steps):
-            self.select_step(value)
-        elif self.steps:  # not generated (yet)
-            self.select_step(len(self.steps) - 1, follow=self._follow_latest)
+    def _draw_bars(self) -> None:
+        self.step_view.draw()
 
     def click_token(self, index: int) -> None:
         """Select step ``index`` and make prompt + continuation up to it the window's current trace."""
@@ -432,39 +363,8 @@ class GenerationPane(Panel):
     def ids_through(self, index: int) -> list[int]:
         return self.prompt_ids + [s.token_id for s in self.steps[: index + 1]]
 
-    def _draw_bars(self) -> None:
-        if self.selected is None or not self.steps or self.loaded is None:
-            return
-        t0 = time.perf_counter()
-        step = self.steps[self.selected]
-        if self.step_spin.value() != step.index:
-            self.step_spin.blockSignals(True)
-            self.step_spin.setValue(step.index)
-            self.step_spin.blockSignals(False)
-        if self._raw_probs is None or self._raw_probs[0] is not step:
-            self._raw_probs = (step, softmax(step.scores.logits))
-        params = self.current_params()
-        self.table = table = candidate_table(step, params, N_CANDIDATES, self._raw_probs[1])
-        display = self.loaded.tokenizer.display
-        self.chart.show_table(table, [token_label(display(int(i))) for i in table.ids])
-        rank, prob = table.chosen_after
-        now = f"p {prob:.3g} (rank {rank})" if rank is not None else "removed"
-        same = self.params_used is not None and controls_equal(params, self.params_used)
-        drawn = "" if same else f" · drawn at p {step.prob:.3g} with {describe_params(self.params_used)}"
-        self.info.setText(
-            f"<b>step {step.index}</b>: chose <b>“{_html(token_label(step.text, 24))}”</b> · "
-            f"<span style='color:{AFTER_BRUSH}'>{now} after the controls</span>, "
-            f"{table.chosen_before:.3g} from the model alone · {table.num_possible:,} of {table.vocab_size:,} "
-            f"possible{drawn}")
-        self.info.setToolTip(f"Controls now: {describe_params(params)}" + (
-            "" if same else f"\nThe token was drawn with {describe_params(self.params_used)}"))
-        self._bar_seconds = time.perf_counter() - t0
-
     def tooltip_for(self, index: int) -> str:
         return step_tooltip(self.steps[index])
-
-    def _chart_data(self) -> tuple[np.ndarray, list[str] | None, list[str] | None]:
-        return self.chart.values, list(self.chart.labels), ["model's own", "after the controls"]
 
     # --- export -----------------------------------------------------------------------------------------
     def transcript(self) -> dict[str, Any]:
@@ -507,6 +407,3 @@ class GenerationPane(Panel):
             if dock.width() < 360:
                 width = min(max(380, int(window.width() * 0.34)), 620)
                 window.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
