@@ -73,13 +73,13 @@ def bench(loaded, label: str, n_new: int, n_prompt: int, runs: int) -> float:
     app.processEvents()
 
     redraws = [0]
-    draw = pane._draw_bars
+    draw = pane.step_view.draw
 
     def counted_draw() -> None:
         redraws[0] += 1
         draw()
 
-    pane._draw_bars = counted_draw
+    pane.step_view.draw = counted_draw
     pane._bar_timer.timeout.disconnect()
     pane._bar_timer.timeout.connect(counted_draw)
 

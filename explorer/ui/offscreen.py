@@ -147,12 +147,12 @@ def render_plots(loaded: LoadedModel | None, trace: Trace, out_dir: str | os.Pat
                 panel.set_tokenizer(loaded.tokenizer)
             if loaded is not None and hasattr(panel, "set_vocabulary_display"):
                 panel.set_vocabulary_display(loaded.tokenizer.display)
-            panel.prepare(trace, panel.snapshot())
+            view = panel.prepare(trace, panel.snapshot())
             panel.resize(1100, 900)
             panel.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)  # laid out, never on screen
             panel.show()
             panel.set_on_screen(True)
-            panel.set_trace(trace)
+            panel.set_trace(trace, view)
             app.processEvents()
             if not _wait_for_views(app, panel):
                 warnings.warn(f"the {cls.__name__}'s views took over {WAIT_S:.0f} s; its images may be "

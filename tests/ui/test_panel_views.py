@@ -1,5 +1,6 @@
 """Prepare returns what is drawn: a panel's ``prepare`` makes a frozen view of the trace on a
-worker, and the window hands that very view to ``draw`` (the panel does not prepare it again)."""
+worker, and the window hands that very view to ``draw`` (the panel does not prepare it again).
+Every panel of the registry does so."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 
 import pytest
 
+from explorer.ui.panels import panel_classes
 from explorer.ui.panels.base import PanelView
 from explorer.ui.panels.embeddings import EmbeddingsPanel, EmbeddingsView
 from explorer.ui.session.selection import Selection
@@ -47,3 +49,22 @@ def test_the_window_draws_the_view_prepared_on_the_worker(qtbot, window, monkeyp
     gui = threading.get_ident()
     assert threads and all(ident != gui for ident, _ in threads)  # never prepared on the GUI thread
     assert panel._view is threads[-1][1] and panel._view.trace is window.trace
+
+
+@pytest.mark.parametrize("cls", panel_classes(), ids=lambda cls: cls.__name__)
+def test_every_panel_prepares_a_frozen_view_of_the_trace_and_draws_that_view(qtbot, tiny_loaded, cls, monkeypatch):
+    trace = tiny_loaded.trace("The cat sat on the mat. The cat sat")
+    panel = cls(Selection())
+    qtbot.addWidget(panel)
+    panel.set_tokenizer(tiny_loaded.tokenizer)
+    view = panel.prepare(trace, panel.snapshot())
+    assert isinstance(view, PanelView) and type(view) is not PanelView and view.trace is trace
+    assert dataclasses.is_dataclass(view) and type(view).__dataclass_params__.frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.trace = None
+    drawn = []
+    original = cls.draw
+    monkeypatch.setattr(cls, "draw", lambda self, v: (drawn.append(v), original(self, v))[1])
+    monkeypatch.setattr(cls, "prepare", lambda *a, **k: pytest.fail("a view for this trace was given"))
+    panel.set_trace(trace, view)
+    assert drawn == [view] and panel.trace is trace

@@ -19,12 +19,11 @@ it traces.
 
 from __future__ import annotations
 
-import time
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -34,33 +33,19 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
-from explorer.core.cancel import Cancel
-from explorer.core.display.tokens import visible
 from explorer.core.errors import ExplorerError, PromptError
-from explorer.core.generation.candidates import (
-    N_CANDIDATES,
-    CandidateTable,
-    candidate_table,
-    controls_equal,
-    describe_params,
-)
-from explorer.core.generation.sampling import SamplingParams, softmax
+from explorer.core.generation.sampling import SamplingParams
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
 from explorer.ui.export.menu import ask_path
-from explorer.ui.generation.candidate_chart import (
-    AFTER_BRUSH,
-    CandidateChart,
-    token_label,
-)
-from explorer.ui.generation.controls import SamplingControls, row
+from explorer.ui.generation.controls import MAX_SEED, SamplingControls
+from explorer.ui.generation.steps import StepView
 from explorer.ui.generation.stream import GenerationRun
-from explorer.ui.generation.token_text import TokenText, legend_html
+from explorer.ui.generation.token_text import TokenText, legend_html, step_tooltip
 from explorer.ui.panels.base import Panel
 from explorer.ui.session.selection import Selection
 
@@ -74,7 +59,7 @@ MODEL_CHANGED = "A new model: the previous model's continuation was cleared."
 PROMPT_CHANGED = "The prompt changed: the previous prompt's continuation was cleared."
 
 
-class GenerationPane(GenerationRun, Panel):
+class GenerationPane(Panel):
     """Generate from a prompt and inspect every step. See the module docstring.
 
     Signals
@@ -97,31 +82,39 @@ class GenerationPane(GenerationRun, Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.loaded: LoadedModel | None = None
-        self.prompt_ids: list[int] = []
-        self.prompt_text = ""
-        self.steps: list[Step] = []
-        self.result: GenerationResult | None = None
-        self.params_used: SamplingParams | None = None
-        self.selected: int | None = None
-        self.running = False
-        self.error: str | None = None
         self.stop_at_eos = True  # end at the end-of-text token (no control for it here)
-        self._follow_latest = True
-        self._cancel: Cancel | None = None
-        self._worker: Any = None
-        self._gen_id = 0
-        self._incremental: Any = None
-        self._bar_seconds = 0.0  # the last chart update's time (painting apart)
         self._pinned: tuple[str, list[int]] | None = None  # prompt text -> exact ids (continue, clicks)
         self._own_prompt = False
         self._setting_prompt = False
-        self._run_prompt = ""  # the prompt box's text the shown continuation was generated from
-        self._raw_probs: tuple[Step, np.ndarray] | None = None
         self._sized = False
-        self.table: CandidateTable | None = None
         self._build()
+        self.run = GenerationRun(self.text_view, self.status, on_start=self.step_view.start,
+                                 on_steps=self._steps_added, on_finished=self._run_finished)
         self._connect()
         self.set_model(None)
+
+    # --- the run (stream.py: GenerationRun), as the pane's own names ----------------------------------
+    # the run's data, read from it (tests, the window and notebooks use the pane's names)
+    steps = property(lambda self: self.run.steps, doc="The steps generated so far.")
+    result = property(lambda self: self.run.result, doc="The finished run's GenerationResult (None: none).")
+    error = property(lambda self: self.run.error, doc="Why the last run failed (None: it did not).")
+    running = property(lambda self: self.run.running, doc="Whether a generation runs now.")
+    prompt_ids = property(lambda self: self.run.prompt_ids, doc="The ids the shown continuation continues.")
+    prompt_text = property(lambda self: self.run.prompt_text, doc="That prompt as the text view shows it.")
+    params_used = property(lambda self: self.run.params_used, doc="The controls the run was drawn with.")
+    _cancel = property(lambda self: self.run.cancel, doc="The running generation's Cancel.")
+
+    def stop(self) -> None:
+        """Stop the running generation before its next step (its result comes back as "cancelled")."""
+        self.run.stop()
+
+    def has_output(self) -> bool:
+        """Whether a continuation (running, finished or failed) is shown."""
+        return self.run.has_output()
+
+    def shutdown(self) -> None:
+        """The window closes: stop, and let nothing the worker still sends reach the (deleted) widgets."""
+        self.run.shutdown()
 
     # --- building --------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -179,22 +172,11 @@ class GenerationPane(GenerationRun, Panel):
         top_layout.addWidget(self.text_view, 1)
         top_layout.addWidget(self.legend)
 
-        self.step_spin = QSpinBox(self)
-        self.step_spin.setToolTip("The step whose candidates are shown")
-        self.step_spin.setPrefix("step ")
-        self.info = QLabel("", self)
-        self.info.setObjectName("step-info")
-        self.info.setWordWrap(True)
-        self.info.setTextFormat(Qt.TextFormat.RichText)
-        self.info.setFixedHeight(3 * self.info.fontMetrics().lineSpacing() + 4)  # no relayout per step
-        self.info.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-        self.chart = CandidateChart(self)
-        bottom = QWidget(self)
-        bottom_layout = QVBoxLayout(bottom)
-        bottom_layout.setContentsMargins(0, 0, 0, 0)
-        bottom_layout.setSpacing(2)
-        bottom_layout.addWidget(row(self, self.step_spin, self.info, grow=1))
-        bottom_layout.addWidget(self.chart, 1)
+        self.step_view = sv = StepView(self, self.text_view, steps=lambda: self.run.steps, loaded=lambda: self.loaded,
+                                       params=self.current_params, params_used=lambda: self.run.params_used,
+                                       selected_changed=self._update_buttons)
+        self.step_spin, self.info, self.chart, self._bar_timer = sv.step_spin, sv.info, sv.chart, sv.bar_timer
+        bottom = sv.widget
         self.splitter = QSplitter(Qt.Orientation.Vertical, self)
         self.splitter.addWidget(top)
         self.splitter.addWidget(bottom)
@@ -202,10 +184,7 @@ class GenerationPane(GenerationRun, Panel):
         self.splitter.setStretchFactor(0, 2)
         self.splitter.setStretchFactor(1, 3)
         self.body.addWidget(self.splitter, 1)
-        self.add_exportable("next-token candidates", self.chart.getPlotItem(), self._chart_data)
-        self._bar_timer = QTimer(self)
-        self._bar_timer.setSingleShot(True)
-        self._bar_timer.timeout.connect(self._draw_bars)
+        self.add_exportable("next-token candidates", self.chart.getPlotItem(), sv.chart_data)
 
     def _connect(self) -> None:
         self.generate_button.clicked.connect(self.generate)
@@ -222,7 +201,6 @@ class GenerationPane(GenerationRun, Panel):
         self.controls.changed.connect(self._controls_changed)
         self.prompt_edit.textChanged.connect(self._on_prompt_edited)
         self.text_view.token_clicked.connect(self.click_token)
-        self.step_spin.valueChanged.connect(self._on_step_spin)
 
     # --- the model and the prompt --------------------------------------------------------------------
     def attach(self, session: Session) -> None:
@@ -275,7 +253,7 @@ class GenerationPane(GenerationRun, Panel):
         text = self.prompt_edit.toPlainText()
         if not self._setting_prompt:
             self._own_prompt = bool(text)
-        if self.has_output() and text != self._run_prompt:  # the continuation was for another prompt
+        if self.has_output() and text != self.run.run_prompt:  # the continuation was for another prompt
             self.forget_run()
             self.status.setText(PROMPT_CHANGED)
 
@@ -294,6 +272,64 @@ class GenerationPane(GenerationRun, Panel):
                               "shorten it to leave room for the continuation")
         return ids
 
+    # --- generating (the worker's side: stream.py) -------------------------------------------------------
+    def generate(self) -> bool:
+        """Continue the prompt box's text with the current controls. False if it could not start."""
+        if self.loaded is None or self.running or getattr(self.loaded, "generation_blocked", None):
+            return False
+        try:
+            ids = self._encode_prompt()
+        except ExplorerError as exc:
+            self.run.show_error(str(exc))
+            return False
+        return self._start(ids)
+
+    def continue_from_here(self) -> bool:
+        """Generate again from the selected step: prompt + generated tokens up to it are the new prompt."""
+        if self.loaded is None or self.running or self.selected is None or not self.steps:
+            return False
+        ids = self.prompt_ids + [s.token_id for s in self.steps[: self.selected + 1]]
+        self.set_prompt(self.loaded.tokenizer.decode(ids), ids)
+        self._own_prompt = True
+        return self._start(ids)
+
+    def _start(self, ids: list[int]) -> bool:
+        seed = secrets.randbelow(MAX_SEED + 1) if self.random_seed.isChecked() else int(self.seed.value())
+        if self.random_seed.isChecked():
+            self.seed.setValue(seed)
+        interventions = self.interventions.active() if self.interventions is not None else ()
+        self.run.start(self.loaded, ids, self.current_params(seed), self.prompt_edit.toPlainText(), interventions)
+        self._update_buttons()
+        self.run.launch()
+        return True
+
+    def _steps_added(self, steps: list[Step]) -> None:
+        self.step_view.steps_added(steps)
+        for step in steps:
+            self.step_added.emit(step.index)
+
+    def _run_finished(self, result: GenerationResult | None) -> None:
+        self.step_view.finished()
+        self._update_buttons()
+        self.generation_finished.emit(result)
+
+    def forget_run(self) -> None:
+        """Stop what runs and clear the continuation, its status, the chart and the step selector."""
+        self.run.forget()
+        self.step_view.clear()
+        self._pinned = None
+        self.text_view.start("")
+        self.status.setText("")
+        self.status.setStyleSheet("")
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        ready = self.loaded is not None and not getattr(self.loaded, "generation_blocked", None)
+        self.generate_button.setEnabled(ready and not self.running)
+        self.stop_button.setEnabled(self.running)
+        self.continue_button.setEnabled(ready and not self.running and self.selected is not None)
+        self.export_button.setEnabled(not self.running and self.result is not None)
+
     # --- the controls ----------------------------------------------------------------------------------
     def current_params(self, seed: int | None = None) -> SamplingParams:
         """The controls as they are now (``seed``: the one to record; default the seed box's)."""
@@ -302,26 +338,20 @@ class GenerationPane(GenerationRun, Panel):
     def _controls_changed(self) -> None:
         """Re-score the shown step under the new controls (no forward pass)."""
         if self.running:
-            self._schedule_bars()
+            self.step_view.schedule()
         else:
-            self._draw_bars()
+            self.step_view.draw()
 
     # --- steps: selection, clicks, the chart ----------------------------------------------------------
+    selected = property(lambda self: self.step_view.selected, doc="The step shown (None: none).")
+    table = property(lambda self: self.step_view.table, doc="The shown step's CandidateTable.")
+
     def select_step(self, index: int, follow: bool = False) -> None:
         """Show step ``index``'s candidates (``follow``: keep following the newest step while streaming)."""
-        if not 0 <= index < len(self.steps):
-            return
-        self._follow_latest = follow
-        self.selected = index
-        self.text_view.set_selected(index)
-        self._draw_bars()
-        self._update_buttons()
+        self.step_view.select(index, follow)
 
-    def _on_step_spin(self, value: int) -> None:
-        if value < len(self.steps):
-            self.select_step(value)
-        elif self.steps:  # not generated (yet)
-            self.select_step(len(self.steps) - 1, follow=self._follow_latest)
+    def _draw_bars(self) -> None:
+        self.step_view.draw()
 
     def click_token(self, index: int) -> None:
         """Select step ``index`` and make prompt + continuation up to it the window's current trace."""
@@ -332,46 +362,8 @@ class GenerationPane(GenerationRun, Panel):
     def ids_through(self, index: int) -> list[int]:
         return self.prompt_ids + [s.token_id for s in self.steps[: index + 1]]
 
-    def _draw_bars(self) -> None:
-        if self.selected is None or not self.steps or self.loaded is None:
-            return
-        t0 = time.perf_counter()
-        step = self.steps[self.selected]
-        if self.step_spin.value() != step.index:
-            self.step_spin.blockSignals(True)
-            self.step_spin.setValue(step.index)
-            self.step_spin.blockSignals(False)
-        if self._raw_probs is None or self._raw_probs[0] is not step:
-            self._raw_probs = (step, softmax(step.scores.logits))
-        params = self.current_params()
-        self.table = table = candidate_table(step, params, N_CANDIDATES, self._raw_probs[1])
-        display = self.loaded.tokenizer.display
-        self.chart.show_table(table, [token_label(display(int(i))) for i in table.ids])
-        rank, prob = table.chosen_after
-        now = f"p {prob:.3g} (rank {rank + 1})" if rank is not None else "removed"  # ranks shown from 1
-        same = self.params_used is not None and controls_equal(params, self.params_used)
-        drawn = "" if same else f" · drawn at p {step.prob:.3g} with {describe_params(self.params_used)}"
-        self.info.setText(
-            f"<b>step {step.index}</b>: chose <b>“{_html(token_label(step.text, 24))}”</b> · "
-            f"<span style='color:{AFTER_BRUSH}'>{now} after the controls</span>, "
-            f"{table.chosen_before:.3g} from the model alone · {table.num_possible:,} of {table.vocab_size:,} "
-            f"possible{drawn}")
-        self.info.setToolTip(f"Controls now: {describe_params(params)}" + (
-            "" if same else f"\nThe token was drawn with {describe_params(self.params_used)}"))
-        self._bar_seconds = time.perf_counter() - t0
-
     def tooltip_for(self, index: int) -> str:
-        step = self.steps[index]
-        raw = step.before
-        own = (f"rank {raw.chosen_rank + 1}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
-               else f"p {raw.chosen_prob:.3g}")
-        return (f"<b>step {step.index}</b>: “{_html(visible(step.text))}” (id {step.token_id})<br>"
-                f"p {step.prob:.3g}, rank {step.rank + 1} under the controls it was drawn with "
-                f"({_html(describe_params(step.params))})<br>model's own: {own}<br>"
-                "<i>click: show its candidates, and every panel at this token</i>")
-
-    def _chart_data(self) -> tuple[np.ndarray, list[str] | None, list[str] | None]:
-        return self.chart.values, list(self.chart.labels), ["model's own", "after the controls"]
+        return step_tooltip(self.steps[index])
 
     # --- export -----------------------------------------------------------------------------------------
     def transcript(self) -> dict[str, Any]:
@@ -414,6 +406,3 @@ class GenerationPane(GenerationRun, Panel):
             if dock.width() < 360:
                 width = min(max(380, int(window.width() * 0.34)), 620)
                 window.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -9,17 +9,18 @@ step at most every ``BAR_INTERVAL_MS``, less often if redrawing it would take mo
 cost the worker, which shares the CPU, far more than the 10% the pane may
 (``benchmarks/generation_ui.py``).
 
-``GenerationRun`` is the pane's running half (Generate, Continue from here, Stop and the worker's
-results); ``GenerationPane`` mixes it in.
+``GenerationRun`` is an object the pane owns: one generation at a time in a worker (start, Stop,
+forget, shut down), the run's own data (prompt ids, steps, result, error, the controls used), and
+what it writes itself (the streamed text, the status line). It is handed those two widgets and
+callbacks for what the pane draws (the start, new steps, the end); it reads nothing of the pane.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import secrets
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from superqt.utils import create_worker
@@ -28,13 +29,14 @@ from explorer.core.cancel import Cancel
 from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
-from explorer.ui.generation.controls import MAX_SEED
 from explorer.ui.session.lifetime import release, release_when_finished
 from explorer.ui.session.workers import error_message
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step
     from explorer.core.loaded import LoadedModel
+    from explorer.ui.generation.token_text import TokenText
+    from PySide6.QtWidgets import QLabel
 
 log = logging.getLogger("explorer.ui.generation")
 
@@ -80,118 +82,101 @@ def chart_delay_ms(cost_seconds: float) -> int:
 
 
 class GenerationRun:
-    """Generate / Continue / Stop and the worker's signals, for ``GenerationPane`` (a mixin: the
-    widgets, signals and state it uses are the pane's)."""
+    """One pane's generations, one at a time, in a worker.
 
-    def generate(self) -> bool:
-        """Continue the prompt box's text with the current controls. False if it could not start."""
-        if self.loaded is None or self.running or getattr(self.loaded, "generation_blocked", None):
-            return False
-        try:
-            ids = self._encode_prompt()
-        except ExplorerError as exc:
-            self._show_error(str(exc))
-            return False
-        return self._start(ids)
+    ``text_view`` gets the prompt and the streamed tokens, ``status`` the progress and the outcome.
+    Callbacks: ``on_start(params)`` (a run starts: the pane resets its step view), ``on_steps(steps)``
+    (steps were added to ``steps`` and to the text), ``on_finished(result)`` (the run ended, the
+    result None if it failed). Whatever an older run's worker still sends is dropped."""
 
-    def continue_from_here(self) -> bool:
-        """Generate again from the selected step: prompt + generated tokens up to it are the new prompt."""
-        if self.loaded is None or self.running or self.selected is None or not self.steps:
-            return False
-        ids = self.prompt_ids + [s.token_id for s in self.steps[: self.selected + 1]]
-        self.set_prompt(self.loaded.tokenizer.decode(ids), ids)
-        self._own_prompt = True
-        return self._start(ids)
+    def __init__(self, text_view: TokenText, status: QLabel, *, on_start: Callable[[SamplingParams], None],
+                 on_steps: Callable[[list[Step]], None],
+                 on_finished: Callable[[GenerationResult | None], None]) -> None:
+        self.text_view, self.status = text_view, status
+        self._on_start, self._on_steps, self._on_finished = on_start, on_steps, on_finished
+        self.prompt_ids: list[int] = []
+        self.prompt_text = ""  # the prompt as the text view shows it
+        self.run_prompt = ""  # the prompt box's text the shown continuation was generated from
+        self.params_used: SamplingParams | None = None
+        self.steps: list[Step] = []
+        self.result: GenerationResult | None = None
+        self.error: str | None = None
+        self.running = False
+        self.cancel: Cancel | None = None
+        self.worker: Any = None
+        self._gen_id = 0
+        self._incremental: Any = None
 
-    def _start(self, ids: list[int]) -> bool:
+    def start(self, loaded: LoadedModel, ids: list[int], params: SamplingParams, prompt_box_text: str,
+              interventions: Sequence[Any] = ()) -> None:
+        """Continue ``ids`` with ``params`` in a worker (``prompt_box_text``: what the prompt box said)."""
         from explorer.core.generation.generate import IncrementalText
 
-        seed = secrets.randbelow(MAX_SEED + 1) if self.random_seed.isChecked() else int(self.seed.value())
-        if self.random_seed.isChecked():
-            self.seed.setValue(seed)
-        params = self.current_params(seed)
         self._gen_id += 1
         gen_id = self._gen_id
         self.prompt_ids, self.params_used = list(ids), params
-        self._run_prompt = self.prompt_edit.toPlainText()
-        self.steps, self.result, self.selected, self.table, self.error = [], None, None, None, None
-        self._follow_latest, self._raw_probs = True, None
-        self._incremental = IncrementalText(self.loaded.tokenizer, ids)
+        self.run_prompt = prompt_box_text
+        self.steps, self.result, self.error = [], None, None
+        self._incremental = IncrementalText(loaded.tokenizer, ids)
         self.prompt_text = self._incremental.prompt_text
         self.text_view.start(self.prompt_text)
-        self.info.setText("")  # the chart keeps the last run's step until its first redraw: clearing it
-        # would cost a repaint, and a short run then pays for three instead of two
-        self.step_spin.blockSignals(True)
-        self.step_spin.setRange(0, params.max_new_tokens - 1)  # set once: a new maximum is a new layout
-        self.step_spin.setValue(0)
-        self.step_spin.blockSignals(False)
-        self._cancel = Cancel()
-        worker = create_worker(stream_steps, self.loaded, list(ids), params, self._cancel,
-                               interventions=self.interventions.active() if self.interventions is not None else (),
+        self._on_start(params)
+        self.cancel = Cancel()
+        worker = create_worker(stream_steps, loaded, list(ids), params, self.cancel, interventions=interventions,
                                _start_thread=False, _ignore_errors=True)
-        worker.yielded.connect(lambda steps, g=gen_id: self._on_steps(g, steps))
-        worker.returned.connect(lambda result, g=gen_id: self._on_returned(g, result))
-        worker.errored.connect(lambda exc, g=gen_id: self._on_errored(g, exc))
-        worker.finished.connect(lambda g=gen_id: self._on_finished(g))
+        worker.yielded.connect(lambda steps, g=gen_id: self._steps(g, steps))
+        worker.returned.connect(lambda result, g=gen_id: self._returned(g, result))
+        worker.errored.connect(lambda exc, g=gen_id: self._errored(g, exc))
+        worker.finished.connect(lambda g=gen_id: self._finished(g))
         release_when_finished(worker)
-        self._worker = worker
+        self.worker = worker
         self.running = True
-        self.status.setText(f"Generating… ({describe_params(params)}, seed {seed})")
+        self.status.setText(f"Generating… ({describe_params(params)}, seed {params.seed})")
         self.status.setStyleSheet("")
-        self._update_buttons()
-        worker.start()
-        return True
+
+    def launch(self) -> None:
+        """Start the worker made by ``start`` (after the pane has updated its buttons)."""
+        if self.worker is not None and self.running:
+            self.worker.start()
 
     def stop(self) -> None:
         """Stop the running generation before its next step (its result comes back as "cancelled")."""
-        if self._cancel is not None and self.running:
-            self._cancel.set()
+        if self.cancel is not None and self.running:
+            self.cancel.set()
             self.status.setText("Stopping…")
 
     def has_output(self) -> bool:
         """Whether a continuation (running, finished or failed) is shown."""
         return bool(self.steps) or self.result is not None or self.running or self.error is not None
 
-    def forget_run(self) -> None:
-        """Stop what runs and clear the continuation, its status, the chart and the step selector."""
+    def forget(self) -> None:
+        """Stop what runs and forget it: whatever the old worker still sends is dropped."""
         self.stop()
-        self._gen_id += 1  # whatever the old worker still sends is dropped
-        self.running, self._worker = False, None
-        self.steps, self.result, self.selected, self.table, self.error = [], None, None, None, None
-        self._pinned, self._raw_probs = None, None
-        self._bar_timer.stop()
-        self.text_view.start("")
-        self.chart.show_table(None, [])
-        self.info.setText("")
-        self.step_spin.blockSignals(True)
-        self.step_spin.setRange(0, 0)
-        self.step_spin.setValue(0)
-        self.step_spin.blockSignals(False)
-        self.status.setText("")
-        self.status.setStyleSheet("")
-        self._update_buttons()
+        self._gen_id += 1
+        self.running, self.worker = False, None
+        self.steps, self.result, self.error = [], None, None
 
     def shutdown(self) -> None:
         """The window closes: stop, and let nothing the worker still sends reach the (deleted) widgets."""
         self.stop()
         self._gen_id += 1
-        release(self._worker)
-        self._worker = None
+        release(self.worker)
+        self.worker = None
 
-    def _on_steps(self, gen_id: int, steps: list[Step]) -> None:
-        """Steps from the worker (one frame's worth): one text edit, then ``step_added`` for each."""
+    def show_error(self, message: str) -> None:
+        self.error = message
+        self.status.setText(message)
+        self.status.setStyleSheet("QLabel { color: #8a1c1c; }")
+
+    def _steps(self, gen_id: int, steps: list[Step]) -> None:
+        """Steps from the worker (one frame's worth): one text edit, then the pane's ``on_steps``."""
         if gen_id != self._gen_id:
             return
         self.steps.extend(steps)
         self.text_view.append_tokens([(s.index, self._incremental.push(s.token_id), s.model_prob) for s in steps])
-        if self._follow_latest:
-            self.selected = steps[-1].index  # the step box follows when the chart does (_draw_bars)
-        if self._follow_latest:
-            self._schedule_bars()
-        for step in steps:
-            self.step_added.emit(step.index)
+        self._on_steps(steps)
 
-    def _on_returned(self, gen_id: int, result: GenerationResult) -> None:
+    def _returned(self, gen_id: int, result: GenerationResult) -> None:
         if gen_id != self._gen_id:
             return
         self.result = result
@@ -202,37 +187,15 @@ class GenerationRun:
                             f"{result.elapsed:.2f} s{rate} · {describe_params(self.params_used)} · "
                             f"seed {self.params_used.seed}")
 
-    def _on_errored(self, gen_id: int, exc: BaseException) -> None:
+    def _errored(self, gen_id: int, exc: BaseException) -> None:
         if gen_id != self._gen_id:
             return
         if not isinstance(exc, ExplorerError):
             log.error("generation failed", exc_info=exc)
-        self._show_error(error_message(exc))
+        self.show_error(error_message(exc))
 
-    def _on_finished(self, gen_id: int) -> None:
+    def _finished(self, gen_id: int) -> None:
         if gen_id != self._gen_id:
             return
-        self.running, self._worker = False, None
-        self._bar_timer.stop()
-        if self.selected is not None:
-            self.text_view.set_selected(self.selected)
-        self._draw_bars()
-        self._update_buttons()
-        self.generation_finished.emit(self.result)
-
-    def _show_error(self, message: str) -> None:
-        self.error = message
-        self.status.setText(message)
-        self.status.setStyleSheet("QLabel { color: #8a1c1c; }")
-
-    def _update_buttons(self) -> None:
-        ready = self.loaded is not None and not getattr(self.loaded, "generation_blocked", None)
-        self.generate_button.setEnabled(ready and not self.running)
-        self.stop_button.setEnabled(self.running)
-        self.continue_button.setEnabled(ready and not self.running and self.selected is not None)
-        self.export_button.setEnabled(not self.running and self.result is not None)
-    def _schedule_bars(self) -> None:
-        """Redraw the chart soon: after ``BAR_INTERVAL_MS``, or later if a redraw (re-scoring and
-        painting) costs more than ``BAR_BUDGET`` of the time in between."""
-        if not self._bar_timer.isActive():
-            self._bar_timer.start(chart_delay_ms(self._bar_seconds + self.chart.paint_seconds))
+        self.running, self.worker = False, None
+        self._on_finished(self.result)

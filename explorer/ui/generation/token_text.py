@@ -14,6 +14,9 @@ from PySide6.QtCore import QEvent, QPoint, QRect, Qt, Signal
 from PySide6.QtGui import QColor, QFontDatabase, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QToolTip, QWidget
 
+from explorer.core.display.tokens import visible
+from explorer.core.generation.candidates import describe_params
+
 PROMPT_GREY = "#6b7280"
 SELECTED_BG, SELECTED_FG = "#1d4ed8", "#ffffff"
 # token background: probability of the chosen token, on a log scale from 0.001 (surprising) to 1
@@ -174,3 +177,19 @@ class TokenText(QPlainTextEdit):
             index = self.token_at(pos)
             if index is not None:
                 self.token_clicked.emit(index)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def step_tooltip(step: Any) -> str:
+    """A generated token's tooltip: the step, its probability and rank under the controls it was
+    drawn with, the model's own (``step``: an ``explorer.core.generation.generate.Step``)."""
+    raw = step.before
+    own = (f"rank {raw.chosen_rank + 1}, p {raw.chosen_prob:.3g}" if raw.chosen_rank is not None
+           else f"p {raw.chosen_prob:.3g}")
+    return (f"<b>step {step.index}</b>: “{_html(visible(step.text))}” (id {step.token_id})<br>"
+            f"p {step.prob:.3g}, rank {step.rank + 1} under the controls it was drawn with "
+            f"({_html(describe_params(step.params))})<br>model's own: {own}<br>"
+            "<i>click: show its candidates, and every panel at this token</i>")

@@ -9,11 +9,12 @@ Work before drawing runs on the worker thread (``prepare``). It reads no widget 
 ``self.selection``: it gets a ``PanelSnapshot``, a frozen copy of the selection and the panel's
 options taken on the GUI thread when the trace is requested (``snapshot``, ``preparer``).
 
-Prepare returns what is drawn: a panel that implements ``draw(view)`` returns a frozen
-``PanelView`` subclass from ``prepare`` (built from the trace and the snapshot); the window carries
-it from the worker to ``set_trace(trace, view)``, which hands it to ``draw``. (A view that is missing
-or was made for another trace is prepared again on the GUI thread.) Panels not converted yet return
-None and draw the trace in ``show_trace``. ``trace.memo`` holds only values derived from that trace.
+Prepare returns what is drawn: every panel's ``prepare`` returns a frozen ``PanelView`` subclass
+(built from the trace and the snapshot: ``EmbeddingsView``, ``AttentionView``, ``NeuronsView``, …);
+the window carries it from the worker to ``set_trace(trace, view)``, which hands it to ``draw``. (A
+view that is missing or was made for another trace is prepared again on the GUI thread.) Nothing is
+passed from ``prepare`` to drawing through ``trace.memo``: the memo holds only values derived from
+that trace alone (memoised analysis results such as a layer's activations or the logit lens).
 
 Adding a panel: a pure function in ``explorer/core`` with a headless test, a module here with a
 ``Panel`` subclass, one line in ``explorer/ui/panels/__init__.py``'s ``PANELS``, one pytest-qt test.
@@ -94,18 +95,12 @@ class Panel(QWidget):
 
     # --- what subclasses implement ---------------------------------------------------------
     def show_trace(self, trace: Trace) -> None:
-        """Draw everything for a new trace (called on the GUI thread). A panel with ``draw`` draws
-        the view ``prepare`` makes of it instead."""
-        if not self._shows_views():
-            raise NotImplementedError
+        """Draw everything for a new trace, prepared here on the GUI thread (``set_trace`` is the usual way)."""
         self.draw(self.prepare(trace, self.snapshot()))
 
     def draw(self, view: PanelView) -> None:
         """Draw ``view`` (what ``prepare`` returned for the trace being shown), on the GUI thread."""
         raise NotImplementedError
-
-    def _shows_views(self) -> bool:
-        return type(self).draw is not Panel.draw
 
     @classmethod
     def applies_to(cls, config: Any) -> bool:
@@ -144,15 +139,17 @@ class Panel(QWidget):
         return []
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> PanelView | None:
-        """Work done on the worker thread before drawing: by default, compute ``needed_keys``.
-        A panel with ``draw`` returns its ``PanelView`` of the trace.
+        """Work done on the worker thread before drawing; a panel returns its ``PanelView`` of the
+        trace (this base computes ``needed_keys`` and returns None: subclasses call it, then build
+        their view).
 
-        Panels with heavier views (a downsampled mosaic, a logit lens) override it and keep the
-        results with ``trace.memo(key, compute)``; ``show_trace`` then asks ``trace.memo`` with the
-        same key and gets them at once. Same rule as ``needed_keys``: only the trace and the snapshot
-        (taken on the GUI thread when the trace was requested), no widgets, not ``self.selection``.
+        Heavier values (a downsampled mosaic, a logit lens) may be memoised with the trace
+        (``trace.memo(key, compute)``) when they derive from it alone, and are put in the view too.
+        Same rule as ``needed_keys``: only the trace and the snapshot (taken on the GUI thread when the
+        trace was requested), no widgets, not ``self.selection``.
         """
         trace.materialize(self.needed_keys(trace, snapshot))
+        return None
 
     def tokenizer_changed(self) -> None:
         """A new model (and so ``self.tokenizer``) was loaded; the next trace follows."""
@@ -219,12 +216,9 @@ class Panel(QWidget):
             self._lane().cancel_owner(self)
             self._deferred.clear()
         self.trace = trace
-        if self._shows_views():
-            if view is None or view.trace is not trace:
-                view = self.prepare(trace, self.snapshot())
-            self.draw(view)
-        else:
-            self.show_trace(trace)
+        if view is None or view.trace is not trace:
+            view = self.prepare(trace, self.snapshot())
+        self.draw(view)
         self.refresh_marks()
 
     def attach(self, session: Session) -> None:

@@ -6,6 +6,7 @@ the probabilities come from ``explorer.core.analysis.masked``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
@@ -13,12 +14,44 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidg
 from explorer.core.analysis.masked import masked_predictions
 from explorer.core.display.tokens import visible
 from explorer.core.trace import Trace
-from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 
 TOP_K = 5
 NO_HEAD = ("Masked-token predictions need an encoder with a masked-LM head (such as BertForMaskedLM). "
            "This model {why}.")
+
+
+@dataclass(frozen=True)
+class MaskedView(PanelView):
+    """The status line and one row (position, context, guesses) per masked position."""
+
+    status: str = ""
+    rows: tuple[tuple[int, str, str], ...] = ()
+
+
+def masked_view(trace: Trace, tokenizer: object) -> MaskedView:
+    """What the panel shows of ``trace`` with ``tokenizer`` (the snapshot's)."""
+    if not trace.config.mlm_head:
+        why = ("is an encoder without its masked-LM head (its logits are not a trained output)"
+               if not trace.config.causal else "continues text instead: see the Generation pane")
+        return MaskedView(trace, NO_HEAD.format(why=why))
+    mask_id = getattr(tokenizer, "mask_id", None)
+    if mask_id is None:
+        return MaskedView(trace, "This tokenizer has no mask token, so no position can be masked.")
+    preds = masked_predictions(trace["logits"], [int(i) for i in trace.token_ids], mask_id, TOP_K)
+    mask_text = tokenizer.display(mask_id)
+    if not preds:
+        return MaskedView(trace, f"Write {mask_text} in the prompt where a word is missing: the model's guesses "
+                                 "for each masked position appear here, most likely first.")
+    rows = []
+    for pred in preds:
+        p = pred.position
+        context = " ".join(trace.tokens[max(0, p - 3):p]) + f" ▮{mask_text}▮ " + " ".join(trace.tokens[p + 1:p + 4])
+        guesses = "   ".join(f"{visible(tokenizer.display(i))} {prob:.3f}" for i, prob in zip(pred.ids, pred.probs))
+        rows.append((p, context, guesses))
+    return MaskedView(trace, f"{len(preds)} masked position{'s' if len(preds) != 1 else ''}: what the masked-LM "
+                             "head predicts there, reading the whole prompt in both directions.", tuple(rows))
 
 
 class MaskedTokensPanel(Panel):
@@ -48,36 +81,20 @@ class MaskedTokensPanel(Panel):
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
         return ["logits"] if trace.config.mlm_head else []
 
-    def show_trace(self, trace: Trace) -> None:
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> MaskedView:
+        super().prepare(trace, snapshot)
+        return masked_view(trace, snapshot.tokenizer)
+
+    def draw(self, view: MaskedView) -> None:
         self.table.setRowCount(0)
-        self.positions = []
-        if not trace.config.mlm_head:
-            why = ("is an encoder without its masked-LM head (its logits are not a trained output)"
-                   if not trace.config.causal else "continues text instead: see the Generation pane")
-            self.status.setText(NO_HEAD.format(why=why))
-            return
-        mask_id = getattr(self.tokenizer, "mask_id", None)
-        if mask_id is None:
-            self.status.setText("This tokenizer has no mask token, so no position can be masked.")
-            return
-        preds = masked_predictions(trace["logits"], [int(i) for i in trace.token_ids], mask_id, TOP_K)
-        mask_text = self.tokenizer.display(mask_id)
-        if not preds:
-            self.status.setText(f"Write {mask_text} in the prompt where a word is missing: the model's guesses "
-                                "for each masked position appear here, most likely first.")
-            return
-        self.status.setText(f"{len(preds)} masked position{'s' if len(preds) != 1 else ''}: what the masked-LM "
-                            "head predicts there, reading the whole prompt in both directions.")
-        self.table.setRowCount(len(preds))
-        for row, pred in enumerate(preds):
-            p = pred.position
-            context = " ".join(trace.tokens[max(0, p - 3):p]) + f" ▮{mask_text}▮ " + " ".join(trace.tokens[p + 1:p + 4])
-            guesses = "   ".join(f"{visible(self.tokenizer.display(i))} {prob:.3f}"
-                                 for i, prob in zip(pred.ids, pred.probs))
-            for col, text in enumerate((str(p), context, guesses)):
+        self.status.setText(view.status)
+        self.positions = [p for p, _, _ in view.rows]
+        self.table.setRowCount(len(view.rows))
+        for row, texts in enumerate(view.rows):
+            for col, text in enumerate((str(texts[0]), texts[1], texts[2])):
                 self.table.setItem(row, col, QTableWidgetItem(text))
-            self.positions.append(p)
-        self.table.resizeColumnsToContents()
+        if view.rows:
+            self.table.resizeColumnsToContents()
 
     def _on_row_clicked(self, row: int, _column: int) -> None:
         if 0 <= row < len(self.positions):

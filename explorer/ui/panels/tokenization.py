@@ -6,6 +6,8 @@ token over the whole vocabulary: the model's real input, before the embedding lo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -15,7 +17,7 @@ from explorer.core.errors import ExplorerError
 from explorer.core.tokenize.base import Tokenizer
 from explorer.core.tokenize.display import ChipView, display_bytes, display_chips, one_hot, tokenizer_chips, visible_whitespace
 from explorer.core.trace import Trace
-from explorer.ui.panels.base import Panel
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.token_chips import TokenChips
@@ -26,6 +28,24 @@ GPT2 = "gpt2"
 
 def _is_gpt2(tokenizer: Tokenizer | None) -> bool:
     return tokenizer is not None and tokenizer.describe().get("type") == "gpt2"
+
+
+@dataclass(frozen=True)
+class TokenizationView(PanelView):
+    """The model's own chips for the trace and the token count line."""
+
+    chips: tuple[ChipView, ...] = ()
+    count: str = ""
+
+
+def model_chips(trace: Trace, tokenizer: Tokenizer | None) -> list[ChipView]:
+    """One chip per token of ``trace``: the tokenizer's display when it is this model's, else the trace's strings."""
+    if tokenizer is not None and tokenizer.vocab_size <= trace.config.vocab_size:
+        try:
+            return tokenizer_chips(tokenizer, trace.token_ids)
+        except ExplorerError:  # a tokenizer that is not this trace's: trust the trace
+            pass
+    return display_chips(trace.token_ids, trace.tokens)
 
 
 class TokenizationPanel(Panel):
@@ -100,17 +120,16 @@ class TokenizationPanel(Panel):
         self.encoding.setEnabled(self.encoding.count() > 1)
         self.encoding.blockSignals(False)
 
-    def show_trace(self, trace: Trace) -> None:
-        if self.tokenizer is not None and self.tokenizer.vocab_size <= trace.config.vocab_size:
-            try:
-                self.model_chips = tokenizer_chips(self.tokenizer, trace.token_ids)
-            except ExplorerError:  # a tokenizer that is not this trace's: trust the trace
-                self.model_chips = display_chips(trace.token_ids, trace.tokens)
-        else:
-            self.model_chips = display_chips(trace.token_ids, trace.tokens)
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> TokenizationView:
+        """On the worker: the chips (with the snapshot's tokenizer) and the count line."""
         n = trace.n_tokens
         cut = f" (of {trace.meta.truncated_from} in the prompt)" if trace.meta.truncated_from else ""
-        self.count.setText(f"<b>{n}</b> token{'s' if n != 1 else ''}{cut}")
+        return TokenizationView(trace, tuple(model_chips(trace, snapshot.tokenizer)),
+                                f"<b>{n}</b> token{'s' if n != 1 else ''}{cut}")
+
+    def draw(self, view: TokenizationView) -> None:
+        self.model_chips = list(view.chips)
+        self.count.setText(view.count)
         self._show_encoding()
         self._show_one_hot()
 

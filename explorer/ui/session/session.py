@@ -235,8 +235,9 @@ class Session(QObject):
         self.trace_ready.emit(result)
 
     def open_trace_file(self, trace: Trace, path: str, worker_seconds: float = 0.0,
-                        requested: float | None = None) -> None:
-        """Show ``trace`` read from ``path``: there is no model now (a trace file has no weights)."""
+                        requested: float | None = None, prepared: tuple = ()) -> None:
+        """Show ``trace`` read from ``path``: there is no model now (a trace file has no weights).
+        ``prepared``: the panels' (preparer, view) pairs made of it on the reading worker."""
         self.loaded, self.trace_file = None, path
         self.controller.set_model(None)
         prompt = str(trace.meta.extra.get("prompt", "")) or "".join(trace.tokens)
@@ -244,7 +245,7 @@ class Session(QObject):
         self.trace_file_opened.emit(path)
         self.prompt_changed.emit(prompt)
         request = TraceRequest(0, None, prompt, requested_at=requested if requested is not None else time.perf_counter())
-        self.show_result(TraceResult(request, trace, worker_seconds))
+        self.show_result(TraceResult(request, trace, worker_seconds, prepared=tuple(prepared)))
 
     # --- verbs: interventions --------------------------------------------------------------------------
     def set_interventions(self, interventions: Sequence[Intervention]) -> None:

@@ -31,14 +31,14 @@ READ_ONLY_NOTICE = ("Trace opened from {name}: the model is not loaded, so the p
                     "Open a model to run prompts again.")
 
 
-def _read_and_prepare(path: str, preparers: list[Preparer]) -> tuple[Trace, float]:
+def _read_and_prepare(path: str, preparers: list[Preparer]) -> tuple[Trace, float, tuple]:
+    """The trace read from ``path``, the seconds taken, and each panel's (preparer, view)."""
     from explorer.core.interop import read_trace_safetensors
 
     t0 = time.perf_counter()
     trace = read_trace_safetensors(path)
-    for prepare in preparers:
-        prepare(trace)
-    return trace, time.perf_counter() - t0
+    prepared = tuple((prepare, prepare(trace)) for prepare in preparers)
+    return trace, time.perf_counter() - t0, prepared
 
 
 class TraceFileOpener(QObject):
@@ -66,9 +66,9 @@ class TraceFileOpener(QObject):
         self.status.set_loading(f"Opening trace {Path(path).name}…")
         requested = time.perf_counter()
 
-        def done(result: tuple[Trace, float]) -> None:
+        def done(result: tuple[Trace, float, tuple]) -> None:
             if not self.session.closed:
-                self.show(result[0], path, result[1], requested)
+                self.show(result[0], path, result[1], requested, result[2])
 
         def failed(exc: BaseException) -> None:
             if not self.session.closed:
@@ -78,8 +78,10 @@ class TraceFileOpener(QObject):
         return run_in_background(_read_and_prepare, path, list(self.session.preparers()), on_done=done,
                                  on_error=failed)
 
-    def show(self, trace: Trace, path: str, worker_seconds: float = 0.0, requested: float | None = None) -> None:
-        """Make ``trace`` (from a file, without a model) the session's trace."""
+    def show(self, trace: Trace, path: str, worker_seconds: float = 0.0, requested: float | None = None,
+             prepared: tuple = ()) -> None:
+        """Make ``trace`` (from a file, without a model) the session's trace; ``prepared``: the
+        panels' (preparer, view) pairs made with it on the worker."""
         name = Path(path).name
         cfg = trace.config
         self.layer_head.set_ranges(cfg.n_layers, cfg.n_heads)
@@ -90,7 +92,7 @@ class TraceFileOpener(QObject):
                                 "device": "no model", "dtype": trace.meta.dtype, "parameters": 0})
         self.status.fields["params"].setText("weights not loaded")
         self.status.fields["params"].setToolTip("a trace opened from a file carries activations, not weights")
-        self.session.open_trace_file(trace, path, worker_seconds, requested)
+        self.session.open_trace_file(trace, path, worker_seconds, requested, prepared)
         self.parent_widget.setWindowTitle(
             f"{name} — {trace.meta.model_name or 'trace'} (no model) — Transformer Explorer")
         self.prompt.show_notice(READ_ONLY_NOTICE.format(name=name))  # after the token count, which hides notices

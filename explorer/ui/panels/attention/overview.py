@@ -1,26 +1,32 @@
 """The attention panel's overview: every head's pattern as one tiled image, the L x H heatmap of a
 head statistic under it, their outlines of the selected head, hover texts, clicks and exported data.
 
-``AttentionOverview`` is mixed into ``AttentionPanel``: the widgets and state it uses are the panel's.
+``AttentionOverview`` is an object ``AttentionPanel`` owns: the panel hands it what it needs (the
+selection, its info label and statistics checkbox, and callbacks for background work, intervention
+marks, the selected head and the chosen statistic), and it reads nothing else of the panel.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QSplitter, QToolTip
+from PySide6.QtWidgets import QCheckBox, QLabel, QSplitter, QToolTip
 
 from explorer.core.analysis import attention as analysis
 from explorer.core.analysis.chance import chance_level
 from explorer.core.display.levels import finite_levels
+from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted
 from explorer.core.interventions.spec import Intervention
-from explorer.ui.interventions.targets import Component, Point, Target, head_cells
+from explorer.core.trace import Trace
+from explorer.ui.interventions.targets import Component, Point
 from explorer.ui.panels.attention.views import (
     OUTLINE,
     MAX_TILE,
@@ -33,13 +39,50 @@ from explorer.ui.panels.attention.views import (
 )
 from explorer.ui.panels.attention.statistics_table import HeadStatisticsTable
 from explorer.ui.panels.residual.cells import CellTexts
+from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import dark_cells, format_value
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.plots import outline
 
 
+Later = Callable[..., Any]  # Panel.later(key, compute, apply, priority)
+
+
 class AttentionOverview:
-    """Building, drawing and reading the all-heads overview (a mixin of ``AttentionPanel``)."""
+    """Building, drawing and reading the all-heads overview and the head statistics, for ``AttentionPanel``.
+
+    ``later``: the panel's ``later`` (background views owned by the panel); ``refresh_marks``: redraw
+    its intervention marks; ``layer_head()``: the selected head within the trace; ``statistic()``: the
+    chosen statistic's name. ``stats_toggle`` says whether the statistics are shown; ``info`` is the
+    panel's one-line description of the grid."""
+
+    def __init__(self, selection: Selection, info: QLabel, stats_toggle: QCheckBox, later: Later,
+                 refresh_marks: Callable[[], None], layer_head: Callable[[], tuple[int, int]],
+                 statistic: Callable[[], str]) -> None:
+        self.selection = selection
+        self.info = info
+        self.stats_toggle = stats_toggle
+        self.later = later
+        self.refresh_marks = refresh_marks
+        self.layer_head = layer_head
+        self._statistic = statistic
+        self.trace: Trace | None = None
+        self.geometry: MosaicGeometry | None = None
+        self.mosaic = np.zeros((0, 0), dtype=np.float32)
+        self._statistics: dict[str, np.ndarray] = {}  # the current trace's, by name
+        self._build_overview()
+
+    @property
+    def statistic(self) -> str:
+        return self._statistic()
+
+    def show(self, trace: Trace, mosaic: tuple[np.ndarray, MosaicGeometry] | None,
+             statistics: dict[str, np.ndarray]) -> None:
+        """A new trace, with its mosaic and statistics when they were prepared (else computed here or later)."""
+        self.trace = trace
+        self._statistics = dict(statistics)
+        self.draw_overview(mosaic)
+        self.draw_statistics()
 
     def _build_overview(self) -> None:
         self.overview = pg.GraphicsLayoutWidget()
@@ -78,20 +121,20 @@ class AttentionOverview:
         self.statistics_area.setStretchFactor(1, 2)
         self.statistics_area.setVisible(False)
 
-        self._overview_column = QSplitter(Qt.Orientation.Vertical)
-        self._overview_column.addWidget(self.overview)
-        self._overview_column.addWidget(self.statistics_area)
-        self._overview_column.setChildrenCollapsible(False)
-        self._overview_column.setStretchFactor(0, 3)
-        self._overview_column.setStretchFactor(1, 2)
+        self.column = QSplitter(Qt.Orientation.Vertical)
+        self.column.addWidget(self.overview)
+        self.column.addWidget(self.statistics_area)
+        self.column.setChildrenCollapsible(False)
+        self.column.setStretchFactor(0, 3)
+        self.column.setStretchFactor(1, 2)
         self.overview.setMinimumSize(200, 200)
 
-    def _give_statistics_room(self) -> None:
+    def give_statistics_room(self) -> None:
         """The statistics get about 45% of the column when turned on (never the zero height a
         hidden splitter child comes back with)."""
-        total = sum(self._overview_column.sizes()) or self._overview_column.height()
+        total = sum(self.column.sizes()) or self.column.height()
         if total > 0:
-            self._overview_column.setSizes([int(total * 0.55), total - int(total * 0.55)])
+            self.column.setSizes([int(total * 0.55), total - int(total * 0.55)])
 
 
     def statistic_values(self, name: str | None = None) -> np.ndarray:
@@ -110,16 +153,13 @@ class AttentionOverview:
         return self.geometry.head_at(p.x(), p.y())
 
     # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
-    def intervention_targets(self) -> list[Target]:
-        """A head's tile in the all-heads grid, and its cell in the head-statistics heatmap."""
-        return [Target(self.overview_plot, self._tile_component, self._tile_marks),
-                head_cells(self.statistics)]
-
-    def _tile_component(self, scene_pos: QPointF) -> Component | None:
+    def tile_component(self, scene_pos: QPointF) -> Component | None:
+        """The head whose tile is under ``scene_pos`` (the panel's intervention target)."""
         picked = self.head_at_scene(scene_pos) if self.trace is not None else None
         return None if picked is None else Component.head(*picked)
 
-    def _tile_marks(self, iv: Intervention) -> list[Point]:
+    def tile_mark_points(self, iv: Intervention) -> list[Point]:
+        """Where a switched-off head's cross goes: its tile's centre."""
         if iv.target != "head" or self.geometry is None or self.trace is None:
             return []
         cfg = self.trace.config
@@ -127,25 +167,19 @@ class AttentionOverview:
             return []
         return [self.geometry.tile_center(iv.layer, iv.index)]
 
-    def tile_marks(self) -> list[Point]:
-        """Where the all-heads grid draws its red crosses now (one per switched-off head)."""
-        return list(self._intervention_marks[0].points)
-
-
-
-    def _draw_overview(self) -> None:
+    def draw_overview(self, ready: tuple[np.ndarray, MosaicGeometry] | None = None) -> None:
         trace, cfg = self.trace, self.trace.config
-        if trace.memo_get(("attention.mosaic", MAX_TILE)) is None and not all_heads_cheap(trace):
+        if ready is None and trace.memo_get(("attention.mosaic", MAX_TILE)) is None and not all_heads_cheap(trace):
             # every head of a long prompt: in the background, drawn when ready (explorer.ui.session.progressive)
             self.geometry = None
             self.overview_image.clear()
             self.overview_plot.setTitle("all heads: computing\u2026")
             self.info.setText(f"{cfg.n_layers} layers \u00d7 {cfg.n_heads} heads \u00b7 {trace.n_tokens} tokens")
-            self.later(("mosaic",), lambda check: mosaic_of(trace, check), lambda _: self._draw_overview(),
+            self.later(("mosaic",), lambda check: mosaic_of(trace, check), lambda _: self.draw_overview(),
                        priority=2)
             return
         self.overview_plot.setTitle("all heads")
-        self.mosaic, self.geometry = mosaic_of(trace)
+        self.mosaic, self.geometry = ready if ready is not None else mosaic_of(trace)
         geo = self.geometry
         levels = (0.0, finite_levels(self.mosaic)[1])
         self.overview_image.setImage(self.mosaic, levels=levels, autoLevels=False)
@@ -162,10 +196,10 @@ class AttentionOverview:
         if geo.downsampled:
             shape += f" \u00b7 overview averaged over {geo.factor}\u00d7{geo.factor}-token blocks"
         self.info.setText(shape)
-        self._place_outlines()
+        self.place_outlines()
         self.refresh_marks()  # the crosses follow the tiles (drawn later than the trace on long prompts)
 
-    def _place_outlines(self) -> None:
+    def place_outlines(self) -> None:
         if self.geometry is None:
             return
         layer, head = self.layer_head()
@@ -176,7 +210,7 @@ class AttentionOverview:
         if self.statistics_area.isVisible():
             self.statistics_table.select_head(layer, head)
 
-    def _draw_statistics(self) -> None:
+    def draw_statistics(self) -> None:
         if self.trace is None or not self.stats_toggle.isChecked():
             return
         cfg, trace, name = self.trace.config, self.trace, self.statistic
@@ -185,7 +219,7 @@ class AttentionOverview:
             self.statistics.plot.setTitle(f"{analysis.STATISTIC_LABELS[name]}: computing\u2026")
             self.statistics.set_data(np.full((cfg.n_layers, cfg.n_heads), np.nan, np.float32))
             self.later(("statistic",), lambda check: statistic_of(trace, name),
-                       lambda _: self._draw_statistics() if self.statistic == name else None, priority=3)
+                       lambda _: self.draw_statistics() if self.statistic == name else None, priority=3)
             return
         values = self.statistic_values()
         label = analysis.STATISTIC_LABELS[self.statistic]
@@ -243,7 +277,7 @@ class AttentionOverview:
 
 
     # --- exported data ---------------------------------------------------------------------------
-    def _overview_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def overview_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """Every head's exact pattern stacked: [L*H*n, n], rows "L{l} H{h} {i}:{token}", columns keys."""
         trace, cfg = self.trace, self.trace.config
         labels = token_labels(trace.tokens)
@@ -255,7 +289,7 @@ class AttentionOverview:
         return stack, rows, labels
 
 
-    def _statistics_table_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def statistics_table_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The table as shown (its current order): one row per head, "L{l} H{h}", the statistic's value."""
         table = self.statistics_table
         values = self.statistic_values()
@@ -263,7 +297,7 @@ class AttentionOverview:
         column = np.array([values[layer, head] for layer, head in heads], dtype=np.float64)
         return column, [f"L{layer} H{head}" for layer, head in heads], [analysis.STATISTIC_LABELS[self.statistic]]
 
-    def _statistics_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def statistics_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The chosen head statistic [L, H] with "L{l}" / "H{h}" labels."""
         cfg = self.trace.config
         return (self.statistic_values(), [f"L{layer}" for layer in range(cfg.n_layers)],

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -37,6 +37,7 @@ from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
+from explorer.ui.interventions.targets import Point, Target, head_cells
 from explorer.ui.panels.attention.overview import AttentionOverview
 from explorer.ui.panels.attention.views import (
     BAR_NEGATIVE,
@@ -50,7 +51,7 @@ from explorer.ui.panels.attention.views import (
     mosaic_of,
     statistic_of,
 )
-from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
 
@@ -63,7 +64,17 @@ class AttentionSnapshot(PanelSnapshot):
     statistic: str = "induction"
 
 
-class AttentionPanel(AttentionOverview, Panel):
+@dataclass(frozen=True)
+class AttentionView(PanelView):
+    """The all-heads mosaic and its geometry (None: a long prompt's, computed progressively) and,
+    when the snapshot shows statistics, the chosen statistic's [L, H] values."""
+
+    mosaic: tuple[np.ndarray, MosaicGeometry] | None = None
+    statistic: str = "induction"
+    statistic_values: np.ndarray | None = None
+
+
+class AttentionPanel(Panel):
     title = "Attention"
     explanation = "attention"
 
@@ -71,9 +82,6 @@ class AttentionPanel(AttentionOverview, Panel):
         super().__init__(selection, parent)
         self.kind = "pattern"
         self.statistic = "induction"
-        self.geometry: MosaicGeometry | None = None
-        self.mosaic = np.zeros((0, 0), dtype=np.float32)
-        self._statistics: dict[str, np.ndarray] = {}
         self._head_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # current trace only
         self._detail_timer = QTimer(self)  # coalesces "layer" + "head" into one redraw
         self._detail_timer.setSingleShot(True)
@@ -83,7 +91,7 @@ class AttentionPanel(AttentionOverview, Panel):
         self._build_overview()
         self._build_detail()
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(self._overview_column)
+        splitter.addWidget(self.all_heads.column)
         splitter.addWidget(self._detail_column)
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 3)
@@ -128,6 +136,48 @@ class AttentionPanel(AttentionOverview, Panel):
         row.addWidget(self.info)
         self.body.addLayout(row)
 
+    def _build_overview(self) -> None:
+        """The all-heads grid and the head statistics: an object of their own, handed what they use."""
+        self.all_heads = heads = AttentionOverview(self.selection, self.info, self.stats_toggle, self.later,
+                                                   self.refresh_marks, self.layer_head, lambda: self.statistic)
+        # the widgets, under the panel's names too (tests, exports, the layout)
+        self.overview, self.overview_plot, self.overview_image = heads.overview, heads.overview_plot, heads.overview_image
+        self.overview_colorbar, self.selected_outline = heads.overview_colorbar, heads.selected_outline
+        self.statistics, self.statistics_outline = heads.statistics, heads.statistics_outline
+        self.statistic_cells, self.statistics_table = heads.statistic_cells, heads.statistics_table
+        self.statistics_area = heads.statistics_area
+
+    @property
+    def geometry(self) -> MosaicGeometry | None:
+        """How the all-heads image is tiled (None until it is drawn)."""
+        return self.all_heads.geometry
+
+    @property
+    def mosaic(self) -> np.ndarray:
+        """The all-heads image as drawn."""
+        return self.all_heads.mosaic
+
+    def statistic_values(self, name: str | None = None) -> np.ndarray:
+        """The [L, H] values of a head statistic for the current trace (computed once per trace)."""
+        return self.all_heads.statistic_values(name)
+
+    def head_at_scene(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        """(layer, head) of the overview tile under a scene position (what a click selects)."""
+        return self.all_heads.head_at_scene(scene_pos)
+
+    def overview_text(self, layer: int, head: int, query: int, key: int) -> str:
+        return self.all_heads.overview_text(layer, head, query, key)
+
+    # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
+    def intervention_targets(self) -> list[Target]:
+        """A head's tile in the all-heads grid, and its cell in the head-statistics heatmap."""
+        heads = self.all_heads
+        return [Target(self.overview_plot, heads.tile_component, heads.tile_mark_points), head_cells(self.statistics)]
+
+    def tile_marks(self) -> list[Point]:
+        """Where the all-heads grid draws its red crosses now (one per switched-off head)."""
+        return list(self._intervention_marks[0].points)
+
     def _build_detail(self) -> None:
         self.detail = AttentionHeatmap(colormap="viridis")
         self.detail.cell_clicked.connect(lambda row, _col: self.selection.set_token(row))
@@ -150,12 +200,12 @@ class AttentionPanel(AttentionOverview, Panel):
         self._detail_column = column
 
     def _register_exports(self) -> None:
-        self.add_exportable("attention, all heads", self.overview, self._overview_data)
+        self.add_exportable("attention, all heads", self.overview, self.all_heads.overview_data)
         self.add_exportable("attention, selected head", self.detail, self._detail_data)
         self.add_exportable("attention, selected query row", self.row_plot, self._row_data)
-        self.add_exportable("head statistics", self.statistics, self._statistics_data)
+        self.add_exportable("head statistics", self.statistics, self.all_heads.statistics_data)
         install_targets(self)  # right-click a tile or a cell: switch a head off (intervention_targets)
-        self.add_exportable("head statistics table", self.statistics_table, self._statistics_table_data)
+        self.add_exportable("head statistics table", self.statistics_table, self.all_heads.statistics_table_data)
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> AttentionSnapshot:
@@ -171,28 +221,26 @@ class AttentionPanel(AttentionOverview, Panel):
             return []
         return [f"blocks.{layer}.attn.pattern" for layer in range(trace.config.n_layers)]
 
-    def prepare(self, trace: Trace, snapshot: AttentionSnapshot) -> None:
+    def prepare(self, trace: Trace, snapshot: AttentionSnapshot) -> AttentionView:
         """On the worker thread: the patterns (when they fit), the mosaic and, if the snapshot shows
         them, the statistic."""
         super().prepare(trace, snapshot)
-        if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (show_trace)
+        if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (draw)
             cfg = trace.config
             trace.head(min(snapshot.layer, cfg.n_layers - 1), min(snapshot.head, cfg.n_heads - 1))
-            return
-        mosaic_of(trace)
-        if snapshot.statistics_on:
-            statistic_of(trace, snapshot.statistic)
+            return AttentionView(trace, statistic=snapshot.statistic)
+        values = statistic_of(trace, snapshot.statistic) if snapshot.statistics_on else None
+        return AttentionView(trace, mosaic_of(trace), snapshot.statistic, values)
 
-    def show_trace(self, trace: Trace) -> None:
-        self._statistics = {}
+    def draw(self, view: AttentionView) -> None:
         self._head_cache = {}
-        self._draw_overview()
-        self._draw_statistics()
+        prepared = {view.statistic: view.statistic_values} if view.statistic_values is not None else {}
+        self.all_heads.show(view.trace, view.mosaic, prepared)
         self._draw_detail()
 
     def selection_changed(self, what: str) -> None:
         if what in ("layer", "head"):
-            self._place_outlines()
+            self.all_heads.place_outlines()
             # set_layer_head emits "layer" then "head": draw the new head once, when both are set
             self._detail_timer.start()
         elif what == "token" and not self._detail_timer.isActive():
@@ -222,8 +270,8 @@ class AttentionPanel(AttentionOverview, Panel):
         self.stat_box.setEnabled(on)
         self.statistics_area.setVisible(on)
         if on:
-            self._give_statistics_room()
-        self._draw_statistics()
+            self.all_heads.give_statistics_room()
+        self.all_heads.draw_statistics()
 
     def set_statistic(self, name: str) -> None:
         """Choose the head statistic (a key of ``analysis.STATISTICS``)."""
@@ -234,7 +282,7 @@ class AttentionPanel(AttentionOverview, Panel):
         if self.stat_box.currentIndex() != index:
             self.stat_box.setCurrentIndex(index)  # re-enters through currentIndexChanged
             return
-        self._draw_statistics()
+        self.all_heads.draw_statistics()
 
     def query_row(self) -> int:
         """The query token whose row is drawn as bars: the selected token, else the last one."""

@@ -9,6 +9,8 @@ token up, blue down. Heads switched off (the session's interventions) write noth
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
@@ -17,7 +19,7 @@ from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, ffn_column, head_cells
-from explorer.ui.panels.base import Panel, PanelSnapshot, clamp_token
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.panels.interventions.dla_choice import DLAChoice, DLATargetBar, top_predictions
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
@@ -56,6 +58,14 @@ def attribution(trace: Trace, position: int | None, choice: DLAChoice = DEFAULT)
     return trace.memo(dla_key(trace, p, choice), compute)
 
 
+@dataclass(frozen=True)
+class DLAView(PanelView):
+    """The attribution at the snapshot's token (``position``, clamped), or why there is none."""
+
+    position: int = 0
+    attribution: DLA | str | None = None
+
+
 class DLAPanel(Panel):
     title = "Direct logit attribution"
     explanation = "dla"
@@ -88,11 +98,12 @@ class DLAPanel(Panel):
 
         return [head_cells(self.heatmap, heads), ffn_column(self.heatmap, ffn)]
 
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
-        attribution(trace, snapshot.token)
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> DLAView:
+        """On the worker: the attribution at the snapshot's token (memoised with the trace)."""
+        return DLAView(trace, clamp_token(snapshot.token, trace.n_tokens), attribution(trace, snapshot.token))
 
-    def show_trace(self, trace: Trace) -> None:
-        self._draw()
+    def draw(self, view: DLAView) -> None:
+        self._draw(view)
 
     def tokenizer_changed(self) -> None:
         """Another model: the chosen tokens are read again with its tokenizer (cleared, with a line, where
@@ -114,7 +125,7 @@ class DLAPanel(Panel):
         if what == "token":
             self._draw()
 
-    def _draw(self) -> None:
+    def _draw(self, view: DLAView | None = None) -> None:
         trace = self.trace
         position = self.selected_token
         logits = trace.get("logits")  # none in a trace file opened without its model: nothing to offer
@@ -122,7 +133,9 @@ class DLAPanel(Panel):
         self.choose.offer(self.tokenizer, [] if logits is None else top_predictions(logits[here]))
         choice = self._choice()
         key = dla_key(trace, position, choice)
-        if trace.memo_get(key) is None:  # not computed yet: in the background (a 1B model's
+        ready = (view.attribution if view is not None and view.trace is trace and view.position == here
+                 and choice == DEFAULT else None)  # the worker prepared the default target's
+        if ready is None and trace.memo_get(key) is None:  # not computed yet: in the background (a 1B model's
             self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
             self.result = None
             matrix = self.heatmap.matrix  # never another token's numbers under this one's name: blank cells,
@@ -131,7 +144,7 @@ class DLAPanel(Panel):
                                       self.heatmap.col_labels, value_name="logit contribution")
             self.later(("dla",), lambda check: attribution(trace, position, choice), lambda _got: self._draw())
             return
-        got = attribution(trace, position, choice)
+        got = ready if ready is not None else attribution(trace, position, choice)
         if isinstance(got, str):
             self.result = None
             self._say((f"{self.note} " if self.note else "") + got)

@@ -13,6 +13,7 @@ strip), so every panel shows the patched run and "What changed" compares it with
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, head_cells, resid_cells
-from explorer.ui.panels.base import Panel
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.session.workers import error_message
@@ -47,6 +48,14 @@ def run_patching(model: Transformer, clean: list[int], corrupt: list[int], targe
 MODEL_CHANGED = "A new model: the previous model's patching results were cleared."
 STALE_PROMPT = ("The prompt changed: these grids are for the clean prompt {clean} against {corrupt}. "
                 "Run patching again for the current prompt.")
+
+
+@dataclass(frozen=True)
+class PatchingView(PanelView):
+    """The trace's ids when it is the clean prompt's own run (None for a run with interventions:
+    an inspected patch keeps the clean prompt it was run for)."""
+
+    clean_ids: tuple[int, ...] | None = None
 
 
 class PatchingPanel(Panel):
@@ -109,9 +118,14 @@ class PatchingPanel(Panel):
     def attach(self, session: Session) -> None:
         super().attach(session)
         self.run_prompt.connect(session.set_prompt)
-    def show_trace(self, trace: Trace) -> None:
-        if not trace.interventions:  # the clean prompt: the window's own run (an inspected patch keeps it)
-            self._clean_ids = [int(i) for i in trace.token_ids]
+
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> PatchingView:
+        clean = None if trace.interventions else tuple(int(i) for i in trace.token_ids)
+        return PatchingView(trace, clean)
+
+    def draw(self, view: PatchingView) -> None:
+        if view.clean_ids is not None:  # the clean prompt: the window's own run (an inspected patch keeps it)
+            self._clean_ids = list(view.clean_ids)
         self._check_lengths()
         if self.result is not None:  # the grids stay, but say which prompt they are for
             stale = self._clean_ids != self._run_clean_ids

@@ -30,7 +30,7 @@ from explorer.core.display.tokens import vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, resid_cells
-from explorer.ui.panels.base import Panel, PanelSnapshot
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.plots import fixed_plot
@@ -66,6 +66,17 @@ def difference(trace: Trace, baseline: Trace | None) -> np.ndarray | None:
     return stream_difference(trace, baseline)
 
 
+@dataclass(frozen=True)
+class WhatChangedView(PanelView):
+    """The trace against its ``baseline`` (None without interventions): the stream's change and the
+    comparison at the snapshot's token (``position``: None for the last)."""
+
+    baseline: Trace | None = None
+    stream: np.ndarray | None = None
+    position: int | None = None
+    comparison: RunComparison | None = None
+
+
 class WhatChangedPanel(Panel):
     title = "What changed"
     explanation = "what_changed"
@@ -75,6 +86,7 @@ class WhatChangedPanel(Panel):
         self.result: RunComparison | None = None
         self.baseline: Trace | None = None  # the shown trace's run without interventions (from the Session)
         self._stream: np.ndarray | None = None
+        self._view: WhatChangedView | None = None  # what draw() drew last
         self.info = QLabel("No interventions: right-click a head, a neuron or a residual cell to switch it off.")
         # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
         # preferred height); the tooltip has the whole text
@@ -119,12 +131,22 @@ class WhatChangedPanel(Panel):
     def snapshot(self) -> WhatChangedSnapshot:
         return self._snapshot(WhatChangedSnapshot)
 
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
-        """Nothing ahead: the baseline reaches the Session with the trace (both are cheap to compare)."""
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> WhatChangedView:
+        """The comparison with the trace's baseline. The baseline reaches the Session with the trace, so
+        a view made on the worker before that has none; ``draw`` then makes it again (it is cheap)."""
+        baseline = self._baseline_of(trace)
+        return WhatChangedView(trace, baseline, difference(trace, baseline), snapshot.token,
+                               comparison(trace, baseline, snapshot.token))
 
-    def show_trace(self, trace: Trace) -> None:
-        self.baseline = self.session.baseline_of(trace) if self.session is not None else None
-        self._stream = difference(trace, self.baseline)
+    def _baseline_of(self, trace: Trace) -> Trace | None:
+        return self.session.baseline_of(trace) if self.session is not None else None
+
+    def draw(self, view: WhatChangedView) -> None:
+        if view.baseline is not self._baseline_of(view.trace):  # prepared before the baseline arrived
+            view = self.prepare(view.trace, self.snapshot())
+        self._view = view
+        self.baseline = view.baseline
+        self._stream = view.stream
         self._draw()
         matrix, rows, cols = self._stream_data()
         self.stream_map.set_data(matrix, rows, cols, value_name="relative change")
@@ -136,7 +158,11 @@ class WhatChangedPanel(Panel):
     # --- drawing ---------------------------------------------------------------------------------
     def _draw(self) -> None:
         trace = self.trace
-        self.result = comparison(trace, self.baseline, self.selection.token) if trace is not None else None
+        view, token = self._view, self.selection.token
+        if view is not None and view.trace is trace and view.position == token:
+            self.result = view.comparison
+        else:
+            self.result = comparison(trace, self.baseline, token) if trace is not None else None
         if self.result is None:
             self._say("No interventions: right-click a head, a neuron or a residual cell to switch it off. "
                               "This panel then compares the run with them to the run without.")

@@ -1,10 +1,17 @@
 """The neurons panel's detail views: the selected token's ranked neurons, and the selected neuron's
 activation at every token (bars), their histogram and its vocabulary effect, with their exported data.
 
-``NeuronDetail`` is mixed into ``NeuronsPanel``: the widgets and state it draws into are the panel's.
+``NeuronDetail`` is an object ``NeuronsPanel`` owns: it builds the right-hand column's widgets, draws
+into them and the panel's bar plot (handed to it), keeps what it shows (the ranked list, the bars,
+the histogram, the vocabulary effect), and learns what to show from a ``NeuronFocus`` the panel
+gives through a callback; it reads nothing else of the panel.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -15,7 +22,8 @@ from explorer.core.analysis.neurons import activation_histogram, top_neurons
 from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted, vocab_quoted, vocab_text
-from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, VOCAB_K, VOCAB_NOW_MACS, vocab_effect_of
+from explorer.core.trace import Trace
+from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, VOCAB_K, VOCAB_NOW_MACS, LayerView, vocab_effect_of
 from explorer.ui.panels.neurons.widgets import (
     BAR_HIST,
     BAR_NEGATIVE,
@@ -34,10 +42,55 @@ VOCAB_CAPTION = ("Direct path only: the neuron's output direction W_out[:, k], s
                  "not a proof. For a negative activation the roles swap.")
 
 
-class NeuronDetail:
-    """Drawing and exported data of the token and neuron detail views (a mixin of ``NeuronsPanel``)."""
+@dataclass(frozen=True)
+class NeuronFocus:
+    """What the detail views show: the trace, its layer's activations, the layer, the selected token
+    (the last when none) and the selected neuron (None: none)."""
 
-    def _build_detail(self) -> QSplitter:
+    trace: Trace
+    view: LayerView
+    layer: int
+    token: int
+    neuron: int | None
+
+
+class NeuronDetail:
+    """Drawing and exported data of the token and neuron detail views, for ``NeuronsPanel``.
+
+    ``bars_plot``/``bars``: the panel's plot of the neuron across tokens; ``focus()``: what to show now
+    (None: nothing); ``later``: the panel's background views; ``tokenizer()``: the model's tokenizer;
+    ``select_neuron(id)``: a row of the ranked table was chosen."""
+
+    def __init__(self, bars_plot: Any, bars: Any, *, focus: Callable[[], NeuronFocus | None],
+                 later: Callable[..., Any], tokenizer: Callable[[], Any],
+                 select_neuron: Callable[[int], None]) -> None:
+        self.bars_plot, self.bars = bars_plot, bars
+        self._focus, self.later, self._tokenizer, self._select = focus, later, tokenizer, select_neuron
+        self.ranked_ids: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        self.vocab_result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.hist: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(1))
+        self.bar_values = np.zeros(0, dtype=np.float32)
+        self._filling = False  # the table being refilled: its selection signals are ours, not the user's
+        self.column = self._build()
+        self.bars_plot.getViewBox().sigResized.connect(lambda *_: self.bar_ticks())
+
+    def clear(self) -> None:
+        """Nothing to show (no FFN, or activations not captured)."""
+        self.ranked_ids = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        self.vocab_result = None
+        self.hist = (np.zeros(0, np.int64), np.zeros(1))
+        self.bar_values = np.zeros(0, dtype=np.float32)
+        self.bars.setOpts(x=[], height=[], brushes=None, pens=None)
+        self.hist_bars.setOpts(x0=[], width=[], height=[])
+        self.ranked.setRowCount(0)
+        self.vocab.setRowCount(0)
+
+    def _on_ranked_row(self, row: int, _col: int, _prev_row: int, _prev_col: int) -> None:
+        if self._filling or not 0 <= row < self.ranked_ids[0].size:
+            return
+        self._select(int(self.ranked_ids[0][row]))
+
+    def _build(self) -> QSplitter:
         """The right-hand column: the token's ranked neurons, the neuron's histogram and vocabulary."""
         self.ranked_title = QLabel()
         self.ranked_title.setWordWrap(True)
@@ -80,13 +133,15 @@ class NeuronDetail:
         right.setStretchFactor(2, 3)
         return right
 
-    def _draw_ranked(self) -> None:
-        view = self._view
-        i = self.selected_token
-        ids, values = top_neurons(view.post, i, min(TOP_TOKEN_NEURONS, view.post.shape[1]))
-        self._ranked = (ids, values)
-        self.ranked_title.setText(f"<b>Most active neurons at token {quoted(self.trace.tokens[i])} ({i})</b>, "
-                                  f"L{self._layer}")
+    def draw_ranked(self) -> None:
+        f = self._focus()
+        if f is None:
+            return
+        i = f.token
+        ids, values = top_neurons(f.view.post, i, min(TOP_TOKEN_NEURONS, f.view.post.shape[1]))
+        self.ranked_ids = (ids, values)
+        self.ranked_title.setText(f"<b>Most active neurons at token {quoted(f.trace.tokens[i])} ({i})</b>, "
+                                  f"L{f.layer}")
         self._filling = True
         try:
             self.ranked.setRowCount(len(ids))
@@ -94,13 +149,15 @@ class NeuronDetail:
                 self.ranked.setItem(r, 0, cell(str(r + 1), True))
                 self.ranked.setItem(r, 1, cell(f"#{j}", True))
                 self.ranked.setItem(r, 2, cell(f"{v:.4f}", True))
-            self._mark_ranked_row()
+            self.mark_ranked_row()
         finally:
             self._filling = False
 
-    def _mark_ranked_row(self) -> None:
-        ids = self._ranked[0]
-        where = np.flatnonzero(ids == self.selected_neuron) if self.selected_neuron is not None else []
+    def mark_ranked_row(self) -> None:
+        f = self._focus()
+        neuron = f.neuron if f is not None else None
+        ids = self.ranked_ids[0]
+        where = np.flatnonzero(ids == neuron) if neuron is not None else []
         filling, self._filling = self._filling, True
         try:
             if len(where):
@@ -111,85 +168,99 @@ class NeuronDetail:
         finally:
             self._filling = filling
 
-    def _draw_neuron(self) -> None:
-        if self.selected_neuron is None:
+    def draw_neuron(self) -> None:
+        f = self._focus()
+        if f is None or f.neuron is None:
             return
-        self._draw_bars()
-        self._draw_histogram()
-        self._draw_vocab()
+        self.draw_bars()
+        self.draw_histogram()
+        self.draw_vocab()
 
-    def _draw_bars(self) -> None:
-        j = self.selected_neuron
-        if j is None:
+    def draw_bars(self) -> None:
+        f = self._focus()
+        if f is None or f.neuron is None:
             return
-        values = self._view.post[:, j]
+        j = f.neuron
+        values = f.view.post[:, j]
         self.bar_values = values
         n = values.size
-        i = self.selected_token
+        i = f.token
         brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
         pens = [pg.mkPen(None)] * n
         pens[i] = SELECTED_PEN
         self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=pens)
-        tokens = self.trace.tokens
-        self.bars_plot.setTitle(f"L{self._layer} neuron #{j}: activation at each token "
+        tokens = f.trace.tokens
+        self.bars_plot.setTitle(f"L{f.layer} neuron #{j}: activation at each token "
                                 f"(selected: {quoted(tokens[i])} ({i}) = {values[i]:.4f})")
-        self._bar_ticks()
+        self.bar_ticks()
         lo, hi = finite_extent(values)
         self.bars_plot.setXRange(0, max(n, 1), padding=0.01)
         self.bars_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 
-    def _bar_ticks(self) -> None:
+    def bar_ticks(self) -> None:
         """Token labels under the bars, as many as fit the plot's width."""
-        if self.trace is None:
+        f = self._focus()
+        if f is None:
             return
-        tokens = self.trace.tokens
+        tokens = f.trace.tokens
         longest = min(8, max((len(t) for t in tokens), default=1))
         room = int(max(self.bars_plot.getViewBox().width(), 100.0) / (7.0 * longest + 12.0))
         self.bars_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, room)),
                                                                  max_chars=8)])
 
-    def _draw_histogram(self) -> None:
-        values = self._view.post[:, self.selected_neuron]
+    def draw_histogram(self) -> None:
+        f = self._focus()
+        if f is None or f.neuron is None:
+            return
+        values = f.view.post[:, f.neuron]
         bins = int(np.clip(values.size, 10, 40))
         counts, edges = activation_histogram(values, bins=bins)
-        self._hist = (counts, edges)
+        self.hist = (counts, edges)
         self.hist_bars.setOpts(x0=edges[:-1], width=np.diff(edges), height=counts)
-        self.hist_plot.setTitle(f"neuron #{self.selected_neuron}: its {values.size} activations over the prompt")
+        self.hist_plot.setTitle(f"neuron #{f.neuron}: its {values.size} activations over the prompt")
         self.hist_plot.setXRange(float(edges[0]), float(edges[-1]), padding=0.03)
         top = max(1, int(counts.max(initial=0)))
         self.hist_plot.setYRange(0, top, padding=0.05)
         step = max(1, int(np.ceil(top / 6)))
         self.hist_plot.getAxis("left").setTickSpacing(step, step)  # whole tokens only
-        self._place_hist_marker()
+        self.place_hist_marker()
 
-    def _place_hist_marker(self) -> None:
-        if self.selected_neuron is None:
+    def place_hist_marker(self) -> None:
+        f = self._focus()
+        if f is None or f.neuron is None:
             return
-        self.hist_marker.setValue(float(self._view.post[self.selected_token, self.selected_neuron]))
+        self.hist_marker.setValue(float(f.view.post[f.token, f.neuron]))
 
-    def _draw_vocab(self) -> None:
-        j = self.selected_neuron
-        if j is None:
+    def draw_vocab(self) -> None:
+        f = self._focus()
+        if f is None or f.neuron is None:
             return
-        trace, layer, vocab = self.trace, self._layer, self._vocab_size()
+        trace, layer, j = f.trace, f.layer, f.neuron
+        tokenizer = self._tokenizer()
+        vocab = getattr(tokenizer, "vocab_size", None) if tokenizer is not None else None
         cfg = trace.config
         key = ("neurons.vocab", layer, j, VOCAB_K, vocab)
         if trace.memo_get(key, _MISSING) is _MISSING and cfg.vocab_size * cfg.d_model > VOCAB_NOW_MACS:
-            self._vocab = None
+            self.vocab_result = None
             self.vocab.setRowCount(0)
             self.vocab_title.setText(f"<b>L{layer} neuron #{j}: vocabulary it promotes and suppresses</b>: "
                                      "computing\u2026")
-            self.later(("vocab",), lambda check: vocab_effect_of(trace, layer, j, vocab),
-                       lambda _: self._draw_vocab() if (self._layer, self.selected_neuron) == (layer, j) else None)
+
+            def apply(_: object) -> None:
+                now = self._focus()
+                if now is not None and (now.layer, now.neuron) == (layer, j):
+                    self.draw_vocab()
+
+            self.later(("vocab",), lambda check: vocab_effect_of(trace, layer, j, vocab), apply)
             return
         result = vocab_effect_of(trace, layer, j, vocab)
-        self._vocab = result
+        self.vocab_result = result
         self.vocab.setRowCount(0)
         if result is None:
             self.vocab_title.setText(f"What neuron #{j} writes needs the loaded model's weights "
                                      f"(this trace has none).")
             return
-        self.vocab_title.setText(f"<b>L{self._layer} neuron #{j}: vocabulary it promotes and suppresses</b>")
+        self.vocab_title.setText(f"<b>L{layer} neuron #{j}: vocabulary it promotes and suppresses</b>")
         up_ids, up, down_ids, down = result
         self.vocab.setRowCount(max(len(up_ids), len(down_ids)))
         for r, (a, va) in enumerate(zip(up_ids.tolist(), up.tolist())):
@@ -201,45 +272,48 @@ class NeuronDetail:
 
     def _token_text(self, token_id: int) -> str:
         """The vocabulary table's text: quoted, with the glyphs every panel uses."""
-        return vocab_quoted(self.tokenizer, token_id, max_chars=40)
+        return vocab_quoted(self._tokenizer(), token_id, max_chars=40)
 
     def _token_data(self, token_id: int) -> str:
         """The exported label: the exact display string (data, not a picture)."""
-        text = vocab_text(self.tokenizer, token_id)
+        text = vocab_text(self._tokenizer(), token_id)
         return text if text == f"#{token_id}" else repr(text)
 
     # --- exported data ---------------------------------------------------------------------------
-    def _token_labels(self) -> list[str]:
-        return token_labels(self.trace.tokens) if self.trace is not None else []
-    def _ranked_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def ranked_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The selected token's most active neurons [k]: rows "#neuron", one column naming the token."""
-        ids, values = self._ranked
-        if self._view is None:
+        ids, values = self.ranked_ids
+        f = self._focus()
+        if f is None:
             return np.zeros(0, np.float32), [], []
-        label = self._token_labels()[self.selected_token]
-        return values, [f"#{j}" for j in ids.tolist()], [f"L{self._layer} activation at {label}"]
+        label = token_labels(f.trace.tokens)[f.token]
+        return values, [f"#{j}" for j in ids.tolist()], [f"L{f.layer} activation at {label}"]
 
-    def _bars_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def bars_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The selected neuron's activation at every token [n]."""
-        if self._view is None or self.selected_neuron is None:
+        f = self._focus()
+        if f is None or f.neuron is None:
             return np.zeros(0, np.float32), [], []
-        return self.bar_values, self._token_labels(), [f"L{self._layer} neuron #{self.selected_neuron}"]
+        return self.bar_values, token_labels(f.trace.tokens), [f"L{f.layer} neuron #{f.neuron}"]
 
-    def _hist_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def hist_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """Token counts per activation bin [bins]: rows "[lo, hi)", the last bin closed."""
-        counts, edges = self._hist
-        if self._view is None or counts.size == 0:
+        counts, edges = self.hist
+        f = self._focus()
+        if f is None or counts.size == 0:
             return np.zeros(0, np.int64), [], []
         rows = [f"[{edges[b]:.6g}, {edges[b + 1]:.6g}{']' if b == counts.size - 1 else ')'}"
                 for b in range(counts.size)]
-        return counts, rows, [f"tokens, L{self._layer} neuron #{self.selected_neuron}"]
+        return counts, rows, [f"tokens, L{f.layer} neuron #{f.neuron}"]
 
-    def _vocab_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def vocab_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """Promoted then suppressed tokens [2k]: the direct-path logit change per unit of activation."""
-        if self._vocab is None:
+        if self.vocab_result is None:
             return np.zeros(0, np.float32), [], []
-        up_ids, up, down_ids, down = self._vocab
+        f = self._focus()
+        layer, neuron = (f.layer, f.neuron) if f is not None else (0, None)
+        up_ids, up, down_ids, down = self.vocab_result
         rows = [f"promoted {r + 1}: {i}:{self._token_data(i)}" for r, i in enumerate(up_ids.tolist())]
         rows += [f"suppressed {r + 1}: {i}:{self._token_data(i)}" for r, i in enumerate(down_ids.tolist())]
         return (np.concatenate([up, down]).astype(np.float32), rows,
-                [f"direct logit effect per unit activation, L{self._layer} neuron #{self.selected_neuron}"])
+                [f"direct logit effect per unit activation, L{layer} neuron #{neuron}"])

@@ -18,8 +18,6 @@ K and neuron of a ``NeuronsSnapshot`` taken on the GUI thread, and kept with ``t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -33,16 +31,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
 from explorer.core.interventions.spec import Intervention
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.panels.neurons.detail import NeuronDetail
+from explorer.ui.panels.neurons.snapshot import NeuronsSnapshot, NeuronsView, neurons_view
+from explorer.ui.panels.neurons.detail import NeuronDetail, NeuronFocus
 from explorer.ui.panels.neurons.views import (
     DEFAULT_TOP_K,
     ORDERS,
-    VOCAB_NOW_MACS,
     LayerView,
     arranged,
     column_marks,
@@ -51,7 +50,6 @@ from explorer.ui.panels.neurons.views import (
     neuron_for,
     switched_off,
     top_ids,
-    vocab_effect_of,
 )
 from explorer.ui.panels.neurons.widgets import (
     BAR_POSITIVE,
@@ -68,17 +66,7 @@ NOT_CAPTURED_NOTE = ("Layer {layer}'s FFN activations were not captured in this 
                      "they cannot be recomputed.")
 
 
-@dataclass(frozen=True)
-class NeuronsSnapshot(PanelSnapshot):
-    """The neurons panel's options for ``prepare``: K, and the neuron chosen by hand on ``neuron_layer``."""
-
-    top_k: int = DEFAULT_TOP_K
-    neuron: int | None = None
-    neuron_layer: int | None = None
-    order: str = "index"
-
-
-class NeuronsPanel(NeuronDetail, Panel):
+class NeuronsPanel(Panel):
     title = "FFN neurons"
     explanation = "ffn"
 
@@ -91,11 +79,7 @@ class NeuronsPanel(NeuronDetail, Panel):
         self._view: LayerView | None = None
         self._layer = 0
         self._columns = np.zeros(0, dtype=np.int64)
-        self._ranked: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.float32))
-        self._vocab: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._hist: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(1))
         self._colormap = "viridis"
-        self._filling = False  # tables being refilled: their selection signals are ours, not the user's
         self._build_controls()
         self._build_content()
         self._register_exports()
@@ -156,8 +140,6 @@ class NeuronsPanel(NeuronDetail, Panel):
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=BAR_POSITIVE, pen=None)
         self.bars_plot.addItem(self.bars)
         self.bars_plot.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#888", width=1)))
-        self.bar_values = np.zeros(0, dtype=np.float32)
-        self.bars_plot.getViewBox().sigResized.connect(lambda *_: self._bar_ticks())
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.heatmap)
@@ -165,7 +147,13 @@ class NeuronsPanel(NeuronDetail, Panel):
         left.setStretchFactor(0, 3)
         left.setStretchFactor(1, 2)
 
-        right = self._build_detail()
+        self.detail = NeuronDetail(self.bars_plot, self.bars, focus=self._focus, later=self.later,
+                                   tokenizer=lambda: self.tokenizer, select_neuron=self.select_neuron)
+        d = self.detail  # its widgets, under the panel's names too (tests, exports)
+        self.ranked_title, self.ranked, self.hist_plot, self.hist_bars = d.ranked_title, d.ranked, d.hist_plot, d.hist_bars
+        self.hist_marker, self.vocab_title, self.vocab, self.vocab_caption = (d.hist_marker, d.vocab_title, d.vocab,
+                                                                              d.vocab_caption)
+        right = d.column
 
         self.content = QSplitter(Qt.Orientation.Horizontal)
         self.content.addWidget(left)
@@ -176,10 +164,10 @@ class NeuronsPanel(NeuronDetail, Panel):
 
     def _register_exports(self) -> None:
         self.add_exportable("neuron activations", self.heatmap, self._heatmap_data)
-        self.add_exportable("selected token's top neurons", self.ranked, self._ranked_data)
-        self.add_exportable("selected neuron across tokens", self.bars_plot, self._bars_data)
-        self.add_exportable("selected neuron histogram", self.hist_plot, self._hist_data)
-        self.add_exportable("selected neuron vocabulary effect", self.vocab, self._vocab_data)
+        self.add_exportable("selected token's top neurons", self.ranked, self.detail.ranked_data)
+        self.add_exportable("selected neuron across tokens", self.bars_plot, self.detail.bars_data)
+        self.add_exportable("selected neuron histogram", self.hist_plot, self.detail.hist_data)
+        self.add_exportable("selected neuron vocabulary effect", self.vocab, self.detail.vocab_data)
         install_targets(self)  # right-click a column: switch that neuron off (intervention_targets)
 
     # --- the panel contract ----------------------------------------------------------------------
@@ -193,38 +181,26 @@ class NeuronsPanel(NeuronDetail, Panel):
             return []
         return [f"blocks.{layer_of(trace, snapshot.layer)}.mlp.post"]
 
-    def prepare(self, trace: Trace, snapshot: NeuronsSnapshot) -> None:
+    def prepare(self, trace: Trace, snapshot: NeuronsSnapshot) -> NeuronsView:
         """On the worker thread: the snapshot's layer's activations, orderings, levels and top-K
-        subset, and the vocabulary effect of the neuron that ``show_trace`` will select."""
-        if not trace.config.has_ffn:
-            return
-        layer = layer_of(trace, snapshot.layer)
-        view = layer_view(trace, layer)
-        if view is None:
-            return
-        top_ids(trace, layer, view, snapshot.top_k)
-        view.order(snapshot.order)
-        neuron = neuron_for(view, layer, snapshot.token, snapshot.neuron, snapshot.neuron_layer)
-        cfg = trace.config
-        if neuron is not None and cfg.vocab_size * cfg.d_model <= VOCAB_NOW_MACS:  # else progressive (detail.py)
-            vocab_size = getattr(snapshot.tokenizer, "vocab_size", None) if snapshot.tokenizer is not None else None
-            vocab_effect_of(trace, layer, neuron, vocab_size)
+        subset, and the vocabulary effect of the neuron that ``draw`` will select (``neurons_view``)."""
+        return neurons_view(trace, snapshot)
 
-    def show_trace(self, trace: Trace) -> None:
-        self._draw_layer()
+    def draw(self, view: NeuronsView) -> None:
+        self._draw_layer(view)
 
     def selection_changed(self, what: str) -> None:
         if what == "layer":
             self._draw_layer()
         elif what == "token" and self._view is not None:
             self._place_outlines()
-            self._draw_ranked()
-            self._draw_bars()
-            self._place_hist_marker()
+            self.detail.draw_ranked()
+            self.detail.draw_bars()
+            self.detail.place_hist_marker()
 
     def tokenizer_changed(self) -> None:
         if self.trace is not None and self._view is not None:
-            self._draw_vocab()
+            self.detail.draw_vocab()
 
     # --- public controls -------------------------------------------------------------------------
     def set_order(self, mode: str) -> None:
@@ -261,8 +237,8 @@ class NeuronsPanel(NeuronDetail, Panel):
             return
         self.selected_neuron, self._neuron_layer = neuron, self._layer
         self._place_outlines()
-        self._mark_ranked_row()
-        self._draw_neuron()
+        self.detail.mark_ranked_row()
+        self.detail.draw_neuron()
 
     def layer(self) -> int:
         return self._layer
@@ -292,11 +268,22 @@ class NeuronsPanel(NeuronDetail, Panel):
 
     def ranked_neurons(self) -> tuple[np.ndarray, np.ndarray]:
         """The selected token's ranked list as shown: (neuron ids, activations)."""
-        return self._ranked
+        return self.detail.ranked_ids
 
     def vocab_effect(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """What the selected neuron's vocabulary table shows (see ``neuron_vocab_effect``)."""
-        return self._vocab
+        return self.detail.vocab_result
+
+    @property
+    def bar_values(self) -> np.ndarray:
+        """The selected neuron's activation at every token, as the bars show it."""
+        return self.detail.bar_values
+
+    def _focus(self) -> NeuronFocus | None:
+        """What the detail views show now (None: nothing, no FFN or no activations)."""
+        if self.trace is None or self._view is None:
+            return None
+        return NeuronFocus(self.trace, self._view, self._layer, self.selected_token, self.selected_neuron)
 
     # --- computing (views.py; these read the GUI-thread state) ------------------------------------
     def _layer_of(self, trace: Trace) -> int:
@@ -312,18 +299,20 @@ class NeuronsPanel(NeuronDetail, Panel):
         self.content.setVisible(text is None)
         self.controls.setVisible(text is None)
 
-    def _draw_layer(self) -> None:
+    def _draw_layer(self, ready: NeuronsView | None = None) -> None:
         trace = self.trace
         if trace is None:
             return
         self._layer = self._layer_of(trace)
+        if ready is not None and (ready.trace is not trace or ready.layer != self._layer):
+            ready = None  # prepared for another trace or layer
         if not trace.config.has_ffn:
             self._view = None
             self._clear()
             self._show_note(NO_FFN_NOTE)
             self.info.setText("")
             return
-        self._view = layer_view(trace, self._layer)
+        self._view = ready.layer_view if ready is not None else layer_view(trace, self._layer)
         if self._view is None:
             self._clear()
             self._show_note(NOT_CAPTURED_NOTE.format(layer=self._layer))
@@ -337,23 +326,16 @@ class NeuronsPanel(NeuronDetail, Panel):
         neuron = neuron_for(self._view, self._layer, self.selection.token, self.selected_neuron, self._neuron_layer)
         self.selected_neuron, self._neuron_layer = neuron, self._layer
         self.redraw_heatmap()
-        self._draw_ranked()
-        self._draw_neuron()
+        self.detail.draw_ranked()
+        self.detail.draw_neuron()
 
     def _clear(self) -> None:
         self._columns = np.zeros(0, dtype=np.int64)
         self.selected_neuron = None
-        self._ranked = (np.zeros(0, np.int64), np.zeros(0, np.float32))
-        self._vocab = None
-        self._hist = (np.zeros(0, np.int64), np.zeros(1))
-        self.bar_values = np.zeros(0, dtype=np.float32)
+        self.detail.clear()
         self.heatmap.set_data(np.zeros((0, 0), np.float32))
         self.column_outline.setVisible(False)
         self.row_outline.setVisible(False)
-        self.bars.setOpts(x=[], height=[], brushes=None, pens=None)
-        self.hist_bars.setOpts(x0=[], width=[], height=[])
-        self.ranked.setRowCount(0)
-        self.vocab.setRowCount(0)
 
     def shown_columns(self) -> np.ndarray:
         """The columns for the current order and K (ids, left to right), switched-off neurons kept."""
@@ -411,15 +393,9 @@ class NeuronsPanel(NeuronDetail, Panel):
             self.selection.set_token(row)
             self.select_neuron(int(self._columns[col]))
 
-    def _on_ranked_row(self, row: int, _col: int, _prev_row: int, _prev_col: int) -> None:
-        if self._filling or not 0 <= row < self._ranked[0].size:
-            return
-        self.select_neuron(int(self._ranked[0][row]))
-
-    # --- exported data ---------------------------------------------------------------------------
     def _heatmap_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The shown [n, K] activations; rows "i:token", columns "#neuron" left to right."""
         if self._view is None:
             return np.zeros((0, 0), np.float32), [], []
-        return (np.asarray(self.heatmap.matrix), self._token_labels(),
+        return (np.asarray(self.heatmap.matrix), token_labels(self.trace.tokens),
                 [f"#{j}" for j in self._columns.tolist()])

@@ -13,22 +13,26 @@ the selected one first, then blocks of positions nearest to it, each drawn as it
 position is computed its cells are blank and the title says "computing…"; a newer trace or a hidden
 panel stops the work.
 
-``LogitLensView`` is mixed into ``ResidualPanel``: the widgets and state it uses are the panel's.
+``LogitLensView`` is an object ``ResidualPanel`` owns: it is handed the lens widgets the panel lays
+out and callbacks (background work, the selected token, token texts, cell descriptions), keeps the
+lens's own state (the lens, its cell texts, the window shown) and reads nothing else of the panel.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QPainterPath
+from PySide6.QtWidgets import QCheckBox, QGraphicsPathItem
 
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted, vocab_text
 from explorer.core.trace import Trace
-from explorer.ui.panels.residual.cells import percent, visible_text
+from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, percent, visible_text
 from explorer.ui.widgets.heatmap import dark_cells
 
 LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists them)
@@ -73,21 +77,61 @@ def lens_of(trace: Trace, tokenizer: Any) -> core.LogitLens | None:
     return trace.memo(("residual.lens", LENS_TOP, vocab), lambda: core.empty_lens(trace, LENS_TOP, vocab))
 
 
-def lens_texts_of(trace: Trace, lens: core.LogitLens | None, tokenizer: Any) -> list[list[str]]:
+def lens_texts(lens: core.LogitLens | None, tokenizer: Any) -> list[list[str]]:
     """Each lens cell's top prediction as written in the cell (a complete lens; [] otherwise)."""
     if lens is None or not lens.complete:
         return []
-
-    def compute() -> list[list[str]]:
-        top = lens.ids[..., 0]
-        shown = {int(i): visible_text(vocab_text(tokenizer, int(i))) for i in np.unique(top)}
-        return [[shown[int(i)] for i in row] for row in top]
-
-    return trace.memo(("residual.lens_texts", LENS_TOP, vocab_size_of(tokenizer), id(tokenizer)), compute)
+    top = lens.ids[..., 0]
+    shown = {int(i): visible_text(vocab_text(tokenizer, int(i))) for i in np.unique(top)}
+    return [[shown[int(i)] for i in row] for row in top]
 
 
 class LogitLensView:
-    """Drawing, tooltips and exported data of the lens heatmap (a mixin of ``ResidualPanel``)."""
+    """Drawing, tooltips and exported data of the lens heatmap, for ``ResidualPanel``.
+
+    Widgets: the heatmap, its cell texts, its next-token outlines and the "whole prompt" box.
+    Callbacks: ``later(key, compute, apply, priority)`` (the panel's background views),
+    ``pending_keys()`` (the keys of its views still waiting), ``selected_token()``, ``token_text(id)``
+    (a vocabulary id as text), ``tokenizer()`` and ``where(row_label, col)`` (a cell's place in words)."""
+
+    def __init__(self, lens_map: DescribedHeatmap, cells: CellTexts, marks: QGraphicsPathItem, whole: QCheckBox, *,
+                 later: Callable[..., Any], pending_keys: Callable[[], list], selected_token: Callable[[], int],
+                 token_text: Callable[[int], str], tokenizer: Callable[[], Any],
+                 where: Callable[[str, int], str]) -> None:
+        self.lens_map, self.lens_cells, self.lens_marks, self.lens_whole = lens_map, cells, marks, whole
+        self.later, self._pending_keys, self._selected = later, pending_keys, selected_token
+        self.token_text, self._tokenizer, self._where = token_text, tokenizer, where
+        self.trace: Trace | None = None
+        self.lens: core.LogitLens | None = None
+        self.lens_texts: list[list[str]] = []  # [B][n]: the top prediction's text as written in the cell
+        self.next_token_hits = np.zeros((0, 0), dtype=bool)  # [B, n]: top prediction == the real next token
+        self._prepared_texts: tuple[core.LogitLens | None, list[list[str]]] = (None, [])  # from the view
+        self._lens_start: int | None = None  # first position of the lens window (lens_span)
+        self._lens_shown = (0, 0)  # the positions the lens grid shows now, start .. stop - 1
+        self._lens_window_job: tuple | None = None  # (lens, start, stop) of the last window job asked for
+
+    def show(self, trace: Trace, lens: core.LogitLens | None, texts: list[list[str]]) -> None:
+        """A new trace's lens (``texts``: every cell's text when it is complete, prepared with it)."""
+        self.trace, self.lens = trace, lens
+        self.lens_texts = texts
+        self._prepared_texts = (lens, texts)
+        self._lens_start = None  # a new prompt: the window centres on the selected token again
+        self._draw_lens()
+
+    @property
+    def shown(self) -> tuple[int, int]:
+        """The positions the grid shows now, start .. stop - 1."""
+        return self._lens_shown
+
+    def moved(self) -> bool:
+        """Whether the positions to show differ from those shown (the selection or the width changed)."""
+        return self.trace is not None and self.lens is not None and self.lens_span() != self._lens_shown
+
+    def _complete_texts(self) -> list[list[str]]:
+        lens, texts = self._prepared_texts
+        if lens is self.lens and texts:
+            return texts
+        return lens_texts(self.lens, self._tokenizer())
 
     def lens_window(self) -> int:
         """How many positions the lens shows around the selected token: as many as fit its grid at
@@ -105,7 +149,7 @@ class LogitLensView:
         width = self.lens_window()
         if self.lens_whole.isChecked() or n <= width or lens_cost(trace) <= LENS_NOW_MACS:
             return 0, n  # (a cheap lens is computed whole with the trace: all of it is shown)
-        selected = self.selected_token
+        selected = self._selected()
         start = self._lens_start
         if start is None or not start <= selected < start + width or start + width > n \
                 or self._lens_shown[1] - self._lens_shown[0] != width:
@@ -113,12 +157,9 @@ class LogitLensView:
         self._lens_start = start
         return start, start + width
 
-    def _lens_resized(self) -> None:
-        """The grid's width changed: show as many positions as now fit (computing the new ones)."""
-        if self.trace is not None and self.lens is not None and self.lens_span() != self._lens_shown:
-            self._draw_lens()
-            self._draw_token()
-            self._schedule_lens()
+    def draw(self) -> None:
+        """Draw the lens at the positions to show now."""
+        self._draw_lens()
 
     def _draw_lens(self) -> None:
         lens, trace = self.lens, self.trace
@@ -154,7 +195,7 @@ class LogitLensView:
                 self.lens_texts = [[visible_text(self.token_text(int(lens.ids[r, a + i, 0]))) if filled[i] else ""
                                     for i in range(n)] for r in range(B)]
             else:  # the whole lens, complete (perhaps just now, by its last block): every cell's text
-                self.lens_texts = lens_texts_of(trace, lens, self.tokenizer)
+                self.lens_texts = self._complete_texts()
             self.lens_cells.set_cells(self.lens_texts, hits, dark_cells(self.lens_map.colormap, top1, (0.0, 1.0)))
         else:
             self.lens_cells.set_cells([], np.zeros((0, 0), bool), np.zeros((0, 0), bool))
@@ -176,14 +217,14 @@ class LogitLensView:
         """The token position of a column of the lens grid."""
         return self._lens_shown[0] + col
 
-    def _schedule_lens(self) -> None:
+    def schedule(self) -> None:
         """Ask for the positions of a progressive lens that are shown and not computed yet: a window's
         missing positions in one job; the whole prompt's, the selected one first, then blocks of
         positions nearest to it first (each drawn when it arrives)."""
         lens, trace = self.lens, self.trace
         if lens is None or trace is None or lens.complete:
             return
-        vocab = vocab_size_of(self.tokenizer)
+        vocab = vocab_size_of(self._tokenizer())
         a, b = self.lens_span()
         if (a, b) != (0, trace.n_tokens):
             missing = np.flatnonzero(~lens.filled[a:b])
@@ -191,12 +232,12 @@ class LogitLensView:
                 lo, hi = a + int(missing[0]), a + int(missing[-1]) + 1
                 running = self._lens_window_job
                 if running is not None and running[0] is lens and running[1] <= lo and hi <= running[2] \
-                        and any(j.key == ("lens", "window") for j in self._lane().pending(self)):
+                        and ("lens", "window") in self._pending_keys():
                     return  # the job under way covers these positions already: let it finish
                 self._lens_window_job = (lens, lo, hi)
                 self._lens_job(("lens", "window"), lo, hi, vocab, priority=0)
             return
-        n, step, selected = trace.n_tokens, block_positions(trace), self.selected_token
+        n, step, selected = trace.n_tokens, block_positions(trace), self._selected()
         if not lens.filled[selected]:
             self._lens_job(("lens", "selected"), selected, selected + 1, vocab, priority=0)
         for start in range(0, n, step):
@@ -240,7 +281,7 @@ class LogitLensView:
         return "\n".join(lines)
 
 
-    def _lens_probs_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def probs_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The top prediction's probability at every boundary and shown position [L+1, shown] (NaN where
         not computed yet)."""
         if self.lens is None:
@@ -249,7 +290,7 @@ class LogitLensView:
         probs = np.where(self.lens.filled[None, a:b], self.lens.probs[:, a:b, 0], np.nan).astype(np.float32)
         return probs, list(self.lens.labels), token_labels(self.trace.tokens)[a:b]
 
-    def _lens_ids_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+    def ids_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The top prediction's vocabulary id at every boundary and shown position [L+1, shown] (int64; -1
         where not computed yet)."""
         if self.lens is None:

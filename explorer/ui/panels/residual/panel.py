@@ -51,12 +51,8 @@ from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
 from explorer.ui.panels.residual.headroom import LegendHeadroom
-from explorer.ui.panels.residual.lens import (
-    NEXT_TOKEN,
-    LogitLensView,
-    lens_of,
-    lens_texts_of,
-)
+from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView
+from explorer.ui.panels.residual.view import ResidualView, residual_view
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
 from explorer.ui.widgets.plots import fixed_plot, outline
@@ -67,7 +63,7 @@ SELECTED_LINE = pg.mkPen("#ff2d55", width=2.5)
 OTHER_LINES = pg.mkPen((150, 150, 150, 90), width=1)
 
 
-class ResidualPanel(LogitLensView, Panel):
+class ResidualPanel(Panel):
     title = "Residual stream & logit lens"
     explanation = "residual"
 
@@ -76,14 +72,9 @@ class ResidualPanel(LogitLensView, Panel):
         self.norms = np.zeros((0, 0), dtype=np.float32)
         self.contributions: dict[str, np.ndarray] | None = None
         self.cosine = np.zeros((0, 0), dtype=np.float32)
-        self.lens: core.LogitLens | None = None
-        self.lens_texts: list[list[str]] = []  # [B][n]: the top prediction's text as written in the cell
-        self.next_token_hits = np.zeros((0, 0), dtype=bool)  # [B, n]: top prediction == the real next token
         self._labels: list[str] = []  # boundary labels
-        self._lens_start: int | None = None  # first position of the lens window (lens.py: lens_span)
-        self._lens_shown = (0, 0)  # the positions the lens grid shows now, start .. stop - 1
-        self._lens_window_job: tuple | None = None  # (lens, start, stop) of the last window job asked for
         self._texts: dict[int, str] = {}  # vocabulary id -> display text, for the current trace
+        self._view: ResidualView | None = None  # what draw() drew last
 
         row = QHBoxLayout()
         self.info = QLabel()
@@ -117,7 +108,6 @@ class ResidualPanel(LogitLensView, Panel):
         self.bars_headroom = LegendHeadroom(self.bars_plot, self.bars_legend, lambda: self._bars_top)
 
         self.lens_map = DescribedHeatmap(colormap="viridis", title="logit lens")
-        self.lens_map.describe = self.lens_cell_text
         self.lens_cells = CellTexts()
         self.lens_cells.setZValue(20)
         self.lens_map.plot.addItem(self.lens_cells)
@@ -139,6 +129,12 @@ class ResidualPanel(LogitLensView, Panel):
                                    "positions around the selected token")
         self.lens_whole.toggled.connect(self._on_lens_whole)
         self.lens_whole.setVisible(False)
+        self.lens_view = LogitLensView(  # the lens: an object of its own, handed what it uses
+            self.lens_map, self.lens_cells, self.lens_marks, self.lens_whole, later=self.later,
+            pending_keys=lambda: [job.key for job in self._lane().pending(self)],
+            selected_token=lambda: self.selected_token, token_text=self.token_text,
+            tokenizer=lambda: self.tokenizer, where=self._where)
+        self.lens_map.describe = self.lens_view.lens_cell_text
         self._lens_resize = QTimer(self)  # the grid's width settles: show as many positions as fit
         self._lens_resize.setSingleShot(True)
         self._lens_resize.setInterval(80)
@@ -180,8 +176,8 @@ class ResidualPanel(LogitLensView, Panel):
         self.add_exportable("consecutive cosine", self.cosine_map, self._cosine_data)
         # two exports of one plot: the menu hosts one set of actions per plot, so the token ids
         # (registered first, then displaced) come back as a submenu below the probabilities'
-        ids = self.add_exportable("logit lens top token ids", self.lens_map, self._lens_ids_data)
-        self.add_exportable("logit lens top-1 probability", self.lens_map, self._lens_probs_data)
+        ids = self.add_exportable("logit lens top token ids", self.lens_map, self.lens_view.ids_data)
+        self.add_exportable("logit lens top-1 probability", self.lens_map, self.lens_view.probs_data)
         menu = self.lens_map.plot.getViewBox().menu
         submenu = QMenu("Top token ids", menu)
         submenu.addActions(export_actions(ids, self))
@@ -197,52 +193,70 @@ class ResidualPanel(LogitLensView, Panel):
         return [resid_cells(self.norm_map)]
 
     # --- the panel contract ----------------------------------------------------------------------
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> None:
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> ResidualView:
         """On the worker thread: norms, sublayer sizes, cosines and the logit lens with its texts
-        (for the snapshot's tokenizer)."""
+        (for the snapshot's tokenizer; ``view.py``)."""
         super().prepare(trace, snapshot)
-        self._norms(trace)
-        self._contributions(trace)
-        self._cosine(trace)
-        lens_texts_of(trace, lens_of(trace, snapshot.tokenizer), snapshot.tokenizer)  # large: only an empty lens
+        return residual_view(trace, snapshot)
 
-    @staticmethod
-    def _norms(trace: Trace) -> np.ndarray:
-        return trace.memo(("residual.norms",), lambda: core.residual_norms(trace))
-
-    @staticmethod
-    def _cosine(trace: Trace) -> np.ndarray:
-        return trace.memo(("residual.cosine",), lambda: core.consecutive_cosine(trace))
-
-    @staticmethod
-    def _contributions(trace: Trace) -> dict[str, np.ndarray] | None:
-        def compute() -> dict[str, np.ndarray] | None:
-            try:
-                return core.sublayer_contributions(trace)
-            except KeyError:  # neither stored nor derivable (a saved trace without its model)
-                return None
-
-        return trace.memo(("residual.contributions",), compute)
-    def show_trace(self, trace: Trace) -> None:
-        self._labels = core.boundary_labels(trace.config.n_layers)
-        self.norms = self._norms(trace)
-        self.contributions = self._contributions(trace)
-        self.cosine = self._cosine(trace)
-        self.lens = lens_of(trace, self.tokenizer)
-        self.lens_texts = lens_texts_of(trace, self.lens, self.tokenizer)
-        self._lens_start = None  # a new prompt: the window centres on the selected token again
+    def draw(self, view: ResidualView) -> None:
+        self._view = view
+        self._labels = list(view.labels)
+        self.norms = view.norms
+        self.contributions = view.contributions
+        self.cosine = view.cosine
         self._draw_norms()
         self._draw_cosine()
-        self._draw_lens()
+        self.lens_view.show(view.trace, view.lens, [list(row) for row in view.lens_texts])
         self._draw_token()
-        self._schedule_lens()
+        self.lens_view.schedule()
+
+    # --- the lens (lens.py), as the panel's own names ----------------------------------------------
+    @property
+    def lens(self) -> core.LogitLens | None:
+        """The shown trace's logit lens (filled progressively when it is large)."""
+        return self.lens_view.lens
+
+    @property
+    def lens_texts(self) -> list[list[str]]:
+        return self.lens_view.lens_texts
+
+    @property
+    def next_token_hits(self) -> np.ndarray:
+        return self.lens_view.next_token_hits
+
+    @property
+    def _lens_shown(self) -> tuple[int, int]:
+        return self.lens_view.shown
+
+    def lens_window(self) -> int:
+        return self.lens_view.lens_window()
+
+    def lens_span(self) -> tuple[int, int]:
+        return self.lens_view.lens_span()
+
+    def lens_position(self, col: int) -> int:
+        return self.lens_view.lens_position(col)
+
+    def lens_cell_text(self, row: int, col: int) -> str:
+        return self.lens_view.lens_cell_text(row, col)
+
+    def _lens_probs_data(self) -> tuple[np.ndarray, list[str], list[str]]:
+        return self.lens_view.probs_data()
+
+    def _lens_resized(self) -> None:
+        """The grid's width changed: show as many positions as now fit (computing the new ones)."""
+        if self.lens_view.moved():
+            self.lens_view.draw()
+            self._draw_token()
+            self.lens_view.schedule()
 
     def selection_changed(self, what: str) -> None:
         if what == "token":
-            if self.lens is not None and self.lens_span() != self._lens_shown:
-                self._draw_lens()  # the selection left the lens window: it moves
+            if self.lens_view.moved():
+                self.lens_view.draw()  # the selection left the lens window: it moves
             self._draw_token()
-            self._schedule_lens()  # the newly shown (or selected) positions first
+            self.lens_view.schedule()  # the newly shown (or selected) positions first
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
         if watched is self.lens_map and event.type() == QEvent.Type.Resize:
@@ -251,9 +265,9 @@ class ResidualPanel(LogitLensView, Panel):
 
     def _on_lens_whole(self, _checked: bool) -> None:
         if self.trace is not None:
-            self._draw_lens()
+            self.lens_view.draw()
             self._draw_token()
-            self._schedule_lens()
+            self.lens_view.schedule()
 
     def tokenizer_changed(self) -> None:
         self._texts = {}
