@@ -40,7 +40,6 @@ def main() -> None:
     parser.add_argument("--out", default="docs")
     parser.add_argument("--model", choices=["gpt2", "default"], default="gpt2")
     parser.add_argument("--prefix", default="laptop")
-    parser.add_argument("--token", type=int, default=5)
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
 
@@ -51,8 +50,9 @@ def main() -> None:
     from explorer.ui.window.main_window import MainWindow
 
     app = ensure_app("light")
-    settings = QSettings(str(Path(args.out) / ".screenshots.ini"), QSettings.Format.IniFormat)
-    settings.clear()
+    import tempfile
+
+    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="shots-")) / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings, device="cpu")
     window.resize(w, h)
     window.show()
@@ -68,7 +68,6 @@ def main() -> None:
     complete = lambda: (window.trace is not None and not window.progressive.busy  # noqa: E731
                         and not any(p.computing() for p in window.panels if p.on_screen))
     pump(app, complete)
-    window.session.selection.set_token(args.token) if hasattr(window.session.selection, "set_token") else None
     settle(app)
     out = Path(args.out)
     for dock in window.docks:
