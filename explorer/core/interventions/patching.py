@@ -22,7 +22,8 @@ run, so its run starts at p with the corrupted run's keys and values before p in
 forward pass's own cache path). The patched runs go through the model ``batch_size`` at a time,
 each batch element with its own patch (:class:`~explorer.core.interventions.apply.Intervener` groups). :func:`patching_steps` yields a
 :class:`PatchingUpdate` after each batch (for a progress bar and a grid that fills in) and checks
-``cancel`` before each batch.
+``cancel`` before each batch. ``cells`` runs only some cells (the ones a user picked, the top-k of the
+linear estimate of ``attribution.py``, which gives every cell from one backward pass).
 """
 
 from __future__ import annotations
@@ -91,10 +92,10 @@ def _metric(logits: torch.Tensor, target: int, distractor: int | None) -> torch.
     return m - logits[:, distractor].double() if distractor is not None else m
 
 
-def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Sequence[int], target: int,
-                   distractor: int | None = None, position: int = -1, kinds: Sequence[str] = ("resid", "head"),
-                   batch_size: int = 32, cancel: CancelLike = None,
-                   ) -> Generator[PatchingUpdate, None, PatchingResult]:
+def checked_position(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Sequence[int], target: int,
+                     distractor: int | None, position: int) -> int:
+    """The metric's position (0 to n - 1) once the two prompts, the tokens and the position are usable;
+    an InterventionError (one line) otherwise."""
     cfg = model.cfg
     if not cfg.causal:
         raise InterventionError("activation patching needs a causal (left-to-right) model")
@@ -105,12 +106,58 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
     if isinstance(position, bool) or not isinstance(position, int) or not -n <= position < max(n, 1):
         raise InterventionError(f"position {str(position)[:40]} is outside the prompt's {n} tokens "
                                 f"(0 to {n - 1}, or -1 for the last)")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InterventionError(f"the batch size must be a positive whole number (got {str(batch_size)[:40]})")
-    position = position % n if n else 0
     for name, tok in (("target", target), ("distractor", distractor)):
         if tok is not None and not 0 <= tok < cfg.vocab_size:
             raise InterventionError(f"the {name} token id {tok} is outside the vocabulary")
+    return position % n if n else 0
+
+
+def plan_cells(clean: dict, corrupt: dict, n_layers: int, n_heads: int, position: int,
+               kinds: Sequence[str] = ("resid", "head"), cells: Sequence[Cell] | None = None,
+               ) -> tuple[list[tuple[int, list[Cell]]], list[Cell]]:
+    """The exact runs a grid takes: (groups of (first position run, cells), cells left out).
+
+    A resid patch at p leaves positions before p as in the corrupted run, so those cells start at p with
+    the corrupted run's keys and values before it in a KV cache. Left out (exactly 0, nothing run): cells
+    whose clean value equals the corrupted one, the final stream before ``position``, and later positions.
+    ``clean``/``corrupt``: each run's activations by (site, layer), cut at ``position``."""
+    L, H = n_layers, n_heads
+
+    def changes_something(cell: Cell) -> bool:
+        kind, layer, index = cell
+        if kind == "head":
+            site, part = ("attn.z", layer), index
+        else:
+            site, part = (("resid_final", None) if layer == L else ("resid_pre", layer)), index
+            if layer == L and index != position:  # the final stream at p feeds only position p's logits
+                return False
+        return not torch.equal(clean[site][part], corrupt[site][part])
+
+    groups: list[tuple[int, list[Cell]]] = []
+    if "resid" in kinds:
+        groups += [(p, [("resid", layer, p) for layer in range(L + 1)]) for p in range(position + 1)]
+    if "head" in kinds:
+        groups.append((0, [("head", layer, h) for layer in range(L) for h in range(H)]))
+    if cells is not None:
+        wanted = set(cells)
+        groups = [(first, [c for c in group if c in wanted]) for first, group in groups]
+        groups = [(first, group) for first, group in groups if group]
+    skipped = [c for _, group in groups for c in group if not changes_something(c)]
+    left_out = set(skipped)
+    return [(first, [c for c in group if c not in left_out]) for first, group in groups], skipped
+
+
+def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Sequence[int], target: int,
+                   distractor: int | None = None, position: int = -1, kinds: Sequence[str] = ("resid", "head"),
+                   batch_size: int = 32, cancel: CancelLike = None, cells: Sequence[Cell] | None = None,
+                   ) -> Generator[PatchingUpdate, None, PatchingResult]:
+    """``cells``: only these cells (the ones a user picked, the top-k of an attribution estimate); the
+    grids' other entries stay 0 and no update names them. None: every cell of ``kinds``."""
+    cfg = model.cfg
+    position = checked_position(model, clean_ids, corrupt_ids, target, distractor, position)
+    n = len(clean_ids)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InterventionError(f"the batch size must be a positive whole number (got {str(batch_size)[:40]})")
     is_cancelled = asker(cancel)
     t0 = time.perf_counter()
     L, H = cfg.n_layers, cfg.n_heads
@@ -126,34 +173,15 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
         raise InterventionError("the clean and the corrupted prompt give the same logit difference: "
                                 "there is nothing for patching to restore")
     result = PatchingResult(np.zeros((L + 1, n)), np.zeros((L, H)), m_clean, m_corrupt, position, clean=clean)
-    result.naive_runs = (L + 1) * n * ("resid" in kinds) + L * H * ("head" in kinds)
+    result.naive_runs = (L + 1) * n * ("resid" in kinds) + L * H * ("head" in kinds) if cells is None else len(cells)
 
-    def changes_something(cell: Cell) -> bool:
-        kind, layer, index = cell
-        if kind == "head":
-            site, part = ("attn.z", layer), index
-        else:
-            site, part = (("resid_final", None) if layer == L else ("resid_pre", layer)), index
-            if layer == L and index != position:  # the final stream at p feeds only position p's logits
-                return False
-        return not torch.equal(clean[site][part], corrupt[site][part])
-
-    # (first position run, cells): a resid patch at p leaves positions before p as in the corrupted run,
-    # so those cells start at p with the corrupted run's keys and values before it in a KV cache
-    groups: list[tuple[int, list[Cell]]] = []
-    if "resid" in kinds:
-        groups += [(p, [("resid", layer, p) for layer in range(L + 1)]) for p in range(position + 1)]
-    if "head" in kinds:
-        groups.append((0, [("head", layer, h) for layer in range(L) for h in range(H)]))
-    total = sum(len(cells) for _, cells in groups)
-    skipped = [c for _, cells in groups for c in cells if not changes_something(c)]
+    groups, skipped = plan_cells(clean, corrupt, L, H, position, kinds, cells)
+    total = sum(len(group) for _, group in groups) + len(skipped)
     done = len(skipped)  # their value is exactly 0: the patch would not change a number
     result.skipped = done
     if skipped:
         yield PatchingUpdate(tuple(skipped), (0.0,) * len(skipped), done, total)
-    left_out = set(skipped)
-    chunks = [(first, run[i:i + batch_size]) for first, cells in groups
-              for run in [[c for c in cells if c not in left_out]] for i in range(0, len(run), batch_size)]
+    chunks = [(first, run[i:i + batch_size]) for first, run in groups for i in range(0, len(run), batch_size)]
     device = input_device(model)
     base = torch.as_tensor([corrupt_cut], dtype=torch.long, device=device)
     for first, batch in chunks:
@@ -179,9 +207,12 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
 def activation_patching(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Sequence[int], target: int,
                         distractor: int | None = None, position: int = -1, kinds: Sequence[str] = ("resid", "head"),
                         batch_size: int = 32, cancel: CancelLike = None,
-                        progress: Callable[[PatchingUpdate], None] | None = None) -> PatchingResult:
-    """Both grids at once (see the module docstring); ``progress`` is called after each batch."""
-    steps = patching_steps(model, clean_ids, corrupt_ids, target, distractor, position, kinds, batch_size, cancel)
+                        progress: Callable[[PatchingUpdate], None] | None = None,
+                        cells: Sequence[Cell] | None = None) -> PatchingResult:
+    """Both grids at once (see the module docstring); ``progress`` is called after each batch;
+    ``cells``: only those (see :func:`patching_steps`)."""
+    steps = patching_steps(model, clean_ids, corrupt_ids, target, distractor, position, kinds, batch_size, cancel,
+                           cells)
     while True:
         try:
             update = next(steps)

@@ -1,0 +1,161 @@
+"""Attribution patching: a linear estimate of every activation-patching cell from one backward pass.
+
+Exact activation patching (``patching.py``) runs the corrupted prompt once per cell with that one
+activation taken from the clean run. Its first-order Taylor estimate needs no run per cell: with
+``a`` the activation of a cell in the corrupted run, ``a'`` the same activation in the clean run and
+``m`` the metric (the target's logit, minus the distractor's) of the corrupted run,
+
+    m(corrupted run with a := a') - m_corrupt  ~  (a' - a) . dm/da
+
+and dividing by ``m_clean - m_corrupt`` gives the estimated share restored, the number the exact
+grid shows. The gradient is taken on the corrupted run, the run the exact patch changes. One clean
+forward (its activations), one corrupted forward with autograd and one backward of the metric give
+every cell of both grids, with the exact grid's cells:
+
+* ``resid`` [L + 1, n]: the stream entering block l (row L: after the last block) at one position,
+  the dot product over d_model;
+* ``heads`` [L, H]: one head's output z at every position up to the metric's, the dot product over
+  positions and d_head (the exact head patch replaces all of them at once).
+
+Where the model is linear in the activation (no norm, attention pattern and activation function
+after it depending on it) the estimate is exact; elsewhere it is a ranking to check: run the exact
+patch for the top-k cells or for the ones a user picks (``patching_steps(cells=...)``).
+
+The forward pass is the model's own (``model.forward`` through its ``rec`` sites): only this run
+turns autograd on (``torch.enable_grad``), asks for no parameter's gradient, and lets the fused
+attention kernel run (the recorder says it stores no scores). The normal trace path is unchanged.
+
+The clean forward is timed: the exact full grid's cost (token positions its batched runs cover, in
+whole-prompt forwards) times that time is the estimate shown before an exact grid starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from explorer.core.interventions.patching import Cell, _metric, checked_position, plan_cells
+from explorer.core.interventions.spec import InterventionError
+from explorer.core.model import Transformer
+from explorer.core.placement import input_device
+
+Site = tuple[str, "int | None"]
+
+
+@dataclass
+class AttributionResult:
+    resid: np.ndarray            # [L + 1, n] estimated share restored (0 where exact patching would not run)
+    heads: np.ndarray            # [L, H]
+    clean_metric: float
+    corrupt_metric: float
+    position: int
+    seconds: float = 0.0         # the whole estimate: two forwards and one backward
+    forward_seconds: float = 0.0  # the clean forward alone (no autograd): the unit of the time estimates
+    exact_runs: int = 0          # patched runs an exact full grid of these kinds would take
+    exact_forwards: float = 0.0  # their token positions, in whole-prompt (cut at ``position``) forwards
+    clean: dict | None = None    # the clean run's activations by (site, layer): patch_for(cell, clean, L)
+
+    def exact_seconds(self, forwards: float | None = None) -> float:
+        """About how long ``forwards`` whole-prompt forwards take (default: the exact full grid and its two
+        baselines), from the measured clean forward."""
+        return ((self.exact_forwards + 2.0) if forwards is None else forwards) * self.forward_seconds
+
+    def value(self, cell: Cell) -> float:
+        kind, layer, index = cell
+        return float((self.resid if kind == "resid" else self.heads)[layer, index])
+
+
+class _Grab:
+    """A ``rec`` that keeps the site tensors (batch element 0) and stores no scores (fused attention runs)."""
+
+    def __init__(self, sites: set[Site], detach: bool) -> None:
+        self.sites, self.detach, self.kept = sites, detach, {}
+
+    def records(self, site: str, layer: int | None) -> bool:
+        return False
+
+    def __call__(self, site: str, layer: int | None, tensor: Tensor) -> Tensor:
+        if not self.detach and site == "resid_pre" and layer == 0 and not tensor.requires_grad:
+            tensor = tensor.detach().requires_grad_(True)  # frozen weights: the graph starts at the stream
+        if (site, layer) in self.sites:
+            self.kept[(site, layer)] = tensor[0].detach().clone() if self.detach else tensor
+        return tensor
+
+
+def _sites(n_layers: int, kinds: Sequence[str]) -> set[Site]:
+    sites: set[Site] = set()
+    if "resid" in kinds:
+        sites |= {("resid_pre", layer) for layer in range(n_layers)} | {("resid_final", None)}
+    if "head" in kinds:
+        sites |= {("attn.z", layer) for layer in range(n_layers)}
+    return sites
+
+
+def attribution_patching(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Sequence[int], target: int,
+                         distractor: int | None = None, position: int = -1,
+                         kinds: Sequence[str] = ("resid", "head")) -> AttributionResult:
+    """Both grids' linear estimates (see the module docstring); the arguments are ``patching_steps``'s."""
+    position = checked_position(model, clean_ids, corrupt_ids, target, distractor, position)
+    cfg = model.cfg
+    L, H, n = cfg.n_layers, cfg.n_heads, len(clean_ids)
+    t0 = time.perf_counter()
+    device = input_device(model)
+    sites = _sites(L, kinds) | _sites(L, ("resid", "head"))  # the plan compares every site
+    clean_run = _Grab(sites, detach=True)
+    with torch.inference_mode():
+        logits = model(torch.as_tensor([list(clean_ids[:position + 1])], dtype=torch.long, device=device),
+                       clean_run, last_only=True)
+    m_clean = float(_metric(logits[:, -1], target, distractor)[0])
+    forward_seconds = time.perf_counter() - t0
+    clean = clean_run.kept
+
+    corrupt_run = _Grab(sites, detach=False)
+    with torch.inference_mode(False), torch.enable_grad():
+        logits = model(torch.as_tensor([list(corrupt_ids[:position + 1])], dtype=torch.long, device=device),
+                       corrupt_run, last_only=True)
+        metric = _metric(logits[:, -1], target, distractor)[0]
+        order = sorted(_sites(L, kinds), key=str)
+        grads = torch.autograd.grad(metric, [corrupt_run.kept[s] for s in order], allow_unused=True)
+    m_corrupt = float(metric.detach())
+    if abs(m_clean - m_corrupt) < 1e-6:
+        raise InterventionError("the clean and the corrupted prompt give the same logit difference: "
+                                "there is nothing for patching to restore")
+    gap = m_clean - m_corrupt
+    corrupt = {site: t[0].detach() for site, t in corrupt_run.kept.items()}
+    result = AttributionResult(np.zeros((L + 1, n)), np.zeros((L, H)), m_clean, m_corrupt, position,
+                               forward_seconds=forward_seconds, clean=clean)
+    with torch.no_grad():
+        for site, grad in zip(order, grads):
+            if grad is None:  # the metric does not depend on it
+                continue
+            delta = (clean[site].to(grad.dtype) - corrupt[site]).double() * grad[0].double()
+            name, layer = site
+            if name == "attn.z":                                      # [H, p, dh]: summed over positions
+                result.heads[layer] = (delta.sum(dim=(1, 2)) / gap).cpu().numpy()
+            else:                                                     # [p, d]
+                row = L if name == "resid_final" else layer
+                result.resid[row, :position + 1] = (delta.sum(dim=-1) / gap).cpu().numpy()
+    groups, _ = plan_cells(clean, corrupt, L, H, position, kinds)
+    for first, group in groups:
+        result.exact_runs += len(group)
+        result.exact_forwards += len(group) * (position + 1 - first) / (position + 1)
+    result.resid[L, :position] = 0.0  # the final stream before the metric's position feeds no logit
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def top_cells(result: AttributionResult, k: int, kinds: Sequence[str] = ("resid", "head")) -> list[Cell]:
+    """The ``k`` cells whose estimated share restored is largest in size (the ones to check exactly)."""
+    cells: list[tuple[float, Cell]] = []
+    if "resid" in kinds:
+        cells += [(abs(v), ("resid", int(r), int(c))) for (r, c), v in np.ndenumerate(result.resid)
+                  if c <= result.position]
+    if "head" in kinds:
+        cells += [(abs(v), ("head", int(r), int(c))) for (r, c), v in np.ndenumerate(result.heads)]
+    cells.sort(key=lambda item: -item[0])
+    return [cell for _, cell in cells[:max(0, k)]]
