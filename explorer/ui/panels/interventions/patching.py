@@ -7,8 +7,15 @@ and optionally a distractor. Run fills two grids as the worker computes them
 and every head. 1 = patching that activation from the clean run into the corrupted one restores
 the whole difference of the target's logit (minus the distractor's), 0 = nothing.
 
-Click a cell: the window runs the corrupted prompt with that one patch (an intervention in the
-strip), so every panel shows the patched run and "What changed" compares it with the corrupted one.
+Two modes. "Estimate (attribution)", the default for large grids, fills both grids at once with
+attribution patching's linear estimates (one forward and one backward pass:
+``core/interventions/attribution.py``); each estimate carries a ring and its tooltip says "estimate".
+"Exact grid" runs one patched run per cell; before it starts the estimate's measured forward gives
+its time, shown in the status line. "Exact for top-k" patches the k largest estimates exactly.
+
+Click a cell: an estimate is replaced by its exact value; an exact cell is run in the window (the
+corrupted prompt with that one patch, an intervention in the strip), so every panel shows the patched
+run and "What changed" compares it with the corrupted one.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSplitter, QWidget
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
+                               QSplitter, QWidget)
 from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel
@@ -28,8 +36,8 @@ from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, head_cells, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
+from explorer.ui.panels.interventions.estimate_marks import LEGEND, MarkedHeatmap
 from explorer.ui.session.selection import Selection
-from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.session.workers import error_message
 
 if TYPE_CHECKING:
@@ -38,11 +46,25 @@ if TYPE_CHECKING:
 
 
 def run_patching(model: Transformer, clean: list[int], corrupt: list[int], target: int, distractor: int | None,
-                 cancel: Cancel):
-    """The worker's generator: ``patching_steps``'s updates, then its result."""
+                 cancel: Cancel, mode: str = "exact", cells: list[tuple[str, int, int]] | None = None):
+    """The worker's generator. Without ``cells``: attribution patching's estimate first (it carries the
+    exact grid's time estimate), and in ``"exact"`` mode then ``patching_steps``'s updates. With
+    ``cells``: the exact patches of those cells only. Returns the last result."""
+    from explorer.core.interventions.attribution import attribution_patching
     from explorer.core.interventions.patching import patching_steps
 
-    return (yield from patching_steps(model, clean, corrupt, target, distractor, batch_size=16, cancel=cancel))
+    if cells is None:
+        estimate = attribution_patching(model, clean, corrupt, target, distractor)
+        yield estimate
+        if mode == ESTIMATE or cancel.is_set():
+            return estimate
+    return (yield from patching_steps(model, clean, corrupt, target, distractor, batch_size=16, cancel=cancel,
+                                      cells=cells))
+
+
+ESTIMATE, EXACT = "estimate", "exact"
+MODES = {ESTIMATE: "Estimate (attribution)", EXACT: "Exact grid"}
+LARGE_GRID = 400  # cells (both grids): from this size on, the estimate is the default mode
 
 
 MODEL_CHANGED = "A new model: the previous model's patching results were cleared."
@@ -58,6 +80,10 @@ class PatchingView(PanelView):
     clean_ids: tuple[int, ...] | None = None
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
 class PatchingPanel(Panel):
     title = "Activation patching"
     explanation = "patching"
@@ -65,7 +91,8 @@ class PatchingPanel(Panel):
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
-        self.result: Any = None
+        self.result: Any = None  # the last result: an estimate (AttributionResult) or exact (PatchingResult)
+        self.estimate: Any = None  # the last attribution estimate
         self._worker: Any = None
         self._cancel = Cancel()
         self._clean_ids: list[int] = []
@@ -83,24 +110,44 @@ class PatchingPanel(Panel):
         self.target_edit.setPlaceholderText("target (empty: top prediction)")
         self.distractor_edit = QLineEdit()
         self.distractor_edit.setPlaceholderText("distractor (optional)")
+        self.mode_box = QComboBox()
+        for key, text in MODES.items():
+            self.mode_box.addItem(text, key)
+        self.mode_box.setToolTip("Estimate: every cell from one forward and one backward pass (attribution "
+                                 "patching, linear). Exact: one patched run per cell.")
+        self._mode_chosen = False  # the user picked a mode: the grid's size no longer picks it
+        self.mode_box.activated.connect(lambda _: setattr(self, "_mode_chosen", True))
         self.run_button = QPushButton("Run patching")
         self.run_button.clicked.connect(self.start)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(1, 999)
+        self.top_k.setValue(10)
+        self.top_k.setPrefix("k = ")
+        self.top_button = QPushButton("Exact for top-k")
+        self.top_button.setToolTip("Patch exactly the k cells whose estimates are largest in size")
+        self.top_button.setEnabled(False)
+        self.top_button.clicked.connect(self.exact_top_k)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(lambda: self._cancel.set())  # the current run's event
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(160)
         for widget, stretch in ((self.corrupt_edit, 4), (self.target_edit, 1), (self.distractor_edit, 1),
-                                (self.run_button, 0), (self.cancel_button, 0), (self.progress, 0)):
+                                (self.mode_box, 0), (self.run_button, 0), (self.top_k, 0), (self.top_button, 0),
+                                (self.cancel_button, 0), (self.progress, 0)):
             row.addWidget(widget, stretch)
         self.body.addLayout(row)
         self.status = QLabel("Type a corrupted prompt, then Run patching.")
         self.status.setWordWrap(True)
         self.body.addWidget(self.status)
-        self.resid_map = Heatmap(colormap="CET-D1", symmetric=True, title="residual stream: share restored")
-        self.head_map = Heatmap(colormap="CET-D1", symmetric=True, title="heads: share restored")
-        self.resid_map.cell_clicked.connect(lambda r, c: self.inspect(("resid", r, c)))
-        self.head_map.cell_clicked.connect(lambda r, c: self.inspect(("head", r, c)))
+        self.legend = QLabel(LEGEND)
+        self.legend.setWordWrap(True)
+        self.legend.setVisible(False)  # while a grid holds estimates
+        self.body.addWidget(self.legend)
+        self.resid_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="residual stream: share restored")
+        self.head_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="heads: share restored")
+        self.resid_map.cell_clicked.connect(lambda r, c: self.clicked(("resid", r, c)))
+        self.head_map.cell_clicked.connect(lambda r, c: self.clicked(("head", r, c)))
         splitter = QSplitter()
         splitter.addWidget(self.resid_map)
         splitter.addWidget(self.head_map)
@@ -126,6 +173,10 @@ class PatchingPanel(Panel):
     def draw(self, view: PatchingView) -> None:
         if view.clean_ids is not None:  # the clean prompt: the window's own run (an inspected patch keeps it)
             self._clean_ids = list(view.clean_ids)
+        if not self._mode_chosen and self._clean_ids:  # large grids start with the estimate
+            cfg = view.trace.config
+            cells = (cfg.n_layers + 1) * len(self._clean_ids) + cfg.n_layers * cfg.n_heads
+            self.mode_box.setCurrentIndex(list(MODES).index(ESTIMATE if cells >= LARGE_GRID else EXACT))
         self._check_lengths()
         if self.result is not None:  # the grids stay, but say which prompt they are for
             stale = self._clean_ids != self._run_clean_ids
@@ -138,8 +189,11 @@ class PatchingPanel(Panel):
         self._cancel.set()
         self._run += 1  # the old worker's updates and result are dropped
         self._worker, self.result, self._clean_ids = None, None, []
-        for name in ("_resid", "_heads", "_labels"):
+        self.estimate = None
+        for name in ("_resid", "_heads", "_labels", "_estimated"):
             self.__dict__.pop(name, None)
+        self.top_button.setEnabled(False)
+        self.legend.setVisible(False)
         for grid in (self.resid_map, self.head_map):
             grid.set_data(np.zeros((0, 0), np.float32))
         self.cancel_button.setEnabled(False)
@@ -169,6 +223,7 @@ class PatchingPanel(Panel):
             self.status.setText(f"{self._cleared}{n} tokens each. Run patching.")
 
     def start(self) -> None:
+        """Run the grids in the chosen mode (the estimate first either way: it times the exact grid)."""
         if self.trace is None or self._worker is not None or self.trace._model is None:
             return
         if self.trace.interventions:
@@ -185,47 +240,110 @@ class PatchingPanel(Panel):
         if target is None:  # the clean run's own top prediction (this trace is the clean run)
             target = int(np.argmax(self.trace["logits"][last]))
         self._corrupt_text = self.corrupt_edit.text()
-        self._target, self._distractor = target, distractor
+        self._target, self._distractor, self._corrupt_ids = target, distractor, corrupt
         L, H, n = self.trace.config.n_layers, self.trace.config.n_heads, len(self._clean_ids)
         self._resid = np.full((L + 1, n), np.nan)
         self._heads = np.full((L, H), np.nan)
-        self.result = None
+        self._estimated = (np.zeros((L + 1, n), bool), np.zeros((L, H), bool))
+        self.result, self.estimate = None, None
         self._labels = token_labels(self.trace.tokens)
         self._draw()
-        self._cancel = Cancel()
-        worker = create_worker(run_patching, self.trace._model, list(self._clean_ids), corrupt, target, distractor,
-                               self._cancel, _start_thread=False, _ignore_errors=True)
-        self._run, self._cleared = self._run + 1, ""
-        run = self._run  # a newer run or another model drops what this one still sends
         self._run_clean_ids = list(self._clean_ids)
         self._run_clean_text = self.tokenizer.decode(self._clean_ids)
+        self._launch(self.mode_box.currentData(), None, "Estimating every cell…"
+                     if self.mode_box.currentData() == ESTIMATE else "Estimating, then timing the exact grid…")
+
+    def exact_top_k(self) -> None:
+        """Patch exactly the k cells whose estimates are largest in size (and not exact yet)."""
+        if not self._can_refine():
+            return
+        pos = self.result.position
+        ranked = [(abs(v), ("resid", r, c)) for (r, c), v in np.ndenumerate(self._resid)
+                  if c <= pos and self._estimated[0][r, c]]
+        ranked += [(abs(v), ("head", r, c)) for (r, c), v in np.ndenumerate(self._heads) if self._estimated[1][r, c]]
+        ranked.sort(key=lambda item: -item[0])
+        cells = [cell for _, cell in ranked[:self.top_k.value()]]
+        if cells:
+            self._launch(EXACT, cells, f"Exact patches of the {len(cells)} largest estimates…")
+
+    def clicked(self, cell: tuple[str, int, int]) -> None:
+        """An estimated cell: its exact patch replaces the estimate. An exact cell: run it in the window."""
+        kind, layer, index = cell
+        estimated = hasattr(self, "_estimated") and self._estimated[kind == "head"][layer, index]
+        if estimated and self._can_refine():
+            self._launch(EXACT, [cell], "Exact patch of one cell…")
+        elif not estimated:
+            self.inspect(cell)
+
+    def _can_refine(self) -> bool:
+        """Whether exact patches can be added to the grids shown: they are this clean prompt's, no run is on."""
+        return (self._worker is None and self.result is not None and self.trace is not None
+                and self.trace._model is not None and self._clean_ids == self._run_clean_ids)
+
+    def _launch(self, mode: str, cells: list | None, status: str) -> None:
+        self._cancel = Cancel()
+        worker = create_worker(run_patching, self.trace._model, list(self._run_clean_ids), self._corrupt_ids,
+                               self._target, self._distractor, self._cancel, mode, cells,
+                               _start_thread=False, _ignore_errors=True)
+        self._run, self._cleared = self._run + 1, ""
+        run = self._run  # a newer run or another model drops what this one still sends
         worker.yielded.connect(lambda update: self._on_update(update) if run == self._run else None)
         worker.returned.connect(lambda result: self._on_result(result) if run == self._run else None)
         worker.errored.connect(lambda exc: self.status.setText(error_message(exc)) if run == self._run else None)
         worker.finished.connect(lambda: self._on_finished() if run == self._run else None)
         self._worker = worker
         self.run_button.setEnabled(False)
+        self.top_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.progress.setValue(0)
-        self.status.setText("Patching…")
+        self.status.setText(status)
         worker.start()
 
     def _on_update(self, update: Any) -> None:
+        if hasattr(update, "exact_runs"):  # attribution patching's estimate of every cell
+            self._on_estimate(update)
+            return
         for (kind, layer, index), value in zip(update.cells, update.values):
             (self._resid if kind == "resid" else self._heads)[layer, index] = value
+            self._estimated[kind == "head"][layer, index] = False
         self.progress.setMaximum(update.total)
         self.progress.setValue(update.done)
         self._draw()
 
+    def _on_estimate(self, estimate: Any) -> None:
+        self.estimate = self.result = estimate
+        pos, L = estimate.position, estimate.heads.shape[0]
+        resid_known = ~np.isnan(self._resid) & ~self._estimated[0]  # exact values already shown stay
+        self._resid = np.where(resid_known, self._resid, estimate.resid)
+        self._heads = np.where(~np.isnan(self._heads) & ~self._estimated[1], self._heads, estimate.heads)
+        self._estimated[0][:, :pos + 1] = ~resid_known[:, :pos + 1]
+        self._estimated[0][L, :pos] = False  # exactly 0: the final stream before pos feeds no logit
+        self._estimated[1][:] = True
+        seconds = estimate.exact_seconds()
+        self.mode_box.setItemText(list(MODES).index(EXACT), f"{MODES[EXACT]} (about {_duration(seconds)})")
+        self._exact_text = (f"The exact full grid: {estimate.exact_runs} patched runs, about {_duration(seconds)} "
+                            f"(one forward measured: {estimate.forward_seconds * 1000:.0f} ms).")
+        self.status.setText(f"Estimated every cell in {estimate.seconds:.2f} s. {self._exact_text}"
+                            + (" Running it now…" if self.mode_box.currentData() == EXACT else ""))
+        self._draw()
+
     def _on_result(self, result: Any) -> None:
         self.result = result
-        word = "Cancelled after" if result.cancelled else "Done:"
         target = vocab_quoted(self.tokenizer, self._target)
         against = f" minus {vocab_quoted(self.tokenizer, self._distractor)}" if self._distractor is not None else ""
-        self._done_text = (
-            f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
-            f"patch changes no number: exactly 0), {result.seconds:.2f} s. Logit of {target}{against}: clean "
-            f"{result.clean_metric:.3f}, corrupted {result.corrupt_metric:.3f}. Click a cell to run that patch.")
+        logits = (f"Logit of {target}{against}: clean {result.clean_metric:.3f}, corrupted "
+                  f"{result.corrupt_metric:.3f}.")
+        left = int(self._estimated[0].sum() + self._estimated[1].sum())
+        if hasattr(result, "exact_runs"):
+            self._done_text = (f"Estimates (attribution patching) of every cell in {result.seconds:.2f} s, ringed. "
+                               f"{logits} {self._exact_text} Choose {MODES[EXACT]} to run it, Exact for top-k, or "
+                               "click a cell for its exact value.")
+        else:
+            word = "Cancelled after" if result.cancelled else "Done:"
+            self._done_text = (
+                f"{word} {result.runs} patched runs in {result.batches} batches, {result.skipped} cells left out (the "
+                f"patch changes no number: exactly 0), {result.seconds:.2f} s. {logits} "
+                + (f"{left} cells are still estimates (ringed). " if left else "") + "Click a cell to run that patch.")
         from explorer.core.interventions.patching import gap_warning
 
         warning = gap_warning(result.clean_metric, result.corrupt_metric)
@@ -236,6 +354,7 @@ class PatchingPanel(Panel):
     def _on_finished(self) -> None:
         self._worker = None
         self.cancel_button.setEnabled(False)
+        self.top_button.setEnabled(self.result is not None and bool(self._estimated[0].any() or self._estimated[1].any()))
         self._check_lengths()
 
     def _draw(self) -> None:
@@ -245,6 +364,9 @@ class PatchingPanel(Panel):
         self.head_map.set_data(self._heads, [f"L{layer}" for layer in range(L)],
                                [f"H{h}" for h in range(self._heads.shape[1])], levels=(-1.0, 1.0),
                                value_name="share restored")
+        self.resid_map.set_estimated(self._estimated[0])
+        self.head_map.set_estimated(self._estimated[1])
+        self.legend.setVisible(bool(self._estimated[0].any() or self._estimated[1].any()))
 
     # --- inspecting one patch --------------------------------------------------------------------
     def inspect(self, cell: tuple[str, int, int]) -> None:
