@@ -117,3 +117,22 @@ def test_the_estimate_correlates_with_exact_patching_on_the_induction_model(indu
     # measured: every cell 0.49 / 0.83 / 0.64, heads 0.67 / 0.90 / 0.91
     assert min(every) > 0.4 and np.mean(every) > 0.55, every
     assert min(heads) > 0.6 and np.mean(heads) > 0.75, heads
+
+
+@pytest.mark.parametrize("changes", [dict(final_softcap=3.0, logit_scale=0.5, unembed_bias=True, tie_embeddings=False),
+                                     dict(d_embed=8)])
+def test_the_metric_from_two_rows_is_the_models_own(changes) -> None:
+    """The estimate reads only the target's and the distractor's un-embedding rows (after the scale,
+    the soft-cap, the bias), or the whole un-embedding where it is more than a matrix (OPT-350m's projection)."""
+    cfg = ModelConfig(vocab_size=23, n_ctx=16, d_model=12, n_layers=2, n_heads=3, d_head=4, d_ff=16, **changes)
+    torch.manual_seed(1)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        if model.unembed.bias is not None:
+            model.unembed.bias.normal_()
+    clean, corrupt = [1, 2, 3, 4, 5, 6], [1, 7, 3, 4, 5, 6]
+    for distractor in (None, 9):
+        estimate = attribution_patching(model, clean, corrupt, 3, distractor)
+        exact = activation_patching(model, clean, corrupt, 3, distractor)
+        assert estimate.clean_metric == pytest.approx(exact.clean_metric, abs=1e-5)
+        assert estimate.corrupt_metric == pytest.approx(exact.corrupt_metric, abs=1e-5)
