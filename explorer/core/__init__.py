@@ -35,6 +35,7 @@ _EXPORTS = {
     "GenerationResult": "explorer.core.generation.generate",
     "Intervention": "explorer.core.interventions.spec",
     "activation_patching": "explorer.core.interventions.patching",
+    "attribution_patching": "explorer.core.interventions.attribution",
     "direct_logit_attribution": "explorer.core.analysis.dla",
     "open_sae": "explorer.core.features.sae",
     "feature_intervention": "explorer.core.features.edits",
@@ -74,6 +75,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.features.edits import feature_intervention
     from explorer.core.features.sae import open_sae
     from explorer.core.features.steering import steer
+    from explorer.core.interventions.attribution import attribution_patching
     from explorer.core.interventions.patching import activation_patching
     from explorer.core.interventions.spec import Intervention
     from explorer.core.loaded import LoadedModel

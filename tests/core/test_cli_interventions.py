@@ -68,7 +68,8 @@ def test_readme_interventions_example_runs(capsys) -> None:
     code = re.search(r"```python\n(from explorer.core import Intervention.*?)```", readme, re.S).group(1)
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
-    assert capsys.readouterr().out.splitlines() == ["head 1.0 zero", "(3, 12) (2, 4)", "True"]
+    assert capsys.readouterr().out.splitlines() == ["head 1.0 zero", "(3, 12) (2, 4)", "True", "True"]
     grids = namespace["grids"]
     assert grids.clean_metric > grids.corrupt_metric + 5  # measured: 9.81 vs -0.07
     assert grids.resid[1, 5] > 0.9  # entering layer 1, the earlier " hat" (after " a") carries it
+    assert namespace["estimate"].resid[1, 5] > 0.5  # the estimate finds it too (measured 0.74)
