@@ -28,14 +28,22 @@ def ready(qtbot, window):
 
 
 def run_to_end(qtbot, panel, action) -> list:
-    """Start a run with ``action`` and collect what its worker yields, with the status line after each."""
+    """Start a run with ``action`` and collect what its worker yields, with the status line after the panel
+    took each (a spy on the panel's own slot: the worker may yield before a test could connect to it)."""
     seen = []
-    action()
-    worker = panel._worker
-    worker.yielded.connect(lambda update: seen.append((update, panel.status.text())))
-    with qtbot.waitSignal(worker.finished, timeout=60_000):
-        pass
-    qtbot.waitUntil(lambda: panel._worker is None, timeout=10_000)
+    own = panel._on_update
+
+    def spy(update) -> None:
+        own(update)
+        seen.append((update, panel.status.text()))
+
+    panel._on_update = spy
+    try:
+        action()
+        assert panel._worker is not None
+        qtbot.waitUntil(lambda: panel._worker is None, timeout=60_000)  # its finished signal cleared it
+    finally:
+        del panel._on_update
     return seen
 
 

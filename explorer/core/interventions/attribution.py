@@ -58,7 +58,7 @@ class AttributionResult:
     corrupt_metric: float
     position: int
     seconds: float = 0.0         # the whole estimate: the forward (both runs in one batch) and the backward
-    forward_seconds: float = 0.0  # the forward alone: the unit of the time estimates
+    forward_seconds: float = 0.0  # the forward alone (two prompts, autograd on): the unit of the time estimates
     exact_runs: int = 0          # patched runs an exact full grid of these kinds would take
     exact_forwards: float = 0.0  # their token positions, in whole-prompt (cut at ``position``) forwards
     clean: dict | None = None    # the clean run's activations by (site, layer): patch_for(cell, clean, L)
@@ -66,7 +66,8 @@ class AttributionResult:
     def exact_seconds(self, forwards: float | None = None) -> float:
         """About how long ``forwards`` whole-prompt forwards take (default: the exact full grid and its two
         baselines), from the measured forward."""
-        return ((self.exact_forwards + 2.0) if forwards is None else forwards) * self.forward_seconds
+        # the measured forward ran two whole prompts (the clean and the corrupted one) in one batch
+        return ((self.exact_forwards + 2.0) if forwards is None else forwards) * self.forward_seconds / 2
 
     def value(self, cell: Cell) -> float:
         kind, layer, index = cell

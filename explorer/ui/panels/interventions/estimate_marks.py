@@ -46,7 +46,21 @@ class MarkedHeatmap(Heatmap):
         estimated.flags.writeable = False
         self._estimated = estimated
         rows, cols = np.nonzero(estimated)
-        self.marks.setData(x=cols + 0.5, y=rows + 0.5)
+        self.marks.setData(x=cols + 0.5, y=rows + 0.5, size=self._ring_size())
+
+    def _ring_size(self) -> float:
+        """Half a cell on screen, between 3 and 8 pixels: rings of narrow cells must not run together."""
+        rows, cols = self.matrix.shape
+        if not rows or not cols:
+            return 7.0
+        cell = min(self.plot.vb.width() / cols, self.plot.vb.height() / rows)
+        return float(np.clip(cell * 0.5, 3.0, 8.0))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        estimated = getattr(self, "_estimated", None)  # (Heatmap's own construction resizes before it exists)
+        if estimated is not None and estimated.any() and not getattr(self, "closed", False):
+            self.marks.setSize(self._ring_size())
 
     def cell_text(self, row: int, col: int) -> str:
         text = super().cell_text(row, col)
@@ -54,3 +68,8 @@ class MarkedHeatmap(Heatmap):
             return text
         estimated = self._estimated.shape == self.matrix.shape and self._estimated[row, col]
         return f"{text}, {ESTIMATE if estimated else EXACT}"
+
+
+def duration(seconds: float) -> str:
+    """A time estimate in words: seconds, or minutes from two minutes on."""
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"

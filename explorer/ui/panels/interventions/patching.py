@@ -20,6 +20,7 @@ run and "What changed" compares it with the corrupted one.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,33 +37,15 @@ from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, head_cells, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
-from explorer.ui.panels.interventions.estimate_marks import LEGEND, MarkedHeatmap
+from explorer.ui.panels.interventions.estimate_marks import LEGEND, MarkedHeatmap, duration as _duration
+from explorer.ui.panels.interventions.patching_worker import ESTIMATE, EXACT, run_patching
 from explorer.ui.session.selection import Selection
 from explorer.ui.session.workers import error_message
 
 if TYPE_CHECKING:
-    from explorer.core.model import Transformer
     from explorer.ui.session.session import Session
 
 
-def run_patching(model: Transformer, clean: list[int], corrupt: list[int], target: int, distractor: int | None,
-                 cancel: Cancel, mode: str = "exact", cells: list[tuple[str, int, int]] | None = None):
-    """The worker's generator. Without ``cells``: attribution patching's estimate first (it carries the
-    exact grid's time estimate), and in ``"exact"`` mode then ``patching_steps``'s updates. With
-    ``cells``: the exact patches of those cells only. Returns the last result."""
-    from explorer.core.interventions.attribution import attribution_patching
-    from explorer.core.interventions.patching import patching_steps
-
-    if cells is None:
-        estimate = attribution_patching(model, clean, corrupt, target, distractor)
-        yield estimate
-        if mode == ESTIMATE or cancel.is_set():
-            return estimate
-    return (yield from patching_steps(model, clean, corrupt, target, distractor, batch_size=16, cancel=cancel,
-                                      cells=cells))
-
-
-ESTIMATE, EXACT = "estimate", "exact"
 MODES = {ESTIMATE: "Estimate (attribution)", EXACT: "Exact grid"}
 LARGE_GRID = 400  # cells (both grids): from this size on, the estimate is the default mode
 
@@ -78,10 +61,6 @@ class PatchingView(PanelView):
     an inspected patch keeps the clean prompt it was run for)."""
 
     clean_ids: tuple[int, ...] | None = None
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 class PatchingPanel(Panel):
@@ -286,6 +265,7 @@ class PatchingPanel(Panel):
                                self._target, self._distractor, self._cancel, mode, cells,
                                _start_thread=False, _ignore_errors=True)
         self._run, self._cleared = self._run + 1, ""
+        self._eta_from: tuple[float, int] | None = None
         run = self._run  # a newer run or another model drops what this one still sends
         worker.yielded.connect(lambda update: self._on_update(update) if run == self._run else None)
         worker.returned.connect(lambda result: self._on_result(result) if run == self._run else None)
@@ -308,7 +288,21 @@ class PatchingPanel(Panel):
             self._estimated[kind == "head"][layer, index] = False
         self.progress.setMaximum(update.total)
         self.progress.setValue(update.done)
+        self._tell_time_left(update)
         self._draw()
+
+    def _tell_time_left(self, update: Any) -> None:
+        """During an exact grid, the time left from the batches run so far (the estimate before it started
+        assumed one forward's time per prompt's worth of positions; batching often does better)."""
+        now = time.perf_counter()
+        if self._eta_from is None:  # the first update: the baselines and the cells left out; timing starts
+            self._eta_from = (now, update.done)
+            return
+        started, first = self._eta_from
+        if update.done > first and update.done < update.total:
+            left = (now - started) / (update.done - first) * (update.total - update.done)
+            self.status.setText(f"Exact patches: {update.done} of {update.total} cells, about {_duration(left)} "
+                                f"left. {self._exact_text}")
 
     def _on_estimate(self, estimate: Any) -> None:
         self.estimate = self.result = estimate
@@ -322,7 +316,8 @@ class PatchingPanel(Panel):
         seconds = estimate.exact_seconds()
         self.mode_box.setItemText(list(MODES).index(EXACT), f"{MODES[EXACT]} (about {_duration(seconds)})")
         self._exact_text = (f"The exact full grid: {estimate.exact_runs} patched runs, about {_duration(seconds)} "
-                            f"(one forward measured: {estimate.forward_seconds * 1000:.0f} ms).")
+                            f"(from one measured forward, {estimate.forward_seconds * 1000:.0f} ms; batched runs "
+                            "are often faster).")
         self.status.setText(f"Estimated every cell in {estimate.seconds:.2f} s. {self._exact_text}"
                             + (" Running it now…" if self.mode_box.currentData() == EXACT else ""))
         self._draw()
