@@ -328,7 +328,7 @@ class PatchingPanel(Panel):
         against = f" minus {vocab_quoted(self.tokenizer, self._distractor)}" if self._distractor is not None else ""
         logits = (f"Logit of {target}{against}: clean {result.clean_metric:.3f}, corrupted "
                   f"{result.corrupt_metric:.3f}.")
-        left = int(self._estimated[0].sum() + self._estimated[1].sum())
+        left = self._estimates_left()
         if hasattr(result, "exact_runs"):
             self._done_text = (f"Estimates (attribution patching) of every cell in {result.seconds:.2f} s, ringed. "
                                f"{logits} {self._exact_text} Choose {MODES[EXACT]} to run it, Exact for top-k, or "
@@ -349,7 +349,7 @@ class PatchingPanel(Panel):
     def _on_finished(self) -> None:
         self._worker = None
         self.cancel_button.setEnabled(False)
-        self.top_button.setEnabled(self.result is not None and bool(self._estimated[0].any() or self._estimated[1].any()))
+        self.top_button.setEnabled(self.result is not None and self._estimates_left() > 0)
         self._check_lengths()
 
     def _draw(self) -> None:
@@ -361,7 +361,12 @@ class PatchingPanel(Panel):
                                value_name="share restored")
         self.resid_map.set_estimated(self._estimated[0])
         self.head_map.set_estimated(self._estimated[1])
-        self.legend.setVisible(bool(self._estimated[0].any() or self._estimated[1].any()))
+        self.legend.setVisible(self._estimates_left() > 0)
+
+    def _estimates_left(self) -> int:
+        """How many cells shown are estimates (0 before any run)."""
+        estimated = getattr(self, "_estimated", None)
+        return 0 if estimated is None else int(estimated[0].sum() + estimated[1].sum())
 
     # --- inspecting one patch --------------------------------------------------------------------
     def inspect(self, cell: tuple[str, int, int]) -> None:
