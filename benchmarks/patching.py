@@ -6,7 +6,7 @@ against one plain forward (target: the estimate in at most 3 forwards' time), th
 panel shows before an exact grid, and the exact full grid itself, side by side.
 
     PYTHONPATH=. python benchmarks/patching.py [--tokens 64] [--batch 32] [--naive-sample 24]
-        [--attribution-tokens 14] [--exact full|sample|skip] [--exact-batches 4] [--only attribution]
+        [--attribution-tokens 14] [--exact full|sample|skip] [--exact-batches 4] [--only all|batched|attribution]
 
 The naive loop is timed on ``--naive-sample`` cells and scaled to the grid (it would take minutes);
 both run on the same machine one after the other, so compare the ratio, not the seconds, on a busy one.
@@ -37,11 +37,12 @@ def main() -> None:
                         help="the 1B-shaped model's exact full grid: run it (many minutes on a CPU), time its "
                              "first --exact-batches batches and scale to the grid's token positions, or skip it")
     parser.add_argument("--exact-batches", type=int, default=4)
-    parser.add_argument("--only", choices=("all", "attribution"), default="all")
+    parser.add_argument("--only", choices=("all", "attribution", "batched"), default="all")
     args = parser.parse_args()
-    if args.only == "all":
+    if args.only in ("all", "batched"):
         batched_against_naive(args)
-    attribution_section(args)
+    if args.only in ("all", "attribution"):
+        attribution_section(args)
 
 
 def batched_against_naive(args: argparse.Namespace) -> None:
