@@ -123,7 +123,7 @@ class MainWindow(QMainWindow):
                                      self.layer_head, self.recent, self.menus)
         self.drawing = PanelDrawing(self.session, self.docks, self.prompt, self.status, self.isVisible, self)
         self.trace_files = TraceFileOpener(self.session, self, self.prompt, self.status, self.layer_head)
-        self.remote_traces = RemoteTraceOpener(self.settings, self.prompt.text, self.trace_files.show, self)
+        self.remote_traces = RemoteTraceOpener(self.settings, self.prompt.text, self.trace_files.show, self.menus, self)
         self._build_toolbar()
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         actions = build_menus(self)
@@ -225,7 +225,6 @@ class MainWindow(QMainWindow):
         self.status.cancel_requested.connect(self._cancel_load)
         self.menus.source_chosen.connect(lambda source: self.open_checkpoint(source))
         self.menus.fit_chosen.connect(lambda source: self.open_checkpoint(source, fit=True))
-        self.menus.remote_chosen.connect(lambda: self.remote_traces.open())
         self.device_controls.changed.connect(self._on_device_changed)
         app = QApplication.instance()
         if isinstance(app, QApplication):

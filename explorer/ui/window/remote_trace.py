@@ -194,10 +194,11 @@ class RemoteTraceOpener(QObject):
     """Opens the dialog from Models > Trace a remote model (NDIF)… and shows its trace as a trace file is shown."""
 
     def __init__(self, settings: QSettings, prompt_text: Callable[[], str], show: Callable[[Any, str], None],
-                 parent: QWidget) -> None:
+                 menus: Any, parent: QWidget) -> None:
         super().__init__(parent)
         self.settings, self.prompt_text, self.show, self.parent_widget = settings, prompt_text, show, parent
         self.dialog: RemoteTraceDialog | None = None
+        menus.remote_chosen.connect(lambda: self.open())  # ModelMenus' entry
 
     def open(self, backend_for: Callable[[Any], Any] | None = None) -> RemoteTraceDialog:
         self.dialog = RemoteTraceDialog(self.settings, self.prompt_text(), self.parent_widget, backend_for)
