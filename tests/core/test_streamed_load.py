@@ -174,3 +174,16 @@ def test_the_load_peak_stays_under_the_budget_plus_a_block(tmp_path):
     assert plain["grew"] >= size  # the ordinary load holds the whole model
     assert placed["resident"] <= budget
     assert placed["grew"] <= budget + block, (placed, budget, block)  # the bound: the budget plus one block
+
+
+def test_a_sharded_checkpoint_streams_across_its_shards(tmp_path):
+    model = build("LlamaConfig", "LlamaForCausalLM", num_hidden_layers=3, num_key_value_heads=2)
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="40KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    reference = load_checkpoint(tmp_path / "sharded", device="cpu")
+    placed = load_checkpoint(tmp_path / "sharded", device="cpu",
+                             placement=Placement("sequential", {"cpu": _block_bytes(reference.model)},
+                                                 str(tmp_path / "o")))
+    assert "disk" in placed.model.hf_device_map.values()
+    a, b = assert_same_traces(reference, placed)
+    np.testing.assert_array_equal(a["logits"], b["logits"])
