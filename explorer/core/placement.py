@@ -228,6 +228,11 @@ def plan(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
     return device_map
 
 
+_SAFETENSORS_CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                      torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+                      torch.uint8: "U8", torch.bool: "BOOL"}
+
+
 def write_offloaded(tensors: dict[str, torch.Tensor], file: Path,
                     aliases: dict[str, str] | None = None) -> dict[str, dict]:
     """``tensors`` written to one safetensors file (through a partial file, renamed when complete); accelerate's
@@ -235,10 +240,8 @@ def write_offloaded(tensors: dict[str, torch.Tensor], file: Path,
     import json
     import struct
 
-    from explorer.core.checkpoint.safe_io import _SAFETENSORS_DTYPES
-
-    codes = {dtype: code for code, dtype in _SAFETENSORS_DTYPES.items()}
     header, offset = {}, 0
+    codes = _SAFETENSORS_CODES
     for key, v in tensors.items():
         size = v.numel() * v.element_size()
         header[key] = {"dtype": codes[v.dtype], "shape": list(v.shape), "data_offsets": [offset, offset + size]}
