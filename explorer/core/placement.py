@@ -228,29 +228,78 @@ def plan(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
     return device_map
 
 
+_SAFETENSORS_CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                      torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+                      torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def write_offloaded(tensors: dict[str, torch.Tensor], file: Path,
+                    aliases: dict[str, str] | None = None) -> dict[str, dict]:
+    """``tensors`` written to one safetensors file (through a partial file, renamed when complete); accelerate's
+    offload index entries for them, and for ``aliases`` (a tied name -> the name it shares a tensor with)."""
+    import json
+    import struct
+
+    header, offset = {}, 0
+    codes = _SAFETENSORS_CODES
+    for key, v in tensors.items():
+        size = v.numel() * v.element_size()
+        header[key] = {"dtype": codes[v.dtype], "shape": list(v.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    tmp = file.with_suffix(".partial")
+    with open(tmp, "wb") as f:  # tensor by tensor: no second copy of the block in memory (safetensors' save_file makes one)
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for v in tensors.values():
+            if v.numel():
+                f.write(v.detach().contiguous().view(-1).view(torch.uint8).numpy().data)
+    tmp.replace(file)
+    index = {key: {"safetensors_file": str(file), "weight_name": key, "dtype": str(v.dtype).replace("torch.", "")}
+             for key, v in tensors.items()}
+    for key, first in (aliases or {}).items():
+        index[key] = dict(index[first])
+    return index
+
+
 def _offload_to_disk(model: torch.nn.Module, names: list[str], folder: Path) -> dict[str, dict]:
     """Each module in ``names`` written to its own safetensors file; accelerate's offload index for them."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
     index: dict[str, dict] = {}
     for name in names:
         module = model.get_submodule(name) if name else model
         tensors: dict[str, torch.Tensor] = {}
         first: dict[tuple, str] = {}  # a tied tensor is written once, under its first name
+        aliases: dict[str, str] = {}
         for k, v in module.state_dict(keep_vars=False).items():
             key = f"{name}.{k}" if name else k
-            index[key] = {"weight_name": first.setdefault((v.data_ptr(), tuple(v.shape)), key),
-                          "dtype": str(v.dtype).replace("torch.", "")}
-            if index[key]["weight_name"] == key:
-                tensors[key] = v.detach().contiguous()
-        file = folder / f"{name or 'model'}.safetensors"
-        tmp = file.with_suffix(".partial")
-        save_file(tensors, str(tmp))
-        tmp.replace(file)
-        for key in index:
-            index[key].setdefault("safetensors_file", str(file))
+            if first.setdefault((v.data_ptr(), tuple(v.shape)), key) == key:
+                tensors[key] = v
+            else:
+                aliases[key] = first[(v.data_ptr(), tuple(v.shape))]
+        index.update(write_offloaded(tensors, folder / f"{name or 'model'}.safetensors", aliases))
     return index
+
+
+def offload_folder(model: torch.nn.Module, placement: Placement) -> Path:
+    """A new subfolder of ``placement.offload_dir`` for ``model``'s offloaded blocks (never over a user's
+    files), removed when the model goes."""
+    import shutil
+    import tempfile
+    import weakref
+
+    root = Path(placement.offload_dir).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="offload-", dir=root))
+    except OSError as exc:
+        raise ExplorerError(f"cannot write offloaded blocks to {root} ({exc.strerror or exc})") from None
+    weakref.finalize(model, shutil.rmtree, folder, True)  # our own subfolder goes when the model goes
+    return folder
+
+
+def main_device(device_map: dict[str, int | str]) -> int | str:
+    """Where accelerate runs what is offloaded: the first device that is not the CPU or disk, else the CPU."""
+    return next((d for d in device_map.values() if d not in ("cpu", "disk")), "cpu")
 
 
 def place(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
@@ -261,23 +310,7 @@ def place(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
 
     device_map = plan(model, placement)
     disk = [name for name, where in device_map.items() if where == "disk"]
-    index = None
-    if disk:
-        import tempfile
-
-        import shutil
-        import weakref
-
-        root = Path(placement.offload_dir).expanduser()
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            folder = Path(tempfile.mkdtemp(prefix="offload-", dir=root))
-        except OSError as exc:
-            raise ExplorerError(f"cannot write offloaded blocks to {root} ({exc.strerror or exc})") from None
-        weakref.finalize(model, shutil.rmtree, folder, True)  # our own subfolder goes when the model goes
-        index = _offload_to_disk(model, disk, folder)
-    devices = {where for where in device_map.values()}
-    main = next((d for d in devices if d not in ("cpu", "disk")), "cpu")
-    dispatch_model(model, device_map, main_device=main, offload_index=index, force_hooks=True)
+    index = _offload_to_disk(model, disk, offload_folder(model, placement)) if disk else None
+    dispatch_model(model, device_map, main_device=main_device(device_map), offload_index=index, force_hooks=True)
     model.hf_device_map = device_map
     return device_map

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from explorer.core.checkpoint.family import Family, HFConfig, Weights
 from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
-from explorer.core.checkpoint.validate import check_config
+from explorer.core.checkpoint.streamed import load_streamed, streams
+from explorer.core.checkpoint.validate import check_config, current
 from explorer.core.config import ModelConfig
 from explorer.core.loaded import LoadedModel
 
@@ -36,10 +37,16 @@ def convert(family: Family, hf: HFConfig, cfg: ModelConfig, notes: list[str],
 
 
 def load_family(family: Family, directory: Path, hf: HFConfig, device: str, dtype: str) -> LoadedModel:
-    """Build, convert and check the weights, then read the directory's tokenizer."""
+    """Build, convert and check the weights, then read the directory's tokenizer. A placed model whose weights
+    are safetensors streams: each block read, converted and put on its device in turn (streamed.py)."""
+    ctx = current()
+    if ctx is not None and family.from_weights is None:
+        ctx.streamed = streams(directory, ctx.placement is not None)
     text, cfg, notes = configure(family, hf)
-    cfg, notes, ours = convert(family, text, cfg, notes, read_weights(directory))
-    model = build_model(cfg, ours, str(directory))
+    if ctx is not None and ctx.streamed:
+        model = load_streamed(cfg, directory, lambda weights: family.convert(weights, cfg, text), str(directory))
+    else:
+        cfg, notes, ours = convert(family, text, cfg, notes, read_weights(directory))
+        model = finish(build_model(cfg, ours, str(directory)), device, dtype)
     tokenizer, tok_notes = family.tokenizer(directory, cfg, text)
-    return LoadedModel(finish(model, device, dtype), tokenizer, directory.name, str(directory), family.arch,
-                       notes=notes + tok_notes)
+    return LoadedModel(model, tokenizer, directory.name, str(directory), family.arch, notes=notes + tok_notes)

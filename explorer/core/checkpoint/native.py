@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core.checkpoint.safe_io import build_model, finish, read_weights
-from explorer.core.checkpoint.validate import check_config
+from explorer.core.checkpoint.streamed import load_streamed, streams
+from explorer.core.checkpoint.validate import check_config, current
 from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 from explorer.core.loaded import LoadedModel
@@ -50,6 +51,9 @@ def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str
     if not isinstance(config.get("model"), dict) or not isinstance(config.get("tokenizer"), dict):
         raise CheckpointError(f"{directory / 'config.json'} lacks its 'model' or 'tokenizer' section (each an object)")
     cfg = ModelConfig.from_dict(config["model"])
+    ctx = current()
+    if ctx is not None:  # a placed model streams, block by block (streamed.py)
+        ctx.streamed = streams(directory, ctx.placement is not None)
     check_config(cfg)
     desc = config["tokenizer"]
     if isinstance(desc, dict) and desc.get("type") == "hf-tokenizer-json":
@@ -58,9 +62,16 @@ def load_native(directory: Path, config: dict[str, Any], device: str, dtype: str
         tokenizer = tokenizer_from_description(desc, directory)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise CheckpointError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only {cfg.vocab_size}")
-    weights = read_weights(directory)
+    if ctx is not None and ctx.streamed:
+        model = load_streamed(cfg, directory, lambda w: _ours(w, cfg), str(directory / "model.safetensors"))
+    else:
+        model = finish(build_model(cfg, _ours(read_weights(directory), cfg), str(directory / "model.safetensors")),
+                       device, dtype)
+    return LoadedModel(model, tokenizer, config.get("name", directory.name), str(directory), cfg.arch)
+
+
+def _ours(weights: dict[str, Any], cfg: ModelConfig) -> dict[str, Any]:
+    """A native checkpoint's tensors are already ours; a tied model's file holds the embedding once."""
     if cfg.tie_embeddings and "unembed.weight" not in weights and "embed.weight" in weights:
         weights["unembed.weight"] = weights["embed.weight"]
-    model = build_model(cfg, weights, str(directory / "model.safetensors"))
-    return LoadedModel(finish(model, device, dtype), tokenizer, config.get("name", directory.name),
-                       str(directory), cfg.arch)
+    return weights

@@ -263,8 +263,8 @@ def _owned(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def read_sharded(index: Path, suffix: str) -> dict[str, torch.Tensor]:
-    """The tensors of a sharded checkpoint: its ``*.index.json`` names the shard file of every tensor."""
+def shard_files(index: Path, suffix: str) -> tuple[dict[str, str], list[str]]:
+    """(the index's weight map, its shard files), each a plain file beside the index, checked to exist."""
     weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index} has no 'weight_map' of tensor names to shard files")
@@ -275,6 +275,12 @@ def read_sharded(index: Path, suffix: str) -> dict[str, torch.Tensor]:
     for shard in shards:
         if not (index.parent / shard).is_file():
             raise CheckpointError(f"{index.name} names shard {shard}, which is missing from {index.parent}")
+    return weight_map, shards
+
+
+def read_sharded(index: Path, suffix: str) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded checkpoint: its ``*.index.json`` names the shard file of every tensor."""
+    weight_map, shards = shard_files(index, suffix)
     weights: dict[str, torch.Tensor] = {}
     if suffix == ".safetensors":  # every shard's header first: the whole checkpoint is checked before reading
         headers = {shard: safetensors_header(index.parent / shard) for shard in shards}

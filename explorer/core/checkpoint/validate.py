@@ -56,6 +56,7 @@ class LoadContext:
     config_file: Path | None = None  # where that configuration was read: errors without a file name get it
     done: int = 0  # tensors read so far, across shards
     placement: Any = None  # core/placement.Placement: finish() lays the model out with accelerate
+    streamed: bool = False  # a placed load read block by block, straight to each block's device (streamed.py)
 
     def cancelled(self) -> bool:
         return asker(self.cancel)()
@@ -94,8 +95,9 @@ def check_config(cfg: ModelConfig) -> None:
     ctx = current()
     if ctx is None:
         return
-    placed = ctx.placement is not None  # a placed model is read into CPU memory, then laid out
-    check_fits(cfg, ctx.dtype, torch.device("cpu") if placed else ctx.device, hint=not placed)
+    placed = ctx.placement is not None  # a placed model is read into CPU memory, then laid out ...
+    if not (placed and ctx.streamed):  # ... unless it streams, block by block (streamed.py): accelerate plans it
+        check_fits(cfg, ctx.dtype, torch.device("cpu") if placed else ctx.device, hint=not placed)
     ctx.config = cfg
 
 

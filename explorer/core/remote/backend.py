@@ -237,13 +237,8 @@ def trace_nnsight(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], tokens
         raise RemoteTraceError(f"the trace brought back {len(values)} values, {len(keys)} were asked for")
     arrays = {key: np.ascontiguousarray(torch.as_tensor(v).detach().float().cpu().numpy())
               for key, v in zip(keys, values)}
-    last_logits = arrays.pop("last_logits")
-    for a in arrays.values():
-        a.flags.writeable = False
     where = "remote" if (remote or backend is not None) else "nnsight"
-    meta = TraceMeta(model_name=name, device=where, dtype="float32", forward_seconds=seconds,
-                     extra={"backend": where, "last_logits": last_logits})
-    return Trace(list(ids), list(tokens), cfg, arrays, meta, model=None)
+    return compact_trace(arrays, cfg, ids, tokens, name, where, seconds)
 
 
 def remote_backend(lm: Any, settings: RemoteSettings) -> Any:
@@ -275,7 +270,6 @@ def trace_directory(directory: str | Path, prompt: str | None = None, ids: Seque
     by the same tokenizer the default backend uses."""
     from explorer.core.checkpoint import MAX_CONFIG_BYTES, validate
     from explorer.core.checkpoint.safe_io import read_json
-    from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
 
     require_nnsight()
     directory = Path(directory).expanduser()
@@ -286,12 +280,7 @@ def trace_directory(directory: str | Path, prompt: str | None = None, ids: Seque
     family_of(model_type)
     with validate.loading(str(directory), "cpu"):  # the same fit check as the default backend
         cfg = our_config(model_type, hf)
-    if model_type == "gpt2":
-        from explorer.core.checkpoint.gpt2 import hf_tokenizer
-
-        tokenizer = hf_tokenizer(directory, cfg.vocab_size)
-    else:
-        tokenizer = tokenizer_for_checkpoint(directory, cfg.vocab_size, hf.get("eos_token_id"))[0]
+    tokenizer = directory_tokenizer(directory, model_type, cfg, hf)
     if ids is None:
         if not prompt:
             raise ExplorerError("the prompt is empty: type some text to analyse")
@@ -299,6 +288,29 @@ def trace_directory(directory: str | Path, prompt: str | None = None, ids: Seque
     lm = open_model(directory, hf)
     return trace_nnsight(lm, model_type, cfg, list(ids), tokenizer.displays(list(ids)), directory.name,
                          progress=progress)
+
+
+def directory_tokenizer(directory: Path, model_type: str, cfg: Any, hf: dict[str, Any]) -> Any:
+    """The tokenizer the default backend uses for this directory (the ids then agree)."""
+    if model_type == "gpt2":
+        from explorer.core.checkpoint.gpt2 import hf_tokenizer
+
+        return hf_tokenizer(directory, cfg.vocab_size)
+    from explorer.core.tokenize.huggingface import tokenizer_for_checkpoint
+
+    return tokenizer_for_checkpoint(directory, cfg.vocab_size, hf.get("eos_token_id"))[0]
+
+
+def compact_trace(arrays: dict[str, np.ndarray], cfg: Any, ids: Sequence[int], tokens: Sequence[str], name: str,
+                  where: str, seconds: float) -> Trace:
+    """The model-less Trace of the compact set (``arrays`` under Trace keys, with ``last_logits``)."""
+    arrays = dict(arrays)
+    last_logits = arrays.pop("last_logits")
+    for a in arrays.values():
+        a.flags.writeable = False
+    meta = TraceMeta(model_name=name, device=where, dtype="float32", forward_seconds=seconds,
+                     extra={"backend": where, "last_logits": last_logits})
+    return Trace(list(ids), list(tokens), cfg, arrays, meta, model=None)
 
 
 def compact_arrays(trace: Trace) -> dict[str, np.ndarray]:

@@ -64,6 +64,7 @@ from explorer.ui.window.interventions import add_intervention_bar
 from explorer.ui.window.loading import APP_NAME, LoadingChrome, sample_prompts
 from explorer.ui.window.menus import build_menus
 from explorer.ui.window.open_trace import TraceFileOpener
+from explorer.ui.window.remote_trace import RemoteTraceOpener
 from explorer.ui.window.window_state import WindowState
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ class MainWindow(QMainWindow):
                                      self.layer_head, self.recent, self.menus)
         self.drawing = PanelDrawing(self.session, self.docks, self.prompt, self.status, self.isVisible, self)
         self.trace_files = TraceFileOpener(self.session, self, self.prompt, self.status, self.layer_head)
+        self.remote_traces = RemoteTraceOpener(self.settings, self.prompt.text, self.trace_files.show, self.menus, self)
         self._build_toolbar()
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         actions = build_menus(self)

@@ -97,6 +97,7 @@ class ModelMenus(QObject):
 
     source_chosen = Signal(str)
     fit_chosen = Signal(str)  # Models > Fit … to this machine: load it again, laid out across GPU, CPU and disk
+    remote_chosen = Signal()  # Models > Trace a remote model (NDIF)…
 
     def __init__(self, recent: RecentCheckpoints, builtin: Callable[[], list[str]], parent: QWidget) -> None:
         super().__init__(parent)
@@ -159,3 +160,7 @@ class ModelMenus(QObject):
             fit = menu.addAction(f"Fit {Path(self.unfit).name or self.unfit} to this machine")
             fit.setToolTip("load it again with its layers on the GPU while they fit, then CPU memory, then disk")
             fit.triggered.connect(lambda _=False, s=self.unfit: self.fit_chosen.emit(s))
+        menu.addSeparator()
+        remote = menu.addAction("Trace a remote model (NDIF)…")
+        remote.setToolTip("trace the prompt through nnsight on an NDIF server, or on this machine; shown like a trace file")
+        remote.triggered.connect(lambda _=False: self.remote_chosen.emit())

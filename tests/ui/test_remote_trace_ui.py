@@ -1,0 +1,169 @@
+"""Models > Trace a remote model (NDIF)…: the dialog says what it will transfer, counts the layers as they
+arrive, shows the model-less trace as File > Open trace does, and ends any failure in one line with the
+current model left in place. The network is replaced (nnsight's own RemoteBackend, recording its
+requests and running them on a local model, as tests/core/test_remote.py does)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from explorer.core.checkpoint import load_checkpoint
+from explorer.core.remote.backend import RemoteSettings, compact_nbytes, human_bytes
+from explorer.core.remote.tables import our_config
+from tests.core.decoder_reference import build
+
+IDS_PROMPT = "5 17 99 3 50 42 42 7"
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("remote-ui-llama")
+    build("LlamaConfig", "LlamaForCausalLM", num_hidden_layers=3, num_key_value_heads=2).save_pretrained(path)
+    return path
+
+
+def _menu_action(window):
+    window.menus.fill_models()
+    (action,) = [a for a in window.menus.models_menu.actions() if a.text() == "Trace a remote model (NDIF)…"]
+    return action
+
+
+def _estimate(qtbot, dialog, source, remote, host="https://ndif.example.org", key="k"):
+    dialog.model.setText(str(source))
+    dialog.remote.setChecked(remote)
+    dialog.host.setText(host)
+    dialog.api_key.setText(key)
+    dialog.estimate_button.click()
+    qtbot.waitUntil(lambda: dialog.start_button.isEnabled() or dialog.estimate_button.isEnabled() and
+                    bool(dialog.status.text()), timeout=60_000)
+
+
+def test_a_local_nnsight_trace_end_to_end(qtbot, window, llama_dir):
+    window.prompt.set_text(IDS_PROMPT)
+    before = window.session.loaded
+    _menu_action(window).trigger()
+    dialog = window.remote_traces.dialog
+    assert dialog is not None and dialog.prompt == IDS_PROMPT
+    _estimate(qtbot, dialog, llama_dir, remote=False)
+    assert dialog.start_button.isEnabled(), dialog.status.text()
+    job = dialog.job
+    assert human_bytes(compact_nbytes(job.cfg, len(job.ids), 4)) in dialog.plan.text()
+    assert f"{len(job.ids)} tokens" in dialog.plan.text() and "this machine" in dialog.plan.text()
+    assert window.session.loaded is before  # estimating changes nothing
+    arrived = []
+    dialog.progress.valueChanged.connect(arrived.append)
+    dialog.layers_per_request = 1
+    with qtbot.waitSignal(dialog.traced, timeout=120_000):
+        dialog.start_button.click()
+    assert arrived[-3:] == [1, 2, 3]  # one request a layer
+    # shown as File > Open trace shows a trace: no model, the prompt read-only, the trace on screen
+    qtbot.waitUntil(lambda: window.session.result is not None and not window.session.result.trace.has_model)
+    shown = window.session.result.trace
+    assert window.session.loaded is None and window.prompt.edit.isReadOnly()
+    assert window.session.trace_file == f"nnsight: {llama_dir}"
+    assert window.status.fields["device"].text() == "no model"
+    ours = load_checkpoint(llama_dir, device="cpu").trace_ids(list(job.ids))
+    for layer in range(3):
+        for site in ("resid_pre", "attn.q", "attn.pattern"):
+            np.testing.assert_allclose(shown[f"blocks.{layer}.{site}"], ours[f"blocks.{layer}.{site}"], atol=1e-4)
+    assert window.settings.value("remote/model") == str(llama_dir)
+
+
+class _Network:
+    """nnsight's RemoteBackend for each request, its ``request`` replaced: records what it would send and runs
+    it locally (tests/core/test_remote.Recording), or fails as ``fail`` says."""
+
+    def __init__(self, settings, fail=None):
+        self.settings, self.fail, self.sent = settings, fail, []
+
+    def __call__(self, lm):
+        from tests.core.test_remote import Recording
+
+        backend = Recording(lm, self.settings)
+        if self.fail is not None:
+            def request(request, tracer, fail=self.fail):
+                raise fail
+            backend.request = request
+        self.sent.append(backend)
+        return backend
+
+
+@pytest.fixture
+def remote_ready(llama_dir, monkeypatch):
+    from nnsight.modeling import huggingface
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setitem(huggingface._ID_CACHE, str(llama_dir), "org/tiny-llama")
+    return llama_dir
+
+
+def test_a_remote_trace_sends_its_requests_and_counts_layers(qtbot, window, remote_ready):
+    window.prompt.set_text(IDS_PROMPT)
+    network = _Network(RemoteSettings("https://ndif.example.org", "secret"))
+    dialog = window.remote_traces.open(backend_for=network)
+    _estimate(qtbot, dialog, remote_ready, remote=True, key="secret")
+    job = dialog.job
+    assert job.remote and job.settings.host == "https://ndif.example.org" and job.settings.api_key == "secret"
+    assert human_bytes(compact_nbytes(job.cfg, len(job.ids), 2)) in dialog.plan.text()  # bfloat16 from a server
+    assert "ndif.example.org" in dialog.plan.text()
+    dialog.layers_per_request = 2
+    with qtbot.waitSignal(dialog.traced, timeout=120_000) as signal:
+        dialog.start_button.click()
+    assert len(network.sent) == 2  # layers 0-1, then 2 with the final residual and logits
+    (request, blob, host, key), = network.sent[0].sent
+    assert host == "https://ndif.example.org" and key == "secret" and '"repo_id": "org/tiny-llama"' in request.model_key
+    trace, label = signal.args
+    assert label == f"NDIF: {remote_ready}" and trace.meta.extra["backend"] == "remote"
+    assert dialog.progress.value() == 3
+
+
+@pytest.mark.parametrize("fail, words", [
+    ("refused", "refused or failed"),
+    ("timeout", "did not answer in time"),
+])
+def test_a_failed_remote_trace_is_one_line_and_keeps_the_model(qtbot, window, remote_ready, fail, words):
+    from nnsight.intervention.backends.remote import RemoteError
+
+    error = RemoteError("Model not hosted:\nllama-tiny is not deployed") if fail == "refused" else \
+        TimeoutError("the read operation timed out\nafter 30 s")
+    window.prompt.set_text(IDS_PROMPT)
+    loaded, result = window.session.loaded, window.session.result
+    network = _Network(RemoteSettings("https://ndif.example.org", "k"), fail=error)
+    dialog = window.remote_traces.open(backend_for=network)
+    _estimate(qtbot, dialog, remote_ready, remote=True)
+    dialog.start_button.click()
+    qtbot.waitUntil(lambda: dialog.estimate_button.isEnabled(), timeout=60_000)
+    text = dialog.status.text()
+    assert words in text and "\n" not in text
+    assert window.session.loaded is loaded and window.session.result is result and dialog.isVisible()
+    assert not window.prompt.edit.isReadOnly()
+    assert dialog.start_button.isEnabled()  # try again
+
+
+def test_bad_input_and_missing_nnsight_are_one_line(qtbot, window, monkeypatch, tmp_path):
+    import sys
+
+    window.prompt.set_text(IDS_PROMPT)
+    dialog = window.remote_traces.open()
+    _estimate(qtbot, dialog, tmp_path / "nowhere", remote=False)
+    assert "is not a folder" in dialog.status.text() and not dialog.start_button.isEnabled()
+    _estimate(qtbot, dialog, "org/model", remote=True, host="ndif.example.org")
+    assert "must start with http" in dialog.status.text()
+    monkeypatch.setitem(sys.modules, "nnsight", None)
+    _estimate(qtbot, dialog, "org/model", remote=True)
+    text = dialog.status.text()
+    assert "pip install 'transformer-explorer[remote]'" in text and "\n" not in text
+    assert window.session.loaded is not None
+
+
+def test_settings_and_the_environment_fill_the_form(qtbot, window, settings, monkeypatch):
+    monkeypatch.setenv("NDIF_API_KEY", "from-env")
+    settings.setValue("remote/host", "https://my.ndif.host")
+    dialog = window.remote_traces.open()
+    assert dialog.host.text() == "https://my.ndif.host" and dialog.api_key.text() == ""
+    assert dialog.api_key.placeholderText() == "from NDIF_API_KEY"
+    assert dialog._settings().api_key == "from-env"  # an empty field falls back to NDIF_API_KEY
+    dialog.close()
