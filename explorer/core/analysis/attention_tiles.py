@@ -42,9 +42,12 @@ POOLS = ("max", "mean")
 
 
 def _tensor(a) -> torch.Tensor:
+    """A float32 tensor of a trace array (a view when it is float32 already), where the array lives."""
+    from explorer.core.trace import as_tensor
+
     if isinstance(a, torch.Tensor):
         return a.detach().float()
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+    return as_tensor(np.ascontiguousarray(a)).float()
 
 
 def head_qk(trace: Trace, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,8 +66,9 @@ def _block_scores(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch
     cfg = trace.config
     (r0, r1), (c0, c1) = rows, cols
     n, m = q.shape[0], k.shape[0]
-    i = torch.arange(r0, r1)[:, None] + (m - n)  # the queries are the last n of the m key positions
-    j = torch.arange(c0, c1)[None, :]
+    device = q.device
+    i = torch.arange(r0, r1, device=device)[:, None] + (m - n)  # the queries are the last n of the m keys
+    j = torch.arange(c0, c1, device=device)[None, :]
     mask = None
     if cfg.causal:
         mask = j > i
@@ -73,7 +77,7 @@ def _block_scores(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch
             mask |= j <= i - window
     bias = None
     if cfg.alibi:
-        bias = -alibi_slopes(cfg.n_heads)[head] * (i - j).float()
+        bias = -alibi_slopes(cfg.n_heads)[head].to(device) * (i - j).float()
         if cfg.alibi_before_scale:
             bias = bias * (1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else cfg.attn_scale)
         bias = bias[None]
@@ -97,7 +101,7 @@ def row_logsumexp(trace: Trace, layer: int, head: int, check: Callable[[], None]
             r1 = min(n, r0 + CHUNK_ROWS)
             last = min(m, r1 + m - n) if trace.config.causal else m  # later keys are masked anyway
             scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, last)).double()
-            out[r0:r1] = torch.logsumexp(scores, dim=-1).numpy()
+            out[r0:r1] = torch.logsumexp(scores, dim=-1).cpu().numpy()
         out.flags.writeable = False
         return out
 
@@ -105,9 +109,9 @@ def row_logsumexp(trace: Trace, layer: int, head: int, check: Callable[[], None]
 
 
 def block(trace: Trace, layer: int, head: int, kind: str, rows: tuple[int, int],
-          cols: tuple[int, int]) -> np.ndarray:
+          cols: tuple[int, int], masked: float | None = None) -> np.ndarray:
     """The exact ``kind`` ("scores" or "pattern") of queries ``rows`` x keys ``cols`` (half-open
-    ranges of positions): float32 [r, c], masked scores -inf, masked weights 0."""
+    ranges of positions): float32 [r, c], masked scores -inf and masked weights 0 (or ``masked``)."""
     if kind not in ("scores", "pattern"):
         raise ValueError("kind must be 'scores' or 'pattern'")
     q, k = head_qk(trace, layer, head)
@@ -118,9 +122,13 @@ def block(trace: Trace, layer: int, head: int, kind: str, rows: tuple[int, int],
         return np.zeros((max(0, r1 - r0), max(0, c1 - c0)), dtype=np.float32)
     scores = _block_scores(trace, layer, head, q, k, (r0, r1), (c0, c1))
     if kind == "scores":
-        return scores.numpy()
-    lse = torch.from_numpy(row_logsumexp(trace, layer, head)[r0:r1])
-    return torch.exp(scores.double() - lse[:, None]).float().numpy()
+        values = scores
+    else:
+        lse = torch.from_numpy(row_logsumexp(trace, layer, head)[r0:r1]).to(scores.device)
+        values = torch.exp(scores.double() - lse[:, None]).float()
+    if masked is not None:
+        values = values.masked_fill(torch.isneginf(scores), masked)
+    return values.cpu().numpy()
 
 
 def query_row(trace: Trace, layer: int, head: int, kind: str, query: int) -> np.ndarray:
@@ -172,11 +180,11 @@ def overview(trace: Trace, layer: int, head: int, kind: str, pixels: int, pool: 
             r1 = min(n, r0 + step)
             scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, m))
             rows_lse = torch.logsumexp(scores.double(), dim=-1)
-            lse[r0:r1] = rows_lse.numpy()
+            lse[r0:r1] = rows_lse.cpu().numpy()
             values = scores if kind == "scores" else torch.exp(scores.double() - rows_lse[:, None]).float()
             if kind == "pattern" and pool == "max":  # masked cells: no weight to show (a mean counts their 0s,
                 values = values.masked_fill(torch.isneginf(scores), float("nan"))  # as display.mosaic does)
-            parts.append(_pool_rows(values, factor, pool))
+            parts.append(_pool_rows(values.cpu(), factor, pool))
         lse.flags.writeable = False
         trace.memo(("attention_tiles.lse", layer, head), lambda: lse)
         image = torch.cat(parts).numpy() if parts else np.zeros((0, 0), np.float32)
