@@ -4,7 +4,8 @@ Above ``LONG_DETAIL`` tokens the panel does not build a head's [n, n] matrix. Th
 
 * the head max-pooled to at most ``OVERVIEW_PIXELS`` a side (``core.analysis.attention_tiles.overview``),
   stretched over the head's n x n token coordinates: each pixel is the maximum over its f x f block
-  of queries x keys, so one key every query reads stays visible (the title says so);
+  of queries x keys, so one key every query reads stays visible (the key axis says so); colours span
+  up to the values' 99.5th percentile (the first queries, which see one key, weigh 1);
 * when the visible region is at most ``TILE_MAX`` tokens a side (zoomed in to about screen
   resolution), the exact values of that region and a margin around it (``attention_tiles.block``),
   in a second image on top; hovering there reads exact values.
@@ -32,6 +33,7 @@ from explorer.ui.widgets.heatmap import MASK_LIGHT, format_value
 LONG_DETAIL = 1024  # longer prompts: overview + tiles instead of the whole [n, n] matrix
 OVERVIEW_PIXELS = 512  # the overview's side at most (a detail view is rarely wider on screen)
 TILE_MAX = 640  # exact tiles once the visible region is at most this many tokens a side
+CLIP_PERCENTILE = 99.5  # the colour scale's top: this percentile of the overview's values
 
 
 class LongHeadView(pg.GraphicsLayoutWidget):
@@ -84,7 +86,10 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         new_trace = trace is not self.trace
         self.trace, self.layer, self.head, self.kind, self.value_name = trace, layer, head, kind, value_name
         self.image, self.factor = pooled
-        top = float(np.nanmax(np.abs(self.image))) if np.isfinite(self.image).any() else 1.0
+        # the colours span 0 .. the 99.5th percentile: the first queries' weight of 1 (they see one key)
+        # would leave every later row at the dark end; hovering reads the value itself
+        finite = np.abs(self.image[np.isfinite(self.image)])
+        top = float(np.percentile(finite, CLIP_PERCENTILE)) if finite.size else 1.0
         top = top if top > 0 else 1.0
         self.levels = (-top, top) if symmetric else (0.0, top)
         self.overview.setLookupTable(colormap.getLookupTable(nPts=256))
@@ -93,9 +98,10 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self.overview.setImage(self.image, levels=self.levels, autoLevels=False)
         self.overview.setRect(QRectF(0, 0, trace.n_tokens, trace.n_tokens))
         self.colorbar.setLevels(self.levels)
-        pooled_note = f" (max over {self.factor}\u00d7{self.factor}-token blocks; zoom in for exact values)" \
-            if self.factor > 1 else ""
-        self.plot.setTitle(title + pooled_note)
+        self.plot.setTitle(title)
+        self.plot.setLabel("bottom", "key (position)" + (
+            f" · a pixel: the max over {self.factor}×{self.factor} tokens, exact once zoomed in"
+            if self.factor > 1 else ""))
         self.tile_rect = None
         self.tile.clear()
         if new_trace:
