@@ -88,6 +88,8 @@ def test_tracing_and_drawing_4096_tokens_never_allocates_n_squared(qtbot, model)
     assert np.isneginf(panel.row_values[2101:]).all()
     pooled = np.where(np.isneginf(full), -np.inf, full).reshape(512, 8, 512, 8).max(axis=(1, 3))
     np.testing.assert_allclose(np.nan_to_num(view.image, nan=-np.inf), pooled, rtol=1e-5, atol=1e-5)
+    exported, rows, cols = panel._detail_data()  # an export takes what is shown: the exact tile here
+    assert exported.shape == (r1 - r0, c1 - c0) and len(rows) == r1 - r0 and len(cols) == c1 - c0
     assert view.cell_text(2100, 1100).startswith("query")  # inside the tile: an exact value
     assert view.cell_text(10, 3000).startswith("queries")  # outside: a pooled block
 

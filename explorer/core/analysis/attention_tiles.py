@@ -143,6 +143,13 @@ def _pool_rows(values: torch.Tensor, factor: int, pool: str) -> torch.Tensor:
     r, c = values.shape
     rows, cols = math.ceil(r / factor), math.ceil(c / factor)
     finite = torch.isfinite(values)
+    if pool == "mean" and bool(finite.all()):  # the common case (a pattern): plain block sums
+        padded = values.new_zeros((rows * factor, cols * factor))
+        padded[:r, :c] = values
+        sums = padded.view(rows, factor, cols, factor).sum(dim=(1, 3), dtype=torch.float64)
+        sizes_r = torch.clamp(r - torch.arange(rows) * factor, max=factor)
+        sizes_c = torch.clamp(c - torch.arange(cols) * factor, max=factor)
+        return (sums / (sizes_r[:, None] * sizes_c[None, :])).float()
     padded = torch.full((rows * factor, cols * factor), float("nan"))
     padded[:r, :c] = values
     blocks = padded.view(rows, factor, cols, factor)
@@ -179,9 +186,9 @@ def overview(trace: Trace, layer: int, head: int, kind: str, pixels: int, pool: 
                 check()
             r1 = min(n, r0 + step)
             scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, m))
-            rows_lse = torch.logsumexp(scores.double(), dim=-1)
+            rows_lse = torch.logsumexp(scores, dim=-1)  # float32: the softmax's own precision
             lse[r0:r1] = rows_lse.cpu().numpy()
-            values = scores if kind == "scores" else torch.exp(scores.double() - rows_lse[:, None]).float()
+            values = scores if kind == "scores" else torch.exp(scores - rows_lse[:, None])
             if kind == "pattern" and pool == "max":  # masked cells: no weight to show (a mean counts their 0s,
                 values = values.masked_fill(torch.isneginf(scores), float("nan"))  # as display.mosaic does)
             parts.append(_pool_rows(values.cpu(), factor, pool))

@@ -30,7 +30,8 @@ from explorer.core.trace import Trace
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import MASK_LIGHT, format_value
 
-LONG_DETAIL = 1024  # longer prompts: overview + tiles instead of the whole [n, n] matrix
+LONG_DETAIL = 512  # longer prompts: overview + tiles (a detail view is rarely wider on screen than this)
+EXPORT_WHOLE = 2048  # up to this many tokens an export of the head is its whole exact [n, n] matrix
 OVERVIEW_PIXELS = 512  # the overview's side at most (a detail view is rarely wider on screen)
 TILE_MAX = 640  # exact tiles once the visible region is at most this many tokens a side
 CLIP_PERCENTILE = 99.5  # the colour scale's top: this percentile of the overview's values
@@ -206,11 +207,14 @@ def row_bars(values: np.ndarray, masked: np.ndarray, bars: int) -> tuple[np.ndar
 
 
 def long_detail_data(view: LongHeadView) -> tuple[np.ndarray, list[str], list[str]]:
-    """What a long head's view shows, for an export: the exact tile (token labels) when there is
-    one, else the pooled overview (rows and columns named by their token ranges)."""
+    """A long head for an export: its whole exact matrix up to ``EXPORT_WHOLE`` tokens; beyond, what
+    the view shows: the exact tile (token labels) when there is one, else the pooled overview (rows and
+    columns named by their token ranges)."""
     from explorer.core.display.labels import token_labels
 
     labels = token_labels(view.trace.tokens)
+    if view.n <= EXPORT_WHOLE:
+        return tiles.block(view.trace, view.layer, view.head, view.kind, (0, view.n), (0, view.n)), labels, labels
     if view.tile_rect is not None:
         r0, r1, c0, c1 = view.tile_rect
         return view.tile_values, labels[r0:r1], labels[c0:c1]
