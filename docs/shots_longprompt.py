@@ -6,6 +6,8 @@ random model's near-uniform ones), and a 4096-token prompt. Writes, under --out:
 * longprompt-WxH-attention-zoomed-out.png: the selected head, max-pooled to the view (no [n, n] built)
 * longprompt-WxH-attention-zoomed-in.png: the same head zoomed in to ~160 tokens: exact tiles
 * longprompt-WxH-lens.png: the residual panel's logit lens window around the selected token
+* longprompt-WxH-attention-all-heads.png: back to the attention panel once the all-heads mosaic is
+  computed (every head mean-pooled from q and k), when it is ready within --mosaic-wait seconds
 
     env -u QT_QPA_PLATFORM xvfb-run -a -s "-screen 0 1920x1200x24" python docs/shots_longprompt.py --out docs
 """
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--layer", type=int, default=2)
     parser.add_argument("--head", type=int, default=4)
+    parser.add_argument("--mosaic-wait", type=float, default=1500.0)
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
 
@@ -64,7 +67,6 @@ def main() -> None:
     from explorer.ui.session.workers import LoadRequest, LoadResult
     from explorer.ui.window.main_window import MainWindow
 
-    torch.set_num_threads(1)  # a core left to the GUI thread on this 2-core machine
     app = ensure_app("light")
     settings = QSettings(str(Path(tempfile.mkdtemp(prefix="shots-")) / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings, device="cpu")
@@ -77,24 +79,25 @@ def main() -> None:
     # a prompt of random words that repeats itself: 512 words, eight times
     words = np.random.default_rng(0).integers(0, 49152, 512)
     text = " ".join(f"w{i}" for i in np.tile(words, args.tokens // 512 + 1)[:args.tokens])
-    start = time.perf_counter()
-    print("tracing", args.tokens, "tokens", flush=True)
-    window.set_prompt(text)
-    pump(app, lambda: idle() and window.trace.n_tokens == args.tokens, timeout_s=3000)
-    print(f"traced {window.trace.n_tokens} tokens in {time.perf_counter() - start:.0f} s")
     docks = {type(d.panel).__name__: d for d in window.docks}
     attention = docks["AttentionPanel"].panel
     docks["AttentionPanel"].raise_()
-    window.session.selection.set_layer_head(args.layer, args.head)
+    window.session.selection.set_layer_head(args.layer, args.head)  # before the trace: its worker prepares the head
+    start = time.perf_counter()
+    print("tracing", args.tokens, "tokens", flush=True)
+    window.set_prompt(text)
+    pump(app, lambda: window.trace is not None and window.trace.n_tokens == args.tokens, timeout_s=3000)
+    print(f"traced {window.trace.n_tokens} tokens in {time.perf_counter() - start:.0f} s", flush=True)
     window.session.selection.set_token(args.tokens - 200)
     detail = attention.long_detail
     pump(app, lambda: detail.trace is window.trace and (detail.layer, detail.head) == (args.layer, args.head)
-         and not attention.computing(), timeout_s=3000)
+         and detail.image.size > 0, timeout_s=3000)
+    print(f"head drawn after {time.perf_counter() - start:.0f} s", flush=True)
     settle(app, 1.0)
     out = Path(args.out)
     path = out / f"longprompt-{w}x{h}-attention-zoomed-out.png"
     window.grab().save(str(path))
-    print("wrote", path, "|", detail.plot.titleLabel.text)
+    print("wrote", path, "|", detail.plot.titleLabel.text, flush=True)
     r, c = args.tokens - 260, args.tokens - 420
     detail.plot.setRange(xRange=(c, c + 160), yRange=(r, r + 160), padding=0)
     settle(app, 0.3)
@@ -102,14 +105,24 @@ def main() -> None:
     settle(app, 1.0)
     path = out / f"longprompt-{w}x{h}-attention-zoomed-in.png"
     window.grab().save(str(path))
-    print("wrote", path, "| tile", detail.tile_rect)
+    print("wrote", path, "| tile", detail.tile_rect, flush=True)
     residual = docks["ResidualPanel"]
     residual.raise_()
     pump(app, lambda: not residual.panel.computing(), timeout_s=3000)
     settle(app, 1.5)
     path = out / f"longprompt-{w}x{h}-lens.png"
     window.grab().save(str(path))
-    print("wrote", path)
+    print("wrote", path, flush=True)
+    docks["AttentionPanel"].raise_()  # back, the all-heads mosaic computed (a panel behind a tab waits)
+    detail.plot.setRange(xRange=(0, args.tokens), yRange=(0, args.tokens), padding=0)
+    try:
+        pump(app, lambda: attention.geometry is not None and not attention.computing(), timeout_s=args.mosaic_wait)
+        settle(app, 1.0)
+        path = out / f"longprompt-{w}x{h}-attention-all-heads.png"
+        window.grab().save(str(path))
+        print(f"wrote {path} after {time.perf_counter() - start:.0f} s", flush=True)
+    except TimeoutError:
+        print("the all-heads mosaic was not ready in time", flush=True)
     window.close()
 
 

@@ -80,3 +80,18 @@ def test_pooled_mosaic_matches_the_mosaic_of_full_patterns(monkeypatch):
     got, geo = tiles.pooled_mosaic(trace, 10)
     assert geo == geo_want
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_pooled_cosine_map_is_the_block_mean_of_the_whole_map():
+    from explorer.core.analysis.vectors import cosine_similarity_matrix, pooled_cosine_similarity
+
+    X = np.random.default_rng(0).normal(size=(37, 6))
+    X[5] = 0.0  # a zero row: cosine 0, as in the whole map
+    whole = cosine_similarity_matrix(X)
+    image, f = pooled_cosine_similarity(X, 10, chunk=8)
+    assert f == 4 and image.shape == (10, 10)
+    padded = np.full((40, 40), np.nan)
+    padded[:37, :37] = whole
+    np.testing.assert_allclose(image, np.nanmean(padded.reshape(10, 4, 10, 4), axis=(1, 3)), rtol=1e-5, atol=1e-6)
+    same, one = pooled_cosine_similarity(X, 64)
+    assert one == 1 and np.array_equal(same, whole)

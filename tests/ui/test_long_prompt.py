@@ -94,6 +94,27 @@ def test_tracing_and_drawing_4096_tokens_never_allocates_n_squared(qtbot, model)
     assert view.cell_text(10, 3000).startswith("queries")  # outside: a pooled block
 
 
+def test_the_cosine_map_of_a_long_prompt_is_pooled(qtbot, model):
+    from explorer.core.analysis.vectors import pooled_cosine_similarity
+    from explorer.ui.panels.embeddings import COSINE_PIXELS, EmbeddingsPanel
+
+    ids = [int(i) for i in np.random.default_rng(2).integers(0, 64, N)]
+    trace, _ = capture(model, ids, [f"t{i}" for i in ids])
+    selection = Selection()
+    panel = EmbeddingsPanel(selection)
+    qtbot.addWidget(panel)
+    selection.clamp(2, 4, N)
+    panel.set_trace(trace)
+    cosine = panel.cosine_map.matrix
+    assert cosine.shape == (COSINE_PIXELS, COSINE_PIXELS)
+    np.testing.assert_allclose(cosine, pooled_cosine_similarity(panel._vectors[panel._space_key()], COSINE_PIXELS)[0],
+                               rtol=1e-5, atol=1e-6)
+    assert panel.cosine_map.row_labels[1] == "tokens 8\u201315" and "mean over 8\u00d78" in \
+        panel.cosine_map.plot.titleLabel.text
+    panel.cosine_map.cell_clicked.emit(3, 0)
+    assert selection.token == 24
+
+
 def test_long_query_row_pattern_is_exact(qtbot, model):
     ids = [int(i) for i in np.random.default_rng(1).integers(0, 64, 1500)]  # a long prompt's row, exact
     trace, _ = capture(model, ids, [f"t{i}" for i in ids])
