@@ -98,8 +98,8 @@ def main() -> None:
     path = out / f"longprompt-{w}x{h}-attention-zoomed-out.png"
     window.grab().save(str(path))
     print("wrote", path, "|", detail.plot.titleLabel.text, flush=True)
-    r, c = args.tokens - 260, args.tokens - 420
-    detail.plot.setRange(xRange=(c, c + 160), yRange=(r, r + 160), padding=0)
+    q = args.tokens - 200  # zoomed in on the diagonal around the selected query: cells, and the mask
+    detail.plot.setRange(xRange=(q - 40, q + 8), yRange=(q - 24, q + 24), padding=0)
     settle(app, 0.3)
     detail.refresh_tile()
     settle(app, 1.0)
@@ -108,7 +108,7 @@ def main() -> None:
     print("wrote", path, "| tile", detail.tile_rect, flush=True)
     residual = docks["ResidualPanel"]
     residual.raise_()
-    pump(app, lambda: not residual.panel.computing(), timeout_s=3000)
+    pump(app, lambda: residual.panel.trace is window.trace and not residual.panel.computing(), timeout_s=3000)
     settle(app, 1.5)
     path = out / f"longprompt-{w}x{h}-lens.png"
     window.grab().save(str(path))

@@ -95,3 +95,20 @@ def test_pooled_cosine_map_is_the_block_mean_of_the_whole_map():
     np.testing.assert_allclose(image, np.nanmean(padded.reshape(10, 4, 10, 4), axis=(1, 3)), rtol=1e-5, atol=1e-6)
     same, one = pooled_cosine_similarity(X, 64)
     assert one == 1 and np.array_equal(same, whole)
+
+
+@pytest.mark.parametrize("shape", ["gpt2", "sliding_softcap", "encoder"])
+def test_chunked_head_statistics_equal_the_whole_patterns(shape, monkeypatch):
+    from explorer.core.analysis import attention as analysis
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**{**BASE, **SHAPES[shape]})).eval()
+    ids = [int(i) for i in np.tile(np.random.default_rng(0).integers(0, 50, 12), 4)[:N]]  # repeats: induction
+    monkeypatch.setattr(tiles, "CHUNK_ROWS", 8)
+    trace, _ = capture(model, ids, [f"t{i}" for i in ids], CaptureSpec.compact())
+    for name in analysis.STATISTICS:
+        whole = analysis.head_statistics(trace, name)
+        monkeypatch.setattr(analysis, "CHUNKED_FROM", 0)
+        chunked = analysis.head_statistics(trace, name)
+        monkeypatch.setattr(analysis, "CHUNKED_FROM", 1024)
+        np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-7, err_msg=name)

@@ -77,7 +77,7 @@ def test_tracing_and_drawing_4096_tokens_never_allocates_n_squared(qtbot, model)
     assert numpy_peak < ONE_HEAD / 4, numpy_peak  # measured 10.5 MB, 4 MB of it the trace itself
     view = panel.long_detail
     assert view.image.shape == (OVERVIEW_PIXELS, OVERVIEW_PIXELS) and view.factor == N // OVERVIEW_PIXELS
-    assert "max over 8\u00d78 tokens" in view.plot.getAxis("bottom").labelText
+    assert "max over 8\u00d78-token blocks" in view.plot.getAxis("bottom").labelText
     r0, r1, c0, c1 = view.tile_rect
     assert r0 <= 2000 and r1 >= 2200 and c0 <= 1000 and c1 >= 1200 and max(r1 - r0, c1 - c0) <= TILE_MAX
     # the tile, the row and the overview equal what the full head gives (one head computed here, for the check)

@@ -101,7 +101,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self.colorbar.setLevels(self.levels)
         self.plot.setTitle(title)
         self.plot.setLabel("bottom", "key (position)" + (
-            f" · a pixel: the max over {self.factor}×{self.factor} tokens, exact once zoomed in"
+            f" \u00b7 max over {self.factor}\u00d7{self.factor}-token blocks"
             if self.factor > 1 else ""))
         self.tile_rect = None
         self.tile.clear()
