@@ -128,7 +128,7 @@ def head_statistics(trace: Trace, stat: str | Callable[[np.ndarray, np.ndarray],
     cfg = trace.config
     ids = np.asarray(trace.token_ids)
     out = np.empty((cfg.n_layers, cfg.n_heads), dtype=np.float64)
-    if isinstance(stat, str) and trace.n_tokens > CHUNKED_FROM:  # long prompts: no head's [n, n] built
+    if isinstance(stat, str) and len(ids) > CHUNKED_FROM:  # long prompts: no head's [n, n] built
         from explorer.core.analysis.attention_tiles import head_statistic
 
         for layer in range(cfg.n_layers):
