@@ -109,6 +109,11 @@ def main() -> None:
     residual = docks["ResidualPanel"]
     residual.raise_()
     pump(app, lambda: residual.panel.trace is window.trace and not residual.panel.computing(), timeout_s=3000)
+    from PySide6.QtWidgets import QScrollArea
+
+    area = residual.findChild(QScrollArea)
+    if area is not None:  # the lens is the panel's last plot: scroll down to it
+        area.verticalScrollBar().setValue(area.verticalScrollBar().maximum())
     settle(app, 1.5)
     path = out / f"longprompt-{w}x{h}-lens.png"
     window.grab().save(str(path))

@@ -54,7 +54,7 @@ def traced_and_drawn(qtbot, model, n: int):
     qtbot.waitUntil(lambda: panel.long_detail.trace is trace and not panel.computing(), timeout=60000)
     panel.set_kind("scores")
     qtbot.waitUntil(lambda: panel.long_detail.kind == "scores" and not panel.computing(), timeout=60000)
-    panel.long_detail.plot.setRange(xRange=(1000, 1200), yRange=(n - 2096, n - 1896), padding=0)
+    panel.long_detail.plot.setRange(xRange=(n - 2100, n - 1900), yRange=(n - 2096, n - 1896), padding=0)
     panel.long_detail.refresh_tile()
     selection.set_token(n - 1996)
     return trace, panel
@@ -79,7 +79,7 @@ def test_tracing_and_drawing_4096_tokens_never_allocates_n_squared(qtbot, model)
     assert view.image.shape == (OVERVIEW_PIXELS, OVERVIEW_PIXELS) and view.factor == N // OVERVIEW_PIXELS
     assert "max over 8\u00d78-token blocks" in view.plot.getAxis("bottom").labelText
     r0, r1, c0, c1 = view.tile_rect
-    assert r0 <= 2000 and r1 >= 2200 and c0 <= 1000 and c1 >= 1200 and max(r1 - r0, c1 - c0) <= TILE_MAX
+    assert r0 <= 2000 and r1 >= 2200 and c0 <= 1996 and c1 >= 2196 and max(r1 - r0, c1 - c0) <= TILE_MAX
     # the tile, the row and the overview equal what the full head gives (one head computed here, for the check)
     full = trace.head(1, 2, "scores")
     np.testing.assert_allclose(np.nan_to_num(view.tile_values, neginf=0), np.nan_to_num(full[r0:r1, c0:c1], neginf=0),
@@ -88,9 +88,11 @@ def test_tracing_and_drawing_4096_tokens_never_allocates_n_squared(qtbot, model)
     assert np.isneginf(panel.row_values[2101:]).all()
     pooled = np.where(np.isneginf(full), -np.inf, full).reshape(512, 8, 512, 8).max(axis=(1, 3))
     np.testing.assert_allclose(np.nan_to_num(view.image, nan=-np.inf), pooled, rtol=1e-5, atol=1e-5)
+    alpha = view.tile_mask.image[..., 3] > 0  # the tile's masked cells are grey, the rest shows the values
+    assert np.array_equal(alpha, ~np.isfinite(view.tile_values)) and alpha.any() and not alpha.all()
     exported, rows, cols = panel._detail_data()  # an export takes what is shown: the exact tile here
     assert exported.shape == (r1 - r0, c1 - c0) and len(rows) == r1 - r0 and len(cols) == c1 - c0
-    assert view.cell_text(2100, 1100).startswith("query")  # inside the tile: an exact value
+    assert view.cell_text(2100, 2050).startswith("query")  # inside the tile: an exact value
     assert view.cell_text(10, 3000).startswith("queries")  # outside: a pooled block
 
 

@@ -55,8 +55,11 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self.overview = pg.ImageItem(axisOrder="row-major")
         self.tile = pg.ImageItem(axisOrder="row-major")
         self.tile.setZValue(5)
+        self.tile_mask = pg.ImageItem(axisOrder="row-major")  # the tile's masked cells in grey (RGBA)
+        self.tile_mask.setZValue(6)
         self.plot.addItem(self.overview)
         self.plot.addItem(self.tile)
+        self.plot.addItem(self.tile_mask)
         self.colorbar = pg.ColorBarItem(colorMap="viridis", width=14, interactive=False, colorMapMenu=False)
         self.colorbar.setImageItem([self.overview, self.tile])
         self.addItem(self.colorbar, row=0, col=1)
@@ -105,6 +108,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
             if self.factor > 1 else ""))
         self.tile_rect = None
         self.tile.clear()
+        self.tile_mask.clear()
         if new_trace:
             self.plot.setRange(xRange=(0, trace.n_tokens), yRange=(0, trace.n_tokens), padding=0)
         self.refresh_tile()
@@ -126,6 +130,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
             if self.tile_rect is not None:
                 self.tile_rect = None
                 self.tile.clear()
+                self.tile_mask.clear()
             return
         have = self.tile_rect
         if have is not None and have[0] <= r0 and r1 <= have[1] and have[2] <= c0 and c1 <= have[3]:
@@ -139,6 +144,10 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         shown = np.where(np.isfinite(values), values, np.nan).astype(np.float32)
         self.tile.setImage(shown, levels=self.levels, autoLevels=False)
         self.tile.setRect(QRectF(c0, r0, c1 - c0, r1 - r0))
+        mask = np.zeros(values.shape + (4,), np.uint8)
+        mask[~np.isfinite(values)] = MASK_LIGHT  # masked cells: grey, not the pooled overview underneath
+        self.tile_mask.setImage(mask, levels=(0, 255), autoLevels=False)
+        self.tile_mask.setRect(QRectF(c0, r0, c1 - c0, r1 - r0))
 
     # --- hover and click -----------------------------------------------------------------------
     def cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
