@@ -113,9 +113,9 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     for panel in window.panels:
         originals[panel] = panel.set_trace
 
-        def timed(trace, panel=panel):
+        def timed(trace, view=None, *, panel=panel):  # the window hands the worker's prepared view too
             t = time.perf_counter()
-            originals[panel](trace)
+            originals[panel](trace, view)
             first_drawn.append(time.perf_counter())
             drawn_ms.setdefault(panel.title, []).append((first_drawn[-1] - t) * 1000)
 

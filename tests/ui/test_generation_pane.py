@@ -319,6 +319,21 @@ def test_a_prompt_longer_than_the_context_is_refused(qtbot, pane):
     assert "context" in pane.status.text() and not pane.running
 
 
+@pytest.mark.parametrize("extra", [0, -1])
+def test_a_prompt_that_fills_the_context_says_so_in_one_line(qtbot, pane, extra):
+    """Exactly n_ctx tokens: no room for a continuation, one clear line; n_ctx - 1: one token is made."""
+    n_ctx = pane.loaded.config.n_ctx
+    pane.set_prompt(" word" * (n_ctx + extra))
+    if extra == 0:
+        assert not pane.generate() and not pane.running
+        text = pane.status.text()
+        assert f"{n_ctx} tokens" in text and "context holds" in text and "\n" not in text
+    else:
+        pane.max_new.setValue(5)
+        result = run(qtbot, pane)
+        assert len(result.steps) == 1 and result.stop_reason == "context_full"
+
+
 def test_clicking_a_token_maps_to_its_step(qtbot, pane):
     pane.temperature.setValue(1.5)
     result = run(qtbot, pane)

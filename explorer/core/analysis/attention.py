@@ -102,6 +102,8 @@ STATISTICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
 }
 """Statistic name -> function of (pattern [n, n], token ids [n])."""
 
+CHUNKED_FROM = 1024  # longer prompts: named statistics from the pattern's rows a chunk at a time
+
 STATISTIC_LABELS: dict[str, str] = {
     "entropy": "attention entropy (nats)",
     "first_token": "attention to the first token",
@@ -126,6 +128,13 @@ def head_statistics(trace: Trace, stat: str | Callable[[np.ndarray, np.ndarray],
     cfg = trace.config
     ids = np.asarray(trace.token_ids)
     out = np.empty((cfg.n_layers, cfg.n_heads), dtype=np.float64)
+    if isinstance(stat, str) and len(ids) > CHUNKED_FROM:  # long prompts: no head's [n, n] built
+        from explorer.core.analysis.attention_tiles import head_statistic
+
+        for layer in range(cfg.n_layers):
+            for head in range(cfg.n_heads):
+                out[layer, head] = head_statistic(trace, layer, head, stat)
+        return out
     for layer in range(cfg.n_layers):
         for head in range(cfg.n_heads):
             out[layer, head] = fn(trace.head(layer, head, "pattern"), ids)

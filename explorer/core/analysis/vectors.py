@@ -27,6 +27,36 @@ def cosine_similarity_matrix(X: np.ndarray) -> np.ndarray:
     return np.clip(unit @ unit.T, -1.0, 1.0).astype(np.float32)
 
 
+def pooled_cosine_similarity(X: np.ndarray, pixels: int, chunk: int = 256) -> tuple[np.ndarray, int]:
+    """The [n, n] cosine map of ``X`` [n, d] mean-pooled over f x f blocks of token pairs,
+    f = ceil(n / pixels), computed a block of rows at a time (never [n, n] at once).
+    Returns (image [ceil(n/f), ceil(n/f)] float32, f); f = 1 gives ``cosine_similarity_matrix``."""
+    import math
+
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"expected an [n, d] matrix, got shape {X.shape}")
+    n = X.shape[0]
+    f = max(1, math.ceil(n / max(1, pixels)))
+    if f == 1:
+        return cosine_similarity_matrix(X), 1
+    norms = np.linalg.norm(X, axis=1)
+    unit = np.divide(X, norms[:, None], out=np.zeros_like(X), where=norms[:, None] > 0)
+    side = math.ceil(n / f)
+    sizes = np.minimum(f, n - np.arange(side) * f).astype(np.float64)
+    out = np.empty((side, side), dtype=np.float32)
+    step = max(f, (chunk // f) * f)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        block = np.clip(unit[r0:r1] @ unit.T, -1.0, 1.0)  # [r, n]
+        rows = math.ceil((r1 - r0) / f)
+        padded = np.zeros((rows * f, side * f))
+        padded[:r1 - r0, :n] = block
+        sums = padded.reshape(rows, f, side, f).sum(axis=(1, 3))
+        out[r0 // f:r0 // f + rows] = sums / np.outer(sizes[r0 // f:r0 // f + rows], sizes)
+    return out, f
+
+
 def nearest_neighbours(E: np.ndarray, v: np.ndarray, k: int,
                        exclude: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` rows of ``E`` [V, d] with the highest cosine similarity to ``v`` [d], best first.

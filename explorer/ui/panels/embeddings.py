@@ -18,6 +18,7 @@ from explorer.core.display.levels import finite_levels
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.core.analysis.vectors import (cosine_similarity_matrix, nearest_vocab_neighbours, parse_dimensions,
+                                            pooled_cosine_similarity,
                                    sinusoid_curves)
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
@@ -25,6 +26,8 @@ from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
 
 N_NEIGHBOURS = 10
+COSINE_WHOLE = 1024  # longer prompts: the [n, n] cosine map mean-pooled to COSINE_PIXELS a side
+COSINE_PIXELS = 512
 NEIGHBOURS_NOW_MACS = 2**22  # V x d under this: neighbours at once; else progressively (explorer.ui.session.progressive)
 NO_POSITIONS_NOTE = {
     "rotary": "Rotary positions rotate Q and K inside attention; nothing is added here.",
@@ -80,7 +83,21 @@ def _levels_of(trace: Trace, vectors: dict[str, np.ndarray]) -> tuple[float, flo
 
 
 def _cosine_of(trace: Trace, vectors: dict[str, np.ndarray], key: str) -> np.ndarray:
+    """The [n, n] cosine map; above ``COSINE_WHOLE`` tokens mean-pooled to ``COSINE_PIXELS`` a side,
+    computed a block of rows at a time (``pooled_cosine_similarity``)."""
+    if trace.n_tokens > COSINE_WHOLE:
+        return trace.memo(("embeddings.cosine", key, COSINE_PIXELS),
+                          lambda: pooled_cosine_similarity(vectors[key], COSINE_PIXELS)[0])
     return trace.memo(("embeddings.cosine", key), lambda: cosine_similarity_matrix(vectors[key]))
+
+
+def pooled_labels(labels: list[str], rows: int) -> tuple[list[str], int]:
+    """Labels of a map pooled to ``rows`` rows (token ranges) and its tokens per row."""
+    f = max(1, -(-len(labels) // max(rows, 1)))
+    if f == 1:
+        return labels, 1
+    n = len(labels)
+    return [f"tokens {i}\u2013{min(n, i + f) - 1}" for i in range(0, n, f)], f
 
 
 class EmbeddingsPanel(Panel):
@@ -168,7 +185,8 @@ class EmbeddingsPanel(Panel):
         self.add_exportable("position_curves", self.curves_plot, self._curve_data)
 
         for heatmap in (self.embed_map, self.pos_map, self.sum_map, self.cosine_map):
-            heatmap.cell_clicked.connect(lambda row, _col: self.selection.set_token(row))
+            heatmap.cell_clicked.connect(lambda row, _col, h=heatmap: self.selection.set_token(
+                row * (pooled_labels(self._labels, h.matrix.shape[0])[1] if h is self.cosine_map else 1)))
         self.space_combo.currentIndexChanged.connect(lambda _i: self._draw_cosine())
         self.dims_edit.editingFinished.connect(self._draw_curves)
         self._neighbour_rows: tuple[np.ndarray, np.ndarray, list[str]] = (np.zeros(0), np.zeros(0), [])
@@ -259,12 +277,14 @@ class EmbeddingsPanel(Panel):
         if not self._vectors:
             return
         key = self._space_key()
-        self.cosine_map.plot.setTitle(f"cosine similarity between tokens: {self.space_combo.currentText()}")
         view = self._view
         ready = view.cosine if view is not None and view.trace is self.trace and view.space == key else None
-        self.cosine_map.set_data(ready if ready is not None else _cosine_of(self.trace, self._vectors, key),
-                                 self._labels, self._labels,
-                                 levels=(-1.0, 1.0), value_name="cosine")
+        matrix = ready if ready is not None else _cosine_of(self.trace, self._vectors, key)
+        labels, f = pooled_labels(self._labels, matrix.shape[0])
+        self.cosine_map.plot.setTitle(f"cosine similarity between tokens: {self.space_combo.currentText()}"
+                                      + (f" (mean over {f}\u00d7{f}-token blocks)" if f > 1 else ""))
+        self.cosine_map.set_data(matrix, labels, labels, levels=(-1.0, 1.0),
+                                 value_name="mean cosine" if f > 1 else "cosine")
         self._mark_selected()
 
     def _draw_curves(self) -> None:
@@ -302,8 +322,9 @@ class EmbeddingsPanel(Panel):
                 heatmap.plot.addItem(marker)
                 self._markers[id(heatmap)] = marker
             cols = heatmap.matrix.shape[1] if heatmap.matrix.ndim == 2 else 0
-            marker.setVisible(cols > 0 and row < heatmap.matrix.shape[0])
-            marker.setRect(0, row, cols, 1)
+            f = pooled_labels(self._labels, heatmap.matrix.shape[0])[1] if heatmap is self.cosine_map else 1
+            marker.setVisible(cols > 0 and row // f < heatmap.matrix.shape[0])
+            marker.setRect(0, row // f, cols, 1)
 
     def _draw_neighbours(self) -> None:
         if self.trace is None:

@@ -33,6 +33,7 @@ from explorer.ui.panels.attention.views import (
     StatisticHeatmap,
     all_heads_cheap,
     head_source,
+    layer_patterns_fit,
     mosaic_of,
     statistic_levels,
     statistic_of,
@@ -278,8 +279,12 @@ class AttentionOverview:
 
     # --- exported data ---------------------------------------------------------------------------
     def overview_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """Every head's exact pattern stacked: [L*H*n, n], rows "L{l} H{h} {i}:{token}", columns keys."""
+        """Every head's exact pattern stacked: [L*H*n, n], rows "L{l} H{h} {i}:{token}", columns keys;
+        when every layer's patterns do not fit the budget, the all-heads image as drawn (pooled tiles)."""
         trace, cfg = self.trace, self.trace.config
+        if not layer_patterns_fit(trace):
+            rows, cols = self.mosaic.shape
+            return self.mosaic, [f"pixel row {r}" for r in range(rows)], [f"pixel column {c}" for c in range(cols)]
         labels = token_labels(trace.tokens)
         source = head_source(trace)
         stack = np.concatenate([source(layer, head) for layer in range(cfg.n_layers)

@@ -25,12 +25,14 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QSplitter,
+    QStackedWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from explorer.core.analysis import attention as analysis
+from explorer.core.analysis import attention_tiles as tiles
 from explorer.core.display.labels import scores_formula, token_labels
 from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
 from explorer.core.display.mosaic import MosaicGeometry
@@ -38,6 +40,8 @@ from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Point, Target, head_cells
+from explorer.ui.panels.attention.long_detail import (LongHeadView, is_long, long_detail_data, pooled_head, row_bars,
+                                                      show_long_head)
 from explorer.ui.panels.attention.overview import AttentionOverview
 from explorer.ui.panels.attention.views import (
     BAR_NEGATIVE,
@@ -182,6 +186,12 @@ class AttentionPanel(Panel):
         self.detail = AttentionHeatmap(colormap="viridis")
         self.detail.cell_clicked.connect(lambda row, _col: self.selection.set_token(row))
         self.query_outline = outline(self.detail.plot, QUERY_OUTLINE)
+        self.long_detail = LongHeadView()  # a long prompt's head: pooled overview + exact tiles
+        self.long_detail.cell_clicked.connect(lambda row, _col: self.selection.set_token(row))
+        self.long_query_outline = outline(self.long_detail.plot, QUERY_OUTLINE)
+        self.detail_stack = QStackedWidget()
+        self.detail_stack.addWidget(self.detail)
+        self.detail_stack.addWidget(self.long_detail)
 
         self.row_plot = fixed_plot()
         self.row_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=BAR_PATTERN, pen=None)
@@ -192,7 +202,7 @@ class AttentionPanel(Panel):
         layout = QVBoxLayout(column)
         layout.setContentsMargins(0, 0, 0, 0)
         splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.detail)
+        splitter.addWidget(self.detail_stack)
         splitter.addWidget(self.row_plot)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 1)
@@ -227,7 +237,11 @@ class AttentionPanel(Panel):
         super().prepare(trace, snapshot)
         if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (draw)
             cfg = trace.config
-            trace.head(min(snapshot.layer, cfg.n_layers - 1), min(snapshot.head, cfg.n_heads - 1))
+            layer, head = min(snapshot.layer, cfg.n_layers - 1), min(snapshot.head, cfg.n_heads - 1)
+            if is_long(trace):  # the selected head's pooled overview, never its [n, n] matrix
+                pooled_head(trace, layer, head, "pattern")
+            else:
+                trace.head(layer, head)
             return AttentionView(trace, statistic=snapshot.statistic)
         values = statistic_of(trace, snapshot.statistic) if snapshot.statistics_on else None
         return AttentionView(trace, mosaic_of(trace), snapshot.statistic, values)
@@ -314,6 +328,10 @@ class AttentionPanel(Panel):
         self._detail_timer.stop()
         if self.trace is None:
             return
+        if is_long(self.trace):
+            self._draw_long_detail()
+            return
+        self.detail_stack.setCurrentWidget(self.detail)
         matrix, masked = self._detail_matrix()
         name, colormap, symmetric = KINDS[self.kind]
         self.detail.set_colormap(colormap, symmetric)
@@ -331,24 +349,38 @@ class AttentionPanel(Panel):
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
 
+    def _draw_long_detail(self) -> None:
+        """A long prompt's head: its pooled overview (computed on a worker the first time) and tiles."""
+        self.detail_stack.setCurrentWidget(self.long_detail)
+        if show_long_head(self.long_detail, self.trace, *self.layer_head(), self.kind, self.later, self._draw_detail):
+            self._draw_query_row()
+
+    def _query_values(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The selected head's row for query ``i`` and its mask, exact."""
+        if not is_long(self.trace):
+            return np.asarray(self.detail.matrix[i], dtype=np.float32), self.detail.masked[i]
+        layer, head = self.layer_head()
+        scores = tiles.query_row(self.trace, layer, head, "scores", i)
+        values = scores if self.kind == "scores" else tiles.query_row(self.trace, layer, head, "pattern", i)
+        return values, np.isneginf(scores)
+
     def _draw_query_row(self) -> None:
-        matrix, masked = self.detail.matrix, self.detail.masked
-        n = matrix.shape[0]
         i = self.query_row()
-        values = np.asarray(matrix[i], dtype=np.float32)
+        values, masked_row = self._query_values(i)
+        n = values.shape[0]
         self.row_values = values
-        heights = np.where(masked[i], 0.0, values)
+        x, heights, f = row_bars(values, masked_row, max(64, self.row_plot.width()) if is_long(self.trace) else n)
         if self.kind == "pattern":
-            brushes = [BAR_PATTERN] * n
+            brushes = [BAR_PATTERN] * len(heights)
         else:
             brushes = [BAR_NEGATIVE if h < 0 else BAR_POSITIVE for h in heights]
-        self.row_bars.setOpts(x=np.arange(n) + 0.5, height=heights, width=0.8, brushes=brushes)
-        self.query_outline.setRect(QRectF(0, i, n, 1))
+        self.row_bars.setOpts(x=x, height=heights, width=0.8 * f, brushes=brushes)
+        (self.long_query_outline if is_long(self.trace) else self.query_outline).setRect(QRectF(0, i, n, 1))
         tokens = self.trace.tokens
-        name = KINDS[self.kind][0]
-        earlier = masked[i, :i].any()  # a sliding window hides keys before the query too
+        name = KINDS[self.kind][0] + (f" (largest of each {f} keys)" if f > 1 else "")
+        earlier = masked_row[:i].any()  # a sliding window hides keys before the query too
         later = (" (keys outside its window masked)" if earlier
-                 else " (later keys masked)" if masked[i].any() else "")
+                 else " (later keys masked)" if masked_row.any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
         lo, hi = finite_extent(heights)
@@ -357,7 +389,10 @@ class AttentionPanel(Panel):
 
     # --- exported data ---------------------------------------------------------------------------
     def _detail_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """The selected head's [n, n] pattern or scores (as shown), queries x keys."""
+        """The selected head's [n, n] pattern or scores (as shown), queries x keys; for a long prompt
+        what the view shows: its exact tile when zoomed in, else the pooled overview (blocks as labels)."""
+        if is_long(self.trace):
+            return long_detail_data(self.long_detail)
         labels = token_labels(self.trace.tokens)
         return self._detail_matrix()[0], labels, labels
 
@@ -366,4 +401,4 @@ class AttentionPanel(Panel):
         names the query and the quantity."""
         labels = token_labels(self.trace.tokens)
         i = self.query_row()
-        return self._detail_matrix()[0][i], labels, [f"{KINDS[self.kind][0]} from query {labels[i]}"]
+        return self._query_values(i)[0], labels, [f"{KINDS[self.kind][0]} from query {labels[i]}"]

@@ -13,6 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
 from explorer.core.analysis import attention as analysis
+from explorer.core.analysis.attention_tiles import pooled_mosaic
 from explorer.core.display.mosaic import MosaicGeometry, tile_heads
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
@@ -87,8 +88,12 @@ def head_source(trace: Trace):
 
 def mosaic_of(trace: Trace, check=None) -> tuple[np.ndarray, MosaicGeometry]:
     """Every head's pattern tiled into one image (block-averaged beyond ``MAX_TILE``), once per trace.
-    ``check()`` is called before each head (it raises when the work is stale)."""
+    ``check()`` is called before each head (it raises when the work is stale). When the layers'
+    patterns do not fit ``LAYER_PATTERN_BUDGET`` each tile is pooled from its head's q and k row chunk
+    by row chunk (``attention_tiles.pooled_mosaic``): no head's [n, n] matrix is built."""
     cfg = trace.config
+    if not layer_patterns_fit(trace):
+        return trace.memo(("attention.mosaic", MAX_TILE), lambda: pooled_mosaic(trace, MAX_TILE, check=check))
     source = head_source(trace)
 
     def checked(layer: int, head: int) -> np.ndarray:

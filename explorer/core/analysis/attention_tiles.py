@@ -1,0 +1,257 @@
+"""One head's attention over a long prompt, computed only where it is looked at.
+
+A head's scores and pattern are [n, n]; at n = 4096 that is 64 MiB per head (float32), and a model
+has hundreds of heads. The views never build them: everything here works on one head's q [n, dh] and
+k [m, dh] (read from the Trace through ``trace[...]``) in blocks of query rows, so the most any call
+holds at once is ``CHUNK_ROWS x n`` numbers.
+
+* ``block(...)``: the exact scores or pattern of a rectangle of queries x keys. Scores need only the
+  rectangle's q and k. The pattern's softmax needs each row's normaliser over ALL its keys: the
+  row's log-sum-exp, computed once per head by ``row_logsumexp`` (in row chunks) and kept with the
+  trace; a cell is then ``exp(score - lse[row])``, the same number as the full softmax's.
+* ``overview(...)``: the whole head reduced to at most ``pixels`` a side, each pixel the MAX (or
+  the mean) over an ``f x f`` block of queries x keys, exact within the block (computed chunk by
+  chunk from full rows). Max pooling keeps a thin structure (a previous-token diagonal, one key
+  that every query reads) visible that a mean over f x f cells would dilute by 1/f.
+* ``pooled_mosaic(...)``: every head's mean-pooled overview tiled as ``display.mosaic`` tiles them,
+  one head at a time, never more than one row chunk of one head in memory.
+
+The scores follow the forward pass's recipe (``model.attention_scores`` with the layer's scale,
+ALiBi bias, causal / sliding-window mask and soft cap); masked cells are -inf in the scores and 0 in
+the pattern. Pure torch, no Qt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from explorer.core.display.mosaic import MosaicGeometry, downsample_factor
+
+if TYPE_CHECKING:
+    from explorer.core.trace import Trace
+
+__all__ = ["CHUNK_ROWS", "block", "row_logsumexp", "overview", "query_row", "pooled_mosaic", "POOLS"]
+
+CHUNK_ROWS = 256  # query rows per step: CHUNK_ROWS x n scores at a time (4 MiB at n = 4096)
+POOLS = ("max", "mean")
+
+
+def _tensor(a) -> torch.Tensor:
+    """A float32 tensor of a trace array (a view when it is float32 already), where the array lives."""
+    from explorer.core.trace import as_tensor
+
+    if isinstance(a, torch.Tensor):
+        return a.detach().float()
+    return as_tensor(np.ascontiguousarray(a)).float()
+
+
+def head_qk(trace: Trace, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This head's q [n, dh] and its K/V group's k [m, dh], as float32 tensors (views, no copies)."""
+    q = trace[f"blocks.{layer}.attn.q"]
+    k = trace[f"blocks.{layer}.attn.k"]
+    group = q.shape[0] // k.shape[0]
+    return _tensor(q[head]), _tensor(k[head // group])
+
+
+def _block_scores(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch.Tensor,
+                  rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+    """Exact scores (what enters the softmax) of queries ``rows`` x keys ``cols`` [r, c]."""
+    from explorer.core.model import alibi_slopes, attention_scores, layer_window, soft_cap
+
+    cfg = trace.config
+    (r0, r1), (c0, c1) = rows, cols
+    n, m = q.shape[0], k.shape[0]
+    device = q.device
+    i = torch.arange(r0, r1, device=device)[:, None] + (m - n)  # the queries are the last n of the m keys
+    j = torch.arange(c0, c1, device=device)[None, :]
+    mask = None
+    if cfg.causal:
+        mask = j > i
+        window = layer_window(cfg, layer)
+        if window is not None:
+            mask |= j <= i - window
+    bias = None
+    if cfg.alibi:
+        bias = -alibi_slopes(cfg.n_heads)[head].to(device) * (i - j).float()
+        if cfg.alibi_before_scale:
+            bias = bias * (1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else cfg.attn_scale)
+        bias = bias[None]
+    with torch.inference_mode():
+        scores = attention_scores(q[None, r0:r1], k[None, c0:c1], mask, cfg.attn_scale, bias)[0]
+        if cfg.attn_softcap is not None:
+            scores = soft_cap(scores, cfg.attn_softcap, mask)
+    return scores
+
+
+def row_logsumexp(trace: Trace, layer: int, head: int, check: Callable[[], None] | None = None) -> np.ndarray:
+    """log(sum_j exp(score[i, j])) for every query i [n] (float64), computed in row chunks; kept with
+    the trace. The pattern of any cell is exp(score - lse[row])."""
+    def compute() -> np.ndarray:
+        q, k = head_qk(trace, layer, head)
+        n, m = q.shape[0], k.shape[0]
+        out = np.empty(n, dtype=np.float64)
+        for r0 in range(0, n, CHUNK_ROWS):
+            if check is not None:
+                check()
+            r1 = min(n, r0 + CHUNK_ROWS)
+            last = min(m, r1 + m - n) if trace.config.causal else m  # later keys are masked anyway
+            scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, last)).double()
+            out[r0:r1] = torch.logsumexp(scores, dim=-1).cpu().numpy()
+        out.flags.writeable = False
+        return out
+
+    return trace.memo(("attention_tiles.lse", layer, head), compute)
+
+
+def block(trace: Trace, layer: int, head: int, kind: str, rows: tuple[int, int],
+          cols: tuple[int, int], masked: float | None = None) -> np.ndarray:
+    """The exact ``kind`` ("scores" or "pattern") of queries ``rows`` x keys ``cols`` (half-open
+    ranges of positions): float32 [r, c], masked scores -inf and masked weights 0 (or ``masked``)."""
+    if kind not in ("scores", "pattern"):
+        raise ValueError("kind must be 'scores' or 'pattern'")
+    q, k = head_qk(trace, layer, head)
+    n, m = q.shape[0], k.shape[0]
+    r0, r1 = max(0, int(rows[0])), min(n, int(rows[1]))
+    c0, c1 = max(0, int(cols[0])), min(m, int(cols[1]))
+    if r1 <= r0 or c1 <= c0:
+        return np.zeros((max(0, r1 - r0), max(0, c1 - c0)), dtype=np.float32)
+    scores = _block_scores(trace, layer, head, q, k, (r0, r1), (c0, c1))
+    if kind == "scores":
+        values = scores
+    else:
+        lse = torch.from_numpy(row_logsumexp(trace, layer, head)[r0:r1]).to(scores.device)
+        values = torch.exp(scores.double() - lse[:, None]).float()
+    if masked is not None:
+        values = values.masked_fill(torch.isneginf(scores), masked)
+    return values.cpu().numpy()
+
+
+def query_row(trace: Trace, layer: int, head: int, kind: str, query: int) -> np.ndarray:
+    """One query's exact row over every key [m] (float32)."""
+    m = trace[f"blocks.{layer}.attn.k"].shape[-2]
+    return block(trace, layer, head, kind, (query, query + 1), (0, m))[0]
+
+
+def _pool_rows(values: torch.Tensor, factor: int, pool: str) -> torch.Tensor:
+    """[r, c] -> [ceil(r/f), ceil(c/f)]: max or mean of the finite entries of each f x f block
+    (a block with none becomes NaN)."""
+    r, c = values.shape
+    rows, cols = math.ceil(r / factor), math.ceil(c / factor)
+    finite = torch.isfinite(values)
+    if pool == "mean" and bool(finite.all()):  # the common case (a pattern): plain block sums
+        padded = values.new_zeros((rows * factor, cols * factor))
+        padded[:r, :c] = values
+        sums = padded.view(rows, factor, cols, factor).sum(dim=(1, 3), dtype=torch.float64)
+        sizes_r = torch.clamp(r - torch.arange(rows) * factor, max=factor)
+        sizes_c = torch.clamp(c - torch.arange(cols) * factor, max=factor)
+        return (sums / (sizes_r[:, None] * sizes_c[None, :])).float()
+    padded = torch.full((rows * factor, cols * factor), float("nan"))
+    padded[:r, :c] = values
+    blocks = padded.view(rows, factor, cols, factor)
+    okp = torch.zeros((rows * factor, cols * factor), dtype=torch.bool)
+    okp[:r, :c] = finite
+    ok = okp.view(rows, factor, cols, factor)
+    count = ok.sum(dim=(1, 3))
+    if pool == "max":
+        out = torch.where(ok, blocks, torch.tensor(float("-inf"))).amax(dim=(1, 3))
+    else:
+        out = torch.where(ok, blocks, torch.tensor(0.0)).sum(dim=(1, 3)) / count.clamp(min=1)
+    return torch.where(count > 0, out, torch.tensor(float("nan")))
+
+
+def overview(trace: Trace, layer: int, head: int, kind: str, pixels: int, pool: str = "max",
+             check: Callable[[], None] | None = None) -> tuple[np.ndarray, int]:
+    """The head's ``kind`` pooled to at most ``pixels`` a side: (image [ceil(n/f), ceil(m/f)] float32,
+    f = tokens per pixel). Each pixel is the ``pool`` ("max" or "mean") of the finite cells of its
+    f x f block of queries x keys (NaN where every cell is masked); exact where f = 1. Kept with the
+    trace; the row normalisers it meets on the way are kept too."""
+    if pool not in POOLS:
+        raise ValueError(f"pool must be one of {POOLS}")
+    if kind not in ("scores", "pattern"):
+        raise ValueError("kind must be 'scores' or 'pattern'")
+
+    def compute() -> tuple[np.ndarray, int]:
+        q, k = head_qk(trace, layer, head)
+        n, m = q.shape[0], k.shape[0]
+        factor = downsample_factor(max(n, m), pixels)
+        step = max(factor, (CHUNK_ROWS // factor) * factor)  # whole blocks of rows per chunk
+        parts, lse = [], np.empty(n, dtype=np.float64)
+        for r0 in range(0, n, step):
+            if check is not None:
+                check()
+            r1 = min(n, r0 + step)
+            scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, m))
+            rows_lse = torch.logsumexp(scores, dim=-1)  # float32: the softmax's own precision
+            lse[r0:r1] = rows_lse.cpu().numpy()
+            values = scores if kind == "scores" else torch.exp(scores - rows_lse[:, None])
+            if kind == "pattern" and pool == "max":  # masked cells: no weight to show (a mean counts their 0s,
+                values = values.masked_fill(torch.isneginf(scores), float("nan"))  # as display.mosaic does)
+            parts.append(_pool_rows(values.cpu(), factor, pool))
+        lse.flags.writeable = False
+        trace.memo(("attention_tiles.lse", layer, head), lambda: lse)
+        image = torch.cat(parts).numpy() if parts else np.zeros((0, 0), np.float32)
+        image.flags.writeable = False
+        return image, factor
+
+    return trace.memo(("attention_tiles.overview", layer, head, kind, pixels, pool), compute)
+
+
+def pooled_mosaic(trace: Trace, max_tile: int, gap: int = 1, fill: float = np.nan,
+                  check: Callable[[], None] | None = None) -> tuple[np.ndarray, MosaicGeometry]:
+    """Every head's pattern mean-pooled to ``max_tile`` pixels a side and tiled as
+    ``display.mosaic.tile_heads`` tiles them (same geometry), one head at a time."""
+    cfg, n = trace.config, trace.n_tokens
+    geometry = MosaicGeometry(cfg.n_layers, cfg.n_heads, n, gap, downsample_factor(n, max_tile))
+    image = np.full(geometry.shape, fill, dtype=np.float32)
+    t = geometry.tile
+    for layer in range(cfg.n_layers):
+        for head in range(cfg.n_heads):
+            tile, _ = overview(trace, layer, head, "pattern", max_tile, "mean", check)
+            x, y = geometry.tile_origin(layer, head)
+            image[y:y + t, x:x + t] = np.where(np.isfinite(tile), tile, np.float32(fill))
+    return np.ascontiguousarray(image), geometry
+
+
+def head_statistic(trace: Trace, layer: int, head: int, name: str,
+                   check: Callable[[], None] | None = None) -> float:
+    """One of ``analysis.attention.STATISTICS`` for one head, from its pattern's rows a chunk at a time
+    (the same numbers as the statistic of the whole [n, n] pattern, which is never built)."""
+    q, k = head_qk(trace, layer, head)
+    n, m = q.shape[0], k.shape[0]
+    if n != m:
+        raise ValueError("head statistics need a square pattern")
+    ids = np.asarray(trace.token_ids).reshape(-1)
+    total, rows = 0.0, 0
+    for r0 in range(0, n, CHUNK_ROWS):
+        if check is not None:
+            check()
+        r1 = min(n, r0 + CHUNK_ROWS)
+        scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, m)).double()
+        p = torch.softmax(scores, dim=-1).numpy()  # [r, n], exact rows
+        i = np.arange(r0, r1)
+        if name == "entropy":
+            safe = np.where(p > 0, p, 1.0)
+            total += float(np.sum(-np.sum(p * np.log(safe), axis=-1)))
+            rows += r1 - r0
+        elif name == "first_token":
+            keep = i >= 1
+            total += float(p[keep, 0].sum())
+            rows += int(keep.sum())
+        elif name == "previous_token":
+            keep = i >= 1
+            total += float(p[keep, i[keep] - 1].sum())
+            rows += int(keep.sum())
+        elif name == "induction":
+            # after[i, c]: key c + 1 follows an earlier occurrence (c <= i - 2) of query i's token
+            after = (ids[None, :-1] == ids[r0:r1, None]) & (np.arange(n - 1)[None, :] <= i[:, None] - 2)
+            has = after.any(axis=1)
+            total += float(np.where(after, p[:, 1:], 0.0).sum(axis=1)[has].sum())
+            rows += int(has.sum())
+        else:
+            raise ValueError(f"unknown head statistic {name!r}")
+    return total / rows if rows else float("nan")
