@@ -51,6 +51,7 @@ from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
 from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadControls
 from explorer.ui.window.chrome.status_bar import StatusBar
+from explorer.ui.window.chrome.timeline_bar import add_timeline_bar
 from explorer.ui.window.docks import (
     PanelDock,
     add_generation_dock,
@@ -123,6 +124,7 @@ class MainWindow(QMainWindow):
         self.drawing = PanelDrawing(self.session, self.docks, self.prompt, self.status, self.isVisible, self)
         self.trace_files = TraceFileOpener(self.session, self, self.prompt, self.status, self.layer_head)
         self._build_toolbar()
+        self.timeline_bar = add_timeline_bar(self, self.session, self.generation)  # step through a generation
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         actions = build_menus(self)
         self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
