@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
+from explorer.ui.session.compare import Comparing
 from explorer.ui.session.interventions import Entry, InterventionState
 from explorer.ui.session.lifetime import disconnect_all
 from explorer.ui.session.progressive import ProgressiveWork
@@ -113,6 +114,7 @@ class Session(QObject):
         self.controller.failed.connect(self._on_failed)
         self.interventions.changed.connect(self._on_interventions)
         self.timeline = Timeline(self)  # a generation's steps, cut from one trace of the whole sequence
+        self.compare = Comparing(self)  # a second model beside this one (Models > Compare with another model…)
 
     # --- what there is ---------------------------------------------------------------------------------
     @property
@@ -289,6 +291,6 @@ class Session(QObject):
         # the connections among the session's own objects hold Python callables from C++, which the
         # garbage collector cannot see: cut them, so that the session is freed with its window
         for obj in (self, self.loader, self.controller, self.controller.debounce, self.progressive, self.selection,
-                    self.interventions, self.timeline):
+                    self.interventions, self.timeline, self.compare):
             disconnect_all(obj)
         QThreadPool.globalInstance().waitForDone(wait_ms)

@@ -97,6 +97,7 @@ class ModelMenus(QObject):
 
     source_chosen = Signal(str)
     fit_chosen = Signal(str)  # Models > Fit … to this machine: load it again, laid out across GPU, CPU and disk
+    compare_chosen = Signal()  # Models > Compare with another model…
 
     def __init__(self, recent: RecentCheckpoints, builtin: Callable[[], list[str]], parent: QWidget) -> None:
         super().__init__(parent)
@@ -159,3 +160,7 @@ class ModelMenus(QObject):
             fit = menu.addAction(f"Fit {Path(self.unfit).name or self.unfit} to this machine")
             fit.setToolTip("load it again with its layers on the GPU while they fit, then CPU memory, then disk")
             fit.triggered.connect(lambda _=False, s=self.unfit: self.fit_chosen.emit(s))
+        menu.addSeparator()
+        compare = menu.addAction("Compare with another model…")
+        compare.setToolTip("open a second model with the same tokenizer beside this one, on the same prompt")
+        compare.triggered.connect(lambda _=False: self.compare_chosen.emit())
