@@ -45,7 +45,8 @@ def test_the_timeline_at_step_t_is_a_fresh_trace_of_prompt_plus_t_tokens(qtbot, 
     assert window.timeline_bar.isVisible() and f"step {STEPS} of {STEPS}" in window.windowTitle()
     full = timeline.full.trace
     for t in (2, 0, 4):
-        with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        with qtbot.waitSignal(window.trace_applied, timeout=30_000,
+                              check_params_cb=lambda tr, t=t: tr.n_tokens == len(prompt) + t):
             timeline.set_step(t)
         shown = window.trace
         assert list(shown.token_ids) == prompt + generated[:t]
@@ -64,19 +65,30 @@ def test_the_timeline_at_step_t_is_a_fresh_trace_of_prompt_plus_t_tokens(qtbot, 
                                                     len(prompt) + t)
 
 
+def _at(timeline, t):
+    return lambda trace: trace.n_tokens == timeline.n_prompt + t
+
+
 def test_brackets_step_and_a_clicked_token_shows_its_step(qtbot, window):
     pane, timeline = _generate(qtbot, window)
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000, check_params_cb=_at(timeline, 2)):
         timeline.set_step(2)
     window.activateWindow()
     window.panels[0].setFocus()
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000, check_params_cb=_at(timeline, 3)):
         qtbot.keyClick(window.panels[0], Qt.Key.Key_BracketRight)
     assert timeline.step == 3 and window.trace.n_tokens == timeline.n_prompt + 3
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000, check_params_cb=_at(timeline, 2)):
         qtbot.keyClick(window.panels[0], Qt.Key.Key_BracketLeft)
     assert timeline.step == 2
-    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+    seen: list = []
+    window.trace_applied.connect(seen.append)
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000, check_params_cb=_at(timeline, 4)):
+        timeline.set_step(1)  # a quick second switch: only the newest step is ever shown
+        timeline.set_step(4)
+    window.trace_applied.disconnect(seen.append)
+    assert [t.n_tokens for t in seen] == [timeline.n_prompt + 4]
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000, check_params_cb=_at(timeline, 1)):
         pane.click_token(0)  # the prompt plus generated token 0: step 1, cut from the same trace
     assert timeline.active and timeline.step == 1 and window.trace.n_tokens == timeline.n_prompt + 1
     # typing another prompt ends the timeline

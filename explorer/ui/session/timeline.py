@@ -74,6 +74,7 @@ class Timeline(QObject):
         self.reason: str | None = None           # why steps are traced afresh (None: cut from one trace)
         self._pending: int | None = None         # the request of the whole sequence's trace
         self._shown: Trace | None = None
+        self._switch = 0                         # the newest step switch (older ones are never shown)
         self.current: TimelineStep | None = None
         session.trace_ready.connect(self._on_trace_ready)
         session.model_changed.connect(lambda _r: self.stop())
@@ -121,14 +122,26 @@ class Timeline(QObject):
         full = self.full
         trace = trace_at_step(full.trace, self.n_prompt, self.step)
         baseline = None if full.baseline is None else trace_at_step(full.baseline, self.n_prompt, self.step)
-        self._publish(trace)
+        self._publish(trace)  # the selection and the step first: the panels' snapshots carry them
         ids = self.ids[: self.n_prompt + self.step]
         text = self.text if len(ids) == len(self.ids) else self.session.loaded.tokenizer.decode(list(ids))
         self.session.show_step(text, ids)  # the prompt box says what is on screen
         request = dataclasses.replace(full.request, text=text, ids=ids, requested_at=time.perf_counter())
-        from explorer.ui.session.workers import TraceResult
+        preparers = tuple(self.session.preparers())
+        self._switch += 1
+        switch = self._switch
 
-        self.session.show_result(TraceResult(request, trace, 0.0, (), baseline, ()))
+        def prepare_first() -> tuple:  # on a worker: the GUI thread is free at once (holding ] steps on)
+            return tuple((prepare, prepare(trace)) for prepare in preparers[:1])
+
+        def show(prepared: tuple) -> None:
+            if switch != self._switch or self.session.closed or self._shown is not trace:
+                return  # a newer step (or another trace) came meanwhile
+            self.session.show_result(TraceResult(request, trace, 0.0, preparers[1:], baseline, prepared))
+
+        from explorer.ui.session.workers import TraceResult, run_in_background
+
+        run_in_background(prepare_first, on_done=show, on_error=lambda _exc: show(()))
 
     def restart(self) -> int:
         """Trace the whole sequence again (the interventions changed), staying at this step."""
