@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QWidget
 
 from explorer.core.analysis.timeline import ControlStage, Journey, control_stages, journey
 from explorer.core.display.tokens import quoted, vocab_quoted
@@ -67,8 +67,9 @@ class JourneyPanel(Panel):
         self.info.setWordWrap(True)
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.body.addWidget(self.info)
-        self.lens = pg.PlotWidget(title="the token's probability (left) and rank (right, log) at each layer")
+        self.lens = pg.PlotWidget(title="its probability (red) and rank (blue, log) at each layer")
         self.lens.setMinimumHeight(150)
+        self.lens.setMaximumHeight(260)
         self.lens.setMouseEnabled(x=False, y=False)
         self.lens.hideButtons()
         self.lens.setLabel("left", "probability")
@@ -82,16 +83,25 @@ class JourneyPanel(Panel):
         self.rank_curve = pg.PlotCurveItem(pen=pg.mkPen("#1f77b4", width=2, style=Qt.PenStyle.DashLine))
         self.rank_box.addItem(self.rank_curve)
         self.lens.plotItem.vb.sigResized.connect(lambda: self.rank_box.setGeometry(self.lens.plotItem.vb.sceneBoundingRect()))
-        self.body.addWidget(self.lens, 1)
+        top = QHBoxLayout()
+        top.addWidget(self.lens, 3)
+        self.body.addLayout(top)
         self.reads = Heatmap(colormap="viridis", title="what each head reads from the predicting position")
         self.reads.cell_clicked.connect(self._on_cell_clicked)
         self.body.addWidget(self.reads, 2)
         self.controls = QTableWidget(0, 4)
         self.controls.setHorizontalHeaderLabels(["after", "rank of the chosen token", "its probability",
                                                  "most likely now"])
-        self.controls.setMaximumHeight(150)
+        self.controls.setHorizontalHeaderLabels(["after", "rank", "p", "most likely"])
+        self.controls.setToolTip("the chosen token's rank and probability after each sampling control that was on, "
+                                 "in the order they run, and the most likely token then")
+        self.controls.verticalHeader().setVisible(False)
+        self.controls.setMaximumHeight(260)
         self.controls.horizontalHeader().setStretchLastSection(True)
-        self.body.addWidget(self.controls)
+        top.addWidget(self.controls, 2)
+        self._parts = (self.lens, self.reads, self.controls)
+        for part in self._parts:
+            part.hide()
         self.add_exportable("journey lens", self.lens.plotItem, self._lens_data)
         self.add_exportable("journey attention", self.reads, self._reads_data)
 
@@ -108,7 +118,11 @@ class JourneyPanel(Panel):
             self.rank_curve.setData([], [])
             self.reads.set_data(np.zeros((0, 0)))
             self.controls.setRowCount(0)
+            for part in self._parts:
+                part.hide()
             return
+        for part in self._parts:
+            part.show()
         token = vocab_quoted(self.tokenizer, j.token_id) if self.tokenizer is not None else str(j.token_id)
         first = j.first_top_layer()
         top = (f"the top prediction from {j.labels[first]} on" if first is not None
@@ -133,6 +147,7 @@ class JourneyPanel(Panel):
             for col, text in enumerate((stage.control + (" (changed)" if stage.changed else ""), rank,
                                         f"{stage.chosen_prob:.3f}", top_id)):
                 self.controls.setItem(row, col, QTableWidgetItem(text))
+        self.controls.resizeColumnsToContents()
 
     def _on_cell_clicked(self, row: int, col: int) -> None:
         j = self.view.journey if self.view is not None else None

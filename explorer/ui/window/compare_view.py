@@ -68,7 +68,6 @@ def _table(headers: list[str]) -> QTableWidget:
     table = QTableWidget(0, len(headers))
     table.setHorizontalHeaderLabels(headers)
     table.verticalHeader().setVisible(False)
-    table.horizontalHeader().setStretchLastSection(True)
     table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
     return table
 
@@ -78,6 +77,7 @@ def _fill(table: QTableWidget, rows: list[tuple]) -> None:
     for r, row in enumerate(rows):
         for c, value in enumerate(row):
             table.setItem(r, c, QTableWidgetItem(value if isinstance(value, str) else f"{value:.3f}"))
+    table.resizeColumnsToContents()
 
 
 class CompareView(QWidget):
@@ -100,10 +100,10 @@ class CompareView(QWidget):
         top.addWidget(self.stop_button)
         layout.addLayout(top)
         grid = QGridLayout()
-        self.cos = Heatmap(colormap="viridis", title="residual cosine (boundary x position)")
-        self.rel = Heatmap(colormap="magma", title="relative norm difference |a−b|/|a|")
-        self.js = Heatmap(colormap="magma", title="head pattern JS divergence (layer x head)")
-        self.kl_plot = pg.PlotWidget(title="KL(A‖B) of the next-token distributions per position")
+        self.cos = Heatmap(colormap="viridis", title="residual cosine")
+        self.rel = Heatmap(colormap="magma", title="relative difference")
+        self.js = Heatmap(colormap="magma", title="heads: pattern JS divergence")
+        self.kl_plot = pg.PlotWidget(title="next-token KL(A‖B) per position")
         self.kl_plot.setMouseEnabled(x=False, y=False)
         self.kl_plot.hideButtons()
         self.kl_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#d62728")

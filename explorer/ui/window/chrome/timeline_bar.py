@@ -114,4 +114,7 @@ def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
     bar.setVisible(False)
     session.timeline.changed.connect(lambda step: bar.setVisible(step is not None))
     generation.generation_finished.connect(lambda result: start_from_generation(session, result))
+    # the pane shows the candidates of the token being produced at the step on screen
+    session.timeline.changed.connect(lambda step: generation.select_step(step.step) if step is not None
+                                     and step.produced is not None and step.step < len(generation.steps) else None)
     return timeline_bar
