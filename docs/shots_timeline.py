@@ -129,12 +129,15 @@ def main() -> None:
     pump(app, lambda: window.trace.n_tokens == timeline.n_prompt + 10 and complete())
     shot(f"timeline-{w}x{h}-midgeneration.png")
     journey = next(p for p in window.panels if isinstance(p, JourneyPanel))
-    dock_of(journey).raise_()
+    dock_of(journey).raise_()  # a tab beside the generation pane: widened for the picture
+    window.resizeDocks([dock_of(journey)], [int(w * 0.58)], Qt.Orientation.Horizontal)
     pump(app, lambda: journey.view is not None and journey.view.journey is not None)
     shot(f"timeline-{w}x{h}-journey.png")
+    window.generation_dock.raise_()
 
     timeline.stop()
     window.generation_dock.hide()
+    dock_of(journey).hide()
     copy = fine_tuned_copy(tmp)
     window.set_prompt("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer")
     pump(app, lambda: window.trace is not None and window.trace.n_tokens > 12 and complete())

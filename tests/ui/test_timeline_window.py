@@ -24,25 +24,26 @@ def _generate(qtbot, window):
     return pane, timeline
 
 
-def _journey_panel(qtbot, window) -> JourneyPanel:
-    from explorer.ui.window.docks import dock_of
-
-    panel = next(p for p in window.panels if isinstance(p, JourneyPanel))
-    dock = dock_of(panel)
-    dock.show()
-    dock.raise_()
-    qtbot.waitUntil(lambda: panel.on_screen and panel.trace is window.trace, timeout=30_000)
-    return panel
+def _journey_panel(window) -> JourneyPanel:
+    return next(p for p in window.panels if isinstance(p, JourneyPanel))
 
 
 def test_the_timeline_at_step_t_is_a_fresh_trace_of_prompt_plus_t_tokens(qtbot, window):
-    journey_panel = _journey_panel(qtbot, window)
+    from explorer.ui.window.docks import dock_of
+
+    journey_panel = _journey_panel(window)
     assert NO_TIMELINE in journey_panel.info.text()
+    assert not window.timeline_bar.slider.isEnabled()  # no timeline yet
     pane, timeline = _generate(qtbot, window)
+    dock = dock_of(journey_panel)  # a tab beside the generation pane
+    assert window.tabifiedDockWidgets(dock) == [window.generation_dock]
+    dock.raise_()
+    qtbot.waitUntil(lambda: journey_panel.on_screen and journey_panel.view is not None
+                    and journey_panel.view.trace is window.trace, timeout=30_000)
     prompt = list(pane.prompt_ids)
     generated = [s.token_id for s in pane.steps]
     assert timeline.n_prompt == len(prompt) and timeline.total == STEPS and timeline.step == STEPS
-    assert window.timeline_bar.isVisible() and f"step {STEPS} of {STEPS}" in window.windowTitle()
+    assert window.timeline_bar.slider.isEnabled() and f"step {STEPS} of {STEPS}" in window.windowTitle()
     full = timeline.full.trace
     for t in (2, 0, 4):
         with qtbot.waitSignal(window.trace_applied, timeout=30_000,
@@ -94,4 +95,4 @@ def test_brackets_step_and_a_clicked_token_shows_its_step(qtbot, window):
     # typing another prompt ends the timeline
     with qtbot.waitSignal(timeline.changed, timeout=30_000, check_params_cb=lambda s: s is None):
         window.set_prompt("Hello world")
-    assert not window.timeline_bar.isVisible()
+    assert not window.timeline_bar.slider.isEnabled()

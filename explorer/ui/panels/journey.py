@@ -58,7 +58,7 @@ def make_journey(trace: Trace, timeline: Any, vocab_size: int | None = None) -> 
 
 class JourneyPanel(Panel):
     title = "Journey of a generated token"
-    explanation = ""
+    explanation = "journey"
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
@@ -67,7 +67,7 @@ class JourneyPanel(Panel):
         self.info.setWordWrap(True)
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.body.addWidget(self.info)
-        self.lens = pg.PlotWidget(title="its probability (red) and rank (blue, log) at each layer")
+        self.lens = pg.PlotWidget(title="probability (red), rank (blue, log) per layer")
         self.lens.setMinimumHeight(150)
         self.lens.setMaximumHeight(260)
         self.lens.setMouseEnabled(x=False, y=False)
@@ -104,6 +104,10 @@ class JourneyPanel(Panel):
             part.hide()
         self.add_exportable("journey lens", self.lens.plotItem, self._lens_data)
         self.add_exportable("journey attention", self.reads, self._reads_data)
+
+    @classmethod
+    def applies_to(cls, config: Any) -> bool:
+        return bool(getattr(config, "causal", True))  # encoders do not generate
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> JourneyView:
         vocab = getattr(snapshot.tokenizer, "vocab_size", None)

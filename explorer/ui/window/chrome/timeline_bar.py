@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 
@@ -38,7 +38,7 @@ class TimelineBar(QWidget):
         self.previous.clicked.connect(lambda: self.timeline.step_by(-1))
         row.addWidget(self.previous)
         self.slider = QSlider(Qt.Orientation.Horizontal, self)
-        self.slider.setMinimumWidth(220)
+        self.slider.setMinimumWidth(160)
         self.slider.setPageStep(1)
         self.slider.setToolTip(f"Step t: every panel shows the prompt plus the first t generated tokens, cut from "
                                f"one trace of the whole sequence ({PREVIOUS_KEY} and {NEXT_KEY} step)")
@@ -50,7 +50,7 @@ class TimelineBar(QWidget):
         self.next.clicked.connect(lambda: self.timeline.step_by(1))
         row.addWidget(self.next)
         self.label = QLabel("")
-        self.label.setMinimumWidth(260)
+        self.label.setMinimumWidth(240)
         row.addWidget(self.label, 1)
         self.shortcuts = []
         for key, delta in ((PREVIOUS_KEY, -1), (NEXT_KEY, 1)):
@@ -75,8 +75,12 @@ class TimelineBar(QWidget):
             self.timeline.set_step(value)
 
     def show_step(self, step: TimelineStep | None) -> None:
-        self.setVisible(step is not None)
+        for widget in (self.previous, self.slider, self.next):
+            widget.setEnabled(step is not None)
         if step is None:
+            with QSignalBlocker(self.slider):
+                self.slider.setRange(0, 0)
+            self.label.setText("generate a continuation to step through it")
             return
         with QSignalBlocker(self.slider):
             self.slider.setRange(0, step.total)
@@ -101,19 +105,21 @@ def start_from_generation(session: Session, result: object) -> None:
 
 
 def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
-    """The bar in its own toolbar row of ``window`` (a QMainWindow), shown while there is a timeline;
-    a finished generation of ``generation`` (the pane) starts the timeline."""
-    from PySide6.QtWidgets import QToolBar
-
-    bar = QToolBar("Timeline", window)
-    bar.setObjectName("toolbar-timeline")
+    """The bar at the end of ``window``'s toolbar (always there: showing or hiding a toolbar row re-lays the
+    dock tab bars out, and Qt then leaves stale copies of them on screen), enabled while there is a
+    timeline; a finished generation of ``generation`` (the pane) starts the timeline. The Journey panel's
+    dock becomes a tab beside the generation pane's."""
     timeline_bar = TimelineBar(session, window)
-    bar.addWidget(timeline_bar)
-    window.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)
-    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
-    bar.setVisible(False)
-    session.timeline.changed.connect(lambda step: bar.setVisible(step is not None))
+    window.toolbar.addSeparator()
+    window.toolbar.addWidget(timeline_bar)
+    timeline_bar.show_step(None)
     generation.generation_finished.connect(lambda result: start_from_generation(session, result))
+    journey = next((d for d in getattr(window, "docks", []) if d.objectName() == "dock-journey"), None)
+    side = getattr(window, "generation_dock", None)
+    if journey is not None and side is not None and not getattr(window, "_sized_docks", False):
+        # once the window is shown (tabified before, Qt leaves a stale copy of the tab bar on screen);
+        # a layout restored from the settings keeps the journey where the user put it
+        QTimer.singleShot(0, window, lambda: (window.tabifyDockWidget(side, journey), side.raise_()))
     # the pane shows the candidates of the token being produced at the step on screen
     session.timeline.changed.connect(lambda step: generation.select_step(step.step) if step is not None
                                      and step.produced is not None and step.step < len(generation.steps) else None)
