@@ -91,10 +91,14 @@ class Comparing(QObject):
         rid = self._latest
         self.loading.emit(f"Loading {source} to compare…")
 
+        request = self.session.model_request  # B computes where A does (device, precision)
+        device = request.device if request is not None else "cpu"
+        dtype = request.dtype if request is not None else "float32"
+
         def load() -> Any:
             from explorer.core.checkpoint import load_checkpoint
 
-            return load_checkpoint(source, device="cpu", dtype="float32")
+            return load_checkpoint(source, device=device, dtype=dtype)
 
         run_in_background(load, on_done=lambda other: self._loaded(rid, other),
                           on_error=lambda exc: self._failed(rid, f"could not open {source}: {error_message(exc)}"))

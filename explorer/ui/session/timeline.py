@@ -154,7 +154,14 @@ class Timeline(QObject):
         self._shown = trace
         scores = self.scores[self.step] if self.step < len(self.scores) else None
         self.current = TimelineStep(self.full.trace, self.n_prompt, self.step, self.total, scores)
-        self.session.selection.set_token(self.current.predicting)  # the position producing the token
+        # the position producing the token, selected without redrawing the panels on the old trace: the
+        # snapshots taken now carry it, and the panels draw it with the step's trace
+        selection = self.session.selection
+        blocked = selection.blockSignals(True)
+        try:
+            selection.set_token(self.current.predicting)
+        finally:
+            selection.blockSignals(blocked)
         self.changed.emit(self.current)
 
     def _on_trace_ready(self, result: TraceResult) -> None:

@@ -151,10 +151,11 @@ class CompareView(QWidget):
         positions = [f"{p}:{trace.tokens[p]}" for p in range(n)]
         L = trace.config.n_layers
         boundaries = boundary_labels(L)
-        self.cos.set_data(cmp.resid_cos, boundaries, positions, levels=(min(0.0, float(np.nanmin(cmp.resid_cos))), 1.0),
-                          value_name="cosine")
+        finite_cos, finite_rel = cmp.resid_cos[np.isfinite(cmp.resid_cos)], cmp.resid_rel[np.isfinite(cmp.resid_rel)]
+        low = min(0.0, float(finite_cos.min())) if finite_cos.size else 0.0  # NaN: different widths, no cosine
+        self.cos.set_data(cmp.resid_cos, boundaries, positions, levels=(low, 1.0), value_name="cosine")
         self.rel.set_data(cmp.resid_rel, boundaries, positions,
-                          levels=(0.0, max(1e-6, float(np.nanmax(cmp.resid_rel)) if cmp.resid_rel.size else 1.0)),
+                          levels=(0.0, max(1e-6, float(finite_rel.max())) if finite_rel.size else 1.0),
                           value_name="relative difference")
         heads = [f"H{h}" for h in range(cmp.head_js.shape[1])] if cmp.head_js.shape[1] > 1 else ["mean"]
         self.js.set_data(cmp.head_js, [f"L{i}" for i in range(L)], heads,
