@@ -34,9 +34,10 @@ def test_the_window_verifies_its_checkpoint_and_shows_a_row_per_layer(qtbot, mak
     with qtbot.waitSignal(window.trace_applied, timeout=60_000):
         window.open_checkpoint(str(hf_checkpoint))
     help_menu = window.menuBar().actions()[-1].menu()
-    assert any(a.text() == "&Verify this model…" for a in help_menu.actions())
+    action = next(a for a in help_menu.actions() if a.text() == "&Verify this model…")
     window.set_prompt("w5 w17 w99 w3")
-    dialog = window.verify_model()  # Help > Verify this model: the session's checkpoint and prompt, started
+    action.trigger()  # Help > Verify this model: the session's checkpoint and prompt, started at once
+    dialog = window.findChild(VerifyDialog)
     with qtbot.waitSignal(dialog.finished_check, timeout=120_000) as blocker:
         pass
     report = blocker.args[0]

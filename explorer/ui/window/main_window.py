@@ -331,12 +331,6 @@ class MainWindow(QMainWindow):
             dock.raise_()
         panel.show_explanation(not panel.explain_button.isChecked())
 
-    def verify_model(self) -> object:
-        """Help > Verify this model: the check in its own dialog (returned, for tests)."""
-        from explorer.ui.window.verify_dialog import verify_model
-
-        return verify_model(self.session, self)
-
     def reset_layout(self) -> None:
         self.restoreState(self._default_state)
         self.applicable.show_all()  # then hides again those that do not apply to the model
