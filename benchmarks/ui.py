@@ -18,8 +18,16 @@ Models: the default model at 64 tokens, a GPT-2-small-shaped random model at 256
 a Llama-3.2-1B-shaped random model (built in memory) at 256 tokens; ``--memory`` adds the resident
 memory over 20 different 512-token prompts on the GPT-2-small-shaped model.
 
+Timeline and compare (GPT-2-small shape, 256 tokens; ``timeline-256``, ``compare-256``):
+
+* timeline step switch: ``Session.timeline.set_step`` (128 prompt + 128 generated tokens, cut from one
+  trace of the whole sequence) -> the first panel drawn, and -> every visible panel complete;
+* compare: an edit -> the comparison with a second model ready (B's forward pass + the comparison, on a
+  worker); a compare cell click -> the selection applied and the panels redrawn, and -> both models'
+  distributions and lenses at the clicked position shown.
+
     python benchmarks/ui.py [--runs 5] [--threads 2] [--device cpu|cuda] [--dtype float32|bfloat16]
-                            [--models default gpt2-256 gpt2-1024 llama-1b] [--memory]
+                            [--models default gpt2-256 gpt2-1024 llama-1b timeline-256 compare-256] [--memory]
 """
 
 from __future__ import annotations
@@ -197,6 +205,96 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     return {"first": first, "complete": done, "forward": fwd}
 
 
+def timeline_bench(app, window, loaded, n_tokens: int, runs: int) -> None:
+    """Step switches of a generation timeline (see the module docstring)."""
+    from explorer.ui.session.workers import LoadRequest, LoadResult
+
+    if window.loaded is not loaded:
+        window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
+    pump_until(app, lambda: window.trace is not None and complete(window))
+    ids = loaded.encode(prompt_of(loaded, n_tokens, 77))[0]
+    timeline, n_prompt = window.session.timeline, n_tokens // 2
+    applied: list = []
+    window.trace_applied.connect(applied.append)
+    t0 = time.perf_counter()
+    timeline.start(loaded.tokenizer.decode(ids), ids, n_prompt)
+    pump_until(app, lambda: timeline.full is not None and applied and applied[-1] is window.trace and complete(window))
+    started = (time.perf_counter() - t0) * 1000
+    rows: dict[str, list[float]] = {"switch": [], "first": [], "complete": []}
+    shown: list[float] = []
+    # connected after the window's drawing: runs once the first shown panel has drawn the step
+    window.session.trace_ready.connect(lambda _r: shown.append(time.perf_counter()))
+    for run in range(2 * runs + 2):
+        t = 1 + (run * 37) % (timeline.total - 1)
+        applied.clear()
+        shown.clear()
+        t0 = time.perf_counter()
+        timeline.set_step(t)
+        rows["switch"].append((time.perf_counter() - t0) * 1000)
+        pump_until(app, lambda: applied and applied[-1] is window.trace and complete(window))
+        rows["first"].append((shown[0] - t0) * 1000)
+        rows["complete"].append((time.perf_counter() - t0) * 1000)
+    window.trace_applied.disconnect(applied.append)
+    fwd = timeline.full.trace.meta.forward_seconds * 1000
+    switch, first = statistics.median(rows["switch"][2:]), statistics.median(rows["first"][2:])
+    done = statistics.median(rows["complete"][2:])
+    print(f"\ntimeline, GPT-2 small shape, {n_prompt} prompt + {n_tokens - n_prompt} generated tokens "
+          f"(one trace of the whole sequence: {started:.0f} ms to start, its forward pass {fwd:.1f} ms)")
+    print(f"  step switch -> GUI thread free:         {switch:8.1f} ms  (target {SWITCH_MS:.0f} ms: "
+          f"{'ok' if switch <= SWITCH_MS else 'MISSED'}; the step is cut, the panels prepare on workers)")
+    print(f"  step switch -> first panel redrawn:     {first:8.1f} ms")
+    print(f"  step switch -> every visible panel complete: {done:8.1f} ms  (target 1.5 x forward + 150 = "
+          f"{1.5 * fwd + 150:.0f} ms: {'ok' if done <= 1.5 * fwd + 150 else 'MISSED'}; no forward pass runs)")
+    timeline.stop()
+
+
+def compare_bench(app, window, loaded, other, n_tokens: int, runs: int) -> None:
+    """The comparison with a second model of the same shape (see the module docstring)."""
+    from explorer.ui.session.workers import LoadRequest, LoadResult
+
+    if window.loaded is not loaded:
+        window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
+    pump_until(app, lambda: window.trace is not None and complete(window))
+    compare, view = window.session.compare, window.compare_dock.view
+    window.compare_dock.show()
+    ready: list = []
+    compare.ready.connect(ready.append)
+    compare.other = other  # model B, as Comparing._loaded leaves it (the load itself is benchmarks/load.py's)
+    rows: dict[str, list[float]] = {"ready": [], "b_forward": [], "click": [], "side": []}
+    for run in range(runs + 2):
+        ready.clear()
+        t0 = time.perf_counter()
+        window.controller.request(prompt_of(loaded, n_tokens, 200 + run))
+        pump_until(app, lambda: ready and ready[-1].a is window.trace and view.result is ready[-1] and complete(window))
+        rows["ready"].append((time.perf_counter() - t0) * 1000)
+        rows["b_forward"].append(ready[-1].seconds * 1000)
+    sel = window.selection
+    for run in range(2 * runs + 2):
+        position = (run * 53 + 11) % n_tokens
+        layer, head = run % loaded.config.n_layers, (run * 5) % loaded.config.n_heads
+        t0 = time.perf_counter()
+        if run % 2:
+            view.js.cell_clicked.emit(layer, head)
+        else:
+            view.cos.cell_clicked.emit(layer, position)
+        app.processEvents()
+        rows["click"].append((time.perf_counter() - t0) * 1000)
+        pump_until(app, lambda: view._side_key == (id(view.result), view.position) and view.dist.rowCount() > 0
+                   and complete(window))
+        rows["side"].append((time.perf_counter() - t0) * 1000)
+    compare.ready.disconnect(ready.append)
+    fwd = window.trace.meta.forward_seconds * 1000
+    med = {k: statistics.median(v[2:]) for k, v in rows.items()}
+    print(f"\ncompare, GPT-2 small shape against a second model of its shape, {n_tokens} tokens")
+    print(f"  edit -> comparison ready:               {med['ready']:8.1f} ms  (B's forward pass + the comparison "
+          f"{med['b_forward']:.1f} ms on a worker; target 1.5 x forward + 150 = {1.5 * fwd + 150:.0f} ms: "
+          f"{'ok' if med['ready'] <= 1.5 * fwd + 150 else 'MISSED'})")
+    print(f"  compare cell click -> selection redrawn: {med['click']:8.1f} ms  (target {SWITCH_MS:.0f} ms: "
+          f"{'ok' if med['click'] <= SWITCH_MS else 'MISSED'})")
+    print(f"  compare cell click -> both distributions and lenses shown: {med['side']:8.1f} ms")
+    compare.close()
+
+
 def rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -242,7 +340,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--models", nargs="+", default=["default", "gpt2-256", "gpt2-1024", "llama-1b"])
+    parser.add_argument("--models", nargs="+", default=["default", "gpt2-256", "gpt2-1024", "llama-1b",
+                                                        "timeline-256", "compare-256"])
     parser.add_argument("--memory", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -268,6 +367,20 @@ def main() -> int:
                 loaded, what = default_or_stand_in()
                 loaded.model.to(args.device, dtype)
                 bench(app, window, loaded, f"default model ({what})", 64, args.runs, beat)
+            elif name.startswith(("timeline-", "compare-")):
+                if gpt2 is None:
+                    gpt2 = gpt2_small_loaded()
+                    gpt2.model.to(args.device, dtype)
+                n = int(name.split("-")[1])
+                if name.startswith("timeline-"):
+                    timeline_bench(app, window, gpt2, n, args.runs)
+                else:
+                    other = gpt2_small_loaded()
+                    other.model.to(args.device, dtype)
+                    with torch.no_grad():  # a copy whose layer 6 queries differ (the same weights otherwise)
+                        other.model.blocks[6].attn.W_Q.weight.mul_(1.1)
+                    compare_bench(app, window, gpt2, other, n, args.runs)
+                    del other
             elif name.startswith("gpt2-"):
                 if gpt2 is None:
                     gpt2 = gpt2_small_loaded()

@@ -218,7 +218,8 @@ def test_clicking_a_generated_token_makes_it_the_windows_trace(qtbot, window):
     pane.random_seed.setChecked(False)
     pane.max_new.setValue(8)
     result = run(qtbot, pane)
-    prompt_ids = window.loaded.tokenizer.encode(window.prompt.text())
+    # the finished generation is the window's timeline now: the main prompt shows the whole sequence
+    prompt_ids = window.loaded.tokenizer.encode(pane.prompt_edit.toPlainText())
     assert pane.prompt_ids == prompt_ids
     k = next(i for i in range(2, result.n_new) if pane.text_view.token_rect(i) is not None)
     rect = pane.text_view.token_rect(k)

@@ -57,6 +57,12 @@ class PanelSnapshot:
     head: int = 0
     token: int | None = None
     tokenizer: Any = None  # Qt-free; read-only use (display strings, vocab_size)
+    timeline: Any = None  # the generation timeline's step on screen (session.timeline.TimelineStep), else None
+
+    @property
+    def produced(self) -> int | None:
+        """At a timeline step, the position whose prediction is the token being produced (else None)."""
+        return None if self.timeline is None else self.timeline.predicting
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,8 @@ class Panel(QWidget):
 
     def _snapshot(self, cls: type[PanelSnapshot], **options: Any) -> Any:
         s = self.selection
-        return cls(layer=s.layer, head=s.head, token=s.token, tokenizer=self.tokenizer, **options)
+        timeline = self.session.timeline.current if self.session is not None else None
+        return cls(layer=s.layer, head=s.head, token=s.token, tokenizer=self.tokenizer, timeline=timeline, **options)
 
     @property
     def selected_token(self) -> int:

@@ -45,10 +45,12 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
+from explorer.ui.session.compare import Comparing
 from explorer.ui.session.interventions import Entry, InterventionState
 from explorer.ui.session.lifetime import disconnect_all
 from explorer.ui.session.progressive import ProgressiveWork
 from explorer.ui.session.selection import Selection
+from explorer.ui.session.timeline import Timeline
 from explorer.ui.session.workers import (
     LoadRequest,
     LoadResult,
@@ -111,6 +113,8 @@ class Session(QObject):
         self.controller.trace_ready.connect(self._on_trace_ready)
         self.controller.failed.connect(self._on_failed)
         self.interventions.changed.connect(self._on_interventions)
+        self.timeline = Timeline(self)  # a generation's steps, cut from one trace of the whole sequence
+        self.compare = Comparing(self)  # a second model beside this one (Models > Compare with another model…)
 
     # --- what there is ---------------------------------------------------------------------------------
     @property
@@ -200,13 +204,23 @@ class Session(QObject):
         self.prompt_changed.emit(text)
         return self.controller.request(text)
 
-    def trace_ids(self, text: str, ids: Sequence[int]) -> int:
-        """Trace ``text`` as exactly ``ids`` (generated text: encoding it again may cut other tokens)."""
+    def trace_ids(self, text: str, ids: Sequence[int], _timeline: bool = False) -> int:
+        """Trace ``text`` as exactly ``ids`` (generated text: encoding it again may cut other tokens).
+        Ids that are a step of the generation timeline show that step, cut from its one trace."""
         if self.loaded is None:
             return 0
+        if not _timeline and self.timeline.owns(ids) and self.timeline.reason is None:
+            self.timeline.set_step(len(ids) - self.timeline.n_prompt)
+            return self.controller.latest_id
         ids = list(ids)[: self.loaded.config.n_ctx]
         self.controller.pin_ids(text, ids)
         return self._trace_now(text)  # not prompt_edited: the generation pane keeps the continuation clicked
+
+    def show_step(self, text: str, ids: Sequence[int]) -> None:
+        """The timeline shows ``ids`` (cut from its trace, no request): the prompt is their text now."""
+        self.controller.pin_ids(text, list(ids))
+        self.controller.text = text
+        self.prompt_changed.emit(text)
 
     def retrace(self) -> int:
         """Trace the prompt again now (the interventions changed)."""
@@ -256,7 +270,10 @@ class Session(QObject):
     def _on_interventions(self) -> None:
         self.controller.interventions = self.interventions.active()
         if not self._changing_model and not self.closed:
-            self.retrace()
+            if self.timeline.active:
+                self.timeline.restart()  # the whole sequence again, the same step on screen
+            else:
+                self.retrace()
 
     # --- the end ---------------------------------------------------------------------------------------
     def is_idle(self) -> bool:
@@ -274,6 +291,6 @@ class Session(QObject):
         # the connections among the session's own objects hold Python callables from C++, which the
         # garbage collector cannot see: cut them, so that the session is freed with its window
         for obj in (self, self.loader, self.controller, self.controller.debounce, self.progressive, self.selection,
-                    self.interventions):
+                    self.interventions, self.timeline, self.compare):
             disconnect_all(obj)
         QThreadPool.globalInstance().waitForDone(wait_ms)

@@ -140,8 +140,10 @@ def size_docks(window: QMainWindow, docks: list[PanelDock], side: QDockWidget | 
     if len(docks) < 2:
         return
     if window.height() < COMPACT_HEIGHT:
-        for dock in docks[1:]:  # one tab group, tokenization first
-            window.tabifyDockWidget(docks[0], dock)
+        area = window.dockWidgetArea(docks[0])
+        for dock in docks[1:]:  # one tab group, tokenization first (a panel placed beside the side dock stays)
+            if window.dockWidgetArea(dock) == area:
+                window.tabifyDockWidget(docks[0], dock)
         docks[0].raise_()
         return
     height = max(window.height() - 200, 400)

@@ -51,6 +51,8 @@ from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
 from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadControls
 from explorer.ui.window.chrome.status_bar import StatusBar
+from explorer.ui.window.chrome.timeline_bar import add_timeline_bar
+from explorer.ui.window.compare_view import add_compare_dock, ask_and_compare
 from explorer.ui.window.docks import (
     PanelDock,
     add_generation_dock,
@@ -125,6 +127,8 @@ class MainWindow(QMainWindow):
         self.trace_files = TraceFileOpener(self.session, self, self.prompt, self.status, self.layer_head)
         self.remote_traces = RemoteTraceOpener(self.settings, self.prompt.text, self.trace_files.show, self.menus, self)
         self._build_toolbar()
+        self.timeline_bar = add_timeline_bar(self, self.session, self.generation)  # step through a generation
+        self.compare_dock = add_compare_dock(self, self.session)  # Models > Compare with another model…
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         actions = build_menus(self)
         self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
@@ -225,6 +229,7 @@ class MainWindow(QMainWindow):
         self.status.cancel_requested.connect(self._cancel_load)
         self.menus.source_chosen.connect(lambda source: self.open_checkpoint(source))
         self.menus.fit_chosen.connect(lambda source: self.open_checkpoint(source, fit=True))
+        self.menus.compare_chosen.connect(lambda: ask_and_compare(self, self.session, self._dialog_dir()))
         self.device_controls.changed.connect(self._on_device_changed)
         app = QApplication.instance()
         if isinstance(app, QApplication):

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QMenu
 
 from explorer.ui.window.about import show_about
 from explorer.ui.window.loading import sample_prompts
+from explorer.ui.window.verify_dialog import verify_model
 
 if TYPE_CHECKING:
     from explorer.ui.window.main_window import MainWindow
@@ -81,5 +82,7 @@ def build_menus(window: MainWindow) -> MenuActions:
     help_menu = bar.addMenu("&Help")
     add_action(help_menu, "&What am I looking at?", window.toggle_focused_explanation,
                QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
+    add_action(help_menu, "&Verify this model…", lambda: verify_model(window.session, window),
+               tip="Check this checkpoint against transformers' own model from the same files (never downloads)")
     add_action(help_menu, "&About", lambda: show_about(window.session.loaded, window))  # versions + Copy
     return MenuActions(open_trace, hub, export_trace, export_maps)

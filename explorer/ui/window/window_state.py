@@ -152,6 +152,9 @@ class WindowState(QObject):
         parts = [loaded.name] if loaded is not None else []
         if self.shown_text is not None and self.shown_tokens is not None:
             parts.append(f"{prompt_title(self.shown_text)} ({tokens_text(self.shown_tokens)})")
+        step = self.session.timeline.current
+        if step is not None:
+            parts.append(step.label())
         if self.computing:
             parts.append("computing\u2026")
         return " \u2014 ".join([*parts, self.app_name])

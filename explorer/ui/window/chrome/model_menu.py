@@ -98,6 +98,7 @@ class ModelMenus(QObject):
     source_chosen = Signal(str)
     fit_chosen = Signal(str)  # Models > Fit … to this machine: load it again, laid out across GPU, CPU and disk
     remote_chosen = Signal()  # Models > Trace a remote model (NDIF)…
+    compare_chosen = Signal()  # Models > Compare with another model…
 
     def __init__(self, recent: RecentCheckpoints, builtin: Callable[[], list[str]], parent: QWidget) -> None:
         super().__init__(parent)
@@ -164,3 +165,6 @@ class ModelMenus(QObject):
         remote = menu.addAction("Trace a remote model (NDIF)…")
         remote.setToolTip("trace the prompt through nnsight on an NDIF server, or on this machine; shown like a trace file")
         remote.triggered.connect(lambda _=False: self.remote_chosen.emit())
+        compare = menu.addAction("Compare with another model…")
+        compare.setToolTip("open a second model with the same tokenizer beside this one, on the same prompt")
+        compare.triggered.connect(lambda _=False: self.compare_chosen.emit())

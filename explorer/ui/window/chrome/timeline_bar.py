@@ -1,0 +1,126 @@
+"""The timeline bar: step through a generation, every panel showing the model at step t.
+
+A slider over steps 0..T (the prompt plus the first t generated tokens), previous/next buttons and
+the keys [ and ] (window-wide), and "step t of T" with the token being produced. It drives
+``Session.timeline`` only; the bar is hidden while there is no timeline.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
+
+from explorer.core.display.tokens import quoted
+
+if TYPE_CHECKING:
+    from explorer.ui.session.session import Session
+    from explorer.ui.session.timeline import TimelineStep
+
+PREVIOUS_KEY, NEXT_KEY = "[", "]"
+
+
+class TimelineBar(QWidget):
+    """Slider, buttons and keys for ``session.timeline`` (see the module docstring)."""
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.timeline = session.timeline
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 0, 4, 0)
+        row.addWidget(QLabel("Timeline:"))
+        self.previous = QToolButton(self)
+        self.previous.setArrowType(Qt.ArrowType.LeftArrow)
+        self.previous.setToolTip(f"The previous step of the generation ({PREVIOUS_KEY})")
+        self.previous.clicked.connect(lambda: self.timeline.step_by(-1))
+        row.addWidget(self.previous)
+        self.slider = QSlider(Qt.Orientation.Horizontal, self)
+        self.slider.setMinimumWidth(160)
+        self.slider.setPageStep(1)
+        self.slider.setToolTip(f"Step t: every panel shows the prompt plus the first t generated tokens, cut from "
+                               f"one trace of the whole sequence ({PREVIOUS_KEY} and {NEXT_KEY} step)")
+        self.slider.valueChanged.connect(self._on_slider)
+        row.addWidget(self.slider, 1)
+        self.next = QToolButton(self)
+        self.next.setArrowType(Qt.ArrowType.RightArrow)
+        self.next.setToolTip(f"The next step of the generation ({NEXT_KEY})")
+        self.next.clicked.connect(lambda: self.timeline.step_by(1))
+        row.addWidget(self.next)
+        self.label = QLabel("")
+        self.label.setMinimumWidth(240)
+        row.addWidget(self.label, 1)
+        self.shortcuts = []
+        for key, delta in ((PREVIOUS_KEY, -1), (NEXT_KEY, 1)):
+            shortcut = QShortcut(QKeySequence(key), parent if parent is not None else self)
+            shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
+            shortcut.activated.connect(lambda d=delta: self._key(d))
+            self.shortcuts.append(shortcut)
+        self.timeline.changed.connect(self.show_step)
+
+    def _key(self, delta: int) -> None:
+        from PySide6.QtWidgets import QApplication, QPlainTextEdit, QLineEdit
+
+        focus = QApplication.focusWidget()
+        if isinstance(focus, (QPlainTextEdit, QLineEdit)):  # typing a bracket into a text box is typing
+            focus.insertPlainText(PREVIOUS_KEY if delta < 0 else NEXT_KEY) if isinstance(focus, QPlainTextEdit) \
+                else focus.insert(PREVIOUS_KEY if delta < 0 else NEXT_KEY)
+            return
+        self.timeline.step_by(delta)
+
+    def _on_slider(self, value: int) -> None:
+        if value != self.timeline.step:
+            self.timeline.set_step(value)
+
+    def show_step(self, step: TimelineStep | None) -> None:
+        for widget in (self.previous, self.slider, self.next):
+            widget.setEnabled(step is not None)
+        if step is None:
+            with QSignalBlocker(self.slider):
+                self.slider.setRange(0, 0)
+            self.label.setText("generate a continuation to step through it")
+            return
+        with QSignalBlocker(self.slider):
+            self.slider.setRange(0, step.total)
+            self.slider.setValue(step.step)
+        tokens = step.full.tokens
+        what = (f": producing {quoted(tokens[step.produced])}" if step.produced is not None
+                else ": every generated token on screen")
+        self.label.setText(step.label() + what)
+        self.previous.setEnabled(step.step > 0)
+        self.next.setEnabled(step.step < step.total)
+
+
+def start_from_generation(session: Session, result: object) -> None:
+    """A finished generation becomes the timeline (its last step on screen)."""
+    steps = getattr(result, "steps", ())
+    loaded = session.loaded
+    if not steps or loaded is None:
+        return
+    prompt = list(result.prompt_ids)
+    ids = prompt + [s.token_id for s in steps]
+    session.timeline.start(loaded.tokenizer.decode(ids), ids, len(prompt), [s.scores for s in steps])
+
+
+def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
+    """The bar at the end of ``window``'s toolbar (always there: showing or hiding a toolbar row re-lays the
+    dock tab bars out, and Qt then leaves stale copies of them on screen), enabled while there is a
+    timeline; a finished generation of ``generation`` (the pane) starts the timeline. The Journey panel's
+    dock becomes a tab beside the generation pane's."""
+    timeline_bar = TimelineBar(session, window)
+    window.toolbar.addSeparator()
+    window.toolbar.addWidget(timeline_bar)
+    timeline_bar.show_step(None)
+    generation.generation_finished.connect(lambda result: start_from_generation(session, result))
+    journey = next((d for d in getattr(window, "docks", []) if d.objectName() == "dock-journey"), None)
+    side = getattr(window, "generation_dock", None)
+    if journey is not None and side is not None and not getattr(window, "_sized_docks", False):
+        # once the window is shown (tabified before, Qt leaves a stale copy of the tab bar on screen);
+        # a layout restored from the settings keeps the journey where the user put it
+        QTimer.singleShot(0, window, lambda: (window.tabifyDockWidget(side, journey), side.raise_()))
+    # the pane shows the candidates of the token being produced at the step on screen
+    session.timeline.changed.connect(lambda step: generation.select_step(step.step) if step is not None
+                                     and step.produced is not None and step.step < len(generation.steps) else None)
+    return timeline_bar
