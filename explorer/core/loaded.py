@@ -104,7 +104,8 @@ class LoadedModel:
         return ids, None
 
     def trace(self, text: str, spec: CaptureSpec | None = None, interventions: Sequence[Any] = ()) -> Trace:
-        """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``),
+        """Run ``text`` through the model and capture what ``spec`` selects (default:
+        ``CaptureSpec.default_for`` the device: full on the CPU, compact and kept on an accelerator),
         with ``interventions`` (explorer/core/interventions/) applied if any."""
         ids, truncated_from = self.encode(text)
         return self.trace_ids(ids, spec, truncated_from, interventions=interventions)
