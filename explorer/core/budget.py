@@ -99,6 +99,7 @@ class MemoryBudget:
     def __init__(self, limit: int | None = None, device: Any = "cpu") -> None:
         self._limit = int(limit) if limit is not None else default_limit(device)
         self.explicit = limit is not None  # set by the user: a model's device does not change it
+        self.device: Any = device
         self._held = 0
         self._caches: weakref.WeakSet[LRUCache] = weakref.WeakSet()
         self._lock = threading.RLock()
@@ -121,6 +122,7 @@ class MemoryBudget:
 
     def follow_device(self, device: Any) -> None:
         """The default for ``device`` unless the user set a limit."""
+        self.device = device
         if not self.explicit:
             self.set_limit(default_limit(device), explicit=False)
 
