@@ -116,7 +116,7 @@ class LoadedModel:
         (explorer/core/interventions/) are applied to the run."""
         ids = checked_ids(ids, self.config.vocab_size, self.config.n_ctx)
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
-                           interventions)
+                           interventions, host_logits=False)
         return trace
 
     def info(self) -> dict[str, Any]:

@@ -560,11 +560,13 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
 def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
             spec: CaptureSpec | None = None, model_name: str = "",
             truncated_from: int | None = None, cancel: CancelLike = None,
-            interventions: Sequence[Any] = ()) -> tuple[Trace, np.ndarray]:
+            interventions: Sequence[Any] = (), host_logits: bool = True) -> tuple[Trace, np.ndarray | None]:
     """Run one forward pass over ``token_ids`` recording what ``spec`` asks for, with
     ``interventions`` (explorer/core/interventions/) applied if any.
 
-    Returns the Trace and the logits [n, V] (float32) that the forward pass computed. ``cancel``
+    Returns the Trace and the logits [n, V] (float32) that the forward pass computed (None with
+    ``host_logits=False``: nothing crosses to the host; the trace keeps them, within the memory budget,
+    as its ``logits`` where it does not store them). ``cancel``
     is asked before every block; when it says so the pass stops there with
     ``explorer.core.cancel.Cancelled`` (a stale trace is abandoned, not finished).
     """
@@ -592,4 +594,6 @@ def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
     meta = TraceMeta(model_name=model_name, device=str(ids.device), dtype=str(model_dtype(model)).replace("torch.", ""),
                      forward_seconds=seconds, truncated_from=truncated_from, extra=extra)
     trace = Trace(token_ids, tokens, model.cfg, recorder.arrays, meta, model, tuple(interventions))
-    return trace, to_numpy(logits[0])
+    if "logits" not in recorder.arrays and spec.dtype == "float32":  # what deriving them would compute
+        trace._remember("logits", trace._native(logits[0].float()))
+    return trace, (to_numpy(logits[0]) if host_logits else None)
