@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+CONTEXT_MARGIN = 256  # room after the longest prompt for generate.py's new tokens
 GPU_SECTIONS = ["gpt2-1024", "llama1b-1024", "llama1b-8192", "llama8b-1024", "llama8b-8192"]
 CPU_SECTIONS = ["smollm2-4096"]
 SECTIONS = {"gpt2-1024": ("gpt2-small", 1024), "llama1b-1024": ("llama-3.2-1b", 1024),
@@ -118,7 +119,8 @@ def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = N
                 from explorer.core.checkpoint.gpt2 import convert_gpt2, gpt2_config
 
                 full_layers = 12
-                config = tf.GPT2Config(n_layer=min(full_layers, max_layers or full_layers), n_positions=max(1024, n))
+                config = tf.GPT2Config(n_layer=min(full_layers, max_layers or full_layers),
+                                       n_positions=max(1024, n) + CONTEXT_MARGIN)
                 hf = tf.GPT2LMHeadModel(config).eval()
                 cfg = gpt2_config(hf.config.to_dict())
                 weights = convert_gpt2(dict(hf.state_dict()), cfg)
@@ -128,7 +130,8 @@ def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = N
                 shape_kw = dict(LLAMA_SHAPES[shape])
                 full_layers = shape_kw["num_hidden_layers"]
                 shape_kw["num_hidden_layers"] = min(full_layers, max_layers or full_layers)
-                config = tf.LlamaConfig(**shape_kw, max_position_embeddings=max(8192, n), rms_norm_eps=1e-5)
+                config = tf.LlamaConfig(**shape_kw, max_position_embeddings=max(8192, n) + CONTEXT_MARGIN,
+                                        rms_norm_eps=1e-5)
                 hf = tf.LlamaForCausalLM(config).eval()
                 cfg, _ = llama_config(hf.config.to_dict())
                 weights = convert_llama(dict(hf.state_dict()), cfg)
