@@ -185,6 +185,12 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int) -> 
     except ImportError:
         return "  TransformerLens: not installed here (pip install 'transformer_lens<4'): skipped", None
     c = section.loaded.config
+    n = ids.shape[1]
+    cache_bytes = c.n_layers * n * (c.n_heads * n * 2 + 12 * c.d_model + 2 * c.d_ff) * section.dtype.itemsize
+    room = _free_memory(section.device)
+    if cache_bytes > room // 2:
+        return (f"  TransformerLens run_with_cache: skipped, its cache (every head's scores and pattern, "
+                f"{cache_bytes / 2**30:.1f} GB) would not fit in the {room / 2**30:.1f} GB free here"), None
     common = dict(d_model=c.d_model, d_head=c.d_head, n_heads=c.n_heads, n_layers=c.n_layers,
                   n_ctx=max(c.n_ctx, ids.shape[1]), d_vocab=c.vocab_size, d_mlp=c.d_ff, device=section.device,
                   dtype=section.dtype, default_prepend_bos=False)
@@ -213,6 +219,15 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int) -> 
     finally:
         del tl
         release(section.device)
+
+
+def _free_memory(device: str) -> int:
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info()[0])
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 8 * 2**30
 
 
 def _version(dist: str) -> str:
