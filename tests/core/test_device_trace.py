@@ -159,3 +159,14 @@ def test_budget_sizes_read_and_refuse_in_one_line():
     for bad in ("lots", "-1GB", "0", "12 parsecs"):
         with pytest.raises(ValueError, match="memory"):
             parse_size(bad)
+
+
+def test_the_logit_lens_of_a_device_resident_trace_equals_the_host_one(tiny_gpt2):
+    from explorer.core.analysis.residual import lens_columns
+
+    loaded, _ = tiny_gpt2
+    ids = loaded.tokenizer.encode(PROMPT)
+    host, device = loaded.trace_ids(ids, CaptureSpec.compact()), loaded.trace_ids(ids, CaptureSpec.compact(storage="device"))
+    a, b = lens_columns(host, 2, 9, top=3), lens_columns(device, 2, 9, top=3)
+    for name in ("ids", "probs", "logits", "entropy"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
