@@ -217,7 +217,7 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int) -> 
     except (RuntimeError, MemoryError, ValueError, AssertionError) as exc:  # out of memory, a shape it refuses
         return f"  TransformerLens run_with_cache did not run: {str(exc).splitlines()[0][:160]}", None
     finally:
-        del tl
+        tl = None
         release(section.device)
 
 

@@ -203,7 +203,7 @@ def run_sections(args, names: list[str]) -> None:
         sec.release(dev)
         line, t_tl = sec.transformer_lens_line(s, ids, reps)
         print(line + (f"   ratio to transformers' forward {t_tl / t_hf:5.2f}" if t_tl else ""))
-        del s, hf, ours
+        s = hf = ours = None  # the next section builds its own
         sec.release(dev)
 
 

@@ -93,7 +93,7 @@ def run_sections(args, names: list[str]) -> int:
         print(f"  transformers {transformers.__version__} generate     {n_new / t_hf:8.2f} tokens/s ({t_hf:.2f}s)")
         print(f"  ratio ours / transformers: {t_hf / t_ours:.2f} (target >= 1.0); same greedy tokens: "
               f"{tokens.get('ours') == tokens.get('transformers')}{sec.peak_line(args.device)}")
-        del s
+        s = None
         sec.release(args.device)
     return 0
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache

@@ -68,7 +68,8 @@ def test_exports_of_a_device_resident_trace_equal_the_host_ones(tiny_gpt2):
 
     loaded, _ = tiny_gpt2
     ids = loaded.tokenizer.encode(PROMPT)
-    host, device = loaded.trace_ids(ids, CaptureSpec.compact()), loaded.trace_ids(ids, CaptureSpec.compact(storage="device"))
+    host = loaded.trace_ids(ids, CaptureSpec.compact())
+    device = loaded.trace_ids(ids, CaptureSpec.compact(storage="device"))
     a, b = trace_arrays(host), trace_arrays(device)
     assert a.keys() == b.keys()
     for name in a:
@@ -166,7 +167,8 @@ def test_the_logit_lens_of_a_device_resident_trace_equals_the_host_one(tiny_gpt2
 
     loaded, _ = tiny_gpt2
     ids = loaded.tokenizer.encode(PROMPT)
-    host, device = loaded.trace_ids(ids, CaptureSpec.compact()), loaded.trace_ids(ids, CaptureSpec.compact(storage="device"))
+    host = loaded.trace_ids(ids, CaptureSpec.compact())
+    device = loaded.trace_ids(ids, CaptureSpec.compact(storage="device"))
     a, b = lens_columns(host, 2, 9, top=3), lens_columns(device, 2, 9, top=3)
     for name in ("ids", "probs", "logits", "entropy"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
