@@ -14,7 +14,17 @@ GPT-2-small shape (124M parameters, random weights), float32, CPU, 2 threads, ba
 
 With ``--llama`` (or when the Llama loader exists) a Llama-shaped model of similar size is measured too.
 
+With ``--device cuda|cpu`` (or ``--sections``) it measures the sections of benchmarks/_sections.py instead
+(GPT-2 small, Llama-3.2-1B and -3.1-8B shapes on a GPU; SmolLM2-135M at 4096 tokens on the CPU):
+transformers' plain forward, ours plain, ours recording (the device's default capture: compact and
+kept on the device for a GPU, full on the host for the CPU), ``capture()`` whole (the Trace built,
+nothing copied to the host), the Trace's bytes, one head's pattern derived and brought to the host,
+and TransformerLens' ``run_with_cache`` where it is installed. ``--max-layers`` / ``--tokens`` make a
+reduced run (said in the header), e.g. to show that the GPU sections run end to end on a CPU.
+
 Usage: python benchmarks/capture.py [--lengths 128 512 1024] [--repeats 3] [--no-memory]
+       python benchmarks/capture.py --device cuda --dtype bfloat16 [--sections llama1b-8192 ...]
+       python benchmarks/capture.py --device cpu --sections gpt2-1024 llama8b-8192 --max-layers 2 --tokens 256
 """
 
 from __future__ import annotations
@@ -157,6 +167,52 @@ def memory_table(model: str, n: int) -> None:
               f"forward adds {r['peak_mb'] - r['base_mb']:>6.0f} MB")
 
 
+def run_sections(args, names: list[str]) -> None:
+    import _sections as sec
+
+    from explorer.core.budget import global_budget
+    from explorer.core.trace import CaptureSpec, Recorder, capture
+
+    dtype = getattr(torch, args.dtype)
+    for name in names:
+        s = sec.build(name, args.device, dtype, args.max_layers, args.tokens)
+        print(s.header("capture"))
+        ids, hf, ours, dev, reps = s.ids(), s.hf, s.loaded.model, args.device, args.repeats
+        spec = CaptureSpec.default_for(dev)
+        tokens = ["t"] * s.tokens
+        if dev.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        with torch.inference_mode():  # interleaved rounds: the machine's load changes favour none
+            t_hf, t_ours, t_rec, t_cap = sec.interleaved(
+                [lambda: hf(ids), lambda: ours(ids), lambda: ours(ids, Recorder(spec)),
+                 lambda: capture(ours, ids[0].tolist(), tokens, spec, host_logits=False)], reps, dev)
+        trace, _ = capture(ours, ids[0].tolist(), tokens, spec, host_logits=False)
+        last = s.layers - 1
+        t0 = time.perf_counter()
+        trace.head(last, 0, "pattern")  # derived where the trace lives, then copied to the host
+        t_head = time.perf_counter() - t0
+        where = f"{spec.storage} ({'compact' if spec == CaptureSpec.compact(storage=spec.storage) else 'full'})"
+        print(f"  transformers {transformers_version()} plain forward  {t_hf:8.3f}s")
+        print(f"  ours plain forward                 {t_ours:8.3f}s   ratio {t_ours / t_hf:5.2f}")
+        print(f"  ours recording, {where:<18} {t_rec:8.3f}s   ratio {t_rec / t_hf:5.2f}   (target <= 1.2)")
+        print(f"  ours capture() -> Trace            {t_cap:8.3f}s   ratio {t_cap / t_hf:5.2f}")
+        print(f"  Trace stored {trace.nbytes / 2**20:.0f} MB ({trace.storage}); one head's pattern "
+              f"[{s.tokens}x{s.tokens}] derived and on the host in {t_head * 1000:.0f} ms; "
+              f"{global_budget().describe()}{sec.peak_line(dev)}")
+        del trace
+        sec.release(dev)
+        line, t_tl = sec.transformer_lens_line(s, ids, reps)
+        print(line + (f"   ratio to transformers' forward {t_tl / t_hf:5.2f}" if t_tl else ""))
+        s = hf = ours = None  # the next section builds its own
+        sec.release(dev)
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024])
@@ -167,11 +223,19 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--llama", action="store_true", help="also measure a Llama-shaped model")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    import _sections
+
+    _sections.add_arguments(parser)
     args = parser.parse_args()
+    args.device_given = _sections.device_given(sys.argv[1:])
     if args.child:
         peak_memory_child(args.child[0], args.child[1], int(args.child[2]))
         return
     torch.set_num_threads(args.threads)
+    sections = _sections.wanted(args)
+    if sections is not None:
+        run_sections(args, sections)
+        return
     models = [("GPT-2 small", gpt2_small_pair, "gpt2")]
     try:
         import explorer.core.checkpoint.llama  # noqa: F401

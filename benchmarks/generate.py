@@ -7,6 +7,14 @@ with two threads, for a GPT-2-small-shaped model with random weights (no files n
 and, if ``models/shakespeare`` exists, the bundled default model. Best of 3 runs after a warm-up.
 
     python benchmarks/generate.py [--new-tokens 128] [--prompt-tokens 32] [--runs 3] [--skip-no-cache]
+
+With ``--device cuda|cpu`` (or ``--sections``): the sections of benchmarks/_sections.py instead, each a
+prompt of the section's length then ``--new-tokens`` greedy tokens, ours (KV cache) against
+``transformers``' ``generate`` on the same weights, interleaved; ``--max-layers`` / ``--tokens`` make a
+reduced run (said in the header).
+
+    python benchmarks/generate.py --device cuda --dtype bfloat16 --new-tokens 64
+    python benchmarks/generate.py --device cpu --sections llama1b-1024 --max-layers 2 --tokens 128 --new-tokens 16
 """
 
 from __future__ import annotations
@@ -55,6 +63,41 @@ def best_of(fn, runs: int) -> float:
     return min(times)
 
 
+def run_sections(args, names: list[str]) -> int:
+    import _sections as sec
+    import transformers
+
+    for name in names:
+        s = sec.build(name, args.device, getattr(torch, args.dtype), args.max_layers, args.tokens)
+        n_new = args.new_tokens
+        print(s.header("generate") + f" {n_new} new tokens, greedy")
+        prompt = s.ids()[0].tolist()
+        params = SamplingParams(temperature=0.0, max_new_tokens=n_new, stop_at_eos=False)
+        s.hf.generation_config.eos_token_id = None
+        tokens: dict[str, list[int]] = {}
+
+        def ours() -> None:
+            result = generate(s.loaded, prompt, params)
+            assert result.n_new == n_new, result.stop_reason
+            tokens["ours"] = result.token_ids
+
+        def theirs() -> None:
+            ids = torch.tensor([prompt], device=args.device)
+            with torch.inference_mode():
+                out = s.hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,
+                                    do_sample=False, pad_token_id=0)
+            tokens["transformers"] = out[0, len(prompt):].tolist()
+
+        t_ours, t_hf = sec.interleaved([ours, theirs], args.runs, args.device)
+        print(f"  ours, KV cache                   {n_new / t_ours:8.2f} tokens/s ({t_ours:.2f}s with the prompt)")
+        print(f"  transformers {transformers.__version__} generate     {n_new / t_hf:8.2f} tokens/s ({t_hf:.2f}s)")
+        print(f"  ratio ours / transformers: {t_hf / t_ours:.2f} (target >= 1.0); same greedy tokens: "
+              f"{tokens.get('ours') == tokens.get('transformers')}{sec.peak_line(args.device)}")
+        s = None
+        sec.release(args.device)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new-tokens", type=int, default=128)
@@ -64,8 +107,15 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    import _sections
+
+    _sections.add_arguments(parser)
     args = parser.parse_args()
+    args.device_given = _sections.device_given(sys.argv[1:])
     torch.set_num_threads(args.threads)
+    sections = _sections.wanted(args)
+    if sections is not None:
+        return run_sections(args, sections)
     dtype = getattr(torch, args.dtype)
     n_new = args.new_tokens
     params = SamplingParams(temperature=0.0, max_new_tokens=n_new, stop_at_eos=False)

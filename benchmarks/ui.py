@@ -28,6 +28,10 @@ Timeline and compare (GPT-2-small shape, 256 tokens; ``timeline-256``, ``compare
 
     python benchmarks/ui.py [--runs 5] [--threads 2] [--device cpu|cuda] [--dtype float32|bfloat16]
                             [--models default gpt2-256 gpt2-1024 llama-1b timeline-256 compare-256] [--memory]
+
+With ``--device cuda|cpu`` given (or ``--sections``): the sections of benchmarks/_sections.py instead (each
+shape at its prompt length, in the window as above); ``--max-layers`` / ``--tokens`` make a reduced run,
+said in the header, e.g. ``--device cpu --sections llama8b-8192 --max-layers 2 --tokens 128``.
 """
 
 from __future__ import annotations
@@ -121,9 +125,9 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     for panel in window.panels:
         originals[panel] = panel.set_trace
 
-        def timed(trace, view=None, *, panel=panel):  # the window hands the worker's prepared view too
+        def timed(trace, *view, panel=panel):  # set_trace(trace, view): the view prepared in the background
             t = time.perf_counter()
-            originals[panel](trace, view)
+            originals[panel](trace, *view)
             first_drawn.append(time.perf_counter())
             drawn_ms.setdefault(panel.title, []).append((first_drawn[-1] - t) * 1000)
 
@@ -324,13 +328,14 @@ def memory_run(app, window, loaded, n_tokens: int = 512, prompts: int = 20) -> N
 
 
 def trace_cost(loaded, n: int = 1024) -> None:
-    from explorer.core.trace import _DERIVED_CACHE_BYTES, CaptureSpec, estimate_nbytes
+    from explorer.core.budget import global_budget
+    from explorer.core.trace import CaptureSpec, estimate_nbytes
 
     cfg = loaded.config
     full = estimate_nbytes(cfg, n, CaptureSpec.full())
     compact = estimate_nbytes(cfg, n, CaptureSpec.compact())
     print(f"  a Trace of {loaded.name} at {n} tokens: {full / 2**20:.0f} MB stored (full capture; compact "
-          f"{compact / 2**20:.0f} MB), derived-value cache at most {_DERIVED_CACHE_BYTES / 2**20:.0f} MB, the "
+          f"{compact / 2**20:.0f} MB), memory budget {global_budget().limit / 2**20:.0f} MB (traces and derived values), the "
           f"logit lens memo {(cfg.n_layers + 1) * n * 5 * 20 / 2**20:.1f} MB")
 
 
@@ -343,7 +348,12 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["default", "gpt2-256", "gpt2-1024", "llama-1b",
                                                         "timeline-256", "compare-256"])
     parser.add_argument("--memory", action="store_true")
+    import _sections
+
+    _sections.add_arguments(parser)
     args = parser.parse_args()
+    args.device_given = _sections.device_given(sys.argv[1:])
+    sections = _sections.wanted(args)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     app = QApplication.instance() or QApplication([])
@@ -362,7 +372,16 @@ def main() -> int:
         print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, torch threads {torch.get_num_threads()}, "
               f"load average {os.getloadavg()[0]:.1f}, every panel on screen")
         gpt2 = None
-        for name in args.models:
+        for name in sections or []:
+            s = _sections.build(name, args.device, dtype, args.max_layers, args.tokens)
+            window.set_prompt(prompt_of(s.loaded, 16, 0))  # a stand-in vocabulary: the window has no prompt for it
+            bench(app, window, s.loaded, s.header("ui").strip(), s.tokens, args.runs, beat)
+            from explorer.core.budget import global_budget
+
+            print(f"  {global_budget().describe()}{_sections.peak_line(args.device)}")
+            del s
+            _sections.release(args.device)
+        for name in args.models if sections is None else []:
             if name == "default":
                 loaded, what = default_or_stand_in()
                 loaded.model.to(args.device, dtype)

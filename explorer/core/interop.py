@@ -192,7 +192,7 @@ def capture_settings(trace: Trace) -> dict[str, Any]:
         kinds.add(kind_of(match.group(2) if match else key))
         if match:
             layers.add(int(match.group(1)))
-        dtypes.add(str(trace._arrays[key].dtype))
+        dtypes.add(trace.stored_dtype(key))
     return {"stored_kinds": sorted(kinds), "stored_layers": sorted(layers), "storage_dtype": sorted(dtypes)}
 
 

@@ -104,7 +104,8 @@ class LoadedModel:
         return ids, None
 
     def trace(self, text: str, spec: CaptureSpec | None = None, interventions: Sequence[Any] = ()) -> Trace:
-        """Run ``text`` through the model and capture what ``spec`` selects (default: ``CaptureSpec.full()``),
+        """Run ``text`` through the model and capture what ``spec`` selects (default:
+        ``CaptureSpec.default_for`` the device: full on the CPU, compact and kept on an accelerator),
         with ``interventions`` (explorer/core/interventions/) applied if any."""
         ids, truncated_from = self.encode(text)
         return self.trace_ids(ids, spec, truncated_from, interventions=interventions)
@@ -115,7 +116,7 @@ class LoadedModel:
         (explorer/core/interventions/) are applied to the run."""
         ids = checked_ids(ids, self.config.vocab_size, self.config.n_ctx)
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
-                           interventions)
+                           interventions, host_logits=False)
         return trace
 
     def info(self) -> dict[str, Any]:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -56,12 +55,13 @@ from explorer.core.config import ModelConfig
 if TYPE_CHECKING:  # torch stays out of the import path of code that only reads traces
     import torch
 
+    from explorer.core.budget import MemoryBudget
     from explorer.core.model import Transformer
 
 KINDS = ("embed", "resid", "norm", "qkv", "scores", "pattern", "attn", "mlp", "logits")
 STORAGE_DTYPES = ("float32", "float16")
+STORAGES = ("host", "device")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.(.+)$")
-_DERIVED_CACHE_BYTES = 256 * 2**20
 
 
 def kind_of(site: str) -> str:
@@ -89,11 +89,17 @@ def kind_of(site: str) -> str:
 
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Which tensors a forward pass stores: kinds, layers (None = all) and storage dtype."""
+    """Which tensors a forward pass stores: kinds, layers (None = all), storage dtype, and where.
+
+    ``storage="host"`` keeps numpy arrays in RAM (the CPU default); ``"device"`` keeps torch tensors
+    where the model computes (the default on a GPU): derivations run there, and only what is read
+    with ``trace[key]`` crosses to the host.
+    """
 
     kinds: frozenset[str] = frozenset(k for k in KINDS if k not in ("scores", "pattern"))
     layers: frozenset[int] | None = None
     dtype: str = "float32"
+    storage: str = "host"
 
     def __post_init__(self) -> None:
         bad = set(self.kinds) - set(KINDS)
@@ -101,21 +107,31 @@ class CaptureSpec:
             raise ValueError(f"unknown capture kinds {sorted(bad)}; known: {', '.join(KINDS)}")
         if self.dtype not in STORAGE_DTYPES:
             raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}")
+        if self.storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}")
 
     @classmethod
-    def full(cls, dtype: str = "float32") -> CaptureSpec:
+    def full(cls, dtype: str = "float32", storage: str = "host") -> CaptureSpec:
         """Everything except the n x n scores and patterns, which are derived per head on demand."""
-        return cls(dtype=dtype)
+        return cls(dtype=dtype, storage=storage)
 
     @classmethod
-    def everything(cls, dtype: str = "float32") -> CaptureSpec:
+    def everything(cls, dtype: str = "float32", storage: str = "host") -> CaptureSpec:
         """Everything, the n x n scores and patterns of every head included."""
-        return cls(kinds=frozenset(KINDS), dtype=dtype)
+        return cls(kinds=frozenset(KINDS), dtype=dtype, storage=storage)
 
     @classmethod
-    def compact(cls, dtype: str = "float32") -> CaptureSpec:
+    def compact(cls, dtype: str = "float32", storage: str = "host") -> CaptureSpec:
         """The minimum from which everything else is derived: residual stream, q, k, norm statistics."""
-        return cls(kinds=frozenset({"embed", "resid", "norm", "qkv"}), dtype=dtype)
+        return cls(kinds=frozenset({"embed", "resid", "norm", "qkv"}), dtype=dtype, storage=storage)
+
+    @classmethod
+    def default_for(cls, device: Any) -> CaptureSpec:
+        """What a trace stores when nobody says: the full capture on the host for the CPU, the compact
+        capture kept on the device for an accelerator (copying every activation to the host would
+        cost more than the forward pass there)."""
+        kind = getattr(device, "type", str(device).split(":")[0])
+        return cls.full() if kind == "cpu" else cls.compact(storage="device")
 
     def wants(self, kind: str, layer: int | None) -> bool:
         return kind in self.kinds and (layer is None or self.layers is None or layer in self.layers)
@@ -153,6 +169,24 @@ def to_numpy(t: torch.Tensor, dtype: str = "float32") -> np.ndarray:
     return np.ascontiguousarray(t.numpy())
 
 
+def to_stored(t: torch.Tensor, dtype: str = "float32") -> torch.Tensor:
+    """One tensor kept where it is, in the storage dtype (integers stay integers)."""
+    import torch
+
+    t = t.detach()
+    return t.to(dtype=getattr(torch, dtype)) if t.is_floating_point() else t
+
+
+def host_view(value: Any) -> np.ndarray:
+    """A read-only numpy array of a stored value: itself, a zero-copy view of a CPU tensor, or a
+    host copy of a device tensor."""
+    if isinstance(value, np.ndarray):
+        return value
+    if value.device.type != "cpu":
+        value = value.cpu()
+    return _readonly(value.numpy())
+
+
 class Recorder:
     """Collects the tensors a ``CaptureSpec`` asks for, as numpy arrays of batch element 0."""
 
@@ -169,7 +203,10 @@ class Recorder:
         if site == "resid_pre":
             self._check()
         if self.spec.wants(kind_of(site), layer):
-            self.arrays[_key(site, layer)] = _readonly(to_numpy(tensor[0], self.spec.dtype))
+            if self.spec.storage == "device":
+                self.arrays[_key(site, layer)] = to_stored(tensor[0], self.spec.dtype)
+            else:
+                self.arrays[_key(site, layer)] = _readonly(to_numpy(tensor[0], self.spec.dtype))
         return tensor
 
 
@@ -184,23 +221,33 @@ class TraceMeta:
 
 
 class Trace:
-    """One forward pass, frozen: token ids and strings, and activations as read-only numpy arrays.
+    """One forward pass, frozen: token ids and strings, and activations (read-only).
 
-    ``trace[key]`` returns a stored array or derives it (see the module docstring); ``keys()`` lists
-    every key available either way; ``nbytes`` counts what is stored.
+    ``trace[key]`` returns a stored array or derives it (see the module docstring) as a numpy array;
+    ``trace.tensor(key)`` returns it as a torch tensor where it lives (on the model's device for a
+    device-resident trace, ``storage == "device"``; a zero-copy view of the host array otherwise).
+    ``keys()`` lists every key available either way; ``nbytes`` counts what is stored. Derived values
+    (and host copies of device tensors) are cached within the memory budget (explorer/core/budget.py):
+    evicted when it is short, recomputed when asked again.
     """
 
     def __init__(self, token_ids: Sequence[int], tokens: Sequence[str], config: ModelConfig,
-                 arrays: dict[str, np.ndarray], meta: TraceMeta | None = None,
-                 model: Transformer | None = None, interventions: tuple = ()) -> None:
+                 arrays: dict[str, Any], meta: TraceMeta | None = None,
+                 model: Transformer | None = None, interventions: tuple = (),
+                 budget: MemoryBudget | None = None) -> None:
+        from explorer.core.budget import LRUCache, global_budget
+
         self.token_ids = _readonly(np.asarray(token_ids, dtype=np.int64).copy())
         self.tokens: tuple[str, ...] = tuple(tokens)
         self.config = config
         self.meta = meta or TraceMeta()
         self._arrays = dict(arrays)
+        self._on_device = any(not isinstance(a, np.ndarray) for a in self._arrays.values())
         self._model = model
         self.interventions = tuple(interventions)  # resolved Intervention objects this run was made with
-        self._derived: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.budget = budget or global_budget()
+        self._cache = LRUCache(self.budget)  # derived values, host copies of device tensors
+        self._held = self.budget.hold(self.nbytes)  # what is stored counts against the budget
         self._memo: dict[Any, Any] = {}
         self._lock = threading.RLock()
 
@@ -210,11 +257,25 @@ class Trace:
         return len(self.token_ids)
 
     @property
+    def storage(self) -> str:
+        """``"device"`` when the arrays are torch tensors (where the model computes), else ``"host"``."""
+        return "device" if self._on_device else "host"
+
+    @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._arrays.values()) + self.token_ids.nbytes
+        return sum(int(a.nbytes) for a in self._arrays.values()) + self.token_ids.nbytes
+
+    @property
+    def cached_nbytes(self) -> int:
+        """Bytes of derived values (and host copies) this trace keeps now."""
+        return self._cache.nbytes
 
     def stored_keys(self) -> list[str]:
         return list(self._arrays)
+
+    def stored_dtype(self, key: str) -> str:
+        """The storage dtype of a stored key ("float32", "float16", "int64")."""
+        return str(self._arrays[key].dtype).replace("torch.", "")
 
     def keys(self) -> list[str]:
         keys = list(self._arrays)
@@ -229,16 +290,32 @@ class Trace:
         return isinstance(key, str) and (key in self._arrays or key in set(self._derivable_keys()))
 
     def __getitem__(self, key: str) -> np.ndarray:
-        if key in self._arrays:
-            return self._arrays[key]
+        return self._host(key, self._value(key))
+
+    def tensor(self, key: str) -> torch.Tensor:
+        """``key`` as a torch tensor where it lives: nothing crosses to the host (do not write to it)."""
+        return _as_t(self._value(key))
+
+    def _value(self, key: str) -> Any:
+        """A stored or derived value as it is kept: a numpy array or a torch tensor."""
+        value = self._arrays.get(key)
+        if value is not None:
+            return value
         with self._lock:
-            if key in self._derived:
-                self._derived.move_to_end(key)
-                return self._derived[key]
+            value = self._cache.get(key)
+            if value is not None:
+                return value
             if key not in self:
                 raise KeyError(self._missing(key))
-            self._derive(key)
-            return self._derived[key]
+            return self._derive(key)
+
+    def _host(self, key: str, value: Any) -> np.ndarray:
+        """What ``trace[key]`` returns: the array, a view of a CPU tensor, a (cached) copy of a device tensor."""
+        if isinstance(value, np.ndarray) or value.device.type == "cpu":
+            return host_view(value)
+        with self._lock:
+            copy = self._cache.get(("host", key))
+            return copy if copy is not None else self._cache.put(("host", key), host_view(value))
 
     @property
     def has_model(self) -> bool:
@@ -282,6 +359,13 @@ class Trace:
 
     def head(self, layer: int, head: int, kind: str = "pattern") -> np.ndarray:
         """One head's ``scores`` or ``pattern`` [n, n], computed from q and k if not stored."""
+        return self._host(f"blocks.{layer}.attn.head{head}.{kind}", self._head_value(layer, head, kind))
+
+    def head_tensor(self, layer: int, head: int, kind: str = "pattern") -> torch.Tensor:
+        """``head`` as a tensor where the trace computes (on the device for a device-resident trace)."""
+        return _as_t(self._head_value(layer, head, kind))
+
+    def _head_value(self, layer: int, head: int, kind: str) -> Any:
         if kind not in ("scores", "pattern"):
             raise ValueError("kind must be 'scores' or 'pattern'")
         stored = self._arrays.get(f"blocks.{layer}.attn.{kind}")
@@ -289,21 +373,20 @@ class Trace:
             return stored[head]
         own = f"blocks.{layer}.attn.head{head}.{kind}"  # cache entries of single heads
         with self._lock:
-            whole = self._derived.get(f"blocks.{layer}.attn.{kind}")
+            whole = self._cache.get(f"blocks.{layer}.attn.{kind}")
             if whole is not None:
                 return whole[head]
-            if own in self._derived:
-                self._derived.move_to_end(own)
-                return self._derived[own]
-        q = self[f"blocks.{layer}.attn.q"]
-        k = self[f"blocks.{layer}.attn.k"]
+            mine = self._cache.get(own)
+            if mine is not None:
+                return mine
+        q = self._value(f"blocks.{layer}.attn.q")
+        k = self._value(f"blocks.{layer}.attn.k")
         group = q.shape[0] // k.shape[0]
-        scores, pattern = self._scores_and_pattern(q[head:head + 1], k[head // group:head // group + 1],
-                                                   layer, slice(head, head + 1))
+        views = self._score_views(layer, q[head:head + 1], k[head // group:head // group + 1], slice(head, head + 1))
         with self._lock:  # one computation serves both views: a user flips between them
-            self._remember(f"blocks.{layer}.attn.head{head}.scores", scores[0])
-            self._remember(f"blocks.{layer}.attn.head{head}.pattern", pattern[0])
-            return self._derived[own]
+            self._remember(f"blocks.{layer}.attn.head{head}.scores", views["scores"][0])
+            self._remember(f"blocks.{layer}.attn.head{head}.pattern", views["pattern"][0])
+        return views[kind][0]
 
     # --- deriving ----------------------------------------------------------------------------
     def _layers_with(self, key_suffix: str) -> list[int]:
@@ -335,59 +418,53 @@ class Trace:
             keys.append("logits")
         return keys
 
-    def _score_views(self, layer: int, q: np.ndarray, k: np.ndarray,
-                     heads: slice = slice(None)) -> dict[str, np.ndarray]:
+    def _native(self, t: torch.Tensor) -> Any:
+        """A computed tensor as this trace keeps values: as is (device-resident) or as a numpy array."""
+        return t if self._on_device else _readonly(t.detach().cpu().numpy())
+
+    def _score_views(self, layer: int, q: Any, k: Any, heads: slice = slice(None)) -> dict[str, Any]:
         """scores, pattern (and scores_precap when soft-capped) of ``heads`` of ``layer`` from their q and k,
-        the forward pass's recipe (``model.layer_scores``) with the layer's own mask (sliding window)."""
+        the forward pass's recipe (``model.layer_scores``) with the layer's own mask (sliding window),
+        computed where q and k are."""
         import torch
 
         from explorer.core.model import attention_pattern, layer_scores, layer_window
 
         cfg, n, m = self.config, q.shape[-2], k.shape[-2]
-        mask = _cpu_causal_mask(n, m, layer_window(cfg, layer)) if cfg.causal else None
-        views = {}
+        q, k = _as_t(q), _as_t(k)
+        mask = _causal_mask(n, m, layer_window(cfg, layer), str(q.device)) if cfg.causal else None
         with torch.inference_mode():
-            scores, precap = layer_scores(cfg, as_tensor(q), as_tensor(k), mask, heads)
+            scores, precap = layer_scores(cfg, q, k, mask, heads)
+            views = {"scores": scores, "pattern": attention_pattern(scores)}
             if precap is not None:
-                views["scores_precap"] = _readonly(precap.numpy())
-            views["pattern"] = _readonly(attention_pattern(scores).numpy())
-        views["scores"] = _readonly(scores.numpy())
-        return views
+                views["scores_precap"] = precap
+        return {name: self._native(t) for name, t in views.items()}
 
-    def _scores_and_pattern(self, q: np.ndarray, k: np.ndarray, layer: int = 0,
-                            heads: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
-        views = self._score_views(layer, q, k, heads)
-        return views["scores"], views["pattern"]
+    def _remember(self, key: str, value: Any) -> Any:
+        return self._cache.put(key, _readonly(value) if isinstance(value, np.ndarray) else value)
 
-    def _scores_or_pattern(self, q: np.ndarray, k: np.ndarray, kind: str, layer: int = 0) -> np.ndarray:
-        return self._score_views(layer, q, k)[kind]
-
-    def _remember(self, key: str, value: np.ndarray) -> None:
-        self._derived[key] = _readonly(value)
-        while sum(a.nbytes for a in self._derived.values()) > _DERIVED_CACHE_BYTES and len(self._derived) > 1:
-            self._derived.popitem(last=False)
-
-    def _derive(self, key: str) -> None:
+    def _derive(self, key: str) -> Any:
         match = _BLOCK_KEY.match(key)
         if match and match.group(2) in tuple(f"attn.{kind}" for kind in _SCORE_KINDS) and \
                 f"blocks.{match.group(1)}.attn.q" in self._arrays and f"blocks.{match.group(1)}.attn.k" in self._arrays:
             layer = match.group(1)
             q, k = self._arrays[f"blocks.{layer}.attn.q"], self._arrays[f"blocks.{layer}.attn.k"]
-            self._remember(key, self._scores_or_pattern(q, k, match.group(2).split(".")[1], int(layer)))
-        elif match:
-            self._rerun_block(int(match.group(1)), wanted=key)
-        elif key == "logits":
-            self._remember(key, self._final_logits())
+            return self._remember(key, self._score_views(int(layer), q, k)[match.group(2).split(".")[1]])
+        if match:
+            return self._rerun_block(int(match.group(1)), wanted=key)
+        if key == "logits":
+            return self._remember(key, self._final_logits())
+        raise KeyError(self._missing(key))
 
-    def _model_input(self, array: np.ndarray, layer: int | None = None) -> torch.Tensor:
+    def _model_input(self, array: Any, layer: int | None = None) -> torch.Tensor:
         """``array`` as a [1, ...] tensor where block ``layer`` computes (the tail's device for None)."""
         from explorer.core.placement import block_device, execution_device, model_dtype, tail_device
 
         model = self._model
         device = (block_device(model, layer) if layer is not None else tail_device(model)) or execution_device(model)
-        return as_tensor(array).to(device=device, dtype=model_dtype(model))[None]
+        return _as_t(array).to(device=device, dtype=model_dtype(model))[None]
 
-    def _rerun_block(self, layer: int, wanted: str) -> None:
+    def _rerun_block(self, layer: int, wanted: str) -> Any:
         import torch
 
         from explorer.core.model import causal_mask, layer_window
@@ -396,8 +473,8 @@ class Trace:
         x = self._model_input(self._arrays[f"blocks.{layer}.resid_pre"], layer)
         n = x.shape[1]
         mask = causal_mask(n, n, x.device, layer_window(self.config, layer)) if self.config.causal else None
-        recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"},
-                                        layers=frozenset({layer}), dtype="float32"))
+        recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"}, layers=frozenset({layer}),
+                                        dtype="float32", storage=self.storage))
         rec = recorder
         if self.interventions:  # the block ran with them: re-run it with them
             from explorer.core.interventions.apply import Intervener
@@ -409,25 +486,31 @@ class Trace:
         for key, value in recorder.arrays.items():
             if key not in self._arrays and key != f"blocks.{layer}.resid_pre":
                 self._remember(key, value)
-        if wanted not in self._derived:  # scores or pattern: from the q and k just recomputed
-            site = wanted.split(".")[-1]
+        if wanted in recorder.arrays:
+            return recorder.arrays[wanted]
+        if wanted.split(".")[-1] in _SCORE_KINDS:  # scores or pattern: from the q and k just recomputed
             q, k = recorder.arrays[f"blocks.{layer}.attn.q"], recorder.arrays[f"blocks.{layer}.attn.k"]
-            self._remember(wanted, self._scores_or_pattern(q, k, site, layer))
+            return self._remember(wanted, self._score_views(layer, q, k)[wanted.split(".")[-1]])
+        raise KeyError(self._missing(wanted))
 
-    def _final_logits(self) -> np.ndarray:
+    def _final_logits(self) -> Any:
         import torch
 
         with torch.inference_mode():
             logits = self._model.final_logits(self._model_input(self._arrays["resid_final"]))
-        return to_numpy(logits[0])
+        return to_stored(logits[0]) if self._on_device else to_numpy(logits[0])
+
+
+def _as_t(value: Any) -> torch.Tensor:
+    return as_tensor(value) if isinstance(value, np.ndarray) else value
 
 
 @lru_cache(maxsize=4)
-def _cpu_causal_mask(n: int, m: int, window: int | None = None) -> torch.Tensor:
+def _causal_mask(n: int, m: int, window: int | None = None, device: str = "cpu") -> torch.Tensor:
     """The same mask as the forward pass's, kept for the per-head views (a trace asks for it often)."""
     from explorer.core.model import causal_mask
 
-    return causal_mask(n, m, window=window)
+    return causal_mask(n, m, device, window=window)
 
 
 _SCORE_KINDS = ("scores", "pattern", "scores_precap")
@@ -476,18 +559,21 @@ def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
 def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
             spec: CaptureSpec | None = None, model_name: str = "",
             truncated_from: int | None = None, cancel: CancelLike = None,
-            interventions: Sequence[Any] = ()) -> tuple[Trace, np.ndarray]:
+            interventions: Sequence[Any] = (), host_logits: bool = True) -> tuple[Trace, np.ndarray | None]:
     """Run one forward pass over ``token_ids`` recording what ``spec`` asks for, with
     ``interventions`` (explorer/core/interventions/) applied if any.
 
-    Returns the Trace and the logits [n, V] (float32) that the forward pass computed. ``cancel``
+    Returns the Trace and the logits [n, V] (float32) that the forward pass computed (None with
+    ``host_logits=False``: nothing crosses to the host; the trace keeps them, within the memory budget,
+    as its ``logits`` where it does not store them). ``cancel``
     is asked before every block; when it says so the pass stops there with
     ``explorer.core.cancel.Cancelled`` (a stale trace is abandoned, not finished).
     """
     import torch
 
-    spec = spec or CaptureSpec.full()
     from explorer.core.placement import input_device, model_dtype
+
+    spec = spec or CaptureSpec.default_for(input_device(model))
 
     ids = torch.as_tensor(list(token_ids), dtype=torch.long, device=input_device(model))[None]
     recorder = Recorder(spec, cancel)
@@ -507,4 +593,6 @@ def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],
     meta = TraceMeta(model_name=model_name, device=str(ids.device), dtype=str(model_dtype(model)).replace("torch.", ""),
                      forward_seconds=seconds, truncated_from=truncated_from, extra=extra)
     trace = Trace(token_ids, tokens, model.cfg, recorder.arrays, meta, model, tuple(interventions))
-    return trace, to_numpy(logits[0])
+    if "logits" not in recorder.arrays and spec.dtype == "float32":  # what deriving them would compute
+        trace._remember("logits", trace._native(logits[0].float()))
+    return trace, (to_numpy(logits[0]) if host_logits else None)

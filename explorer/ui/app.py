@@ -30,6 +30,15 @@ def display_missing(environ: dict[str, str] | None = None, platform: str | None 
     return chosen not in ("offscreen", "minimal", "vnc", "eglfs", "linuxfb", "minimalegl")
 
 
+def _budget_size(text: str) -> int:
+    from explorer.core.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="transformer-explorer",
                                      description="Look inside a transformer language model (desktop app). "
@@ -42,6 +51,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="where the model runs (default: the last choice, else auto)")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                         help="precision of the weights (default: the last choice, else float32)")
+    parser.add_argument("--memory-budget", default=None, type=_budget_size, metavar="SIZE",
+                        help="memory for traces and their cached views, e.g. 4GB (remembered; default: a "
+                             "quarter of the device's memory); values beyond it are recomputed, never refused")
     parser.add_argument("--color-scheme", default=None, choices=["auto", "light", "dark"],
                         help="light or dark appearance (default: follow the system)")
     return parser.parse_args(list(argv))
@@ -112,7 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from explorer.ui.window.main_window import MainWindow
 
+    from explorer.ui.window.budget_setting import apply_stored_budget
+
     settings = QSettings()
+    apply_stored_budget(settings, args.memory_budget)
     device, dtype = remembered_device(settings, args.device, args.dtype)
     window = MainWindow(settings, device=device, dtype=dtype)
     remember_device(window)

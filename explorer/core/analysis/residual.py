@@ -223,8 +223,6 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
     and the entropy is m + ln s - sum exp(logit - m) * logit / s (all float32, max-subtracted)."""
     import torch
 
-    from explorer.core.trace import as_tensor
-
     model = trace._model
     cfg, n = trace.config, trace.n_tokens
     start, stop = max(0, int(start)), min(n, int(stop))
@@ -250,7 +248,8 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
         return LensBlock(start, stop, ids.reshape(B, 0, top), probs.reshape(B, 0, top), logits.reshape(B, 0, top),
                          np.zeros((B, 0), np.float32), np.zeros((B, 0), np.int64), entropy.reshape(B, 0))
     with torch.inference_mode():
-        stream = torch.cat([as_tensor(trace[key][start:stop]) for key in keys]).to(device, dtype)
+        # where the trace keeps the stream (on the device for a device-resident trace: nothing crosses to the host)
+        stream = torch.cat([trace.tensor(key)[start:stop] for key in keys]).to(device, dtype)
         following = np.zeros(c, dtype=np.int64)
         following[:tc] = np.asarray(trace.token_ids[start + 1:start + 1 + tc], dtype=np.int64)
         rows_next = torch.as_tensor(np.tile(following, B), device=device)         # [B * c]

@@ -276,7 +276,9 @@ def run_trace(request: TraceRequest) -> TraceResult:
                                     interventions=request.interventions)
     baseline = None
     if request.interventions:  # the run without them, for "what changed" (TraceResult.baseline)
-        baseline = request.model.trace_ids(ids, CaptureSpec.compact(), truncated_from, cancel=request.cancel)
+        storage = CaptureSpec.default_for(request.model.device).storage  # on the device for an accelerator
+        baseline = request.model.trace_ids(ids, CaptureSpec.compact(storage=storage), truncated_from,
+                                           cancel=request.cancel)
     first, rest = request.preparers[:1], request.preparers[1:]
     prepared = []
     for prepare in first:

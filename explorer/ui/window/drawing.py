@@ -20,6 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from superqt.utils import create_worker
 
+from explorer.core.budget import global_budget
 from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelView
@@ -160,6 +161,7 @@ class PanelDrawing(QObject):
             return
         self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
+        self.status.show_memory(global_budget().describe())
         found = nonfinite(trace)
         self.status.set_warning(None if found is None else f"The model's numbers are not finite: {found.describe()}")
         self.applied.emit(trace)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QSettings
 from PySide6.QtWidgets import QMessageBox, QWidget
 
+from explorer.core.budget import global_budget
 from explorer.core.paths import resources_dir
 from explorer.ui.session.session import Session
 from explorer.ui.session.workers import LoadRequest, LoadResult
@@ -68,6 +69,9 @@ class LoadingChrome(QObject):
         self.devices.set_values(request.device, request.dtype)
         self.devices.refresh()
         self.status.show_model(loaded.info())
+        budget = global_budget()
+        budget.follow_device(loaded.device)  # the device's default unless the user set one
+        self.status.show_memory(budget.describe())
         if getattr(loaded, "notes", None):  # what the loader wants the user to know (caps, stand-ins)
             self.status.notice(" ".join(loaded.notes), 20_000)
         self.window.setWindowTitle(f"{loaded.name} — {APP_NAME}")

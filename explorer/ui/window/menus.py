@@ -40,6 +40,15 @@ def add_action(menu: QMenu, text: str, slot: Callable[[], object],
     return action
 
 
+def _ask_budget(window: MainWindow) -> None:
+    from explorer.ui.window.budget_setting import ask_memory_budget
+
+    line = ask_memory_budget(window, window.settings)
+    if line is not None:
+        window.status.show_memory(line)
+        window.status.notice(line)
+
+
 def build_menus(window: MainWindow) -> MenuActions:
     """The menu bar: File, Models, Prompt, View, Help; returns the actions others enable or trigger."""
     bar = window.menuBar()
@@ -73,6 +82,8 @@ def build_menus(window: MainWindow) -> MenuActions:
     view.addAction(window.generation_dock.toggleViewAction())
     view.addAction(window.toolbar.toggleViewAction())
     add_action(view, "&Reset layout", window.reset_layout)
+    add_action(view, "&Memory budget…", lambda: _ask_budget(window), None,
+               "How much memory traces and their cached views may keep (the rest is recomputed)")
     view.addSeparator()
     add_action(view, "Next layer", lambda: window.layer_head.step_layer(1), "Alt+Up")
     add_action(view, "Previous layer", lambda: window.layer_head.step_layer(-1), "Alt+Down")

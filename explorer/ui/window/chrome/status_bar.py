@@ -31,7 +31,7 @@ class StatusBar(QStatusBar):
     button (``cancel_requested``). ``warning`` is a red line for numerical trouble in the trace shown.
     """
 
-    FIELDS = ("model", "device", "dtype", "params", "tokens", "forward")
+    FIELDS = ("model", "device", "dtype", "params", "tokens", "forward", "memory")
     cancel_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -93,6 +93,7 @@ class StatusBar(QStatusBar):
         layers = str(info.get("layers") or "")  # a placed model: "layers 0–17 cuda:0, 18–31 cpu"
         self.fields["device"].setText(layers if layers.startswith("layers ") else str(info["device"]))
         self.fields["dtype"].setText(str(info["dtype"]))
+        self.fields["dtype"].setToolTip(f"the numbers shown were computed in {info['dtype']}")
         self.fields["params"].setText(f"{human_count(int(info['parameters']))} parameters")
         self.fields["params"].setToolTip(f"{int(info['parameters']):,} parameters")
 
@@ -102,6 +103,12 @@ class StatusBar(QStatusBar):
         if update_seconds is not None:
             self.fields["forward"].setToolTip(f"last forward pass {forward_seconds * 1000:.1f} ms; from the request "
                                               f"to every panel drawn {update_seconds * 1000:.0f} ms")
+
+    def show_memory(self, line: str) -> None:
+        """The memory budget's line: what traces keep of how much (View ▸ Memory budget… sets it)."""
+        self.fields["memory"].setText(line)
+        self.fields["memory"].setToolTip("Memory for traces and their cached views; cached values beyond it are "
+                                         "dropped and recomputed when needed. View ▸ Memory budget… sets it.")
 
     def notice(self, text: str, ms: int = NOTICE_MS) -> None:
         self.showMessage(text, ms)

@@ -1,0 +1,251 @@
+"""The ``--device cuda|cpu --dtype bfloat16|float32`` sections that capture.py, generate.py and ui.py share.
+
+Each section is a model shape at a prompt length; the models are built with ``transformers`` from a
+config (random weights, on the device, in the dtype: nothing is read or downloaded) and ours shares
+their tensors (``build_model``: no second copy):
+
+=================  ===========================================================================  ======
+section            shape                                                                        tokens
+=================  ===========================================================================  ======
+gpt2-1024          GPT-2 small (12 layers, d_model 768, 12 heads, vocabulary 50,257)            1024
+llama1b-1024/8192  Llama-3.2-1B (16 layers, d_model 2048, 32/8 heads, SwiGLU 8192, vocab 128,256, tied)
+llama8b-1024/8192  Llama-3.1-8B (32 layers, d_model 4096, 32/8 heads, SwiGLU 14336, vocab 128,256)
+smollm2-4096       SmolLM2-135M (30 layers, d_model 576, 9/3 heads, SwiGLU 1536, vocab 49,152, tied)  4096
+=================  ===========================================================================  ======
+
+(RoPE without the llama3 frequency scaling: the cost is the same, and TransformerLens 3 takes the plain
+one.) ``--max-layers N`` and ``--tokens N`` make a *reduced run* (said in every header line) so that the
+GPU sections run end to end on a CPU with little memory; their numbers are not the targets' numbers.
+
+TransformerLens (3.x ``HookedTransformer.run_with_cache`` on the same weights, unprocessed) runs beside
+ours where it is installed; otherwise a line says it was skipped.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+CONTEXT_MARGIN = 256  # room after the longest prompt for generate.py's new tokens
+GPU_SECTIONS = ["gpt2-1024", "llama1b-1024", "llama1b-8192", "llama8b-1024", "llama8b-8192"]
+CPU_SECTIONS = ["smollm2-4096"]
+SECTIONS = {"gpt2-1024": ("gpt2-small", 1024), "llama1b-1024": ("llama-3.2-1b", 1024),
+            "llama1b-8192": ("llama-3.2-1b", 8192), "llama8b-1024": ("llama-3.1-8b", 1024),
+            "llama8b-8192": ("llama-3.1-8b", 8192), "smollm2-4096": ("smollm2-135m", 4096)}
+LLAMA_SHAPES = {
+    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True),
+    "llama-3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=False),
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0, tie_word_embeddings=True),
+}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=None,
+                        help="model shape x prompt length sections (default with --device cuda: the GPU ones; "
+                             "with --device cpu: the CPU long-prompt one)")
+    parser.add_argument("--max-layers", type=int, default=None, help="a reduced run: at most N layers per model")
+    parser.add_argument("--tokens", type=int, default=None, help="a reduced run: N tokens instead of the section's")
+
+
+def wanted(args) -> list[str] | None:
+    """The sections to run, or None for the script's own (unchanged) output."""
+    if args.sections:
+        return args.sections
+    if getattr(args, "device_given", False):
+        return GPU_SECTIONS if args.device.startswith("cuda") else CPU_SECTIONS
+    return None
+
+
+def device_given(argv: list[str]) -> bool:
+    return any(a == "--device" or a.startswith("--device=") for a in argv)
+
+
+@dataclass
+class Section:
+    name: str
+    shape: str
+    tokens: int
+    layers: int
+    full_layers: int
+    full_tokens: int
+    device: str
+    dtype: torch.dtype
+    hf: object
+    loaded: object
+
+    @property
+    def reduced(self) -> bool:
+        return self.layers != self.full_layers or self.tokens != self.full_tokens
+
+    def header(self, what: str) -> str:
+        n = sum(p.numel() for p in self.loaded.model.parameters())
+        cut = (f"  ** REDUCED RUN: {self.layers} of {self.full_layers} layers, {self.tokens} of {self.full_tokens} "
+               "tokens: not the target's numbers **" if self.reduced else "")
+        return (f"\n== {what} section {self.name}: {self.shape} shape, {n / 1e6:.0f}M parameters, {self.tokens} tokens, "
+                f"{self.device} {str(self.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads, "
+                f"load average {os.getloadavg()[0]:.1f} =={cut}")
+
+    def ids(self, n: int | None = None) -> torch.Tensor:
+        vocab = self.loaded.config.vocab_size
+        n = n or self.tokens
+        return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n)).to(self.device)
+
+
+def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = None,
+          tokens: int | None = None) -> Section:
+    """transformers' model of the section's shape (random weights, built on ``device`` in ``dtype``) and
+    ours on the very same tensors."""
+    import transformers as tf
+
+    from explorer.core.checkpoint.safe_io import build_model
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.tokenize.base import VocabTokenizer
+
+    shape, full_tokens = SECTIONS[name]
+    n = tokens or full_tokens
+    torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in the dtype: no float32 copy first
+    try:
+        with torch.device(device):
+            if shape == "gpt2-small":
+                from explorer.core.checkpoint.gpt2 import convert_gpt2, gpt2_config
+
+                full_layers = 12
+                config = tf.GPT2Config(n_layer=min(full_layers, max_layers or full_layers),
+                                       n_positions=max(1024, n) + CONTEXT_MARGIN)
+                hf = tf.GPT2LMHeadModel(config).eval()
+                cfg = gpt2_config(hf.config.to_dict())
+                weights = convert_gpt2(dict(hf.state_dict()), cfg)
+            else:
+                from explorer.core.checkpoint.llama import convert_llama, llama_config
+
+                shape_kw = dict(LLAMA_SHAPES[shape])
+                full_layers = shape_kw["num_hidden_layers"]
+                shape_kw["num_hidden_layers"] = min(full_layers, max_layers or full_layers)
+                config = tf.LlamaConfig(**shape_kw, max_position_embeddings=max(8192, n) + CONTEXT_MARGIN,
+                                        rms_norm_eps=1e-5)
+                hf = tf.LlamaForCausalLM(config).eval()
+                cfg, _ = llama_config(hf.config.to_dict())
+                weights = convert_llama(dict(hf.state_dict()), cfg)
+    finally:
+        torch.set_default_dtype(previous)
+    ours = build_model(cfg, {k: v.detach() for k, v in weights.items()}, f"{shape} (random)").eval()
+    words = [f"w{i}" for i in range(cfg.vocab_size)]
+    loaded = LoadedModel(ours, VocabTokenizer(words, "words", "stand-in words"), f"{shape}-shaped (random)",
+                         "benchmark", cfg.arch)
+    return Section(name, shape, n, cfg.n_layers, full_layers, full_tokens, device, dtype, hf, loaded)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def best_of(fn, repeats: int, device: str) -> float:
+    fn()
+    sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def interleaved(fns: list, repeats: int, device: str) -> list[float]:
+    """Best wall time of each function over ``repeats`` rounds of one call each (after a warm-up round),
+    so that a change in the machine's load does not favour one of them."""
+    for fn in fns:
+        fn()
+    sync(device)
+    best = [float("inf")] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int) -> tuple[str, float | None]:
+    """TransformerLens' run_with_cache on the same weights, timed; or why it did not run."""
+    try:
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+        from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights, convert_llama_weights
+    except ImportError:
+        return "  TransformerLens: not installed here (pip install 'transformer_lens<4'): skipped", None
+    c = section.loaded.config
+    n = ids.shape[1]
+    cache_bytes = c.n_layers * n * (c.n_heads * n * 2 + 12 * c.d_model + 2 * c.d_ff) * section.dtype.itemsize
+    room = _free_memory(section.device)
+    if cache_bytes > room // 2:
+        return (f"  TransformerLens run_with_cache: skipped, its cache (every head's scores and pattern, "
+                f"{cache_bytes / 2**30:.1f} GB) would not fit in the {room / 2**30:.1f} GB free here"), None
+    common = dict(d_model=c.d_model, d_head=c.d_head, n_heads=c.n_heads, n_layers=c.n_layers,
+                  n_ctx=max(c.n_ctx, ids.shape[1]), d_vocab=c.vocab_size, d_mlp=c.d_ff, device=section.device,
+                  dtype=section.dtype, default_prepend_bos=False)
+    if section.shape == "gpt2-small":
+        cfg = HookedTransformerConfig(**common, act_fn="gelu_new", normalization_type="LN", eps=1e-5,
+                                      positional_embedding_type="standard", original_architecture="GPT2LMHeadModel")
+        convert = convert_gpt2_weights
+    else:
+        cfg = HookedTransformerConfig(**common, n_key_value_heads=c.n_kv_heads, act_fn="silu", normalization_type="RMS",
+                                      eps=1e-5, positional_embedding_type="rotary", rotary_dim=c.d_head,
+                                      rotary_base=int(c.rotary_base), rotary_adjacent_pairs=False, gated_mlp=True,
+                                      final_rms=True, original_architecture="LlamaForCausalLM")
+        convert = convert_llama_weights
+    tl = None
+    try:
+        tl = HookedTransformer(cfg, move_to_device=True)
+        tl.load_and_process_state_dict(convert(section.hf, cfg), fold_ln=False, center_writing_weights=False,
+                                       center_unembed=False, fold_value_biases=False,
+                                       refactor_factored_attn_matrices=False)
+        tl.eval()
+        with torch.inference_mode():
+            seconds = best_of(lambda: tl.run_with_cache(ids), repeats, section.device)
+        return f"  TransformerLens {_version('transformer_lens')} run_with_cache: {seconds:.3f}s", seconds
+    except (RuntimeError, MemoryError, ValueError, AssertionError) as exc:  # out of memory, a shape it refuses
+        return f"  TransformerLens run_with_cache did not run: {str(exc).splitlines()[0][:160]}", None
+    finally:
+        tl = None
+        release(section.device)
+
+
+def _free_memory(device: str) -> int:
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info()[0])
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 8 * 2**30
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def release(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def peak_line(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GB"
+    return ""
