@@ -96,3 +96,12 @@ def test_in_the_window_a_click_on_a_box_raises_that_panels_dock(qtbot, window):
     neurons = dock_of(panels["NeuronsPanel"])
     qtbot.waitUntil(lambda: not neurons.visibleRegion().isEmpty())
     assert diagram.visibleRegion().isEmpty()  # the same tab group: the neurons' tab is in front now
+
+
+def test_a_view_prepared_before_the_selection_moved_is_brought_up_to_date(qtbot, shown):
+    panel, session, trace = shown
+    stale = panel.prepare(trace, panel.snapshot())  # taken at layer 0, as a worker would
+    session.selection.set_layer(1)
+    panel.set_trace(trace, stale)
+    qtbot.waitUntil(lambda: panel.view.layer == 1)
+    assert "L1.ffn.in" in panel.scene.items_by_id

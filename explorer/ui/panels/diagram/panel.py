@@ -105,6 +105,10 @@ class DiagramPanel(Panel):
         token = view.trace.tokens[view.token] if view.trace.n_tokens else ""
         self.caption.setText(f"{cfg.arch}: {cfg.n_layers} blocks, n = {view.diagram.n} tokens. Numbers for "
                              f"token #{view.token} {token!r}, head {view.head}. Click a box to open its panel.")
+        s = self.selection
+        now = (min(s.layer, cfg.n_layers - 1), s.head, clamp_token(s.token, view.trace.n_tokens))
+        if self.trace is view.trace and now != (view.layer, view.head, view.token):
+            self.selection_changed("layer")  # the selection moved after this view's snapshot was taken
 
     def selection_changed(self, what: str) -> None:
         trace, s = self.trace, self.selection
