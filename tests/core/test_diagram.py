@@ -27,7 +27,7 @@ def _tiny(model_type):
     return load_checkpoint(register(tiny(model_type), VocabTokenizer([f"w{i}" for i in range(VOCAB)])), device="cpu")
 
 
-FAMILIES = ["gpt2", "llama", "gemma2", "bert", "gptj", "gpt_neox", "phi"]
+FAMILIES = ["gpt2", "llama", "gemma2", "bert", "gptj", "gpt_neox", "phi", "bloom"]
 
 
 @functools.cache
@@ -165,3 +165,17 @@ def test_the_worked_example_is_one_bidirectional_head_without_norms_positions_or
     d = build_diagram(loaded.config, 3)
     assert _kinds(d.boxes) == ["tokens", "embed", "qkv", "scores", "mix", "add", "unembed"]
     assert d.box("L0.attn.scores").details[0] == "1 head of d_head 4"
+
+
+def test_one_pattern_row_is_the_heads_pattern_row(family):
+    from explorer.core.diagram.summaries import pattern_row
+
+    _name, loaded, trace = family
+    cfg = loaded.config
+    for layer in range(cfg.n_layers):
+        for head in (0, cfg.n_heads - 1):
+            full = trace.head(layer, head, "pattern")
+            for t in (0, 3, trace.n_tokens - 1):
+                row = pattern_row(trace, layer, head, t)
+                np.testing.assert_allclose(row, full[t][: row.size], rtol=1e-5, atol=1e-7)
+                assert row.size == (t + 1 if cfg.causal else trace.n_tokens)

@@ -33,9 +33,15 @@ def _row_norms(a: np.ndarray) -> np.ndarray:
 def _series(values: np.ndarray) -> tuple[float, ...]:
     values = np.asarray(values, dtype=np.float64)
     if values.size > SERIES_MAX:  # the largest magnitude of each chunk keeps the peaks
-        chunks = np.array_split(values, SERIES_MAX)
-        values = np.array([c[np.argmax(np.abs(c))] for c in chunks])
-    return tuple(float(v) for v in np.where(np.isfinite(values), values, 0.0))
+        starts = np.linspace(0, values.size, SERIES_MAX + 1).astype(np.int64)[:-1]
+        hi, lo = np.maximum.reduceat(values, starts), np.minimum.reduceat(values, starts)
+        values = np.where(np.abs(hi) >= np.abs(lo), hi, lo)
+    return tuple(np.where(np.isfinite(values), values, 0.0).tolist())
+
+
+def norms_of(trace: Trace, key: str) -> np.ndarray:
+    """The length of every row of ``trace[key]`` (one per token), computed once per trace.  [n]"""
+    return trace.memo(("diagram.norms", key), lambda: _row_norms(trace[key]))
 
 
 def _mark(t: int, n: int) -> int:
@@ -60,14 +66,14 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
     layer = box.layer
     if box.kind == "scores" and layer is not None:
         h = min(head, trace.config.n_heads - 1)
-        row = trace.head(layer, h, "pattern")[t]
+        row = pattern_row(trace, layer, h, t)
         j = int(np.argmax(row))
         return Summary(f"head {h}: most to #{j} {quoted(trace.tokens[j], 10)} ({row[j]:.2f})", float(row[j]),
                        _series(row[: t + 1] if trace.config.causal else row), _mark(t, n))
     a = trace[box.key]
     if box.kind == "qkv" and layer is not None:
         h = min(head, a.shape[0] - 1)
-        norms = _row_norms(a[h])
+        norms = trace.memo(("diagram.norms", box.key, h), lambda: _row_norms(a[h]))
         return Summary(f"head {h}: ‖q‖ = {norms[t]:.3g}", float(norms[t]), _series(norms), _mark(t, n))
     if box.kind == "norm":
         stat = np.asarray(a, dtype=np.float64)
@@ -81,11 +87,24 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
         return Summary(f"strongest neuron {i}: {row[i]:.3g}", float(row[i]), _series(np.sort(row)[::-1][:16]))
     if box.kind == "unembed":
         probs = softmax(a[t])
-        top = np.argsort(-probs, kind="stable")[:10]
+        top = np.argpartition(-probs, 9)[:10] if probs.size > 10 else np.arange(probs.size)
+        top = top[np.lexsort((top, -probs[top]))]  # highest first, ties by lower id
         return Summary(f"next: {vocab_quoted(tokenizer, int(top[0]), 10)} {probs[top[0]]:.0%}", float(probs[top[0]]),
                        _series(probs[top]))
-    norms = _row_norms(a)  # a vector per token: embedding, positions, a sublayer's output, the stream
+    norms = norms_of(trace, box.key)  # a vector per token: embedding, positions, a sublayer's output, the stream
     return Summary(f"‖x‖ = {norms[t]:.3g}", float(norms[t]), _series(norms), _mark(t, n))
+
+
+def pattern_row(trace: Trace, layer: int, head: int, t: int) -> np.ndarray:
+    """Row ``t`` of head ``head``'s pattern: the keys ``t`` sees (0..t in a causal model, all in an encoder).
+
+    The Trace's own recipe (``Trace._score_views``: the scale, bias, mask, window and cap of the forward
+    pass) on one query instead of the head's n × n, so a head or token switch costs O(n · d_head)."""
+    q, k = trace[f"blocks.{layer}.attn.q"], trace[f"blocks.{layer}.attn.k"]
+    kv = head // (q.shape[0] // k.shape[0])
+    stop = t + 1 if trace.config.causal else trace.n_tokens
+    views = trace._score_views(layer, q[head:head + 1, t:t + 1], k[kv:kv + 1, :stop], slice(head, head + 1))
+    return views["pattern"][0, 0]
 
 
 def summary_keys(diagram: Diagram, layer: int, trace: Trace) -> list[str]:
@@ -98,4 +117,4 @@ def stream_norms(trace: Trace, token: int) -> tuple[float, ...]:
     """The residual stream's norm at ``token`` entering each block and after the last: a series for the
     collapsed blocks' strip."""
     keys = [f"blocks.{layer}.resid_pre" for layer in range(trace.config.n_layers)] + ["resid_final"]
-    return tuple(float(_row_norms(trace[k][token])) if k in trace else 0.0 for k in keys)
+    return tuple(float(norms_of(trace, k)[token]) if k in trace else 0.0 for k in keys)

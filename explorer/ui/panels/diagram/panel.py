@@ -57,7 +57,6 @@ class DiagramPanel(Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.view: DiagramPanelView | None = None
-        self._built: tuple[Diagram, int] | None = None  # (the diagram, the layer) drawn
         top = QHBoxLayout()
         self.caption = QLabel()
         self.caption.setWordWrap(True)
@@ -71,9 +70,9 @@ class DiagramPanel(Panel):
         self.strip = LayerStrip()
         self.strip.layer_clicked.connect(self.selection.set_layer)
         self.body.addWidget(self.strip)
-        self.scene = DiagramScene(self)
-        self.scene.on_box = self.open_box
-        self.scene.on_layer = self.selection.set_layer
+        self._diagram: Diagram | None = None
+        self._scenes: dict[int, DiagramScene] = {}  # per block drawn in full, for the diagram shown
+        self.scene = self._new_scene()
         self.graphics = DiagramView(self.scene)
         self.body.addWidget(self.graphics, 1)
         self.tour: Any = None
@@ -90,12 +89,17 @@ class DiagramPanel(Panel):
         assert isinstance(view, DiagramPanelView) and view.diagram is not None
         self.view = view
         cfg = view.diagram.config
-        built = (view.diagram, view.layer)
-        if self._built is None or built[0] is not self._built[0] or built[1] != self._built[1]:
-            self.scene.build(view.diagram, view.layer)
-            self._built = built
+        if self._diagram is not view.diagram:  # a new model or prompt length: the scenes drawn are stale
+            self._diagram, self._scenes = view.diagram, {}
+        scene = self._scenes.get(view.layer)
+        if scene is None:  # each block's scene is built once per diagram; switching back reuses it
+            scene = self._scenes[view.layer] = self._new_scene()
+            scene.build(view.diagram, view.layer)
+        if scene is not self.scene:
+            self.scene = scene
+            self.graphics.setScene(scene)
             bar = self.graphics.verticalScrollBar()
-            bar.setValue(int(self.graphics.mapFromScene(0, self.scene.block_top).y()) + bar.value())
+            bar.setValue(int(self.graphics.mapFromScene(0, scene.block_top).y()) + bar.value())
         for box_id, item in self.scene.items_by_id.items():
             item.set_summary(view.summaries.get(box_id))
         for strip in self.scene.strips:
@@ -118,6 +122,12 @@ class DiagramPanel(Panel):
         tokenizer = self.tokenizer
         self.now_or_later("summaries", cheap, lambda _check: summaries_of(trace, s.layer, s.head, s.token, tokenizer),
                           self.draw)
+
+    def _new_scene(self) -> DiagramScene:
+        scene = DiagramScene(self)
+        scene.on_box = self.open_box
+        scene.on_layer = self.selection.set_layer
+        return scene
 
     # --- clicks ------------------------------------------------------------------------------
     def open_box(self, box: Box) -> None:
