@@ -77,7 +77,8 @@ def main() -> None:
         panel._diagram = None  # a new trace: the scenes are built again
         d = ms(lambda: panel.set_trace(trace, view))
         layer, head, token = (run % 11) + 1, (run % 11) + 1, (run * 37) % args.tokens
-        s = {"layer": ms(lambda: selection.set_layer(layer), "layer"), "head": ms(lambda: selection.set_head(head), "head"),
+        s = {"layer": ms(lambda: selection.set_layer(layer), "layer"),
+             "head": ms(lambda: selection.set_head(head), "head"),
              "token": ms(lambda: selection.set_token(token), "token")}
         assert panel.view.layer == layer and panel.view.head == head and panel.view.token == token
         t = time.perf_counter()

@@ -54,7 +54,8 @@ def _check_every_step(loaded, trace, t, layer, head):
     np.testing.assert_allclose(one.values["weight"], trace[p + "attn.pattern"][head, t, j], rtol=1e-5, atol=1e-7)
     assert (one.panel, one.layer, one.head) == ("AttentionPanel", layer, head)
     z = trace[p + "attn.z"][head, t]
-    np.testing.assert_allclose([by["values"].values[f"z{i}"] for i in range(min(4, z.size))], z[:4], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([by["values"].values[f"z{i}"] for i in range(min(4, z.size))], z[:4],
+                               rtol=1e-5, atol=1e-6)
     res = by["residual"].values
     np.testing.assert_allclose(res["sum_norm"], res["trace_mid_norm"], rtol=1e-5)
     norm = by["norm"].values

@@ -76,7 +76,8 @@ def tour_steps(trace: Trace, token: int, layer: int = 0, head: int = 0, tokenize
 def _tokens(trace: Trace, t: int, tokenizer: Any) -> TourStep:
     n = trace.n_tokens
     lo = max(0, min(t - SHOW // 2, n - SHOW))
-    lines = tuple(f"#{i} {quoted(trace.tokens[i])} → id {int(trace.token_ids[i])}" + ("   ◀ this token" if i == t else "")
+    lines = tuple(f"#{i} {quoted(trace.tokens[i])} → id {int(trace.token_ids[i])}"
+                  + ("   ◀ this token" if i == t else "")
                   for i in range(lo, min(n, lo + SHOW)))
     text = (f"The prompt is cut into {n} tokens, and each token is replaced by its number in the vocabulary "
             f"(its id). The model never sees letters, only these ids. {_split_reason(tokenizer)}")
@@ -117,7 +118,7 @@ def _position(trace: Trace, t: int, h: int) -> TourStep:
         r = cfg.rotary_dim or cfg.d_head
         slow = t * cfg.rotary_base ** (-(r - 2) / r)
         text = ("Nothing is added for the position. Inside attention, each pair of numbers in the query and key is "
-                f"turned by an angle that grows with the position, so q·k depends on how far apart two tokens are.")
+                "turned by an angle that grows with the position, so q·k depends on how far apart two tokens are.")
         lines = (f"position {t}: fastest pair turned by {t} rad ({math.degrees(t) % 360:.0f}° mod 360)",
                  f"slowest pair turned by {slow:.4g} rad (base {cfg.rotary_base:g}, {r} dims turn)")
         return TourStep("position", "3. The position", text, lines, {"fast": float(t), "slow": slow}, ATTN, 0, h, t)
@@ -163,7 +164,8 @@ def _attention(trace: Trace, t: int, L: int, h: int) -> list[TourStep]:
     masked = trace.n_tokens - seen.size
     lines += [f"mask: {masked} of {trace.n_tokens} keys hidden (−∞), #{j} is visible",
               f"score = {score:+.5f}   (the Trace: {float(scores[j]):+.5f})",
-              f"softmax: exp({score:.3f} − max) / Σ exp(… − max) = {weight:.5f}   (the Trace: {float(pattern[j]):.5f})"]
+              f"softmax: exp({score:.3f} − max) / Σ exp(… − max) = {weight:.5f}"
+              f"   (the Trace: {float(pattern[j]):.5f})"]
     one = TourStep(
         "score", "5. One score, computed in full",
         "Here is the largest score worked out by hand: the dot product, times the scale that keeps scores from "
@@ -213,7 +215,8 @@ def _norm_step(trace: Trace, t: int, L: int) -> TourStep:
         mean, var = float(trace[p + "mean"][t]), float(trace[p + "var"][t])
         divide = 1.0 / math.sqrt(var + cfg.norm_eps)
         text = ("Before the next sublayer the vector is rescaled: LayerNorm subtracts its mean and divides by its "
-                "standard deviation, then applies learned weights. Big or small, every vector enters at a similar size.")
+                "standard deviation, then applies learned weights. Big or small, every vector enters at a "
+                "similar size.")
         lines = (f"mean = {mean:+.5f}", f"variance = {var:.5f}", f"divide by √(var + ε) = {1 / divide:.5f}")
         values = {"mean": mean, "var": var, "computed_mean": float(source.mean()), "computed_var": float(source.var())}
     else:
@@ -255,7 +258,8 @@ def _lens(trace: Trace, t: int, tokenizer: Any) -> TourStep:
     if trace.has_model:
         block = lens_columns(trace, t, t + 1, top=1)
         labels = [f"after block {i - 1}" if i else "embedding" for i in range(block.ids.shape[0] - 1)] + ["output"]
-        lines = [f"{labels[b]}: {vocab_quoted(tokenizer, int(block.ids[b, 0, 0]), 12)} {float(block.probs[b, 0, 0]):.1%}"
+        lines = [f"{labels[b]}: {vocab_quoted(tokenizer, int(block.ids[b, 0, 0]), 12)} "
+                 f"{float(block.probs[b, 0, 0]):.1%}"
                  for b in range(block.ids.shape[0])]
     text = ("At the end the vector is normalised once more and compared with every vocabulary row: one score "
             "(a logit) per possible next token. Doing the same to the stream after each block, the logit lens, shows "

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QScrollAre
 
 from explorer.core.errors import ExplorerError
 from explorer.core.tokenize.base import Tokenizer
-from explorer.core.tokenize.display import (CHIP_LEGEND, ChipView, display_bytes, display_chips, one_hot, tokenizer_chips,
-                                            visible_whitespace)
+from explorer.core.tokenize.display import (CHIP_LEGEND, ChipView, display_bytes, display_chips, one_hot,
+                                            tokenizer_chips, visible_whitespace)
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection

@@ -37,7 +37,8 @@ def _text(parent: QGraphicsItem, text: str, x: float, y: float, size: float = 9.
     return item
 
 
-def sparkline(values: Sequence[float], mark: int | None, width: float, height: float) -> tuple[QPainterPath, QPointF | None]:
+def sparkline(values: Sequence[float], mark: int | None, width: float,
+              height: float) -> tuple[QPainterPath, QPointF | None]:
     """A path through ``values`` scaled into width × height (top at 0), and the marked point."""
     path = QPainterPath()
     if not values:

@@ -79,7 +79,8 @@ class TourDialog(QDialog):
         self.index = min(max(index, 0), len(self.steps) - 1)
         step = self.step
         self.heading.setText(f"<h3>{html.escape(step.title)}</h3>"
-                             f"<span style='color:#475569'>token #{step.token} {html.escape(repr(self.token_text), quote=False)}"
+                             f"<span style='color:#475569'>token #{step.token} "
+                             f"{html.escape(repr(self.token_text), quote=False)}"
                              + (f", block {step.layer}" if step.layer is not None else "")
                              + (f", head {step.head}" if step.head is not None else "") + "</span>")
         self.text.setText(step.text)
