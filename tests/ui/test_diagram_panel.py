@@ -105,3 +105,32 @@ def test_a_view_prepared_before_the_selection_moved_is_brought_up_to_date(qtbot,
     panel.set_trace(trace, stale)
     qtbot.waitUntil(lambda: panel.view.layer == 1)
     assert "L1.ffn.in" in panel.scene.items_by_id
+
+
+def test_help_start_here_shows_the_diagram(qtbot, window):
+    from explorer.ui.window.docks import dock_of
+
+    panels = {type(p).__name__: p for p in window.panels}
+    dock_of(panels["TokenizationPanel"]).raise_()
+    qtbot.waitUntil(lambda: panels["DiagramPanel"].visibleRegion().isEmpty())
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    start = next(a for a in help_menu.actions() if a.text() == "&Start here: the model diagram")
+    start.trigger()
+    qtbot.waitUntil(lambda: not panels["DiagramPanel"].visibleRegion().isEmpty())
+
+
+def test_the_tour_on_a_trace_without_its_values_says_so_in_one_line(qtbot, tiny_loaded):
+    from explorer.core.trace import Trace
+
+    full = tiny_loaded.trace(PROMPT)
+    keep = {k: full[k] for k in full.stored_keys() if k not in ("logits", "resid_final") and ".mlp." not in k}
+    bare = Trace(full.token_ids, full.tokens, full.config, keep)  # as read from a file: no model
+    session = Session()
+    panel = DiagramPanel(session.selection)
+    panel.attach(session)
+    qtbot.addWidget(panel)
+    panel.set_trace(bare)
+    panel.open_tour()
+    assert panel.caption.text().startswith("The tour cannot start on this trace: ")
+    assert "\n" not in panel.caption.text()
+    session.shutdown()

@@ -81,5 +81,7 @@ def build_menus(window: MainWindow) -> MenuActions:
     help_menu = bar.addMenu("&Help")
     add_action(help_menu, "&What am I looking at?", window.toggle_focused_explanation,
                QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
+    add_action(help_menu, "&Start here: the model diagram", lambda: window.session.show_panel("DiagramPanel"),
+               None, "The open model drawn as a flow with this prompt's numbers; 'Follow this token…' starts a tour")
     add_action(help_menu, "&About", lambda: show_about(window.session.loaded, window))  # versions + Copy
     return MenuActions(open_trace, hub, export_trace, export_maps)

@@ -148,7 +148,11 @@ class DiagramPanel(Panel):
             return
         if self.tour is None:
             self.tour = TourDialog(self)
-        self.tour.start(self.trace, self.selected_token, self.selection.layer, self.selection.head, self.tokenizer,
-                        self.session)
+        try:
+            self.tour.start(self.trace, self.selected_token, self.selection.layer, self.selection.head,
+                            self.tokenizer, self.session)
+        except KeyError as exc:  # a trace read from a file without the values a step shows
+            self.caption.setText(f"The tour cannot start on this trace: {exc.args[0] if exc.args else exc}")
+            return
         self.tour.show()
         self.tour.raise_()
