@@ -134,3 +134,15 @@ def test_the_tour_on_a_trace_without_its_values_says_so_in_one_line(qtbot, tiny_
     assert panel.caption.text().startswith("The tour cannot start on this trace: ")
     assert "\n" not in panel.caption.text()
     session.shutdown()
+
+
+def test_a_new_prompt_frees_the_scenes_of_the_old_one(qtbot, shown, tiny_loaded):
+    from PySide6.QtWidgets import QGraphicsScene
+
+    panel, session, _trace = shown
+    session.selection.set_layer(1)
+    qtbot.waitUntil(lambda: panel.view.layer == 1)
+    assert len(panel._scenes) == 2
+    panel.set_trace(tiny_loaded.trace("A different prompt"))
+    qtbot.waitUntil(lambda: len(panel.findChildren(QGraphicsScene)) == 1)
+    assert panel.findChildren(QGraphicsScene) == [panel.scene] and list(panel._scenes) == [1]

@@ -89,7 +89,9 @@ class DiagramPanel(Panel):
         assert isinstance(view, DiagramPanelView) and view.diagram is not None
         self.view = view
         cfg = view.diagram.config
+        stale: list[DiagramScene] = []
         if self._diagram is not view.diagram:  # a new model or prompt length: the scenes drawn are stale
+            stale = [*self._scenes.values(), self.scene]
             self._diagram, self._scenes = view.diagram, {}
         scene = self._scenes.get(view.layer)
         if scene is None:  # each block's scene is built once per diagram; switching back reuses it
@@ -100,6 +102,8 @@ class DiagramPanel(Panel):
             self.graphics.setScene(scene)
             bar = self.graphics.verticalScrollBar()
             bar.setValue(int(self.graphics.mapFromScene(0, scene.block_top).y()) + bar.value())
+        for old in {id(x): x for x in stale if x is not scene}.values():
+            old.deleteLater()  # owned by this panel: freed once no view shows it
         for box_id, item in self.scene.items_by_id.items():
             item.set_summary(view.summaries.get(box_id))
         for strip in self.scene.strips:
