@@ -79,8 +79,8 @@ def _tokens(trace: Trace, t: int, tokenizer: Any) -> TourStep:
     lines = tuple(f"#{i} {quoted(trace.tokens[i])} → id {int(trace.token_ids[i])}"
                   + ("   ◀ this token" if i == t else "")
                   for i in range(lo, min(n, lo + SHOW)))
-    text = (f"The prompt is cut into {n} tokens, and each token is replaced by its number in the vocabulary "
-            f"(its id). The model never sees letters, only these ids. {_split_reason(tokenizer)}")
+    text = (f"The prompt is cut into {n} tokens, each replaced by its number in the vocabulary (its id): the model "
+            f"never sees letters, only these ids. {_split_reason(tokenizer)}")
     return TourStep("tokens", "1. Text to ids", text, lines, {"id": float(trace.token_ids[t]), "n": float(n)},
                     TOKENS, token=t)
 
@@ -273,7 +273,7 @@ def _sampling(trace: Trace, t: int, tokenizer: Any) -> TourStep:
     cold = softmax(logits / 0.7)
     probs = softmax(logits)
     top = np.argsort(-probs, kind="stable")[:3]
-    text = ("Softmax turns the logits into probabilities. Greedy decoding takes the most likely token; sampling draws "
+    text = ("Softmax turns the logits into probabilities: greedy decoding takes the most likely token, sampling draws "
             "one at random by these odds. A temperature below 1 sharpens the odds towards the favourite, above 1 "
             "flattens them.")
     if not trace.config.causal:

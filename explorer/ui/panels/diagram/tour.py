@@ -15,6 +15,7 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from explorer.core.diagram.tour import TourStep, tour_steps
+from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class TourDialog(QDialog):
         step = self.step
         self.heading.setText(f"<h3>{html.escape(step.title)}</h3>"
                              f"<span style='color:#475569'>token #{step.token} "
-                             f"{html.escape(repr(self.token_text), quote=False)}"
+                             f"{html.escape(quoted(self.token_text), quote=False)}"
                              + (f", block {step.layer}" if step.layer is not None else "")
                              + (f", head {step.head}" if step.head is not None else "") + "</span>")
         self.text.setText(step.text)
