@@ -28,6 +28,7 @@ SHORT_TITLES = {
     "dock-interventions-dla": "Logit attribution",
     "dock-interventions-patching": "Patching",
     "dock-masked": "Masked",
+    "dock-diagram": "Flow",  # the Model diagram (short: ten tabs share 1280 px)
 }
 
 

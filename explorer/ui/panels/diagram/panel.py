@@ -52,7 +52,6 @@ def summaries_of(trace: Trace, layer: int, head: int, token: int, tokenizer: Any
 
 class DiagramPanel(Panel):
     title = "Model diagram"
-    short_title = "Diagram"  # its tab at 1280x800
     explanation = "diagram"
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
