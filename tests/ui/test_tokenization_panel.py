@@ -96,3 +96,14 @@ def test_the_explanation_toggle(make_panel, tiny_loaded):
     panel.explain_button.click()
     assert panel.explain_text.isVisible()
     assert "Tokenization" in panel.explain_text.toPlainText()
+
+
+def test_a_legend_says_what_the_chip_colours_mean(make_panel, tiny_loaded):
+    from explorer.core.tokenize.display import CHIP_COLOURS, SPECIAL_COLOUR
+
+    panel, trace = make_panel(tiny_loaded, "Hello world")
+    legend = panel.legend.text()
+    assert panel.legend.isVisible()
+    assert all(colour in legend for colour in (*CHIP_COLOURS, SPECIAL_COLOUR, PARTIAL_COLOUR))
+    assert "alternate only to show where one token ends" in legend
+    assert {c.colour for c in panel.chips.chips} <= set(CHIP_COLOURS)  # the colours the legend explains

@@ -21,6 +21,11 @@ WHITESPACE_GLYPHS = GLYPHS
 CHIP_COLOURS = ("#dbeafe", "#fde7c7")
 PARTIAL_COLOUR = "#f3d4f5"
 SPECIAL_COLOUR = "#d9f2d9"
+# What each colour means, for the legend under the chips (the two pastels carry no meaning of their own)
+CHIP_LEGEND = ((CHIP_COLOURS[0], CHIP_COLOURS[1], "one token, the next token: the colours alternate only to show "
+                "where one token ends and the next begins"),
+               (SPECIAL_COLOUR, None, "a special token (such as end of text)"),
+               (PARTIAL_COLOUR, None, "part of a character: raw bytes shown as \\xNN"))
 
 
 def visible_whitespace(text: str) -> str:

@@ -16,6 +16,7 @@ _REGISTRY = [
     ("explorer.ui.panels.interventions", "PatchingPanel"),
     ("explorer.ui.panels.masked", "MaskedTokensPanel"),
     ("explorer.ui.panels.journey", "JourneyPanel"),
+    ("explorer.ui.panels.diagram", "DiagramPanel"),
 ]
 
 

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QScrollAre
 
 from explorer.core.errors import ExplorerError
 from explorer.core.tokenize.base import Tokenizer
-from explorer.core.tokenize.display import ChipView, display_bytes, display_chips, one_hot, tokenizer_chips, visible_whitespace
+from explorer.core.tokenize.display import (CHIP_LEGEND, ChipView, display_bytes, display_chips, one_hot,
+                                            tokenizer_chips, visible_whitespace)
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
@@ -48,6 +49,14 @@ def model_chips(trace: Trace, tokenizer: Tokenizer | None) -> list[ChipView]:
     return display_chips(trace.token_ids, trace.tokens)
 
 
+def chip_legend_html() -> str:
+    """The legend of the chips' colours (``CHIP_LEGEND``): small swatches and what they mean."""
+    def swatch(colour: str) -> str:
+        return f"<span style='background:{colour}'>&nbsp;&nbsp;&nbsp;&nbsp;</span>"
+    parts = [swatch(a) + (swatch(b) if b else "") + "&nbsp;" + text for a, b, text in CHIP_LEGEND]
+    return "<small>" + " &nbsp;·&nbsp; ".join(parts) + "</small>"
+
+
 class TokenizationPanel(Panel):
     title = "Tokenization"
     explanation = "tokenization"
@@ -68,6 +77,10 @@ class TokenizationPanel(Panel):
         header.addWidget(self.encoding)
         header.addWidget(self.alt_count)
         self.body.addLayout(header)
+        self.legend = QLabel(chip_legend_html(), self)
+        self.legend.setObjectName("chip-legend")
+        self.legend.setWordWrap(True)
+        self.body.addWidget(self.legend)
 
         self.chips = TokenChips()
         self.scroll = QScrollArea(self)

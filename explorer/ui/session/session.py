@@ -35,6 +35,8 @@ failed(str)
     The newest trace failed: the message for the user.
 trace_file_opened(str)
     ``open_trace_file`` made a trace read from that file the shown one (there is no model now).
+panel_requested(str)
+    Someone (the diagram, the tour) asked to see a panel (its class name): the window shows its dock.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class Session(QObject):
     trace_ready = Signal(object)
     failed = Signal(str)
     trace_file_opened = Signal(str)
+    panel_requested = Signal(str)
 
     def __init__(self, debounce_ms: int = 150, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -260,6 +263,19 @@ class Session(QObject):
         self.prompt_changed.emit(prompt)
         request = TraceRequest(0, None, prompt, requested_at=requested if requested is not None else time.perf_counter())
         self.show_result(TraceResult(request, trace, worker_seconds, prepared=tuple(prepared)))
+
+    # --- verbs: panels --------------------------------------------------------------------------------
+    def show_panel(self, name: str, layer: int | None = None, head: int | None = None,
+                   token: int | None = None) -> None:
+        """Select ``layer``, ``head`` and ``token`` (those given) and ask the window to show the panel ``name``
+        (a panel's class name: "AttentionPanel")."""
+        if layer is not None:
+            self.selection.set_layer(layer)
+        if head is not None:
+            self.selection.set_head(head)
+        if token is not None:
+            self.selection.set_token(token)
+        self.panel_requested.emit(name)
 
     # --- verbs: interventions --------------------------------------------------------------------------
     def set_interventions(self, interventions: Sequence[Intervention]) -> None:

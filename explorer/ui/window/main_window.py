@@ -226,6 +226,7 @@ class MainWindow(QMainWindow):
         self.prompt.text_edited.connect(session.edit_prompt)
         session.prompt_changed.connect(self.prompt.set_text)
         session.failed.connect(self._on_trace_failed)
+        session.panel_requested.connect(self.raise_panel)
         self.status.cancel_requested.connect(self._cancel_load)
         self.menus.source_chosen.connect(lambda source: self.open_checkpoint(source))
         self.menus.fit_chosen.connect(lambda source: self.open_checkpoint(source, fit=True))
@@ -332,6 +333,11 @@ class MainWindow(QMainWindow):
             dock.show()
             dock.raise_()
         panel.show_explanation(not panel.explain_button.isChecked())
+
+    def raise_panel(self, name: str) -> None:
+        """Show the dock of the panel of class ``name`` (Session.show_panel: the diagram, the tour)."""
+        for dock in (d for d in [*self.docks, self.generation_dock] if type(d.panel).__name__ == name):
+            dock.show(), dock.raise_()
 
     def reset_layout(self) -> None:
         self.restoreState(self._default_state)

@@ -1,0 +1,273 @@
+"""The open model's architecture as boxes and edges, read from its ``ModelConfig``.
+
+``build_diagram(cfg, n)`` lists what the forward pass (``explorer/core/model.py``) does, in its order:
+the embedding (and positions where they are added), each block (its norms where they sit, attention
+with its heads, K/V heads, positions, mask, window and cap, the residual adds, the FFN), the final
+norm and the un-embedding. Each box carries its real shape at ``n`` tokens, the Trace key it shows,
+the panel that shows that key in full, and a place in a grid (``column`` 0 is the residual stream,
+1 and 2 the sublayers beside it; a parallel block puts attention and the FFN side by side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from explorer.core.config import ModelConfig
+
+TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = ("TokenizationPanel", "EmbeddingsPanel", "AttentionPanel",
+                                               "NeuronsPanel", "ResidualPanel", "MaskedTokensPanel")
+ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU"}
+
+
+@dataclass(frozen=True)
+class Box:
+    """One step of the forward pass."""
+
+    id: str  # "embed", "L3.attn.scores", "unembed", ...
+    kind: str  # tokens, embed, type_embed, positions, norm, qkv, scores, mix, add, ffn_in, ffn_out, mlm_head, unembed
+    title: str
+    shape: tuple[int, ...]  # at the current n
+    shape_text: str  # "n × d_model = 7 × 64"
+    key: str | None  # the Trace key it shows (None: the token ids)
+    panel: str  # the panel (class name) that shows it in full
+    layer: int | None = None
+    column: int = 0
+    row: int = 0
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    kind: str = "flow"  # flow: into the next step; residual: the stream carried past a sublayer
+
+
+@dataclass(frozen=True)
+class Diagram:
+    config: ModelConfig
+    n: int
+    boxes: tuple[Box, ...]
+    edges: tuple[Edge, ...]
+    by_id: dict[str, Box] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_id.update({b.id: b for b in self.boxes})
+
+    def box(self, box_id: str) -> Box:
+        return self.by_id[box_id]
+
+    def block(self, layer: int) -> list[Box]:
+        return [b for b in self.boxes if b.layer == layer]
+
+    def head(self) -> list[Box]:
+        """The boxes before the first block."""
+        out = []
+        for b in self.boxes:
+            if b.layer is not None:
+                break
+            out.append(b)
+        return out
+
+    def tail(self) -> list[Box]:
+        """The boxes after the last block."""
+        last = max(i for i, b in enumerate(self.boxes) if b.layer is not None)
+        return list(self.boxes[last + 1:])
+
+
+def norm_name(cfg: ModelConfig) -> str:
+    name = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "none": "no norm"}[cfg.norm]
+    if cfg.norm == "rmsnorm" and cfg.norm_offset:
+        name += f" ({cfg.norm_offset:g} + w)"
+    return name if cfg.norm_affine else name + " (no weights)"
+
+
+def norm_key(cfg: ModelConfig, site: str) -> str:
+    return f"{site}.{'var' if cfg.norm == 'layernorm' else 'mean_square'}"
+
+
+def _shape(names: str, values: tuple[int, ...]) -> str:
+    return f"{names} = {' × '.join(str(v) for v in values)}"
+
+
+def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
+    """What this layer's attention does besides q·k: heads, K/V heads, positions, mask, window, scale, cap."""
+    kv = cfg.kv_heads
+    lines = [f"{cfg.n_heads} head{'s' if cfg.n_heads > 1 else ''} of d_head {cfg.d_head}"
+             + ("" if kv == cfg.n_heads else f", {kv} K/V head{'s' if kv > 1 else ''} "
+                f"({'multi-query' if kv == 1 else 'grouped-query'}: {cfg.n_heads // kv} queries share one)")]
+    if cfg.qk_norm != "none":
+        lines.append(f"q/k norms ({norm_name(cfg)}, {cfg.qk_norm})")
+    if cfg.alibi:
+        lines.append("ALiBi: a per-head penalty −m·(i − j) on the scores"
+                     + (" (before the scale)" if cfg.alibi_before_scale else ""))
+    elif cfg.positions == "rotary":
+        dims = cfg.rotary_dim or cfg.d_head
+        base = cfg.rotary_base_local if cfg.rotary_base_local and layer in cfg.sliding_layers else cfg.rotary_base
+        lines.append(f"rotary: q, k turned by position ({dims} of {cfg.d_head} dims, base {base:g}"
+                     + (", interleaved" if cfg.rotary_interleaved else "")
+                     + (f", {cfg.rope.get('rope_type')} scaling" if cfg.rope else "") + ")")
+    scale = "1/√d_head" if cfg.attn_scale is None else f"{cfg.attn_scale:g}"
+    lines.append(f"scale {scale}")
+    window = cfg.sliding_window if layer in cfg.sliding_layers else None
+    mask = "causal" if cfg.causal else "bidirectional (no mask)"
+    lines.append(mask + (f", sliding window {window}" if window else ""))
+    if cfg.attn_softcap is not None:
+        lines.append(f"soft cap {cfg.attn_softcap:g}·tanh(s/{cfg.attn_softcap:g})")
+    return tuple(lines)
+
+
+def ffn_details(cfg: ModelConfig) -> tuple[str, ...]:
+    act = ACTIVATION_NAMES[cfg.activation]
+    if cfg.gated_ffn:
+        return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {cfg.d_ff}")
+    return (f"{act}(x·W_in)", f"d_ff {cfg.d_ff}")
+
+
+class _Builder:
+    def __init__(self, cfg: ModelConfig, n: int) -> None:
+        self.cfg, self.n = cfg, n
+        self.boxes: list[Box] = []
+        self.edges: list[Edge] = []
+        self.row = 0
+
+    def add(self, box_id: str, kind: str, title: str, shape: tuple[int, ...], names: str, key: str | None,
+            panel: str, layer: int | None = None, column: int = 0, details: tuple[str, ...] = (),
+            after: str | tuple[str, ...] | None = None, same_row: bool = False) -> str:
+        if not same_row:
+            self.row += 1
+        self.boxes.append(Box(box_id, kind, title, shape, _shape(names, shape), key, panel, layer, column,
+                              self.row, details))
+        for source in (after,) if isinstance(after, str) else after or ():
+            self.edges.append(Edge(source, box_id))
+        return box_id
+
+    def residual(self, source: str, target: str) -> None:
+        self.edges.append(Edge(source, target, "residual"))
+
+
+def build_diagram(cfg: ModelConfig, n: int) -> Diagram:
+    """The boxes and edges of ``cfg``'s forward pass at ``n`` tokens."""
+    b = _Builder(cfg, n)
+    d, V = cfg.d_model, cfg.vocab_size
+    last = b.add("tokens", "tokens", "Tokens → ids", (n,), "n", None, TOKENS,
+                 details=("the text split into vocabulary pieces",))
+    details = [f"a row of the {V} × {cfg.d_embed or d} table per token"]
+    if cfg.embed_scale != 1.0:
+        details.append(f"rows times {cfg.embed_scale:.4g}")
+    if cfg.d_embed and cfg.d_embed != d:
+        details.append(f"projected in from {cfg.d_embed} to {d}")
+    last = b.add("embed", "embed", "Token embedding", (n, d), "n × d_model", "embed", EMBED,
+                 details=tuple(details), after=last)
+    extra = []
+    if cfg.token_types:
+        extra.append(b.add("type_embed", "type_embed", "Token-type embedding", (n, d), "n × d_model",
+                           "type_embed", EMBED, column=1, details=("segment 0, added to every token",),
+                           same_row=True))
+    if cfg.positions in ("learned", "sinusoidal") and not cfg.alibi:
+        extra.append(b.add("positions", "positions", f"{cfg.positions.capitalize()} positions", (n, d),
+                           "n × d_model", "pos_embed", EMBED, column=2 if cfg.token_types else 1,
+                           details=("a vector per position, added to the token's row",), same_row=True))
+    for source in extra:
+        b.edges.append(Edge(source, "embed"))
+    if cfg.embed_norm and cfg.norm != "none":
+        last = b.add("embed_norm", "norm", norm_name(cfg), (n,), "n", norm_key(cfg, "ln_embed"), RESID,
+                     details=("over the summed embeddings",), after=last)
+    for layer in range(cfg.n_layers):
+        last = _block(b, layer, last)
+    if cfg.final_norm and cfg.norm != "none":
+        last = b.add("final_norm", "norm", f"Final {norm_name(cfg)}", (n,), "n", norm_key(cfg, "ln_final"), RESID,
+                     after=last)
+    if cfg.mlm_head:
+        last = b.add("mlm_head", "mlm_head", "Masked-LM head", (n, d), "n × d_model", None, MASKED,
+                     details=(f"dense, {ACTIVATION_NAMES[cfg.activation]}, {norm_name(cfg)}",), after=last)
+    details = ["tied: the embedding table read backwards" if cfg.tie_embeddings else "its own V × d_model matrix"]
+    if cfg.unembed_bias or cfg.mlm_head:
+        details.append("plus a bias per vocabulary entry")
+    if cfg.logit_scale != 1.0:
+        details.append(f"logits times {cfg.logit_scale:.4g}")
+    if cfg.final_softcap is not None:
+        details.append(f"soft cap {cfg.final_softcap:g}·tanh(z/{cfg.final_softcap:g})")
+    b.add("unembed", "unembed", "Un-embedding → logits", (n, V), "n × vocab", "logits",
+          MASKED if cfg.mlm_head else RESID, details=tuple(details), after=last)
+    return Diagram(cfg, n, tuple(b.boxes), tuple(b.edges))
+
+
+def _norm(b: _Builder, layer: int, site: str, title: str, column: int, after: str | None,
+          same_row: bool = False) -> str | None:
+    cfg = b.cfg
+    if cfg.norm == "none":
+        return after
+    return b.add(f"L{layer}.{site}", "norm", title, (b.n,), "n", f"blocks.{layer}.{norm_key(cfg, site)}", RESID,
+                 layer, column, after=after, same_row=same_row)
+
+
+def _attention(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
+    cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
+    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections", (cfg.n_heads, n, cfg.d_head),
+                "heads × n × d_head", p + "attn.q", ATTN, layer, column,
+                details=(f"q: {cfg.n_heads} × {n} × {cfg.d_head}, k and v: {cfg.kv_heads} × {n} × {cfg.d_head}",),
+                after=after, same_row=same_row)
+    scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (cfg.n_heads, n, n), "heads × n × n",
+                   p + "attn.pattern", ATTN, layer, column, details=attention_details(cfg, layer), after=qkv)
+    return b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
+                 "n × d_model", p + "attn.out", RESID, layer, column,
+                 details=(f"each head: pattern @ v ({cfg.n_heads} × {n} × {cfg.d_head}), then concatenated",),
+                 after=scores)
+
+
+def _ffn(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
+    cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
+    neurons = b.add(f"L{layer}.ffn.in", "ffn_in", "FFN neurons" + (" (gated)" if cfg.gated_ffn else ""),
+                    (n, cfg.d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column, details=ffn_details(cfg),
+                    after=after, same_row=same_row)
+    return b.add(f"L{layer}.ffn.out", "ffn_out", "FFN down", (n, cfg.d_model), "n × d_model", p + "mlp.out",
+                 RESID, layer, column, after=neurons)
+
+
+def _stream_key(b: _Builder, layer: int) -> str:
+    return f"blocks.{layer + 1}.resid_pre" if layer + 1 < b.cfg.n_layers else "resid_final"
+
+
+def _block(b: _Builder, layer: int, stream: str) -> str:
+    cfg, n, d = b.cfg, b.n, b.cfg.d_model
+    name = norm_name(cfg)
+    out_key = _stream_key(b, layer)
+    if cfg.parallel_residual:
+        first = _norm(b, layer, "ln1", name + (" (shared)" if cfg.shared_norm or not cfg.has_ffn else ""), 1, stream)
+        second = first
+        if cfg.has_ffn and not cfg.shared_norm:
+            second = _norm(b, layer, "ln2", name, 2, stream, same_row=True)
+        row = b.row
+        attn = _attention(b, layer, 1, first)
+        ends = [attn]
+        if cfg.has_ffn:
+            b.row = row
+            ends.append(_ffn(b, layer, 2, second))
+            b.row = row + 3
+        add = b.add(f"L{layer}.add", "add", "+ attention + FFN (side by side)" if cfg.has_ffn else "+ attention",
+                    (n, d), "n × d_model", out_key, RESID, layer, 0, after=tuple(ends))
+        b.residual(stream, add)
+        return add
+    post = cfg.norm_placement == "post"
+    pre = cfg.norm_placement in ("pre", "sandwich")
+    into = _norm(b, layer, "ln1", name, 1, stream) if pre else stream
+    attn = _attention(b, layer, 1, into)
+    if cfg.norm_placement in ("sandwich", "output"):
+        attn = _norm(b, layer, "ln1_out", f"{name} (after attention)", 1, attn)
+    mid = b.add(f"L{layer}.add1", "add", "+ residual", (n, d), "n × d_model", f"blocks.{layer}.resid_mid", RESID,
+                layer, 0, after=attn)
+    b.residual(stream, mid)
+    if post:
+        mid = _norm(b, layer, "ln1", f"{name} (after the add)", 0, mid)
+    if not cfg.has_ffn:
+        return mid
+    into = _norm(b, layer, "ln2", name, 1, mid) if pre else mid
+    ffn = _ffn(b, layer, 1, into)
+    if cfg.norm_placement in ("sandwich", "output"):
+        ffn = _norm(b, layer, "ln2_out", f"{name} (after the FFN)", 1, ffn)
+    end = b.add(f"L{layer}.add2", "add", "+ residual", (n, d), "n × d_model", out_key, RESID, layer, 0, after=ffn)
+    b.residual(mid, end)
+    if post:
+        end = _norm(b, layer, "ln2", f"{name} (after the add)", 0, end)
+    return end

@@ -1,0 +1,162 @@
+"""The model as a diagram: the open model's own architecture as a data flow, with live numbers.
+
+``explorer.core.diagram`` lists the boxes (shapes at the current n, Trace keys, the panel that shows
+each in full) and computes each box's summary for the selected token; this panel draws them
+(``scene.DiagramScene``): the selected block in full, the others collapsed, a layer strip above.
+Clicking a box selects its layer, the head and the token and shows its panel (``Session.show_panel``).
+"Follow this token…" opens the tour (``tour.TourDialog``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
+
+from explorer.core.diagram import Box, Diagram, Summary, box_summary, build_diagram, summary_keys
+from explorer.core.diagram.summaries import stream_norms
+from explorer.core.trace import Trace
+from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
+from explorer.ui.panels.diagram.scene import DiagramScene, DiagramView
+from explorer.ui.panels.diagram.strip import LayerStrip
+from explorer.ui.session.selection import Selection
+
+CHEAP_ELEMENTS = 1 << 22  # n × d_ff under this: summaries on the GUI thread at once, else in the background
+
+
+@dataclass(frozen=True)
+class DiagramPanelView(PanelView):
+    diagram: Diagram | None = None
+    layer: int = 0
+    head: int = 0
+    token: int = 0
+    summaries: dict[str, Summary] = field(default_factory=dict)
+    stream: tuple[float, ...] = ()  # the stream's norm at the token entering each block, and after the last
+
+
+def diagram_of(trace: Trace) -> Diagram:
+    return trace.memo(("diagram",), lambda: build_diagram(trace.config, trace.n_tokens))
+
+
+def summaries_of(trace: Trace, layer: int, head: int, token: int, tokenizer: Any) -> DiagramPanelView:
+    """Every drawn box's summary for ``token`` (worker-safe: the trace and these values only)."""
+    diagram = diagram_of(trace)
+    layer = min(max(layer, 0), trace.config.n_layers - 1)
+    t = clamp_token(token, trace.n_tokens)
+    trace.materialize(summary_keys(diagram, layer, trace))
+    boxes = diagram.head() + diagram.block(layer) + diagram.tail()
+    summaries = {b.id: box_summary(b, trace, t, head, tokenizer) for b in boxes}
+    return DiagramPanelView(trace, diagram, layer, head, t, summaries, stream_norms(trace, t))
+
+
+class DiagramPanel(Panel):
+    title = "Model diagram"
+    explanation = "diagram"
+
+    def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
+        super().__init__(selection, parent)
+        self.view: DiagramPanelView | None = None
+        top = QHBoxLayout()
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.tour_button = QPushButton("Follow this token…")
+        self.tour_button.setToolTip("A guided tour of the selected token through this model, step by step, "
+                                    "with this prompt's numbers")
+        self.tour_button.clicked.connect(self.open_tour)
+        top.addWidget(self.caption, 1)
+        top.addWidget(self.tour_button)
+        self.body.addLayout(top)
+        self.strip = LayerStrip()
+        self.strip.layer_clicked.connect(self.selection.set_layer)
+        self.body.addWidget(self.strip)
+        self._diagram: Diagram | None = None
+        self._scenes: dict[int, DiagramScene] = {}  # per block drawn in full, for the diagram shown
+        self.scene = self._new_scene()
+        self.graphics = DiagramView(self.scene)
+        self.body.addWidget(self.graphics, 1)
+        self.tour: Any = None
+
+    # --- the contract ------------------------------------------------------------------------
+    def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
+        layer = min(snapshot.layer, trace.config.n_layers - 1)
+        return summary_keys(diagram_of(trace), layer, trace)
+
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> DiagramPanelView:
+        return summaries_of(trace, snapshot.layer, snapshot.head, snapshot.token, snapshot.tokenizer)
+
+    def draw(self, view: PanelView) -> None:
+        assert isinstance(view, DiagramPanelView) and view.diagram is not None
+        self.view = view
+        cfg = view.diagram.config
+        stale: list[DiagramScene] = []
+        if self._diagram is not view.diagram:  # a new model or prompt length: the scenes drawn are stale
+            stale = [*self._scenes.values(), self.scene]
+            self._diagram, self._scenes = view.diagram, {}
+        scene = self._scenes.get(view.layer)
+        if scene is None:  # each block's scene is built once per diagram; switching back reuses it
+            scene = self._scenes[view.layer] = self._new_scene()
+            scene.build(view.diagram, view.layer)
+        if scene is not self.scene:
+            self.scene = scene
+            self.graphics.setScene(scene)
+            bar = self.graphics.verticalScrollBar()
+            bar.setValue(int(self.graphics.mapFromScene(0, scene.block_top).y()) + bar.value())
+        for old in {id(x): x for x in stale if x is not scene}.values():
+            old.deleteLater()  # owned by this panel: freed once no view shows it
+        for box_id, item in self.scene.items_by_id.items():
+            item.set_summary(view.summaries.get(box_id))
+        for strip in self.scene.strips:
+            part = view.stream[strip.first: strip.last + 2]
+            strip.set_summary(Summary(f"stream ‖x‖ {part[0]:.3g} → {part[-1]:.3g}" if part else "", None, part))
+        self.strip.set_state(cfg.n_layers, view.layer, view.stream[1:])
+        token = view.trace.tokens[view.token] if view.trace.n_tokens else ""
+        self.caption.setText(f"{cfg.arch}: {cfg.n_layers} blocks, n = {view.diagram.n} tokens. Numbers for "
+                             f"token #{view.token} {token!r}, head {view.head}. Click a box to open its panel.")
+        s = self.selection
+        now = (min(s.layer, cfg.n_layers - 1), s.head, clamp_token(s.token, view.trace.n_tokens))
+        if self.trace is view.trace and now != (view.layer, view.head, view.token):
+            self.selection_changed("layer")  # the selection moved after this view's snapshot was taken
+
+    def selection_changed(self, what: str) -> None:
+        trace, s = self.trace, self.selection
+        if trace is None:
+            return
+        cheap = trace.n_tokens * max(trace.config.d_ff, trace.config.d_model) <= CHEAP_ELEMENTS
+        tokenizer = self.tokenizer
+        self.now_or_later("summaries", cheap, lambda _check: summaries_of(trace, s.layer, s.head, s.token, tokenizer),
+                          self.draw)
+
+    def _new_scene(self) -> DiagramScene:
+        scene = DiagramScene(self)
+        scene.on_box = self.open_box
+        scene.on_layer = self.selection.set_layer
+        return scene
+
+    # --- clicks ------------------------------------------------------------------------------
+    def open_box(self, box: Box) -> None:
+        """Select the box's layer, the head (attention boxes) and the token, and show the box's panel."""
+        head = self.selection.head if box.kind in ("qkv", "scores") else None
+        token = self.selected_token
+        if self.session is not None:
+            self.session.show_panel(box.panel, box.layer, head, token)
+            return
+        if box.layer is not None:
+            self.selection.set_layer(box.layer)
+        self.selection.set_token(token)
+
+    def open_tour(self) -> None:
+        from explorer.ui.panels.diagram.tour import TourDialog
+
+        if self.trace is None:
+            return
+        if self.tour is None:
+            self.tour = TourDialog(self)
+        try:
+            self.tour.start(self.trace, self.selected_token, self.selection.layer, self.selection.head,
+                            self.tokenizer, self.session)
+        except KeyError as exc:  # a trace read from a file without the values a step shows
+            self.caption.setText(f"The tour cannot start on this trace: {exc.args[0] if exc.args else exc}")
+            return
+        self.tour.show()
+        self.tour.raise_()
