@@ -15,6 +15,7 @@ _REGISTRY = [
     ("explorer.ui.panels.interventions", "DLAPanel"),
     ("explorer.ui.panels.interventions", "PatchingPanel"),
     ("explorer.ui.panels.masked", "MaskedTokensPanel"),
+    ("explorer.ui.panels.features", "FeaturesPanel"),
 ]
 
 
