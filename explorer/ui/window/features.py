@@ -3,7 +3,7 @@
 A directory with ``cfg.json`` is one SAE; a directory whose subdirectories hold SAEs opens each of
 them (one per layer). An SAE trained on another model asks before it is used; a directory that
 cannot be opened is one line in a warning. Once an SAE is open the Features dock is shown and raised.
-``FeatureTools`` is what the window adds: the opener and the Steering dock (``generation/steering.py``).
+``FeatureTools`` is what the window adds: the opener and the Steering tab (``generation/steering.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QMessageBox, QWidget
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QTabWidget, QWidget
 
 from explorer.core.features.sae import CFG
 from explorer.ui.generation.steering import SteeringPane
@@ -71,20 +71,24 @@ class SAEOpener(QObject):
 
 
 class FeatureTools(QObject):
-    """What the window adds for learned features: the SAE opener and the Steering dock (beside the
-    generation pane's, as a tab)."""
+    """What the window adds for learned features: the SAE opener and the Steering tab, beside the generation
+    pane's in its dock (one dock, two tabs: the pane and ``generation/steering.py``'s SteeringPane)."""
 
     def __init__(self, window: Any) -> None:
         super().__init__(window)
         features = next((d for d in window.docks if type(d.panel).__name__ == "FeaturesPanel"), None)
         self.opener = SAEOpener(window.session, features, window)
         self.steering = SteeringPane(window.session, window.generation)
-        self.steering_dock = QDockWidget("Steering", window)
-        self.steering_dock.setObjectName("dock-steering")
-        self.steering_dock.setWidget(self.steering)
-        window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.steering_dock)
-        window.tabifyDockWidget(window.generation_dock, self.steering_dock)
-        window.generation_dock.raise_()
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("generation-tabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(window.generation, "Generation")
+        self.tabs.addTab(self.steering, "Steering")
+        self.tabs.setTabToolTip(1, "Steer the generation: add a direction to the residual stream and compare")
+        window.generation_dock.setWidget(self.tabs)
+
+    def show_steering(self) -> None:
+        self.tabs.setCurrentWidget(self.steering)
 
     def shutdown(self) -> None:
         self.steering.shutdown()

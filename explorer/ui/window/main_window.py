@@ -125,7 +125,7 @@ class MainWindow(QMainWindow):
         self.trace_files = TraceFileOpener(self.session, self, self.prompt, self.status, self.layer_head)
         self._build_toolbar()
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
-        self.feature_tools = FeatureTools(self)  # File > Open SAE…, the Steering dock
+        self.feature_tools = FeatureTools(self)  # File > Open SAE…, the Steering tab
         actions = build_menus(self)
         self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
         self.export_trace_action, self.export_maps_action = actions.export_trace, actions.export_maps

@@ -72,7 +72,6 @@ def build_menus(window: MainWindow) -> MenuActions:
     for dock in window.docks:
         view.addAction(dock.toggleViewAction())
     view.addAction(window.generation_dock.toggleViewAction())
-    view.addAction(window.feature_tools.steering_dock.toggleViewAction())
     view.addAction(window.toolbar.toggleViewAction())
     add_action(view, "&Reset layout", window.reset_layout)
     view.addSeparator()

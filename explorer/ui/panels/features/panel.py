@@ -89,7 +89,7 @@ class FeaturesPanel(Panel):
         for w, stretch in ((self.top_title, 0), (self.top_table, 3), (self.writes_title, 0), (self.writes_table, 2)):
             column.addWidget(w, stretch)
 
-        self.map = Heatmap(colormap="viridis", title="strongest features over the prompt")
+        self.map = Heatmap(colormap="viridis", title="strongest features")
         self.along_plot = fixed_plot()
         self.along_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush=BAR_POSITIVE, pen=None)
         self.along_plot.addItem(self.along_bars)
@@ -104,14 +104,17 @@ class FeaturesPanel(Panel):
         side = QVBoxLayout(right)
         side.setContentsMargins(0, 0, 0, 0)
         side.addWidget(self.map, 3)
-        side.addWidget(self.along_plot, 2)
-        side.addWidget(self.error_plot, 2)
+        plots = QHBoxLayout()
+        plots.addWidget(self.along_plot, 1)
+        plots.addWidget(self.error_plot, 1)
+        side.addLayout(plots, 2)
         side.addWidget(self.error_note)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
         splitter.addWidget(right)
-        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 3)
+        splitter.setSizes([300, 900])
         self.body.addWidget(splitter, 1)
 
         self.add_exportable("features_top", self.top_table, self._top_data)
@@ -191,7 +194,7 @@ class FeaturesPanel(Panel):
         if self.feature is None or self.feature >= sae.d_sae:
             self.feature = int(view.ids[0]) if len(view.ids) else 0
         self.state.select(sae, self.feature)
-        self.map.plot.setTitle(f"strongest features over the prompt: {COMPUTING}")
+        self.map.plot.setTitle(f"strongest features: {COMPUTING}")
         self.along_plot.setTitle(f"feature {self.feature} along the prompt: {COMPUTING}")
         self.error_plot.setTitle(f"reconstruction error per token: {COMPUTING}")
         rows = window_of(view.token, trace.n_tokens)
@@ -231,8 +234,9 @@ class FeaturesPanel(Panel):
         cols = [str(int(f)) for f in result.ids]
         self.map.set_data(result.columns if result.ids.size else np.zeros((len(rows), 0), np.float32),
                           rows, cols, value_name="activation")
-        part = "" if result.acts is not None else f" (tokens {result.rows.start}\u2013{result.rows.stop - 1}; the rest {COMPUTING})"
-        self.map.plot.setTitle(f"strongest features over the prompt{part}")
+        part = f" (tokens {result.rows.start}\u2013{result.rows.stop - 1}; the rest: {COMPUTING})" if result.acts is None \
+            else " over the prompt (tokens \u00d7 features)"
+        self.map.plot.setTitle(f"strongest features{part}")
         self._draw_along()
         self._draw_error()
         self.refresh_marks()
@@ -249,8 +253,8 @@ class FeaturesPanel(Panel):
         if error is None:
             return
         self.error_bars.setOpts(x=np.arange(len(error.relative)), height=error.relative)
-        self.error_plot.setTitle(f"reconstruction error per token, |x\u2212x\u0302|/|x| "
-                                 f"(variance unexplained: {error.unexplained:.1%})")
+        self.error_plot.setTitle(f"what the SAE misses: |x\u2212x\u0302|/|x| per token "
+                                 f"(unexplained variance {error.unexplained:.1%})")
 
     def _draw_writes(self) -> None:
         view, f = self._view, self.feature
