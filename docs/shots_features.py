@@ -119,8 +119,9 @@ def main() -> None:
     steering.prompt_a.setText("O my sweet love, my gentle dear, my heart")
     steering.prompt_b.setText("Thou villain, thou damned knave, thou slave")
     steering.layer.setValue(LAYER)
-    steering.alpha.setValue(3.0)
+    steering.alpha.setValue(1.0)
     window.feature_tools.show_steering()
+    next(d for d in window.docks if d.panel is panel).raise_()
     done = []
     steering.finished.connect(done.append)
     steering.run()

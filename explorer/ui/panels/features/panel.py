@@ -47,7 +47,7 @@ INTRO = ("An SAE rewrites one layer's activation as a sum of a few learned <i>fe
          "strongest ones fire along the prompt, and what a feature pushes the next token towards. Right-click "
          "a feature to switch it off.")
 ERROR_NOTE = ("<b>A poor SAE is not the model.</b> Each bar is how much of the activation at that token the "
-              "features above do not explain (|x \u2212 x\u0302| / |x|); where it is large, read the features "
+              "features do not explain (|x \u2212 reconstruction| / |x|); where it is large, read the features "
               "with care.")
 COMPUTING = "computing\u2026"
 
@@ -258,8 +258,7 @@ class FeaturesPanel(Panel):
         if error is None:
             return
         self.error_bars.setOpts(x=np.arange(len(error.relative)), height=error.relative)
-        self.error_plot.setTitle(f"what the SAE misses: |x\u2212x\u0302|/|x| per token "
-                                 f"(unexplained variance {error.unexplained:.1%})")
+        self.error_plot.setTitle(f"what the SAE misses, per token ({error.unexplained:.1%} of the variance)")
 
     def _draw_writes(self) -> None:
         view, f = self._view, self.feature
