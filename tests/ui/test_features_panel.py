@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
 from explorer.core.features.analysis import reconstruction_error, strongest_features, top_features
-from explorer.core.features.steering import neuron_vector, steer
+from explorer.core.features.steering import feature_vector, neuron_vector, steer
 from explorer.core.generation.generate import generate
 from tests.ui.right_click import right_click_menu
 
@@ -104,6 +104,22 @@ def test_a_model_mismatch_asks_and_can_be_overridden(qtbot, window, tmp_path, mo
     panel = opened(qtbot, window, write_sae(tmp_path / "other", model="llama-3-8b"))
     assert len(asked) == 1 and "llama-3-8b" in asked[0]
     assert panel.sae.warnings and "llama-3-8b" in panel.sae_info.text()
+
+    # steering along the feature chosen in the panel: its decoder direction, entering the SAE's block
+    steering = window.feature_tools.steering
+    panel.choose_feature(int(panel._view.ids[-1]))
+    sae, feature = window.session.features.selected
+    assert feature == int(panel._view.ids[-1]) and steering.layer.value() == sae.hook.block
+    window.generation.set_prompt(PROMPT)
+    steering.alpha.setValue(6.0)
+    with qtbot.waitSignal(steering.finished, timeout=60_000) as blocker:
+        assert steering.run()
+    result = blocker.args[0]
+    assert result is not None, steering.error
+    loaded = window.loaded
+    expected = generate(loaded, loaded.tokenizer.encode(PROMPT), window.generation.current_params(),
+                        interventions=(steer(sae.hook.block, feature_vector(sae, loaded.model, feature), 6.0, "f"),))
+    assert result.steered.token_ids == expected.token_ids
 
 
 def test_the_steered_continuation_is_the_cores_with_the_same_seed(qtbot, window) -> None:
