@@ -86,6 +86,7 @@ class SteeringPane(QWidget):
         self._cancel = Cancel()
         self._running = False
         self._again = False
+        self._closed = False  # the window closed: what a worker still sends is dropped
         self._unsteered: tuple[Any, Any] = (None, None)  # (key, GenerationResult)
         self._build()
         self._alpha_timer = QTimer(self)
@@ -105,6 +106,8 @@ class SteeringPane(QWidget):
         form = QFormLayout()
         self.source = QComboBox()
         self.source.addItems(SOURCES)
+        self.source.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.source.setMinimumContentsLength(14)  # the dock stays as narrow as the generation pane
         self.neuron = QLineEdit()
         self.neuron.setPlaceholderText("e.g. 3:1024")
         self.file = QLineEdit()
@@ -194,7 +197,7 @@ class SteeringPane(QWidget):
     def run(self) -> bool:
         """Generate both continuations with the pane's prompt and controls (one seed). False: not started."""
         loaded = self.session.loaded
-        if loaded is None:
+        if loaded is None or self._closed:
             return False
         if self._running:  # one at a time: the newest settings run when this one ends
             self._again = True
@@ -223,7 +226,7 @@ class SteeringPane(QWidget):
         return True
 
     def _done(self, key: Any, result: SteeringResult) -> None:
-        if self._again:  # stopped for newer settings: the next run shows them
+        if self._again or self._closed:  # stopped for newer settings: the next run shows them
             return
         self.result, self._unsteered = result, (key, result.unsteered)
         self.unsteered_text.setPlainText(result.unsteered.text)
@@ -234,6 +237,8 @@ class SteeringPane(QWidget):
         self.finished.emit(result)
 
     def _fail(self, message: str) -> bool:
+        if self._closed:
+            return False
         self.error = message
         self.status.setText(message)
         if not self._running:
@@ -242,12 +247,15 @@ class SteeringPane(QWidget):
 
     def _finished(self) -> None:
         self._running = False
+        if self._closed:
+            return
         if self.error is not None:
             self.finished.emit(None)
         if self._again:
             self.run()
 
     def shutdown(self) -> None:
+        self._closed = True
         self._alpha_timer.stop()
         self._again = False
         self._cancel.set()

@@ -82,6 +82,7 @@ class FeatureTools(QObject):
         self.tabs = QTabWidget()
         self.tabs.setObjectName("generation-tabs")
         self.tabs.setDocumentMode(True)
+        window.generation.body.setContentsMargins(2, 4, 2, 4)  # in a tab: the dock no wider than the pane was
         self.tabs.addTab(window.generation, "Generation")
         self.tabs.addTab(self.steering, "Steering")
         self.tabs.setTabToolTip(1, "Steer the generation: add a direction to the residual stream and compare")

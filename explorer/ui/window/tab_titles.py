@@ -28,6 +28,7 @@ SHORT_TITLES = {
     "dock-interventions-dla": "Logit attribution",
     "dock-interventions-patching": "Patching",
     "dock-masked": "Masked",
+    "dock-features": "Features",
 }
 
 
