@@ -31,6 +31,7 @@ class PanelApplicability(QObject):
             if not getattr(dock.panel, "available", lambda: True)():
                 self.hidden_here.add(dock.objectName())
                 dock.hide()
+                dock.panel.set_on_screen(False)  # never shown yet: no visibilityChanged tells the drawing
                 dock.toggleViewAction().setEnabled(False)
 
     def apply(self, config: Any) -> None:
