@@ -36,13 +36,16 @@ def edits(app, window, panel, loaded, n_tokens: int, runs: int, beat: Heartbeat)
         if result.acts is not None:
             marks.setdefault("whole", time.perf_counter())
 
-    def ready(result):
+    show_result = window.session.show_result
+
+    def ready(result):  # the trace reaches the GUI thread: before the window draws any panel with it
         results.append(result)
         marks.setdefault("ready", time.perf_counter())
+        show_result(result)
 
     panel.set_trace, panel._show_whole = timed_set_trace, timed_whole
     results: list = []
-    window.controller.trace_ready.connect(ready)
+    window.session.show_result = ready
     rows: dict[str, list[float]] = {k: [] for k in ("first", "whole", "complete", "forward", "stall", "own")}
     for run in range(runs + 2):
         marks.clear()
@@ -59,8 +62,7 @@ def edits(app, window, panel, loaded, n_tokens: int, runs: int, beat: Heartbeat)
         rows["forward"].append(results[-1].trace.meta.forward_seconds * 1000)
         rows["stall"].append(beat.max_gap_ms(t0, t1))
         rows["own"].append(sum(own))
-    window.controller.trace_ready.disconnect(ready)
-    del panel.set_trace, panel._show_whole
+    del panel.set_trace, panel._show_whole, window.session.show_result
     assert window.trace.n_tokens == n_tokens
     med = {k: statistics.median(v[2:]) for k, v in rows.items()}
     med["stall"] = max(rows["stall"][2:])
@@ -96,7 +98,8 @@ def panel_section(loaded, sae_dir: str, n_tokens: int, runs: int) -> None:
         beat = Heartbeat()
         print(f"\nFeatures panel in the window ({n_tokens} tokens, {panel.sae.d_sae:,}-feature SAE, {runs} runs, "
               f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f})")
-        report("the default layout, the Features tab raised:", edits(app, window, panel, loaded, n_tokens, runs, beat))
+        # (the default layout with the Features tab raised is not timed: its marks came out before the trace's
+        # arrival, a measurement to fix, not a number to report)
         side_by_side(window)
         pump_until(app, lambda: complete(window))
         report("every panel on screen (docks side by side):", edits(app, window, panel, loaded, n_tokens, runs, beat))
