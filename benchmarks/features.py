@@ -8,8 +8,9 @@ the reconstruction error per token, and a forward pass with one feature switched
 
     python benchmarks/features.py [--runs 5] [--panel]
 
-``--panel`` adds the window (offscreen, every panel on screen, the SAE open in the Features panel), per edit
-of a 256-token prompt (medians, the first two dropped): the trace reaching the GUI thread -> the selected
+``--panel`` adds the window (offscreen, the SAE open in the Features panel; the default layout with the Features
+tab raised, then every panel on screen), per edit of a 256-token prompt (medians, the first two dropped): the
+trace handed over by the worker -> the selected
 token's first features drawn (target 100 ms); -> the whole tokens x features view drawn (progressive); edit ->
 every visible panel complete (target 1.5 x forward + 150 ms); the longest GUI-thread stall.
 """
