@@ -6,7 +6,13 @@ selected token's features (one row encoded + top 20: what a Features panel shows
 (40 tokens) and every row (256), the strongest features over the prompt, a feature's vocabulary effect,
 the reconstruction error per token, and a forward pass with one feature switched off.
 
-    python benchmarks/features.py [--runs 5]
+    python benchmarks/features.py [--runs 5] [--panel]
+
+``--panel`` adds the window (offscreen, the SAE open in the Features panel; the default layout with the Features
+tab raised, then every panel on screen), per edit of a 256-token prompt (medians, the first two dropped): the
+trace handed over by the worker -> the selected
+token's first features drawn (target 100 ms); -> the whole tokens x features view drawn (progressive); edit ->
+every visible panel complete (target 1.5 x forward + 150 ms); the longest GUI-thread stall.
 """
 
 from __future__ import annotations
@@ -64,7 +70,9 @@ def write_sae(path: Path, d: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
-    runs = parser.parse_args().runs
+    parser.add_argument("--panel", action="store_true", help="also time the Features panel in the window")
+    args = parser.parse_args()
+    runs = args.runs
     loaded = gpt2_small_loaded()
     ids = np.random.default_rng(0).integers(0, 50257, N).tolist()
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,6 +80,10 @@ def main() -> None:
         t0 = time.perf_counter()
         sae = open_sae(tmp, loaded.config)
         print(f"open_sae ({D_SAE} features): {(time.perf_counter() - t0) * 1000:.0f} ms")
+        if args.panel:
+            from features_panel import panel_section
+
+            panel_section(loaded, tmp, N, runs)
     print(f"forward pass, {N} tokens: {timed_ms(lambda: loaded.trace_ids(ids), runs):.0f} ms")
     trace = loaded.trace_ids(ids)
     trace["blocks.6.resid_pre"]

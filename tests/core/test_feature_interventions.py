@@ -218,3 +218,19 @@ def test_generation_with_a_feature_off_matches_the_replacement_by_hand(setup) ->
     iv = feature_intervention(sae, f, "clamp", 8.0)
     for use_cache in (True, False):
         assert generate(loaded, ids, params, use_cache=use_cache, interventions=[iv]).token_ids == expected
+
+
+def test_what_a_feature_writes_from_a_trace(setup, tmp_path) -> None:
+    """The Features panel's read: the trace's own model's weights, memoised; None for a trace without weights."""
+    from explorer.core.features.analysis import trace_feature_writes
+    from explorer.core.interop import read_trace_safetensors, write_trace_safetensors
+
+    loaded, _, saes, ids = setup
+    sae, _ = saes["resid"]
+    trace = loaded.trace_ids(ids)
+    got = trace_feature_writes(trace, sae, 7, k=5)
+    for a, b in zip(got, feature_vocab_effect(sae, loaded.model, 7, k=5)):
+        np.testing.assert_array_equal(a, b)
+    assert trace_feature_writes(trace, sae, 7, k=5) is got
+    write_trace_safetensors(trace, tmp_path / "t.safetensors")
+    assert trace_feature_writes(read_trace_safetensors(tmp_path / "t.safetensors"), sae, 7) is None

@@ -130,3 +130,14 @@ def reconstruction_error(sae: SAE, trace: Any, acts: np.ndarray | None = None) -
     spread = ((target - target.mean(0)) ** 2).sum()
     unexplained = float((diff ** 2).sum() / spread) if spread > 0 else 0.0
     return Reconstruction(err.astype(np.float32), relative.astype(np.float32), unexplained)
+
+
+def trace_feature_writes(trace: Any, sae: SAE, feature: int, k: int = 10, vocab_size: int | None = None,
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``feature_vocab_effect`` with the weights of the model ``trace`` came from (None for a trace read from
+    a file: it has no weights), memoised with the trace."""
+    model = getattr(trace, "_model", None)
+    if model is None:
+        return None
+    return trace.memo(("features.writes", id(sae), int(feature), k, vocab_size),
+                      lambda: feature_vocab_effect(sae, model, int(feature), k, vocab_size=vocab_size))

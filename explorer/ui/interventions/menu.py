@@ -29,7 +29,10 @@ MARK_PEN = pg.mkPen("#ff2a2a", width=2.5)
 
 
 def component_actions(panel: TargetPanel, found: Component | tuple, parent: QObject | None) -> list[QAction]:
-    """The menu entries for ``found`` (a Component, or its ``(target, layer, index, positions, name)``)."""
+    """The menu entries for ``found`` (a Component, or its ``(target, layer, index, positions, name)``, or
+    an object with its own ``actions(state, parent)``: a learned feature, ``features.py``)."""
+    if hasattr(found, "actions"):
+        return found.actions(panel.interventions, parent) if panel.interventions is not None else []
     component = found if isinstance(found, Component) else Component(*found)
     return state_actions(panel.interventions, component, parent) if panel.interventions is not None else []
 

@@ -17,6 +17,7 @@ _REGISTRY = [
     ("explorer.ui.panels.masked", "MaskedTokensPanel"),
     ("explorer.ui.panels.journey", "JourneyPanel"),
     ("explorer.ui.panels.diagram", "DiagramPanel"),
+    ("explorer.ui.panels.features", "FeaturesPanel"),
 ]
 
 

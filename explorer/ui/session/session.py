@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
 from explorer.ui.session.compare import Comparing
+from explorer.ui.session.features import FeatureState
 from explorer.ui.session.interventions import Entry, InterventionState
 from explorer.ui.session.lifetime import disconnect_all
 from explorer.ui.session.progressive import ProgressiveWork
@@ -93,6 +94,7 @@ class Session(QObject):
         super().__init__(parent)
         self.selection = Selection(self)
         self.interventions = InterventionState(self)
+        self.features = FeatureState(lambda: self.loaded, self)  # the SAEs open for the model
         self.progressive = ProgressiveWork(self)  # the panels' expensive views
         self.loader = ModelLoader(self)
         self.controller = TraceController(self._preparers, debounce_ms, self)
@@ -173,6 +175,7 @@ class Session(QObject):
             self.interventions.clear()
         finally:
             self._changing_model = False
+        self.features.close_all()  # their hook points name the old model's layers
         self.model_changed.emit(result)
         self._trace_now(self.prompt_for(loaded, self.prompt))  # model_loaded's listeners follow it
         self.model_loaded.emit(loaded)
@@ -257,6 +260,7 @@ class Session(QObject):
         ``prepared``: the panels' (preparer, view) pairs made of it on the reading worker."""
         self.loaded, self.trace_file = None, path
         self.controller.set_model(None)
+        self.features.close_all()
         prompt = str(trace.meta.extra.get("prompt", "")) or "".join(trace.tokens)
         self.controller.text = prompt
         self.trace_file_opened.emit(path)
@@ -307,6 +311,6 @@ class Session(QObject):
         # the connections among the session's own objects hold Python callables from C++, which the
         # garbage collector cannot see: cut them, so that the session is freed with its window
         for obj in (self, self.loader, self.controller, self.controller.debounce, self.progressive, self.selection,
-                    self.interventions, self.timeline, self.compare):
+                    self.interventions, self.timeline, self.compare, self.features):
             disconnect_all(obj)
         QThreadPool.globalInstance().waitForDone(wait_ms)

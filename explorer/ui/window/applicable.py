@@ -25,13 +25,21 @@ class PanelApplicability(QObject):
         self.config: Any = None
         session.model_changed.connect(lambda result: self.apply(result.model.config))
         session.trace_ready.connect(lambda result: self.apply(result.trace.config))
+        # a panel with an ``available()`` (Features: an SAE is open) is shown only while it says so, from the start
+        session.features.changed.connect(lambda: None if self.config is None else self.apply(self.config))
+        for dock in docks:
+            if not getattr(dock.panel, "available", lambda: True)():
+                self.hidden_here.add(dock.objectName())
+                dock.hide()
+                dock.panel.set_on_screen(False)  # never shown yet: no visibilityChanged tells the drawing
+                dock.toggleViewAction().setEnabled(False)
 
     def apply(self, config: Any) -> None:
         self.config = config
         for dock in self.docks:
             action = dock.toggleViewAction()
             try:
-                applies = bool(dock.panel.applies_to(config))
+                applies = bool(dock.panel.applies_to(config)) and bool(getattr(dock.panel, "available", lambda: True)())
             except Exception:  # noqa: BLE001 - a panel that cannot tell is shown, as before
                 applies = True
             name = dock.objectName()

@@ -62,6 +62,7 @@ from explorer.ui.window.docks import (
     size_docks,
 )
 from explorer.ui.window.drawing import PanelDrawing
+from explorer.ui.window.features import FeatureTools
 from explorer.ui.window.interventions import add_intervention_bar
 from explorer.ui.window.loading import APP_NAME, LoadingChrome, sample_prompts
 from explorer.ui.window.menus import build_menus
@@ -130,6 +131,7 @@ class MainWindow(QMainWindow):
         self.timeline_bar = add_timeline_bar(self, self.session, self.generation)  # step through a generation
         self.compare_dock = add_compare_dock(self, self.session)  # Models > Compare with another model…
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
+        self.feature_tools = FeatureTools(self)  # File > Open SAE…, the Steering tab
         actions = build_menus(self)
         self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
         self.export_trace_action, self.export_maps_action = actions.export_trace, actions.export_maps
@@ -395,6 +397,7 @@ class MainWindow(QMainWindow):
             self.attention_export.shutdown()
             self.attention_export = None
         self.generation.shutdown()
+        self.feature_tools.shutdown()
         self.drawing.shutdown()
         self.session.shutdown()  # loads, traces and the panels' views stop; waits briefly for them
         app = QApplication.instance()

@@ -60,6 +60,8 @@ def build_menus(window: MainWindow) -> MenuActions:
                             "Open a trace.safetensors exported by this app (no model needed)")
     hub = add_action(file, "Open from &Hugging Face cache…", window.open_hub_dialog, None,
                      "Pick a model already downloaded to the Hugging Face cache (offline)")
+    add_action(file, "Open &SAE…", window.feature_tools.opener.dialog, None,
+               "Open a sparse autoencoder (SAELens directory, or a folder of them) for the open model")
     file.addMenu(window.menus.recent_menu)
     file.addSeparator()
     export_trace = add_action(file, "&Export trace…", window.export_trace, "Ctrl+E",

@@ -30,6 +30,7 @@ SHORT_TITLES = {
     "dock-masked": "Masked",
     "dock-journey": "Journey",  # a tab beside the generation pane (chrome/timeline_bar.py)
     "dock-diagram": "Flow",  # the Model diagram (short: ten tabs share 1280 px)
+    "dock-features": "Features",
 }
 
 
