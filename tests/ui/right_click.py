@@ -15,15 +15,27 @@ def window_point(view: QGraphicsView, scene_pos: QPointF) -> QPoint:
     return viewport.mapTo(viewport.window(), view.mapFromScene(scene_pos))
 
 
-def right_click_menu(qtbot, view: QGraphicsView, scene_pos: QPointF, choose: str | None = None) -> list[str]:
+def right_click_menu(qtbot, view: QGraphicsView, scene_pos, choose: str | None = None) -> list[str]:
     """Press and release the right button at ``scene_pos`` through the top-level QWindow (so Qt makes
     the context-menu event a real click makes), find the popup menu that opens, return its entries'
-    texts and trigger the first entry that starts with ``choose`` (then close the menu)."""
+    texts and trigger the first entry that starts with ``choose`` (then close the menu).
+
+    ``scene_pos`` is a QPointF, or a callable giving it: a plot still being laid out or ranged moves its
+    items, so a callable is read again until the point it gives stays on the plot."""
     window = view.window()
     handle = window.windowHandle()
-    # a dock just raised may still be laid out: wait until the point is on the plot
-    qtbot.waitUntil(lambda: window.childAt(window_point(view, scene_pos)) is view.viewport(), timeout=5_000)
-    point = window_point(view, scene_pos)
+    where = scene_pos if callable(scene_pos) else (lambda: scene_pos)
+    # a dock just raised may still be laid out: wait until the point is on the plot, twice in a row
+    last: list = [None]
+
+    def settled() -> bool:
+        point = window_point(view, where())
+        steady = point == last[0] and window.childAt(point) is view.viewport()
+        last[0] = point
+        return steady
+
+    qtbot.waitUntil(settled, timeout=10_000)
+    point = window_point(view, where())
     seen: dict[str, object] = {}
 
     def look() -> None:  # runs also inside a blocking QMenu.exec

@@ -18,8 +18,10 @@ def test_right_click_a_tile_of_the_all_heads_grid_switches_that_head_off(qtbot, 
     attention = next(p for p in window.panels if p.title.startswith("Attention"))
     raised(qtbot, window, attention)
     qtbot.waitUntil(lambda: attention.geometry is not None, timeout=30_000)
-    x, y = attention.geometry.tile_center(1, 0)
-    scene = attention.overview_image.mapToScene(QPointF(x, y))
+
+    def scene():  # tile 1.0 where the overview is drawn now (it may still be laid out or ranging)
+        return attention.overview_image.mapToScene(QPointF(*attention.geometry.tile_center(1, 0)))
+
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         texts = right_click_menu(qtbot, attention.overview, scene, choose="Switch off head 1.0")
     assert texts[:2] == ["Switch off head 1.0 (zero)", "Mean-ablate head 1.0"]
@@ -31,7 +33,6 @@ def test_right_click_a_tile_of_the_all_heads_grid_switches_that_head_off(qtbot, 
     marks = attention.tile_marks()
     assert marks == [attention.geometry.tile_center(1, 0)]
     # the same tile now offers Clear, and clearing reruns the clean trace and removes the mark
-    scene = attention.overview_image.mapToScene(QPointF(x, y))
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         texts = right_click_menu(qtbot, attention.overview, scene, choose="Clear head 1.0")
     assert "Clear head 1.0" in texts

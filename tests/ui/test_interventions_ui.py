@@ -122,6 +122,9 @@ def test_right_click_switches_a_head_off_and_every_run_follows(qtbot, window, mo
     qtbot.waitUntil(lambda: what.result is not None, timeout=30_000)
     assert "head 1.0 zero" in what.info.text()
     next(d for d in window.docks if d.panel is attention).raise_()
+    # the overview is drawn again for the new trace once raised: read the tile's place after that
+    qtbot.waitUntil(lambda: attention.trace is window.trace and attention.geometry is not None, timeout=30_000)
+    scene = attention.overview_image.mapToScene(QPointF(*attention.geometry.tile_center(1, 0)))
     # the menu now offers Clear; the strip's toggle turns it off and the next trace is clean again
     attention.overview_plot.getViewBox().raiseContextMenu(Click())
     assert "Clear head 1.0" in [a.text() for a in shown[-1].actions()]
