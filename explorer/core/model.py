@@ -436,7 +436,9 @@ class Transformer(nn.Module):
             window, device = layer_window(cfg, layer), block_device(self, layer)
             x = x if device is None or x.device == device else x.to(device)
             if (window, x.device) not in masks:
-                masks[window, x.device] = causal_mask(n, start + n, x.device, window) if cfg.causal else None
+                # one query and no window sees every key: no mask to build, nor to test on the device
+                needed = cfg.causal and not (n == 1 and window is None)
+                masks[window, x.device] = causal_mask(n, start + n, x.device, window) if needed else None
             if (window is not None, x.device) not in rotary:
                 rotary[window is not None, x.device] = self.rotary_at(positions.to(x.device), window is not None)
             x = self.block_forward(layer, x, masks[window, x.device], rotary[window is not None, x.device], rec, cache)

@@ -378,15 +378,21 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
             if vocab_limit is not None:
                 last[vocab_limit:] = float("-inf")
             logits = last.float().cpu().numpy()
-        if np.isnan(logits).any() or np.isposinf(logits).any():  # shown, not raised: the run ends here
+        top = float(logits.max())  # NaN if any logit is NaN
+        if top != top or top == float("inf"):  # shown, not raised: the run ends here
             reason = "nonfinite"
             detail = (f"the model produced {'NaN' if np.isnan(logits).any() else 'an infinite logit'} at step "
                       f"{len(steps)}")
             break
-        processed = apply_controls(logits, params, ids)
-        # greedy: sample() would only check ``processed`` again and take its argmax (lowest id on ties)
-        token = int(np.argmax(processed)) if greedy else sample(processed, rng)
-        rank, prob = _chosen_rank_prob(processed, token)
+        if greedy and params.repetition_penalty == 1.0 and top > float("-inf"):
+            # what apply_controls then argmax would give (one finite token left, lowest id on ties),
+            # without its passes over the vocabulary
+            token, rank, prob = int(np.argmax(logits)), 0, 1.0
+        else:
+            processed = apply_controls(logits, params, ids)
+            # greedy: sample() would only check ``processed`` again and take its argmax (lowest id on ties)
+            token = int(np.argmax(processed)) if greedy else sample(processed, rng)
+            rank, prob = _chosen_rank_prob(processed, token)
         scores = StepScores(logits, params, ids, token)
         ids.append(token)
         step = Step(index=len(steps), token_id=token, text=tokenizer.display(token), scores=scores,
