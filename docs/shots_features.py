@@ -93,7 +93,10 @@ def main() -> None:
     window.feature_tools.opener.open(str(tmp / "sae-shakespeare-L2"))
     pump(app, lambda: bool(window.session.features.saes))
     panel = next(p for p in window.panels if type(p).__name__ == "FeaturesPanel")
-    window.generation_dock.hide()  # the panels get the window's width (View > Generation brings it back)
+    journey = next((d for d in window.docks if type(d.panel).__name__ == "JourneyPanel"), None)
+    side = [d for d in (window.generation_dock, journey) if d is not None]  # the generation dock and its tabs
+    for dock in side:
+        dock.hide()  # the panels get the window's width (View > Generation brings it back)
     window.selection.set_token(window.trace.n_tokens - 3)
     pump(app, lambda: complete() and panel._whole is not None and panel._whole.acts is not None)
     settle(app, 1.0)
@@ -111,7 +114,9 @@ def main() -> None:
     window.interventions.clear()
     pump(app, complete)
 
-    window.generation_dock.show()
+    for dock in side:
+        dock.show()
+    window.generation_dock.raise_()  # in front of the Journey tab beside it
     steering = window.feature_tools.steering
     window.generation.set_prompt("ROMEO:\n")
     window.generation.seed.setValue(3)

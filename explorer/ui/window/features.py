@@ -83,8 +83,10 @@ class FeatureTools(QObject):
         self.tabs.setObjectName("generation-tabs")
         self.tabs.setDocumentMode(True)
         window.generation.body.setContentsMargins(2, 4, 2, 4)  # in a tab: the dock no wider than the pane was
-        self.tabs.addTab(window.generation, "Generation")
-        self.tabs.addTab(self.steering, "Steering")
+        # verbs, not the dock's own title: the dock's tab above already reads "Generation"
+        self.tabs.addTab(window.generation, "Generate")
+        self.tabs.addTab(self.steering, "Steer")
+        self.tabs.setTabToolTip(0, "Generate a continuation: the sampling controls and the streamed tokens")
         self.tabs.setTabToolTip(1, "Steer the generation: add a direction to the residual stream and compare")
         window.generation_dock.setWidget(self.tabs)
 
