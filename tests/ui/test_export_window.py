@@ -18,8 +18,8 @@ def test_attention_maps_are_written_in_the_background_into_a_new_subfolder(qtbot
     before = {w for w in QApplication.topLevelWidgets() if w.isVisible()}
     export = window.export_attention_maps(str(tmp_path))
     assert export is not None and window.attention_export is export
-    with qtbot.waitSignal(export.worker.finished, timeout=60_000):
-        pass
+    # the worker may finish before a signal spy could connect: wait for what finishing does
+    qtbot.waitUntil(lambda: bool(export.message) and window.attention_export is None, timeout=60_000)
     folder = export.folder
     assert folder.parent == tmp_path and folder.name == f"attention-maps-tiny-a-{window.trace.n_tokens}-tokens"
     names = sorted(p.name for p in folder.iterdir())
@@ -33,8 +33,7 @@ def test_attention_maps_are_written_in_the_background_into_a_new_subfolder(qtbot
     appeared = {w for w in QApplication.topLevelWidgets() if w.isVisible()} - before
     assert not any(isinstance(w, pg.GraphicsView) for w in appeared), "a render window was shown"
     again = window.export_attention_maps(str(tmp_path))  # a second export: a second subfolder
-    with qtbot.waitSignal(again.worker.finished, timeout=60_000):
-        pass
+    qtbot.waitUntil(lambda: bool(again.message) and window.attention_export is None, timeout=60_000)
     assert again.folder.name == folder.name + "-2"
 
 
