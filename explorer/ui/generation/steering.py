@@ -25,7 +25,11 @@ from explorer.core.errors import ExplorerError
 from explorer.ui.session.lifetime import release_when_finished
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from explorer.core.generation.generate import GenerationResult
+    from explorer.core.generation.sampling import SamplingParams
+    from explorer.core.loaded import LoadedModel
     from explorer.ui.generation.pane import GenerationPane
     from explorer.ui.session.session import Session
 
@@ -44,7 +48,7 @@ class SteeringResult:
     seed: int
 
 
-def _vector(loaded: Any, kind: int, layer: int, args: tuple) -> tuple[Any, str]:
+def _vector(loaded: LoadedModel, kind: int, layer: int, args: tuple) -> tuple[np.ndarray, str]:
     """The steering vector and its name, on the worker (a contrast pair runs the model twice)."""
     from explorer.core.features.steering import contrast_vector, feature_vector, load_vector, neuron_vector
 
@@ -60,8 +64,8 @@ def _vector(loaded: Any, kind: int, layer: int, args: tuple) -> tuple[Any, str]:
     return contrast_vector(model, a, b, layer), "contrast pair"
 
 
-def steered_pair(loaded: Any, ids: list[int], params: Any, base: tuple, kind: int, layer: int, alpha: float,
-                 args: tuple, unsteered: Any, cancel: Cancel) -> SteeringResult:
+def steered_pair(loaded: LoadedModel, ids: list[int], params: SamplingParams, base: tuple, kind: int, layer: int,
+                 alpha: float, args: tuple, unsteered: GenerationResult | None, cancel: Cancel) -> SteeringResult:
     """Both continuations (the unsteered one reused when given) with the same seed."""
     from explorer.core.features.steering import steer
     from explorer.core.generation.generate import generate

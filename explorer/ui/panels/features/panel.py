@@ -10,7 +10,7 @@ click on a feature switches it off, scales or clamps it (``interventions/feature
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -41,6 +41,9 @@ from explorer.ui.panels.neurons.widgets import BAR_NEGATIVE, BAR_POSITIVE, cell,
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.plots import fixed_plot
+
+if TYPE_CHECKING:
+    from explorer.ui.session.session import Session
 
 INTRO = ("An SAE rewrites one layer's activation as a sum of a few learned <i>features</i>, each a direction "
          "that fires on some pattern in the text. Below: which features fire on the selected token, where the "
@@ -135,7 +138,7 @@ class FeaturesPanel(Panel):
         return self.minimumSizeHint().height()
 
     # --- the session's SAEs --------------------------------------------------------------------------
-    def attach(self, session: Any) -> None:
+    def attach(self, session: Session) -> None:
         super().attach(session)
         self.state = session.features
         self.state.changed.connect(self._saes_changed)
