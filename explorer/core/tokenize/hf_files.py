@@ -146,7 +146,7 @@ def check_tokenizer_json(data: Any, path: Path) -> None:
         for entry in vocab:
             if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
                     and isinstance(entry[1], (int, float)) and not isinstance(entry[1], bool)):
-                raise TokenizerError(f"{where}: Unigram entry {str(entry)[:60]} is not [piece, score]")
+                raise TokenizerError(f"{where}: Unigram entry {repr(entry)[:60]} is not [piece, score]")
         if len(vocab) >= MAX_ID:
             raise TokenizerError(f"{where}: {len(vocab)} pieces are more than {MAX_ID}")
         unk = model.get("unk_id")
@@ -165,7 +165,7 @@ def check_tokenizer_json(data: Any, path: Path) -> None:
             ok = (isinstance(m, str) and m.count(" ") >= 1) or (
                 isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m))
             if not ok:
-                raise TokenizerError(f"{where}: merge {str(m)[:60]} is neither 'a b' nor [a, b]")
+                raise TokenizerError(f"{where}: merge {repr(m)[:60]} is neither 'a b' nor [a, b]")
     for key in ("unk_token", "continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(key) is not None and not isinstance(model.get(key), str):
             raise TokenizerError(f"{where}: model.{key} should be a string")
@@ -174,7 +174,7 @@ def check_tokenizer_json(data: Any, path: Path) -> None:
         raise TokenizerError(f"{where}: added_tokens should be a list")
     for a in added:
         if not isinstance(a, dict) or not isinstance(a.get("content"), str) or not a["content"]:
-            raise TokenizerError(f"{where}: added token {str(a)[:60]} has no text content")
+            raise TokenizerError(f"{where}: added token {repr(a)[:60]} has no text content")
         check_id(a.get("id"), f"{where} added token {a['content'][:40]!r}")
     _check_stage(data.get("normalizer"), f"{where} normalizer", "normalizers")
     _check_stage(data.get("pre_tokenizer"), f"{where} pre_tokenizer", "pretokenizers")
