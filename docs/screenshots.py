@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -34,6 +36,37 @@ def settle(app, seconds=0.6):
         time.sleep(0.01)
 
 
+def complete(window) -> bool:
+    """Every on-screen view finished: a trace, the progressive lane idle and no on-screen panel computing."""
+    return (window.trace is not None and not window.progressive.busy
+            and not any(p.computing() for p in window.panels if p.on_screen))
+
+
+@contextmanager
+def screenshot_window(width: int, height: int, *, theme: str = "light", at_origin: bool = False,
+                      folder: Path | None = None):
+    """The real main window for a screenshot script, as ``(app, window)``: a light-theme application, settings
+    in a temporary INI file (never the user's), the window resized to ``width`` x ``height`` and shown (moved to
+    the screen's corner first when ``at_origin``: a script that grabs the screen needs it there); closed after."""
+    from PySide6.QtCore import QSettings
+
+    from explorer.ui.app import ensure_app
+    from explorer.ui.window.main_window import MainWindow
+
+    app = ensure_app(theme)
+    folder = Path(tempfile.mkdtemp(prefix="shots-")) if folder is None else folder
+    settings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings, device="cpu")
+    window.resize(width, height)
+    if at_origin:
+        window.move(0, 0)
+    window.show()
+    try:
+        yield app, window
+    finally:
+        window.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="1280x800")
@@ -43,45 +76,32 @@ def main() -> None:
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
 
-    from PySide6.QtCore import QSettings
-
-    from explorer.ui.app import ensure_app
     from explorer.ui.session.workers import LoadRequest, LoadResult
-    from explorer.ui.window.main_window import MainWindow
 
-    app = ensure_app("light")
-    import tempfile
+    with screenshot_window(w, h) as (app, window):
+        if args.model == "gpt2":
+            from _models import gpt2_small_loaded
 
-    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="shots-")) / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings, device="cpu")
-    window.resize(w, h)
-    window.show()
-    if args.model == "gpt2":
-        from _models import gpt2_small_loaded
+            loaded = gpt2_small_loaded()
+        else:
+            from explorer.core.checkpoint import load_checkpoint
 
-        loaded = gpt2_small_loaded()
-    else:
-        from explorer.core.checkpoint import load_checkpoint
-
-        loaded = load_checkpoint(device="cpu")
-    window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
-    complete = lambda: (window.trace is not None and not window.progressive.busy  # noqa: E731
-                        and not any(p.computing() for p in window.panels if p.on_screen))
-    pump(app, complete)
-    settle(app)
-    out = Path(args.out)
-    for dock in window.docks:
-        if dock.isHidden():
-            continue  # a panel that does not apply to this model
-        dock.raise_()
-        settle(app, 0.3)
-        pump(app, complete)
-        settle(app, 0.8)
-        name = NAMES.get(type(dock.panel).__name__, type(dock.panel).__name__.lower())
-        path = out / f"{args.prefix}-{w}x{h}-{name}.png"
-        window.grab().save(str(path))
-        print("wrote", path)
-    window.close()
+            loaded = load_checkpoint(device="cpu")
+        window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
+        pump(app, lambda: complete(window))
+        settle(app)
+        out = Path(args.out)
+        for dock in window.docks:
+            if dock.isHidden():
+                continue  # a panel that does not apply to this model
+            dock.raise_()
+            settle(app, 0.3)
+            pump(app, lambda: complete(window))
+            settle(app, 0.8)
+            name = NAMES.get(type(dock.panel).__name__, type(dock.panel).__name__.lower())
+            path = out / f"{args.prefix}-{w}x{h}-{name}.png"
+            window.grab().save(str(path))
+            print("wrote", path)
 
 
 if __name__ == "__main__":

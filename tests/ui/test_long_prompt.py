@@ -77,8 +77,8 @@ def test_tracing_and_drawing_4096_tokens_never_allocates_n_squared(qtbot, model)
     assert numpy_peak < ONE_HEAD / 4, numpy_peak  # measured 10.5 MB, 4 MB of it the trace itself
     view = panel.long_detail
     assert view.image.shape == (OVERVIEW_PIXELS, OVERVIEW_PIXELS) and view.factor == N // OVERVIEW_PIXELS
-    assert "max over 8\u00d78-token blocks" in view.plot.getAxis("bottom").labelText
     r0, r1, c0, c1 = view.tile_rect
+    assert view.plot.getAxis("bottom").labelText == "key (position) \u00b7 exact cells"  # zoomed in: the tile
     assert r0 <= 2000 and r1 >= 2200 and c0 <= 1996 and c1 >= 2196 and max(r1 - r0, c1 - c0) <= TILE_MAX
     # the tile, the row and the overview equal what the full head gives (one head computed here, for the check)
     full = trace.head(1, 2, "scores")
@@ -94,6 +94,10 @@ def test_tracing_and_drawing_4096_tokens_never_allocates_n_squared(qtbot, model)
     assert exported.shape == (r1 - r0, c1 - c0) and len(rows) == r1 - r0 and len(cols) == c1 - c0
     assert view.cell_text(2100, 2050).startswith("query")  # inside the tile: an exact value
     assert view.cell_text(10, 3000).startswith("queries")  # outside: a pooled block
+    view.plot.setRange(xRange=(0, N), yRange=(0, N), padding=0)
+    view.refresh_tile()  # zoomed out: the axis says the picture is pooled again
+    assert view.tile_rect is None
+    assert "max over 8\u00d78-token blocks" in view.plot.getAxis("bottom").labelText
 
 
 def test_the_cosine_map_of_a_long_prompt_is_pooled(qtbot, model):

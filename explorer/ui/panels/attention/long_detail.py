@@ -50,6 +50,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self.plot.hideButtons()
         self.plot.setLabel("left", "query (position)")
         self.plot.setLabel("bottom", "key (position)")
+        self._key_label = "key (position)"
         self.plot.vb.setBackgroundColor(QColor(*MASK_LIGHT))  # masked cells are NaN: the grey shows through
         self.plot.vb.setLimits(minXRange=4, minYRange=4)
         self.overview = pg.ImageItem(axisOrder="row-major")
@@ -103,15 +104,21 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self.overview.setRect(QRectF(0, 0, trace.n_tokens, trace.n_tokens))
         self.colorbar.setLevels(self.levels)
         self.plot.setTitle(title)
-        self.plot.setLabel("bottom", "key (position)" + (
-            f" \u00b7 max over {self.factor}\u00d7{self.factor}-token blocks"
-            if self.factor > 1 else ""))
         self.tile_rect = None
+        self._label_keys()
         self.tile.clear()
         self.tile_mask.clear()
         if new_trace:
             self.plot.setRange(xRange=(0, trace.n_tokens), yRange=(0, trace.n_tokens), padding=0)
         self.refresh_tile()
+
+    def _label_keys(self) -> None:
+        """The key axis says what the picture is: exact cells (a tile) or the maximum over f x f blocks."""
+        pooled = f" \u00b7 max over {self.factor}\u00d7{self.factor}-token blocks" if self.factor > 1 else ""
+        label = "key (position)" + (" \u00b7 exact cells" if self.tile_rect else pooled)
+        if label != self._key_label:  # a pan inside the tile changes nothing: no relayout
+            self._key_label = label
+            self.plot.setLabel("bottom", label)
 
     def visible_rect(self) -> tuple[int, int, int, int]:
         """(r0, r1, c0, c1): the query and key positions in view, clipped to the prompt."""
@@ -131,6 +138,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
                 self.tile_rect = None
                 self.tile.clear()
                 self.tile_mask.clear()
+                self._label_keys()
             return
         have = self.tile_rect
         if have is not None and have[0] <= r0 and r1 <= have[1] and have[2] <= c0 and c1 <= have[3]:
@@ -148,6 +156,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         mask[~np.isfinite(values)] = MASK_LIGHT  # masked cells: grey, not the pooled overview underneath
         self.tile_mask.setImage(mask, levels=(0, 255), autoLevels=False)
         self.tile_mask.setRect(QRectF(c0, r0, c1 - c0, r1 - r0))
+        self._label_keys()
 
     # --- hover and click -----------------------------------------------------------------------
     def cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
