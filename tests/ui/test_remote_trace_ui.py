@@ -167,3 +167,144 @@ def test_settings_and_the_environment_fill_the_form(qtbot, window, settings, mon
     assert dialog.api_key.placeholderText() == "from NDIF_API_KEY"
     assert dialog._settings().api_key == "from-env"  # an empty field falls back to NDIF_API_KEY
     dialog.close()
+
+
+# --- the API key: never in the settings file ---------------------------------------------------------------
+class _FakeKeyring:
+    """A keyring backend in memory (what the system's key store would hold)."""
+
+    def __init__(self, refuse=False):
+        import keyring.backend
+
+        class Backend(keyring.backend.KeyringBackend):
+            priority = 1
+
+            def __init__(inner):
+                super().__init__()
+                inner.stored = {}
+
+            def get_password(inner, service, user):
+                return inner.stored.get((service, user))
+
+            def set_password(inner, service, user, password):
+                if refuse:
+                    raise keyring.errors.PasswordSetError("the key store is locked")
+                inner.stored[(service, user)] = password
+
+            def delete_password(inner, service, user):
+                inner.stored.pop((service, user))
+
+        self.backend = Backend()
+
+
+@pytest.fixture(autouse=True)
+def _no_system_keyring(monkeypatch):
+    """No test here reads or writes the real key store: keyring's own "nowhere to store" backend by default."""
+    import keyring.core
+    from keyring.backends import fail
+
+    monkeypatch.setattr(keyring.core, "_keyring_backend", fail.Keyring())
+
+
+@pytest.fixture
+def fake_keyring(monkeypatch):
+    import keyring.core
+
+    fake = _FakeKeyring().backend
+    monkeypatch.setattr(keyring.core, "_keyring_backend", fake)
+    return fake
+
+
+def _settings_text(settings):
+    from pathlib import Path
+
+    settings.sync()
+    path = Path(settings.fileName())
+    return path.read_text() if path.exists() else ""
+
+
+def test_the_key_is_not_in_the_settings_file_after_a_run(qtbot, window, remote_ready):
+    window.prompt.set_text(IDS_PROMPT)
+    dialog = window.remote_traces.open(backend_for=_Network(RemoteSettings("https://ndif.example.org", "s3cret-key")))
+    _estimate(qtbot, dialog, remote_ready, remote=True, key="s3cret-key")
+    assert not dialog.remember_key.isEnabled()  # no usable key store: kept for the session only
+    with qtbot.waitSignal(dialog.traced, timeout=120_000):
+        dialog.start_button.click()
+    text = _settings_text(window.settings)
+    assert "ndif.example.org" in text  # the host is remembered
+    assert "s3cret-key" not in text and window.settings.value("remote/api_key") is None
+    again = window.remote_traces.open()
+    assert again.api_key.text() == "s3cret-key"  # the session keeps it
+    again.close()
+
+
+def test_remember_the_key_stores_it_with_keyring_and_reads_it_back(qtbot, window, settings, fake_keyring):
+    from explorer.ui.window.remote_key import SERVICE, USER, KeyStore
+    from explorer.ui.window.remote_trace import RemoteTraceDialog
+
+    dialog = window.remote_traces.open()
+    assert dialog.remember_key.isEnabled() and not dialog.remember_key.isChecked()
+    dialog.api_key.setText("k-123")
+    dialog.remember_key.setChecked(True)
+    assert dialog._remember() == ""
+    assert fake_keyring.stored[(SERVICE, USER)] == "k-123"
+    assert "k-123" not in _settings_text(settings)
+    dialog.close()
+    # a new session (a fresh KeyStore: nothing in memory) reads it back from the key store
+    fresh = RemoteTraceDialog(settings, IDS_PROMPT, keys=KeyStore(settings))
+    qtbot.addWidget(fresh)
+    assert fresh.api_key.text() == "k-123" and fresh.remember_key.isChecked()
+    fresh.remember_key.setChecked(False)  # unticked: the stored key is forgotten
+    fresh._remember()
+    assert (SERVICE, USER) not in fake_keyring.stored
+
+
+def test_without_keyring_the_checkbox_is_disabled_and_says_why(qtbot, window, monkeypatch):
+    import sys
+
+    dialog = window.remote_traces.open()
+    assert not dialog.remember_key.isEnabled() and "no usable key store" in dialog.remember_key.toolTip()
+    dialog.close()
+    monkeypatch.setitem(sys.modules, "keyring", None)
+    dialog = window.remote_traces.open()
+    assert not dialog.remember_key.isEnabled()
+    assert "pip install 'transformer-explorer[remote]'" in dialog.remember_key.toolTip()
+    dialog.close()
+
+
+@pytest.mark.parametrize("store", ["none", "keyring"])
+def test_an_old_plain_text_key_moves_only_when_the_user_confirms(qtbot, window, settings, monkeypatch, store):
+    import keyring.core
+
+    from explorer.ui.window.remote_key import SERVICE, USER
+
+    fake = _FakeKeyring().backend
+    if store == "keyring":
+        monkeypatch.setattr(keyring.core, "_keyring_backend", fake)
+    settings.setValue("remote/api_key", "old-key")
+    dialog = window.remote_traces.open()
+    assert dialog.api_key.text() == "old-key"  # read, so it can be used at once
+    assert not dialog.legacy_note.isHidden() and not dialog.move_key_button.isHidden()
+    dialog._remember()  # a run without confirming: the settings entry stays
+    assert settings.value("remote/api_key") == "old-key"
+    dialog.move_key_button.click()
+    assert settings.value("remote/api_key") is None and "old-key" not in _settings_text(settings)
+    assert dialog.move_key_button.isHidden() and dialog.api_key.text() == "old-key"
+    if store == "keyring":
+        assert fake.stored[(SERVICE, USER)] == "old-key" and "key store" in dialog.status.text()
+    else:
+        assert window.remote_traces.keys.session == "old-key" and "session only" in dialog.status.text()
+    dialog.close()
+
+
+def test_a_key_store_that_refuses_leaves_the_old_key_in_place(qtbot, window, settings, monkeypatch):
+    import keyring.core
+
+    monkeypatch.setattr(keyring.core, "_keyring_backend", _FakeKeyring(refuse=True).backend)
+    settings.setValue("remote/api_key", "old-key")
+    dialog = window.remote_traces.open()
+    dialog.move_key_button.click()
+    assert settings.value("remote/api_key") == "old-key"  # never lost
+    assert "locked" in dialog.status.text() and "still holds it" in dialog.status.text()
+    assert not dialog.move_key_button.isHidden()
+    dialog.close()

@@ -1,7 +1,8 @@
 """Models > Trace a remote model (NDIF)…: the prompt traced through nnsight, on an NDIF server or on this machine.
 
-The dialog asks for the model (a Hugging Face id, or a local folder), the NDIF host and API key (kept
-in the settings; the key falls back to ``NDIF_API_KEY``) and whether it runs remotely. "Estimate"
+The dialog asks for the model (a Hugging Face id, or a local folder), the NDIF host (kept in the settings),
+the API key (never in the settings file: kept for the session, falling back to ``NDIF_API_KEY``, stored in
+the system's key store only when "Remember the key" is ticked; ``remote_key``) and whether it runs remotely. "Estimate"
 plans the trace in the background (``core.remote.job.plan_job``: config.json, the tokens) and says
 what it will transfer; "Start trace" then streams the compact set a few layers a request
 (``run_job``), the progress bar counting layers as they arrive. The result is a model-less Trace,
@@ -22,8 +23,9 @@ from superqt.utils import create_worker
 
 from explorer.ui.session.lifetime import release_when_finished
 from explorer.ui.session.workers import error_message
+from explorer.ui.window.remote_key import LEGACY_KEY, KeyStore
 
-MODEL_KEY, HOST_KEY, API_KEY, REMOTE_KEY = "remote/model", "remote/host", "remote/api_key", "remote/remote"
+MODEL_KEY, HOST_KEY, API_KEY, REMOTE_KEY = "remote/model", "remote/host", LEGACY_KEY, "remote/remote"
 DEFAULT_MODEL = "meta-llama/Llama-3.1-70B"
 
 
@@ -34,15 +36,18 @@ def one_line(exc: BaseException) -> str:
 class RemoteTraceDialog(QDialog):
     """The form, the estimate and the progress of one remote trace; ``traced(trace, label)`` when it is complete.
 
-    ``backend_for(lm)``, if given, makes each request's nnsight backend (tests: the network replaced)."""
+    ``backend_for(lm)``, if given, makes each request's nnsight backend (tests: the network replaced);
+    ``keys`` keeps the API key (the window's, so a key typed once lasts the session)."""
 
     traced = Signal(object, str)
 
     def __init__(self, settings: QSettings, prompt: str, parent: QWidget | None = None,
-                 backend_for: Callable[[Any], Any] | None = None, layers_per_request: int = 4) -> None:
+                 backend_for: Callable[[Any], Any] | None = None, layers_per_request: int = 4,
+                 keys: KeyStore | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Trace a remote model (NDIF)")
         self.settings, self.prompt = settings, prompt
+        self.keys = KeyStore(settings) if keys is None else keys
         self.backend_for, self.layers_per_request = backend_for, layers_per_request
         self.job: Any = None  # the plan of the fields as they are (core.remote.job.RemoteJob)
         self.worker: Any = None
@@ -58,7 +63,7 @@ class RemoteTraceDialog(QDialog):
 
         self.model = QLineEdit(str(settings.value(MODEL_KEY, DEFAULT_MODEL)), self)
         self.host = QLineEdit(str(settings.value(HOST_KEY, os.environ.get("NDIF_HOST") or DEFAULT_HOST)), self)
-        self.api_key = QLineEdit(str(settings.value(API_KEY, "") or ""), self)
+        self.api_key = QLineEdit(self.keys.initial(), self)
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.api_key.setPlaceholderText("from NDIF_API_KEY" if os.environ.get("NDIF_API_KEY") else "your NDIF key")
         self.remote = QCheckBox("on the NDIF server (off: nnsight on this machine, from a local folder)", self)
@@ -66,6 +71,19 @@ class RemoteTraceDialog(QDialog):
         form.addRow("Model", self.model)
         form.addRow("NDIF host", self.host)
         form.addRow("API key", self.api_key)
+        usable, why = self.keys.available()
+        self.remember_key = QCheckBox("Remember the key (in the system's key store)", self)
+        self.remember_key.setEnabled(usable)
+        self.remember_key.setChecked(usable and bool(self.keys.stored()))
+        self.remember_key.setToolTip("Stored with the keyring package, never in the settings file" if usable else why)
+        form.addRow("", self.remember_key)
+        self.legacy_note = QLabel(self)  # a key an earlier version left in plain text in the settings file
+        self.legacy_note.setWordWrap(True)
+        self.move_key_button = QPushButton("Move the key out of the settings file", self)
+        self.move_key_button.clicked.connect(self.move_legacy_key)
+        form.addRow(self.legacy_note)
+        form.addRow("", self.move_key_button)
+        self._show_legacy(usable)
         form.addRow("", self.remote)
         shown = prompt if len(prompt) <= 80 else prompt[:77] + "…"
         form.addRow("Prompt", QLabel(shown or "(empty: type a prompt first)", self))
@@ -95,6 +113,27 @@ class RemoteTraceDialog(QDialog):
             field.textChanged.connect(self._forget_plan)
         self.remote.toggled.connect(self._forget_plan)
         self.resize(620, 320)
+
+    # --- the key -------------------------------------------------------------------------------------------
+    def _show_legacy(self, usable: bool) -> None:
+        legacy = bool(self.keys.legacy())
+        self.legacy_note.setVisible(legacy)
+        self.move_key_button.setVisible(legacy)
+        if legacy:
+            where = "to the system's key store" if usable else \
+                "into memory for this session only (no usable key store here), so you will type it again next time"
+            self.legacy_note.setText("An earlier version saved your API key in plain text in the settings file "
+                                     f"(shown above). Moving it puts it {where}, then removes it from that file.")
+
+    def move_legacy_key(self) -> None:
+        """The user confirmed: the old plain-text key leaves the settings file (``KeyStore.move_legacy``)."""
+        usable, _ = self.keys.available()
+        said = self.keys.move_legacy()
+        if not self.keys.legacy():
+            self.api_key.setText(self.keys.session)
+            self.remember_key.setChecked(usable)
+        self._show_legacy(usable)
+        self.status.setText(said)
 
     # --- the plan ------------------------------------------------------------------------------------------
     def _forget_plan(self, *_: object) -> None:
@@ -134,8 +173,8 @@ class RemoteTraceDialog(QDialog):
 
         if self.job is None:
             return
-        self._remember()
-        self._busy("Tracing: the first layers are on their way…")
+        problem = self._remember()
+        self._busy("Tracing: the first layers are on their way…" + (f" ({problem})" if problem else ""))
         self._run(run_job, (self.job, self.layers_per_request, self.backend_for, lambda: self.stopped),
                   self._done, self._arrived)
 
@@ -178,12 +217,11 @@ class RemoteTraceDialog(QDialog):
         self._idle(one_line(exc))
         self.start_button.setEnabled(self.job is not None)
 
-    def _remember(self) -> None:
+    def _remember(self) -> str:
         self.settings.setValue(MODEL_KEY, self.model.text().strip())
         self.settings.setValue(HOST_KEY, self.host.text().strip())
-        if self.api_key.text().strip():
-            self.settings.setValue(API_KEY, self.api_key.text().strip())
         self.settings.setValue(REMOTE_KEY, "true" if self.remote.isChecked() else "false")
+        return self.keys.keep(self.api_key.text().strip(), self.remember_key.isChecked())
 
     def done(self, result: int) -> None:  # noqa: D401 - Qt's name: closing stops a running trace at its next request
         self.stopped = self.worker is not None
@@ -198,10 +236,12 @@ class RemoteTraceOpener(QObject):
         super().__init__(parent)
         self.settings, self.prompt_text, self.show, self.parent_widget = settings, prompt_text, show, parent
         self.dialog: RemoteTraceDialog | None = None
+        self.keys = KeyStore(settings)  # the API key for this window's session
         menus.remote_chosen.connect(lambda: self.open())  # ModelMenus' entry
 
     def open(self, backend_for: Callable[[Any], Any] | None = None) -> RemoteTraceDialog:
-        self.dialog = RemoteTraceDialog(self.settings, self.prompt_text(), self.parent_widget, backend_for)
+        self.dialog = RemoteTraceDialog(self.settings, self.prompt_text(), self.parent_widget, backend_for,
+                                        keys=self.keys)
         self.dialog.traced.connect(lambda trace, label: self.show(trace, label))
         self.dialog.show()
         return self.dialog
