@@ -42,12 +42,12 @@ def complete(window) -> bool:
             and not any(p.computing() for p in window.panels if p.on_screen))
 
 
-@contextmanager
-def screenshot_window(width: int, height: int, *, theme: str = "light", at_origin: bool = False,
-                      folder: Path | None = None):
+def open_window(width: int, height: int, *, theme: str = "light", at_origin: bool = False,
+                folder: Path | None = None):
     """The real main window for a screenshot script, as ``(app, window)``: a light-theme application, settings
-    in a temporary INI file (never the user's), the window resized to ``width`` x ``height`` and shown (moved to
-    the screen's corner first when ``at_origin``: a script that grabs the screen needs it there); closed after."""
+    in a temporary INI file (``folder``/settings.ini; never the user's), the window resized to ``width`` x
+    ``height`` and shown (moved to the screen's corner first when ``at_origin``: a script that grabs the screen
+    needs it there). ``screenshot_window`` is the same as a context manager that closes the window after."""
     from PySide6.QtCore import QSettings
 
     from explorer.ui.app import ensure_app
@@ -61,6 +61,14 @@ def screenshot_window(width: int, height: int, *, theme: str = "light", at_origi
     if at_origin:
         window.move(0, 0)
     window.show()
+    return app, window
+
+
+@contextmanager
+def screenshot_window(width: int, height: int, **options):
+    """``open_window(width, height, **options)`` as a context manager: ``with screenshot_window(w, h) as (app,
+    window):``, the window closed at the end."""
+    app, window = open_window(width, height, **options)
     try:
         yield app, window
     finally:

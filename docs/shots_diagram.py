@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from screenshots import pump, settle  # noqa: E402
+from screenshots import complete, pump, screenshot_window, settle  # noqa: E402
 
 PROMPT = "To be, or not to be, that is the question:"
 
@@ -44,63 +43,49 @@ def main() -> None:
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
 
-    from PySide6.QtCore import QSettings
     from PySide6.QtGui import QGuiApplication
 
     from explorer.core.checkpoint import load_checkpoint
-    from explorer.ui.app import ensure_app
     from explorer.ui.session.workers import LoadRequest, LoadResult
     from explorer.ui.window.docks import dock_of
-    from explorer.ui.window.main_window import MainWindow
 
-    app = ensure_app("light")
-    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="shots-")) / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings, device="cpu")
-    window.resize(w, h)
-    window.move(0, 0)
-    window.show()
-    out = Path(args.out)
-    diagram = next(p for p in window.panels if type(p).__name__ == "DiagramPanel")
+    with screenshot_window(w, h, at_origin=True) as (app, window):
+        out = Path(args.out)
+        diagram = next(p for p in window.panels if type(p).__name__ == "DiagramPanel")
 
-    def complete() -> bool:
-        return (window.trace is not None and not window.progressive.busy
-                and not any(p.computing() for p in window.panels if p.on_screen))
+        def show(loaded, layer: int, token: int) -> None:
+            window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
+            pump(app, lambda: complete(window))
+            window.session.set_prompt(PROMPT)
+            pump(app, lambda: complete(window) and window.trace.n_tokens > 1 and "".join(window.trace.tokens) == PROMPT)
+            dock_of(diagram).raise_()
+            window.session.selection.set_layer(layer)
+            window.session.selection.set_head(1)
+            window.session.selection.set_token(token)
+            settle(app, 0.3)
+            pump(app, lambda: complete(window) and diagram.view is not None and diagram.view.layer == layer)
+            settle(app, 0.8)
 
-    def show(loaded, layer: int, token: int) -> None:
-        window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
-        pump(app, complete)
-        window.session.set_prompt(PROMPT)
-        pump(app, lambda: complete() and window.trace.n_tokens > 1 and "".join(window.trace.tokens) == PROMPT)
-        dock_of(diagram).raise_()
-        window.session.selection.set_layer(layer)
-        window.session.selection.set_head(1)
-        window.session.selection.set_token(token)
-        settle(app, 0.3)
-        pump(app, lambda: complete() and diagram.view is not None and diagram.view.layer == layer)
-        settle(app, 0.8)
+        def screen(path: Path) -> None:
+            frame = window.frameGeometry()
+            QGuiApplication.primaryScreen().grabWindow(0, frame.x(), frame.y(), w, h).save(str(path))
+            print("wrote", path)
 
-    def screen(path: Path) -> None:
-        frame = window.frameGeometry()
-        QGuiApplication.primaryScreen().grabWindow(0, frame.x(), frame.y(), w, h).save(str(path))
-        print("wrote", path)
-
-    show(load_checkpoint("shakespeare", device="cpu"), 1, 6)
-    window.grab().save(str(out / f"diagram-{w}x{h}-shakespeare.png"))
-    print("wrote", out / f"diagram-{w}x{h}-shakespeare.png")
-    diagram.open_tour()
-    tour = diagram.tour
-    tour.resize(640, 470)
-    tour.move(w - 660, 150)
-    for index, name in ((0, "tokens"), (4, "score"), (9, "lens")):
-        tour.go(index)
-        settle(app, 0.8)
-        screen(out / f"tour-{w}x{h}-{name}.png")
-    tour.close()
-    show(llama_shaped(), 12, 6)
-    window.grab().save(str(out / f"diagram-{w}x{h}-llama.png"))
-    print("wrote", out / f"diagram-{w}x{h}-llama.png")
-    window.close()
-
+        show(load_checkpoint("shakespeare", device="cpu"), 1, 6)
+        window.grab().save(str(out / f"diagram-{w}x{h}-shakespeare.png"))
+        print("wrote", out / f"diagram-{w}x{h}-shakespeare.png")
+        diagram.open_tour()
+        tour = diagram.tour
+        tour.resize(640, 470)
+        tour.move(w - 660, 150)
+        for index, name in ((0, "tokens"), (4, "score"), (9, "lens")):
+            tour.go(index)
+            settle(app, 0.8)
+            screen(out / f"tour-{w}x{h}-{name}.png")
+        tour.close()
+        show(llama_shaped(), 12, 6)
+        window.grab().save(str(out / f"diagram-{w}x{h}-llama.png"))
+        print("wrote", out / f"diagram-{w}x{h}-llama.png")
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs"))
 
-from screenshots import pump, settle  # noqa: E402
+from screenshots import complete, pump, screenshot_window, settle  # noqa: E402
 
 LAYER, D_SAE = 2, 512
 PROMPT = "ROMEO:\nO, she doth teach the torches to burn bright!\nIt seems she hangs upon the cheek of night"
@@ -70,74 +70,65 @@ def main() -> None:
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
 
-    from PySide6.QtCore import QSettings
-
     from explorer.core.checkpoint import load_checkpoint
-    from explorer.ui.app import ensure_app
     from explorer.ui.session.workers import LoadRequest, LoadResult
-    from explorer.ui.window.main_window import MainWindow
 
-    app = ensure_app("light")
     tmp = Path(tempfile.mkdtemp(prefix="shots-features-"))
-    window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat), device="cpu")
-    window.resize(w, h)
-    window.show()
-    loaded = load_checkpoint("shakespeare", device="cpu")
-    train_sae(loaded, tmp / "sae-shakespeare-L2")
-    window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
-    complete = lambda: (window.trace is not None and not window.progressive.busy  # noqa: E731
-                        and not any(p.computing() for p in window.panels if p.on_screen))
-    pump(app, complete)
-    window.set_prompt(PROMPT)
-    pump(app, lambda: complete() and window.trace.n_tokens > 10)
-    window.feature_tools.opener.open(str(tmp / "sae-shakespeare-L2"))
-    pump(app, lambda: bool(window.session.features.saes))
-    panel = next(p for p in window.panels if type(p).__name__ == "FeaturesPanel")
-    journey = next((d for d in window.docks if type(d.panel).__name__ == "JourneyPanel"), None)
-    side = [d for d in (window.generation_dock, journey) if d is not None]  # the generation dock and its tabs
-    for dock in side:
-        dock.hide()  # the panels get the window's width (View > Generation brings it back)
-    window.selection.set_token(window.trace.n_tokens - 3)
-    pump(app, lambda: complete() and panel._whole is not None and panel._whole.acts is not None)
-    settle(app, 1.0)
-    out = Path(args.out)
-    window.grab().save(str(out / f"features-{w}x{h}-panel.png"))
+    with screenshot_window(w, h, folder=tmp) as (app, window):
+        loaded = load_checkpoint("shakespeare", device="cpu")
+        train_sae(loaded, tmp / "sae-shakespeare-L2")
+        window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
+        pump(app, lambda: complete(window))
+        window.set_prompt(PROMPT)
+        pump(app, lambda: complete(window) and window.trace.n_tokens > 10)
+        window.feature_tools.opener.open(str(tmp / "sae-shakespeare-L2"))
+        pump(app, lambda: bool(window.session.features.saes))
+        panel = next(p for p in window.panels if type(p).__name__ == "FeaturesPanel")
+        journey = next((d for d in window.docks if type(d.panel).__name__ == "JourneyPanel"), None)
+        side = [d for d in (window.generation_dock, journey) if d is not None]  # the generation dock and its tabs
+        for dock in side:
+            dock.hide()  # the panels get the window's width (View > Generation brings it back)
+        window.selection.set_token(window.trace.n_tokens - 3)
+        pump(app, lambda: complete(window) and panel._whole is not None and panel._whole.acts is not None)
+        settle(app, 1.0)
+        out = Path(args.out)
+        window.grab().save(str(out / f"features-{w}x{h}-panel.png"))
 
-    feature = int(panel._view.ids[0])
-    panel.component(feature).set(window.interventions, "zero")
-    pump(app, lambda: complete() and bool(window.interventions.active()) and window.session.baseline is not None)
-    changed = next(d for d in window.docks if type(d.panel).__name__ == "WhatChangedPanel")
-    changed.raise_()
-    pump(app, lambda: changed.panel.trace is window.trace and complete())
-    settle(app, 1.0)
-    window.grab().save(str(out / f"features-{w}x{h}-switched-off.png"))
-    window.interventions.clear()
-    pump(app, complete)
+        feature = int(panel._view.ids[0])
+        panel.component(feature).set(window.interventions, "zero")
+        pump(app, lambda: (complete(window) and bool(window.interventions.active())
+                           and window.session.baseline is not None))
+        changed = next(d for d in window.docks if type(d.panel).__name__ == "WhatChangedPanel")
+        changed.raise_()
+        pump(app, lambda: changed.panel.trace is window.trace and complete(window))
+        settle(app, 1.0)
+        window.grab().save(str(out / f"features-{w}x{h}-switched-off.png"))
+        window.interventions.clear()
+        pump(app, lambda: complete(window))
 
-    for dock in side:
-        dock.show()
-    window.generation_dock.raise_()  # in front of the Journey tab beside it
-    steering = window.feature_tools.steering
-    window.generation.set_prompt("ROMEO:\n")
-    window.generation.seed.setValue(3)
-    steering.source.setCurrentIndex(3)
-    steering.prompt_a.setText("O my sweet love, my gentle dear, my heart")
-    steering.prompt_b.setText("Thou villain, thou damned knave, thou slave")
-    steering.layer.setValue(LAYER)
-    steering.alpha.setValue(1.0)
-    window.feature_tools.show_steering()
-    next(d for d in window.docks if d.panel is panel).raise_()
-    done = []
-    steering.finished.connect(done.append)
-    steering.run()
-    pump(app, lambda: bool(done))
-    if done[0] is None:
-        raise SystemExit(f"steering failed: {steering.error}")
-    settle(app, 1.0)
-    window.grab().save(str(out / f"features-{w}x{h}-steering.png"))
-    for name in ("panel", "switched-off", "steering"):
-        print(out / f"features-{w}x{h}-{name}.png")
-    window.close()
+        for dock in side:
+            dock.show()
+        window.generation_dock.raise_()  # in front of the Journey tab beside it
+        steering = window.feature_tools.steering
+        window.generation.set_prompt("ROMEO:\n")
+        window.generation.seed.setValue(3)
+        steering.source.setCurrentIndex(3)
+        steering.prompt_a.setText("O my sweet love, my gentle dear, my heart")
+        steering.prompt_b.setText("Thou villain, thou damned knave, thou slave")
+        steering.layer.setValue(LAYER)
+        steering.alpha.setValue(1.0)
+        window.feature_tools.show_steering()
+        next(d for d in window.docks if d.panel is panel).raise_()
+        done = []
+        steering.finished.connect(done.append)
+        steering.run()
+        pump(app, lambda: bool(done))
+        if done[0] is None:
+            raise SystemExit(f"steering failed: {steering.error}")
+        settle(app, 1.0)
+        window.grab().save(str(out / f"features-{w}x{h}-steering.png"))
+        for name in ("panel", "switched-off", "steering"):
+            print(out / f"features-{w}x{h}-{name}.png")
 
 
 if __name__ == "__main__":

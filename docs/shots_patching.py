@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from screenshots import pump, settle  # noqa: E402
+from screenshots import pump, screenshot_window, settle  # noqa: E402
 
 
 def main() -> None:
@@ -24,47 +23,37 @@ def main() -> None:
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
 
-    from PySide6.QtCore import QSettings
-
     from explorer.core.checkpoint import load_checkpoint
-    from explorer.ui.app import ensure_app
     from explorer.ui.panels.interventions import PatchingPanel
     from explorer.ui.panels.interventions import patching as patching_module
     from explorer.ui.session.workers import LoadRequest, LoadResult
-    from explorer.ui.window.main_window import MainWindow
     from tests.core.test_default_models import repeated_tokens
 
-    app = ensure_app("light")
-    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="shots-")) / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings, device="cpu")
-    window.resize(w, h)
-    window.show()
-    loaded = load_checkpoint("induction", device="cpu")
-    window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
-    pump(app, lambda: window.trace is not None)
-    # the induction probe: a random sequence repeated, against one whose first copy is other tokens
-    ids = repeated_tokens(loaded, half=12, seed=0)
-    others = [t for t in repeated_tokens(loaded, half=60, seed=100)[:60] if t not in ids][:12]
-    clean, corrupt = loaded.tokenizer.decode(ids), loaded.tokenizer.decode(others + ids[12:])
-    window.session.set_prompt(clean)
-    pump(app, lambda: window.trace is not None and list(window.trace.token_ids) == ids)
-    panel = next(p for p in window.panels if isinstance(p, PatchingPanel))
-    next(d for d in window.docks if d.panel is panel).raise_()
-    pump(app, lambda: panel.trace is window.trace)
-    panel.corrupt_edit.setText(corrupt)
-    panel.mode_box.setCurrentIndex(panel.mode_box.findData(patching_module.ESTIMATE))
-    out = Path(args.out)
-    for name, action in (("estimate", panel.start), ("top-k", panel.exact_top_k)):
-        if name == "top-k":
-            panel.top_k.setValue(args.top_k)
-        action()
-        pump(app, lambda: panel._worker is None)
-        settle(app, 0.8)
-        path = out / f"patching-attribution-{w}x{h}-{name}.png"
-        window.grab().save(str(path))
-        print("wrote", path, "|", panel.status.text()[:160])
-    window.close()
-
+    with screenshot_window(w, h) as (app, window):
+        loaded = load_checkpoint("induction", device="cpu")
+        window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
+        pump(app, lambda: window.trace is not None)
+        # the induction probe: a random sequence repeated, against one whose first copy is other tokens
+        ids = repeated_tokens(loaded, half=12, seed=0)
+        others = [t for t in repeated_tokens(loaded, half=60, seed=100)[:60] if t not in ids][:12]
+        clean, corrupt = loaded.tokenizer.decode(ids), loaded.tokenizer.decode(others + ids[12:])
+        window.session.set_prompt(clean)
+        pump(app, lambda: window.trace is not None and list(window.trace.token_ids) == ids)
+        panel = next(p for p in window.panels if isinstance(p, PatchingPanel))
+        next(d for d in window.docks if d.panel is panel).raise_()
+        pump(app, lambda: panel.trace is window.trace)
+        panel.corrupt_edit.setText(corrupt)
+        panel.mode_box.setCurrentIndex(panel.mode_box.findData(patching_module.ESTIMATE))
+        out = Path(args.out)
+        for name, action in (("estimate", panel.start), ("top-k", panel.exact_top_k)):
+            if name == "top-k":
+                panel.top_k.setValue(args.top_k)
+            action()
+            pump(app, lambda: panel._worker is None)
+            settle(app, 0.8)
+            path = out / f"patching-attribution-{w}x{h}-{name}.png"
+            window.grab().save(str(path))
+            print("wrote", path, "|", panel.status.text()[:160])
 
 if __name__ == "__main__":
     main()
