@@ -81,13 +81,13 @@ class RemoteTraceDialog(QDialog):
         self.legacy_note.setWordWrap(True)
         self.move_key_button = QPushButton("Move the key out of the settings file", self)
         self.move_key_button.clicked.connect(self.move_legacy_key)
-        form.addRow(self.legacy_note)
-        form.addRow("", self.move_key_button)
-        self._show_legacy(usable)
         form.addRow("", self.remote)
         shown = prompt if len(prompt) <= 80 else prompt[:77] + "…"
         form.addRow("Prompt", QLabel(shown or "(empty: type a prompt first)", self))
         layout.addLayout(form)
+        layout.addWidget(self.legacy_note)
+        layout.addWidget(self.move_key_button)
+        self._show_legacy(usable)
         self.plan = QLabel("Estimate first: it says what the trace will transfer.", self)
         self.plan.setWordWrap(True)
         layout.addWidget(self.plan)
@@ -112,7 +112,7 @@ class RemoteTraceDialog(QDialog):
         for field in (self.model, self.host, self.api_key):
             field.textChanged.connect(self._forget_plan)
         self.remote.toggled.connect(self._forget_plan)
-        self.resize(620, 320)
+        self.resize(620, max(320, self.sizeHint().height()))
 
     # --- the key -------------------------------------------------------------------------------------------
     def _show_legacy(self, usable: bool) -> None:
