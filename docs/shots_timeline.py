@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from screenshots import pump, settle  # noqa: E402
+from screenshots import open_window, pump, settle  # noqa: E402
 
 # public-domain lines (Hamlet, Act 3), the few-step fine-tune's text
 PASSAGE = ("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings "
@@ -81,21 +81,15 @@ def main() -> None:
     w, h = (int(x) for x in args.size.split("x"))
     out = Path(args.out)
 
-    from PySide6.QtCore import QSettings, Qt
+    from PySide6.QtCore import Qt
 
-    from explorer.ui.app import ensure_app
     from explorer.ui.panels.attention import AttentionPanel
     from explorer.ui.panels.journey import JourneyPanel
     from explorer.ui.window.docks import dock_of
-    from explorer.ui.window.main_window import MainWindow
     from explorer.ui.window.verify_dialog import VerifyDialog
 
-    app = ensure_app("light")
     tmp = Path(tempfile.mkdtemp(prefix="shots-s24-"))
-    settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings, device="cpu")
-    window.resize(w, h)
-    window.show()
+    app, window = open_window(w, h, folder=tmp)
 
     def complete() -> bool:
         return (window.trace is not None and not window.progressive.busy and window.session.is_idle()
