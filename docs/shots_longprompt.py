@@ -81,7 +81,8 @@ def main() -> None:
         def shot(name: str, size: tuple[int, int]) -> None:
             path = out / f"longprompt-{size[0]}x{size[1]}-{name}.png"
             image = window.grab().toImage()
-            tip = next((t for t in app.topLevelWidgets() if t.metaObject().className() == "QTipLabel" and t.isVisible()), None)
+            tip = next((t for t in app.topLevelWidgets()
+                        if t.metaObject().className() == "QTipLabel" and t.isVisible()), None)
             if tip is not None:  # a tooltip is a window of its own: painted where it shows over the main one
                 painter = QPainter(image)
                 painter.drawPixmap(tip.geometry().topLeft() - window.geometry().topLeft(), tip.grab())
