@@ -1,0 +1,85 @@
+"""The comparison computed in torch (``compare_traces`` now) equals the numpy computation it replaced,
+written out here as the reference, on a tiny model and a copy whose layer-1 queries differ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from explorer.core.analysis.compare import (
+    compare_spec,
+    compare_traces,
+    cosine,
+    depth_map,
+    head_js,
+    head_js_tensor,
+    logit_kl,
+    logit_kl_tensor,
+    relative_difference,
+)
+from explorer.core.checkpoint import load_checkpoint
+from explorer.core.trace import CaptureSpec
+
+PROMPT = "To be, or not to be, that is the question: whether 'tis nobler in the mind"
+
+
+def reference(a, b):
+    """The numpy computation ``compare_traces`` did before (same depth and heads): resid_cos,
+    resid_rel, head_js, logit_kl."""
+    layer_map = depth_map(a.config.n_layers, b.config.n_layers)
+    keys_a = [f"blocks.{i}.resid_pre" for i in range(a.config.n_layers)] + ["resid_final"]
+    keys_b = [f"blocks.{i}.resid_pre" for i in range(b.config.n_layers)] + ["resid_final"]
+    cos = np.stack([cosine(a[keys_a[i]], b[keys_b[j]]) for i, j in enumerate(layer_map)])
+    rel = np.stack([relative_difference(a[keys_a[i]], b[keys_b[j]]) for i, j in enumerate(layer_map)])
+    js = np.stack([head_js(a[f"blocks.{i}.attn.pattern"], b[f"blocks.{min(int(layer_map[i]), b.config.n_layers - 1)}"
+                                                              f".attn.pattern"]) for i in range(a.config.n_layers)])
+    return cos, rel, js, logit_kl(a["logits"], b["logits"])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    a = load_checkpoint("shakespeare", device="cpu")
+    b = load_checkpoint("shakespeare", device="cpu")
+    with torch.no_grad():
+        w = b.model.blocks[1].attn.W_Q.weight
+        w.add_(0.5 * torch.randn(w.shape, generator=torch.Generator().manual_seed(1)))
+    return a, b
+
+
+def test_the_torch_comparison_equals_the_numpy_reference(pair):
+    a, b = pair
+    ids, _ = a.encode(PROMPT)
+    ta = a.trace_ids(ids, CaptureSpec.full())
+    for spec in (compare_spec(b.config, len(ids)), compare_spec(b.config, len(ids), pattern_bytes=0),
+                 CaptureSpec.compact()):  # patterns captured, or derived from q and k
+        tb = b.trace_ids(ids, spec)
+        cos, rel, js, kl = reference(ta, tb)
+        got = compare_traces(ta, tb)
+        np.testing.assert_allclose(got.resid_cos, cos, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got.resid_rel, rel, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got.head_js, js, rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose(got.logit_kl, kl, rtol=1e-3, atol=1e-6)
+        assert np.all(got.head_js[:1] == 0) and np.all(got.head_js[1:].max(-1) > 1e-4)
+        assert got.first_block == 1 and got.first_boundary == 2
+    assert "pattern" in compare_spec(b.config, len(ids)).kinds
+    assert "qkv" in compare_spec(b.config, len(ids), pattern_bytes=0).kinds
+
+
+def test_torch_divergences_on_hand_made_arrays():
+    p = torch.tensor([[[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]])  # one head, two query rows, zeros included
+    q = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    np.testing.assert_allclose(head_js_tensor(p, q), head_js(p.numpy(), q.numpy()), rtol=1e-6)
+    assert head_js_tensor(p, p)[0] == 0.0  # 0 where both are 0, not NaN
+    la, lb = torch.tensor([[0.0, 0.0], [1.0, 2.0]]), torch.tensor([[0.0, float(np.log(3))], [1.0, 2.0]])
+    np.testing.assert_allclose(logit_kl_tensor(la, lb), logit_kl(la.numpy(), lb.numpy()), rtol=1e-6, atol=1e-7)
+    many = torch.randn(40, 7)  # several chunks of positions
+    import explorer.core.analysis.compare as compare
+
+    old, compare.CHUNK_ELEMENTS = compare.CHUNK_ELEMENTS, 14
+    try:
+        other = torch.randn(40, 7)
+        np.testing.assert_allclose(logit_kl_tensor(many, other), logit_kl(many.numpy(), other.numpy()),
+                                   rtol=1e-5, atol=1e-6)
+    finally:
+        compare.CHUNK_ELEMENTS = old
