@@ -51,8 +51,7 @@ def test_the_torch_comparison_equals_the_numpy_reference(pair):
     a, b = pair
     ids, _ = a.encode(PROMPT)
     ta = a.trace_ids(ids, CaptureSpec.full())
-    for spec in (compare_spec(b.config, len(ids)), compare_spec(b.config, len(ids), pattern_bytes=0),
-                 CaptureSpec.compact()):  # patterns captured, or derived from q and k
+    for spec in (compare_spec(), CaptureSpec.compact(), CaptureSpec.everything()):  # patterns derived, or stored
         tb = b.trace_ids(ids, spec)
         cos, rel, js, kl = reference(ta, tb)
         got = compare_traces(ta, tb)
@@ -62,8 +61,15 @@ def test_the_torch_comparison_equals_the_numpy_reference(pair):
         np.testing.assert_allclose(got.logit_kl, kl, rtol=1e-3, atol=1e-6)
         assert np.all(got.head_js[:1] == 0) and np.all(got.head_js[1:].max(-1) > 1e-4)
         assert got.first_block == 1 and got.first_boundary == 2
-    assert "pattern" in compare_spec(b.config, len(ids)).kinds
-    assert "qkv" in compare_spec(b.config, len(ids), pattern_bytes=0).kinds
+    assert compare_spec().kinds == {"resid", "logits", "qkv"}
+
+
+def test_a_model_compared_with_itself_agrees_to_the_last_bit_whatever_a_stored(pair):
+    a, _ = pair
+    ids, _ = a.encode(PROMPT)
+    got = compare_traces(a.trace_ids(ids, CaptureSpec.full()), a.trace_ids(ids, compare_spec()))
+    assert np.all(got.resid_cos == 1.0) and np.all(got.resid_rel == 0) and np.all(got.head_js == 0)
+    assert np.all(got.logit_kl == 0)
 
 
 def test_torch_divergences_on_hand_made_arrays():
@@ -83,3 +89,21 @@ def test_torch_divergences_on_hand_made_arrays():
                                    rtol=1e-5, atol=1e-6)
     finally:
         compare.CHUNK_ELEMENTS = old
+
+
+def test_b_keeps_only_what_its_lens_reads_once_compared(pair):
+    from explorer.core.analysis.compare import lens_only
+    from explorer.core.analysis.residual import lens_columns
+
+    a, b = pair
+    ids, _ = a.encode(PROMPT)
+    tb = b.trace_ids(ids, compare_spec())
+    slim = lens_only(tb)
+    assert any(k.endswith(".attn.q") for k in tb.stored_keys())
+    assert all(k == "logits" or ".resid" in k or k.startswith("resid") for k in slim.stored_keys())
+    assert len(slim.stored_keys()) == b.config.n_layers * 2 + 2 and slim.nbytes < tb.nbytes
+    np.testing.assert_array_equal(slim["logits"], tb["logits"])
+    full, kept = lens_columns(tb, 3, 4, top=2), lens_columns(slim, 3, 4, top=2)
+    np.testing.assert_array_equal(full.ids, kept.ids)
+    np.testing.assert_array_equal(full.probs, kept.probs)
+    assert lens_only(slim) is slim

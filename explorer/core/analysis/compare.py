@@ -265,15 +265,26 @@ def compare_traces(a: Trace, b: Trace) -> Comparison:
     return Comparison(tuple(int(t) for t in a.token_ids), cos, rel, head, kl, layer_map, tuple(notes))
 
 
-def compare_spec(config: Any, n_tokens: int, storage: str = "host", pattern_bytes: int = 512 << 20) -> Any:
-    """What model B's trace needs to be compared (``compare_traces``) and to show its lens at a position:
-    the residual stream and the logits, and every layer's patterns when they fit in ``pattern_bytes``
-    (the forward pass computes them anyway; else q and k, from which each layer's are derived)."""
+def compare_spec(storage: str = "host") -> Any:
+    """What model B's trace needs to be compared (``compare_traces``): the residual stream, the logits,
+    q and k (each layer's patterns are derived from them). No pattern is recorded, so B's forward pass
+    takes the same attention path as A's (a model compared with itself agrees to the last bit)."""
     from explorer.core.trace import CaptureSpec
 
-    size = config.n_layers * config.n_heads * n_tokens * n_tokens * 4
-    kinds = {"resid", "logits", "pattern" if size <= pattern_bytes else "qkv"}
-    return CaptureSpec(kinds=frozenset(kinds), storage=storage)
+    return CaptureSpec(kinds=frozenset({"resid", "logits", "qkv"}), storage=storage)
+
+
+def lens_only(trace: Trace) -> Trace:
+    """``trace`` keeping only its residual stream and logits (once compared, B's lens and next-token
+    distribution are all that is read again): q, k and the patterns derived from them are let go."""
+    from explorer.core.trace import Trace
+
+    keys = trace.stored_keys()
+    kept = [k for k in keys if k == "logits" or k.rsplit(".", 1)[-1].startswith("resid")]
+    if len(kept) == len(keys):
+        return trace
+    return Trace(trace.token_ids, trace.tokens, trace.config, {k: trace._arrays[k] for k in kept}, trace.meta,
+                 trace._model, trace.interventions, trace.budget)
 
 
 def same_tokens(a: Any, b: Any, prompt: str) -> list[int]:

@@ -7,8 +7,8 @@ worker (``core.analysis.compare.compare_traces``): residual cosines and relative
 head's Jensen-Shannon divergence, the next-token KL per position, where they first diverge; models
 of different depth by relative depth, with a note. Only the newest comparison is applied.
 
-B's trace holds only what the comparison and B's lens need (``compare_spec``: the residual stream,
-the logits, the patterns). With ``early`` (the default) B's forward pass starts on its own thread as
+B's trace holds only what the comparison needs (``compare_spec``: the residual stream, the logits,
+q and k), and once compared only what B's lens reads (``lens_only``). With ``early`` (the default) B's forward pass starts on its own thread as
 soon as a trace of A is requested (the text is known then), beside A's; the comparison then waits
 for it, or traces B again if A's ids turned out different (pinned ids of generated text).
 
@@ -54,7 +54,7 @@ def b_trace(a_or_ids: Any, other: Any, cancel: Any = None) -> Trace:
 
     ids = list(a_or_ids)
     storage = "host" if getattr(other.device, "type", str(other.device)) == "cpu" else "device"
-    return other.trace_ids(ids, compare_spec(other.config, len(ids), storage), cancel=cancel)
+    return other.trace_ids(ids, compare_spec(storage), cancel=cancel)
 
 
 class EarlyB:
@@ -91,7 +91,7 @@ class EarlyB:
 def compare_pair(a: Trace, other: Any, early: EarlyB | None = None) -> tuple[Trace, Comparison, float, float, float]:
     """On the worker: B's trace of A's ids (the early one when it is of the same ids), and the comparison.
     Returns (B's trace, the comparison, seconds of both on this worker, B's forward seconds, the comparison's)."""
-    from explorer.core.analysis.compare import compare_traces
+    from explorer.core.analysis.compare import compare_traces, lens_only
 
     t0 = time.perf_counter()
     ids = tuple(int(i) for i in a.token_ids)
@@ -103,7 +103,7 @@ def compare_pair(a: Trace, other: Any, early: EarlyB | None = None) -> tuple[Tra
     t1 = time.perf_counter()
     comparison = compare_traces(a, b)
     t2 = time.perf_counter()
-    return b, comparison, t2 - t0, forward, t2 - t1
+    return lens_only(b), comparison, t2 - t0, forward, t2 - t1
 
 
 def check_tokenizers(a: Any, b: Any, prompt: str) -> str | None:
