@@ -24,7 +24,10 @@ Timeline and compare (GPT-2-small shape, 256 tokens; ``timeline-256``, ``compare
   trace of the whole sequence) -> the first panel drawn, and -> every visible panel complete;
 * compare: an edit -> the comparison with a second model ready (B's forward pass + the comparison, on a
   worker); a compare cell click -> the selection applied and the panels redrawn, and -> both models'
-  distributions and lenses at the clicked position shown.
+  distributions and lenses at the clicked position shown. Both orders are timed (B's forward pass started
+  with A's when the trace is requested, the app's order; B's after A's trace is ready), with each
+  forward pass, the comparison alone, and the target against A's forward and against both (1.5 x (A + B)
+  + 150: what two forward passes allow); the click's share that is the compare view's own slot and repaint.
 
     python benchmarks/ui.py [--runs 5] [--threads 2] [--device cpu|cuda] [--dtype float32|bfloat16]
                             [--models default gpt2-256 gpt2-1024 llama-1b timeline-256 compare-256] [--memory]
@@ -329,8 +332,8 @@ def compare_bench(app, window, loaded, other, n_tokens: int, runs: int) -> None:
     def verdict(ms: float, target: float) -> str:
         return "ok" if ms <= target else "MISSED"
 
-    print(f"\ncompare, GPT-2 small shape against a second model of its shape, {n_tokens} tokens "
-          f"(load average {os.getloadavg()[0]:.1f})")
+    print(f"\ncompare, GPT-2 small shape against a second model of its shape, {n_tokens} tokens")
+    print(f"  (load average {os.getloadavg()[0]:.1f}; the target's forward is A's alone, from the runs with B after A)")
     print(f"  edit -> comparison ready:               {now['ready']:8.1f} ms  (B's forward pass + the comparison "
           f"{now['b_forward']:.1f} ms on a worker; target 1.5 x forward + 150 = {1.5 * fwd + 150:.0f} ms: "
           f"{verdict(now['ready'], 1.5 * fwd + 150)})")
@@ -348,9 +351,50 @@ def compare_bench(app, window, loaded, other, n_tokens: int, runs: int) -> None:
     print(f"    of which the compare view's own slot {med['slot']:.2f} ms (target {SWITCH_MS:.0f} ms: "
           f"{verdict(med['slot'], SWITCH_MS)}); its slot + a full repaint of the view {med['repaint']:.1f} ms; "
           f"the rest is the other panels' selection_changed")
-    print(f"  compare cell click -> both distributions and lenses shown: {med['side']:8.1f} ms  (on a worker; "
-          f"filling the two tables on the GUI thread {med['fill']:.1f} ms)")
+    print(f"  compare cell click -> both distributions and lenses shown: {med['side']:8.1f} ms")
+    print(f"    (computed on a worker, \"computing…\" meanwhile; filling the two tables on the GUI thread "
+          f"{med['fill']:.1f} ms)")
     compare.close()
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def memory_run(app, window, loaded, n_tokens: int = 512, prompts: int = 20) -> None:
+    from explorer.ui.session.workers import LoadRequest, LoadResult
+
+    window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
+    pump_until(app, lambda: window.trace is not None and complete(window))
+    sizes = []
+    for i in range(prompts):
+        applied = []
+        window.trace_applied.connect(applied.append)
+        window.controller.request(prompt_of(loaded, n_tokens, 100 + i))
+        pump_until(app, lambda: bool(applied) and complete(window))
+        window.trace_applied.disconnect(applied.append)
+        pump_until(app, lambda: __import__("PySide6.QtCore").QtCore.QThreadPool.globalInstance().activeThreadCount() == 0)
+        sizes.append(rss_mb())
+    print(f"\nresident memory over {prompts} different {n_tokens}-token prompts ({loaded.name}), MB after each:")
+    print("  " + " ".join(f"{s:.0f}" for s in sizes))
+    print(f"  after the 2nd {sizes[1]:.0f} MB, after the {prompts}th {sizes[-1]:.0f} MB: "
+          f"{100 * (sizes[-1] / sizes[1] - 1):+.1f}% (target within 10%: "
+          f"{'ok' if sizes[-1] <= 1.1 * sizes[1] else 'MISSED'})")
+
+
+def trace_cost(loaded, n: int = 1024) -> None:
+    from explorer.core.budget import global_budget
+    from explorer.core.trace import CaptureSpec, estimate_nbytes
+
+    cfg = loaded.config
+    full = estimate_nbytes(cfg, n, CaptureSpec.full())
+    compact = estimate_nbytes(cfg, n, CaptureSpec.compact())
+    print(f"  a Trace of {loaded.name} at {n} tokens: {full / 2**20:.0f} MB stored (full capture; compact "
+          f"{compact / 2**20:.0f} MB), memory budget {global_budget().limit / 2**20:.0f} MB (traces and derived values), the "
+          f"logit lens memo {(cfg.n_layers + 1) * n * 5 * 20 / 2**20:.1f} MB")
 
 
 def main() -> int:
