@@ -107,3 +107,18 @@ def test_b_keeps_only_what_its_lens_reads_once_compared(pair):
     np.testing.assert_array_equal(full.ids, kept.ids)
     np.testing.assert_array_equal(full.probs, kept.probs)
     assert lens_only(slim) is slim
+
+
+def test_the_lens_at_one_position_equals_the_lens_columns_there(pair):
+    from explorer.core.analysis.compare import lens_at
+    from explorer.core.analysis.residual import lens_columns
+
+    a, _ = pair
+    ids, _ = a.encode(PROMPT)
+    trace = a.trace_ids(ids, CaptureSpec.full())
+    for position in (0, 5, len(ids) - 1):
+        got_ids, got_probs = lens_at(trace, position, top=3)
+        want = lens_columns(trace, position, position + 1, top=3)
+        assert got_ids.shape == (a.config.n_layers + 1, 3)
+        np.testing.assert_array_equal(got_ids, want.ids[:, 0])
+        np.testing.assert_allclose(got_probs, want.probs[:, 0], rtol=1e-6, atol=1e-7)

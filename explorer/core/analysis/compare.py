@@ -287,6 +287,26 @@ def lens_only(trace: Trace) -> Trace:
                  trace._model, trace.interventions, trace.budget)
 
 
+def lens_at(trace: Trace, position: int, top: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The logit lens of every boundary at one ``position``: the top ``top`` ids and probabilities
+    (int64 and float32 [L + 1, top]; the same numbers as ``residual.lens_columns`` there, without its
+    entropy and next-token ranks: what the compare view's side-by-side table shows)."""
+    import torch
+
+    from explorer.core.analysis.ranking import top_k_rows
+    from explorer.core.placement import model_dtype, tail_device
+
+    model = trace._model
+    device, dtype = tail_device(model), model_dtype(model)
+    top = max(1, min(int(top), int(model.unembed.weight.shape[0])))
+    with torch.inference_mode():
+        stream = torch.stack([trace.tensor(key)[position] for key in _streams(trace)]).to(device, dtype)
+        raw = model.final_logits(stream[None])[0].float()                 # [L + 1, V]
+        ids = top_k_rows(raw, top)
+        probs = torch.softmax(raw, dim=-1).gather(-1, ids)
+    return ids.cpu().numpy().astype(np.int64), probs.cpu().numpy().astype(np.float32)
+
+
 def same_tokens(a: Any, b: Any, prompt: str) -> list[int]:
     """The prompt's token ids when both models (LoadedModel) read it the same, else ``TokenizerMismatch``."""
     ids_a, _ = a.encode(prompt)

@@ -46,8 +46,7 @@ TOP = 8
 def side_by_side(result: CompareResult, position: int, top: int = TOP) -> tuple[list[tuple], list[tuple]]:
     """On a worker: the top next-token candidates of A and B at ``position`` [(token, prob)], and the lens
     of both there [(boundary label, A's top token, its prob, B's boundary, B's top token, its prob)]."""
-    from explorer.core.analysis.compare import log_softmax
-    from explorer.core.analysis.residual import lens_columns
+    from explorer.core.analysis.compare import lens_at, log_softmax
 
     rows = []
     for trace in (result.a, result.b):
@@ -55,14 +54,13 @@ def side_by_side(result: CompareResult, position: int, top: int = TOP) -> tuple[
         order = np.argsort(-p, kind="stable")[:top]
         rows.append([(int(i), float(p[i])) for i in order])
     dists = [(a + b) for a, b in zip(rows[0], rows[1])]
-    la = lens_columns(result.a, position, position + 1, top=1)
-    lb = lens_columns(result.b, position, position + 1, top=1)
+    (ids_a, probs_a), (ids_b, probs_b) = lens_at(result.a, position), lens_at(result.b, position)
     labels_a, labels_b = boundary_labels(result.a.config.n_layers), boundary_labels(result.b.config.n_layers)
     lens = []
     for i, j in enumerate(result.comparison.layer_map):
         j = int(j)
-        lens.append((labels_a[i], int(la.ids[i, 0, 0]), float(la.probs[i, 0, 0]), labels_b[j],
-                     int(lb.ids[j, 0, 0]), float(lb.probs[j, 0, 0])))
+        lens.append((labels_a[i], int(ids_a[i, 0]), float(probs_a[i, 0]), labels_b[j],
+                     int(ids_b[j, 0]), float(probs_b[j, 0])))
     return dists, lens
 
 
