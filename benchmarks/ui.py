@@ -268,22 +268,25 @@ def compare_bench(app, window, loaded, other, n_tokens: int, runs: int) -> None:
     compare.ready.connect(ready.append)
     compare.other = other  # model B, as Comparing._loaded leaves it (the load itself is benchmarks/load.py's)
     rows: dict[str, list[float]] = {"click": [], "side": [], "slot": [], "repaint": [], "fill": []}
-    orders: dict[bool, dict[str, list[float]]] = {}
-    for early in (False, True):  # B's forward after A's trace is ready; B's started with A's (the app's order)
-        compare.early = early
-        got = orders[early] = {"ready": [], "b_forward": [], "b_alone": [], "compare": [], "a_forward": []}
-        for run in range(runs + 2):
-            ready.clear()
-            t0 = time.perf_counter()
-            window.controller.request(prompt_of(loaded, n_tokens, 200 + run + (100 if early else 0)))
-            pump_until(app, lambda: ready and ready[-1].a is window.trace and view.result is ready[-1]
-                       and complete(window))
-            got["ready"].append((time.perf_counter() - t0) * 1000)
-            r = ready[-1]
-            got["b_forward"].append(r.seconds * 1000)
-            got["b_alone"].append(r.b_forward * 1000)
-            got["compare"].append(r.compare_seconds * 1000)
-            got["a_forward"].append(r.a.meta.forward_seconds * 1000)
+    orders = {early: {"ready": [], "tables": [], "b_forward": [], "b_alone": [], "compare": [], "a_forward": []}
+              for early in (False, True)}
+    for run in range(2 * (runs + 2)):  # the two orders alternate, so that a change of load meets both
+        early = compare.early = bool(run % 2)  # B's forward started with A's (the app's order), or after it
+        got = orders[early]
+        ready.clear()
+        t0 = time.perf_counter()
+        window.controller.request(prompt_of(loaded, n_tokens, 200 + run))
+        pump_until(app, lambda: ready and ready[-1].a is window.trace and view.result is ready[-1]
+                   and complete(window))
+        got["ready"].append((time.perf_counter() - t0) * 1000)
+        pump_until(app, lambda: view._shown_key == (id(view.result), view.position))
+        got["tables"].append((time.perf_counter() - t0) * 1000)  # the tables at the selected position too
+        r = ready[-1]
+        got["b_forward"].append(r.seconds * 1000)
+        got["b_alone"].append(r.b_forward * 1000)
+        got["compare"].append(r.compare_seconds * 1000)
+        got["a_forward"].append(r.a.meta.forward_seconds * 1000)
+    compare.early = True
     sel = window.selection
     own = view._on_selection  # the compare view's own slot, timed apart from the other panels' redraws
     sel.changed.disconnect(own)
@@ -333,16 +336,17 @@ def compare_bench(app, window, loaded, other, n_tokens: int, runs: int) -> None:
         return "ok" if ms <= target else "MISSED"
 
     print(f"\ncompare, GPT-2 small shape against a second model of its shape, {n_tokens} tokens")
-    print(f"  (load average {os.getloadavg()[0]:.1f}; the target's forward is A's alone, from the runs with B after A)")
+    print(f"  (load average {os.getloadavg()[0]:.1f}; the target's forward is A's alone, from the runs with B after A;"
+          f" the two orders alternate run by run)")
     print(f"  edit -> comparison ready:               {now['ready']:8.1f} ms  (B's forward pass + the comparison "
           f"{now['b_forward']:.1f} ms on a worker; target 1.5 x forward + 150 = {1.5 * fwd + 150:.0f} ms: "
           f"{verdict(now['ready'], 1.5 * fwd + 150)})")
     for early, label in ((True, "B's forward started with A's (the app's order)"),
                          (False, "B's forward after A's trace is ready")):
         o = om[early]
-        print(f"    {label}: edit -> comparison ready {o['ready']:.1f} ms; A's forward {o['a_forward']:.1f} ms, "
-              f"B's {o['b_alone']:.1f} ms, the comparison {o['compare']:.1f} ms, the compare worker "
-              f"{o['b_forward']:.1f} ms")
+        print(f"    {label}: edit -> comparison ready {o['ready']:.1f} ms (and its tables at the selected "
+              f"position {o['tables']:.1f} ms); A's forward {o['a_forward']:.1f} ms, B's {o['b_alone']:.1f} ms, "
+              f"the comparison {o['compare']:.1f} ms, the compare worker {o['b_forward']:.1f} ms")
     print(f"    forwards alone: A {fwd:.1f} + B {b_fwd:.1f} = {fwd + b_fwd:.1f} ms; what two forward passes allow, "
           f"1.5 x (A + B) + 150 = {both:.0f} ms: {verdict(now['ready'], both)} (the app's order), "
           f"{verdict(late['ready'], both)} (B after A)")
