@@ -62,8 +62,8 @@ def test_a_click_says_computing_until_the_tables_come_and_a_position_seen_before
     qtbot.waitUntil(lambda: view._shown_key == (id(view.result), view.position), timeout=30_000)
     first = view.position
     view.cos.cell_clicked.emit(0, 1)
-    assert view.position == 1 and "computing" in view.side_status.text()
+    assert view.position == 1 and "computing" in view.side_status.text() and not view.dist.isEnabled()
     qtbot.waitUntil(lambda: view._shown_key == (id(view.result), 1), timeout=30_000)
-    assert "computing" not in view.side_status.text() and view.dist.rowCount() > 0
+    assert "computing" not in view.side_status.text() and view.dist.rowCount() > 0 and view.dist.isEnabled()
     view.cos.cell_clicked.emit(0, first)  # seen before: drawn at once, from what was kept
     assert view._shown_key == (id(view.result), first) and "computing" not in view.side_status.text()

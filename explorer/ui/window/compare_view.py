@@ -8,7 +8,7 @@ the same relative depth). Clicking a cell selects that layer / head / position, 
 selection is A's, and B's side of the tables follows it (its layer by relative depth). The view reads the
 Session only. A click only moves the position marker: both distributions and lenses at the new position
 are computed on a worker (kept per (result, position), so going back is immediate) and drawn when ready,
-the tables saying "computing…" until then.
+the tables greyed and saying "computing…" until then.
 """
 
 from __future__ import annotations
@@ -192,6 +192,8 @@ class CompareView(QWidget):
             self._show_side(c, position, got)
             return
         self.side_status.setText(f"position {position}: computing…")
+        for table in (self.dist, self.lens):  # the last position's rows, greyed until the new ones come
+            table.setEnabled(False)
         run_in_background(side_by_side, c, position,
                           on_done=lambda got: self._show_side(c, position, got))
 
@@ -202,7 +204,10 @@ class CompareView(QWidget):
         if position != self.position:
             return
         self._shown_key = (id(c), position)
-        self.side_status.setText(f"position {position}: {c.a.tokens[position]!r}")
+        for table in (self.dist, self.lens):
+            table.setEnabled(True)
+        self.side_status.setText(f"at position {position} ({c.a.tokens[position]!r}): each model's next token, "
+                                 "and its lens at every layer")
         dists, lens = got
         tok = self.session.loaded.tokenizer if self.session.loaded is not None else None
 
