@@ -67,3 +67,22 @@ def test_a_click_says_computing_until_the_tables_come_and_a_position_seen_before
     assert "computing" not in view.side_status.text() and view.dist.rowCount() > 0 and view.dist.isEnabled()
     view.cos.cell_clicked.emit(0, first)  # seen before: drawn at once, from what was kept
     assert view._shown_key == (id(view.result), first) and "computing" not in view.side_status.text()
+
+
+def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, window, other_checkpoint):
+    import pytest
+
+    from explorer.core.cancel import Cancelled
+    from explorer.core.checkpoint import load_checkpoint
+
+    other = load_checkpoint(str(other_checkpoint), device="cpu")
+    early = compare_module.EarlyB(other, window.session.prompt)
+    early.cancel.set()  # a newer request came
+    with pytest.raises(Cancelled):
+        compare_module.compare_pair(window.trace, other, early)
+    compare = window.session.compare
+    failed = []
+    compare.failed.connect(failed.append)
+    compare._compare_failed(compare._latest, Cancelled())
+    compare._compare_failed(compare._latest, RuntimeError("boom"))
+    assert len(failed) == 1 and failed[0].startswith("comparing failed:") and "boom" in failed[0]

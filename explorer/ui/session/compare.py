@@ -8,9 +8,11 @@ head's Jensen-Shannon divergence, the next-token KL per position, where they fir
 of different depth by relative depth, with a note. Only the newest comparison is applied.
 
 B's trace holds only what the comparison needs (``compare_spec``: the residual stream, the logits,
-q and k), and once compared only what B's lens reads (``lens_only``). With ``early`` (the default) B's forward pass starts on its own thread as
-soon as a trace of A is requested (the text is known then), beside A's; the comparison then waits
-for it, or traces B again if A's ids turned out different (pinned ids of generated text).
+q and k), and once compared only what B's lens reads (``lens_only``). With ``early`` (the default),
+B's forward pass starts on its own thread as soon as a trace of A is requested (the text is known
+then), beside A's; the comparison then waits for it, or traces B again if A's ids turned out
+different (pinned ids of generated text). A newer request cancels B's pass and the comparison
+still waiting for it (they end without a word).
 
 Signals: ``loading(str)``, ``ready(CompareResult)``, ``failed(str)`` (one line), ``closed()``.
 """
@@ -77,7 +79,7 @@ class EarlyB:
             t0 = time.perf_counter()
             self.trace = b_trace(self.ids, self.other, self.cancel)
             self.seconds = time.perf_counter() - t0
-        except BaseException:  # noqa: BLE001 (cancelled or failed: the comparison traces B itself)
+        except Exception:  # noqa: BLE001 (cancelled or failed: the comparison traces B itself)
             self.trace = None
         finally:
             self.done.set()
@@ -93,9 +95,13 @@ def compare_pair(a: Trace, other: Any, early: EarlyB | None = None) -> tuple[Tra
     Returns (B's trace, the comparison, seconds of both on this worker, B's forward seconds, the comparison's)."""
     from explorer.core.analysis.compare import compare_traces, lens_only
 
+    from explorer.core.cancel import Cancelled
+
     t0 = time.perf_counter()
     ids = tuple(int(i) for i in a.token_ids)
     b = early.trace_for(ids) if early is not None else None
+    if early is not None and early.cancel.is_set():
+        raise Cancelled()  # a newer request came: this comparison is stale
     forward = early.seconds if b is not None else 0.0
     if b is None:
         b = b_trace(ids, other)
@@ -132,7 +138,8 @@ class Comparing(QObject):
         self.other: LoadedModel | None = None
         self.result: CompareResult | None = None
         self._latest = 0
-        self._early: EarlyB | None = None
+        self._early: EarlyB | None = None      # B's pass for the latest request, not yet taken
+        self._taken: EarlyB | None = None      # the one the running comparison waits for
         session.trace_requested.connect(self._on_requested)
         session.trace_ready.connect(self._on_trace_ready)
         session.model_changed.connect(self._on_model_changed)
@@ -186,9 +193,10 @@ class Comparing(QObject):
         self.closed.emit()
 
     def _drop_early(self) -> None:
-        if self._early is not None:
-            self._early.cancel.set()
-            self._early = None
+        for early in (self._early, self._taken):
+            if early is not None:
+                early.cancel.set()
+        self._early = self._taken = None
 
     def _on_requested(self, _request_id: int) -> None:
         """A trace of A is requested: start B's of the same text now, on its own thread."""
@@ -221,10 +229,17 @@ class Comparing(QObject):
         same = other.name == loaded.name
         if same:
             name_a, name_b = f"A: {name_a}", f"B: {name_b}"
-        early, self._early = self._early, None
+        early = self._taken = self._early
+        self._early = None
         run_in_background(compare_pair, a, other, early,
                           on_done=lambda got: self._compared(rid, a, name_a, name_b, got),
-                          on_error=lambda exc: self._failed(rid, f"comparing failed: {error_message(exc)}"))
+                          on_error=lambda exc: self._compare_failed(rid, exc))
+
+    def _compare_failed(self, rid: int, exc: BaseException) -> None:
+        from explorer.core.cancel import Cancelled
+
+        if not isinstance(exc, Cancelled):
+            self._failed(rid, f"comparing failed: {error_message(exc)}")
 
     def _compared(self, rid: int, a: Trace, name_a: str, name_b: str, got: tuple) -> None:
         if rid != self._latest or self.session.closed or self.other is None:
