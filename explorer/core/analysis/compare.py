@@ -164,8 +164,72 @@ def _streams(trace: Trace) -> list[str]:
     return [f"blocks.{layer}.resid_pre" for layer in range(L)] + ["resid_final"]
 
 
+CHUNK_ELEMENTS = 1 << 23  # the largest temporary (floats) of the JS and KL computations: 32 MB in float32
+
+
+def _tensor(trace: Trace, key: str) -> Any:
+    """``key`` as a float tensor where the trace keeps it (float64 stays float64: exact small examples)."""
+    import torch
+
+    t = trace.tensor(key)
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
+def _stream_rows(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Cosine and |a - b| / |a| of corresponding rows [n, d] (float64, as ``cosine`` / ``relative_difference``)."""
+    import torch
+
+    a, b = a.double(), b.to(a.device).double()
+    aa, bb, ab = (a * a).sum(-1), (b * b).sum(-1), (a * b).sum(-1)
+    denom = torch.sqrt(aa * bb)
+    cos = torch.where(denom > 0, ab / torch.where(denom > 0, denom, 1.0), 0.0).clamp(-1.0, 1.0)
+    diff, norm = torch.linalg.vector_norm(a - b, dim=-1), torch.sqrt(aa)
+    rel = torch.where(norm > 0, diff / torch.where(norm > 0, norm, 1.0), diff)
+    return cos.cpu().numpy(), rel.cpu().numpy()
+
+
+def head_js_tensor(pattern_a: Any, pattern_b: Any) -> np.ndarray:
+    """``head_js`` on torch tensors [H, n, n] where they are, a few heads at a time.  float64 [H]
+
+    Each term is p ln(p / m) as ``xlogy(p, p / m)`` (0 where p = 0; m is kept off 0 where both are 0,
+    so 0 / m stays 0), in place to keep the passes over the n x n rows few."""
+    import torch
+
+    H, n = pattern_a.shape[0], pattern_a.shape[-2]
+    step = max(1, CHUNK_ELEMENTS // max(1, n * pattern_a.shape[-1]))
+    pattern_b = pattern_b.to(pattern_a.device, pattern_a.dtype)
+    tiny = torch.finfo(pattern_a.dtype).tiny
+    out = []
+    for lo in range(0, H, step):
+        p, q = pattern_a[lo:lo + step], pattern_b[lo:lo + step]
+        m = torch.add(p, q).mul_(0.5).clamp_min_(tiny)
+        term = torch.special.xlogy(p, torch.div(p, m))
+        term.add_(torch.special.xlogy(q, torch.div(q, m, out=m), out=m))
+        out.append((term.sum(-1) / 2).clamp_min_(0.0).mean(-1))
+    return torch.cat(out).cpu().numpy() if out else np.zeros(0)
+
+
+def logit_kl_tensor(logits_a: Any, logits_b: Any) -> np.ndarray:
+    """``logit_kl`` on torch tensors [n, V] where they are, a few positions at a time.  [n]"""
+    import torch
+
+    n, V = logits_a.shape
+    step = max(1, CHUNK_ELEMENTS // max(1, V))
+    logits_b = logits_b.to(logits_a.device, logits_a.dtype)
+    out = []
+    for lo in range(0, n, step):
+        la = torch.log_softmax(logits_a[lo:lo + step], dim=-1)
+        lb = torch.log_softmax(logits_b[lo:lo + step], dim=-1)
+        out.append((la.exp() * (la - lb)).sum(-1).clamp_min(0.0))
+    return torch.cat(out).cpu().numpy() if out else np.zeros(0)
+
+
 def compare_traces(a: Trace, b: Trace) -> Comparison:
-    """Compare two traces of the same token ids (see the module docstring)."""
+    """Compare two traces of the same token ids (see the module docstring). The arithmetic runs in torch
+    where the traces keep their tensors (no copies to numpy of the streams, patterns or logits): the
+    streams boundary by boundary, the patterns layer by layer, the logits a few positions at a time."""
+    import torch
+
     if list(a.token_ids) != list(b.token_ids):
         raise TokenizerMismatch("the two traces are not of the same token ids")
     ca, cb = a.config, b.config
@@ -175,28 +239,72 @@ def compare_traces(a: Trace, b: Trace) -> Comparison:
         notes.append(f"A has {ca.n_layers} layers, B {cb.n_layers}: layers are compared by relative depth")
     keys_a, keys_b = _streams(a), _streams(b)
     n = a.n_tokens
-    if ca.d_model == cb.d_model:
-        cos = np.stack([cosine(a[keys_a[i]], b[keys_b[j]]) for i, j in enumerate(layer_map)])
-        rel = np.stack([relative_difference(a[keys_a[i]], b[keys_b[j]]) for i, j in enumerate(layer_map)])
-    else:
-        notes.append(f"A's residual stream has {ca.d_model} dimensions, B's {cb.d_model}: no cosine between them")
-        cos = rel = np.full((ca.n_layers + 1, n), np.nan)
-    same_heads = ca.n_heads == cb.n_heads
-    if not same_heads:
-        notes.append(f"A has {ca.n_heads} heads per layer, B {cb.n_heads}: each layer's head-averaged "
-                     "pattern is compared")
-    js = []
-    for i in range(ca.n_layers):
-        j = min(int(layer_map[i]), cb.n_layers - 1)
-        pa, pb = a[f"blocks.{i}.attn.pattern"], b[f"blocks.{j}.attn.pattern"]
-        js.append(head_js(pa, pb) if same_heads else head_js(pa.mean(0, keepdims=True), pb.mean(0, keepdims=True)))
-    head = np.stack(js) if js else np.zeros((0, ca.n_heads))
-    la, lb = a["logits"], b["logits"]
-    vocab = min(la.shape[-1], lb.shape[-1])
-    if la.shape[-1] != lb.shape[-1]:
-        notes.append(f"A has {la.shape[-1]} logits, B {lb.shape[-1]}: the first {vocab} are compared")
-    kl = logit_kl(la[:, :vocab], lb[:, :vocab])
+    with torch.inference_mode():
+        if ca.d_model == cb.d_model:
+            rows = [_stream_rows(_tensor(a, keys_a[i]), _tensor(b, keys_b[j])) for i, j in enumerate(layer_map)]
+            cos, rel = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+        else:
+            notes.append(f"A's residual stream has {ca.d_model} dimensions, B's {cb.d_model}: no cosine between them")
+            cos = rel = np.full((ca.n_layers + 1, n), np.nan)
+        same_heads = ca.n_heads == cb.n_heads
+        if not same_heads:
+            notes.append(f"A has {ca.n_heads} heads per layer, B {cb.n_heads}: each layer's head-averaged "
+                         "pattern is compared")
+        js = []
+        for i in range(ca.n_layers):
+            j = min(int(layer_map[i]), cb.n_layers - 1)
+            pa, pb = _tensor(a, f"blocks.{i}.attn.pattern"), _tensor(b, f"blocks.{j}.attn.pattern")
+            js.append(head_js_tensor(pa, pb) if same_heads
+                      else head_js_tensor(pa.mean(0, keepdim=True), pb.mean(0, keepdim=True)))
+        head = np.stack(js) if js else np.zeros((0, ca.n_heads))
+        la, lb = _tensor(a, "logits"), _tensor(b, "logits")
+        vocab = min(la.shape[-1], lb.shape[-1])
+        if la.shape[-1] != lb.shape[-1]:
+            notes.append(f"A has {la.shape[-1]} logits, B {lb.shape[-1]}: the first {vocab} are compared")
+        kl = logit_kl_tensor(la[:, :vocab], lb[:, :vocab])
     return Comparison(tuple(int(t) for t in a.token_ids), cos, rel, head, kl, layer_map, tuple(notes))
+
+
+def compare_spec(storage: str = "host") -> Any:
+    """What model B's trace needs to be compared (``compare_traces``): the residual stream, the logits,
+    q and k (each layer's patterns are derived from them). No pattern is recorded, so B's forward pass
+    takes the same attention path as A's (a model compared with itself agrees to the last bit)."""
+    from explorer.core.trace import CaptureSpec
+
+    return CaptureSpec(kinds=frozenset({"resid", "logits", "qkv"}), storage=storage)
+
+
+def lens_only(trace: Trace) -> Trace:
+    """``trace`` keeping only its residual stream and logits (once compared, B's lens and next-token
+    distribution are all that is read again): q, k and the patterns derived from them are let go."""
+    from explorer.core.trace import Trace
+
+    keys = trace.stored_keys()
+    kept = [k for k in keys if k == "logits" or k.rsplit(".", 1)[-1].startswith("resid")]
+    if len(kept) == len(keys):
+        return trace
+    return Trace(trace.token_ids, trace.tokens, trace.config, {k: trace._arrays[k] for k in kept}, trace.meta,
+                 trace._model, trace.interventions, trace.budget)
+
+
+def lens_at(trace: Trace, position: int, top: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The logit lens of every boundary at one ``position``: the top ``top`` ids and probabilities
+    (int64 and float32 [L + 1, top]; the same numbers as ``residual.lens_columns`` there, without its
+    entropy and next-token ranks: what the compare view's side-by-side table shows)."""
+    import torch
+
+    from explorer.core.analysis.ranking import top_k_rows
+    from explorer.core.placement import model_dtype, tail_device
+
+    model = trace._model
+    device, dtype = tail_device(model), model_dtype(model)
+    top = max(1, min(int(top), int(model.unembed.weight.shape[0])))
+    with torch.inference_mode():
+        stream = torch.stack([trace.tensor(key)[position] for key in _streams(trace)]).to(device, dtype)
+        raw = model.final_logits(stream[None])[0].float()                 # [L + 1, V]
+        ids = top_k_rows(raw, top)
+        probs = torch.softmax(raw, dim=-1).gather(-1, ids)
+    return ids.cpu().numpy().astype(np.int64), probs.cpu().numpy().astype(np.float32)
 
 
 def same_tokens(a: Any, b: Any, prompt: str) -> list[int]:

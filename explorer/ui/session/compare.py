@@ -7,11 +7,19 @@ worker (``core.analysis.compare.compare_traces``): residual cosines and relative
 head's Jensen-Shannon divergence, the next-token KL per position, where they first diverge; models
 of different depth by relative depth, with a note. Only the newest comparison is applied.
 
+B's trace holds only what the comparison needs (``compare_spec``: the residual stream, the logits,
+q and k), and once compared only what B's lens reads (``lens_only``). With ``early`` (the default),
+B's forward pass starts on its own thread as soon as a trace of A is requested (the text is known
+then), beside A's; the comparison then waits for it, or traces B again if A's ids turned out
+different (pinned ids of generated text). A newer request cancels B's pass and the comparison
+still waiting for it (they end without a word).
+
 Signals: ``loading(str)``, ``ready(CompareResult)``, ``failed(str)`` (one line), ``closed()``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,16 +46,70 @@ class CompareResult:
     name_a: str
     name_b: str
     seconds: float = 0.0  # B's forward pass and the comparison, on the worker
+    b_forward: float = 0.0  # B's forward pass alone (beside A's when it started early)
+    compare_seconds: float = 0.0  # the comparison alone
 
 
-def compare_pair(a: Trace, other: Any) -> tuple[Trace, Comparison, float]:
-    """On the worker: B's trace of A's ids, and the comparison."""
-    from explorer.core.analysis.compare import compare_traces
-    from explorer.core.trace import CaptureSpec
+def b_trace(a_or_ids: Any, other: Any, cancel: Any = None) -> Trace:
+    """B's trace of these ids with what the comparison needs (``compare_spec``), where B computes."""
+    from explorer.core.analysis.compare import compare_spec
+
+    ids = list(a_or_ids)
+    storage = "host" if getattr(other.device, "type", str(other.device)) == "cpu" else "device"
+    return other.trace_ids(ids, compare_spec(storage), cancel=cancel)
+
+
+class EarlyB:
+    """B's forward pass of a request's text, on its own thread, started when the request is made."""
+
+    def __init__(self, other: Any, text: str) -> None:
+        from explorer.core.cancel import Cancel
+
+        self.other, self.text, self.cancel = other, text, Cancel()
+        self.ids: tuple[int, ...] | None = None
+        self.trace: Trace | None = None
+        self.seconds = 0.0
+        self.done = threading.Event()
+        threading.Thread(target=self._run, name="compare-B", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            ids, _ = self.other.encode(self.text)
+            self.ids = tuple(int(i) for i in ids)
+            t0 = time.perf_counter()
+            self.trace = b_trace(self.ids, self.other, self.cancel)
+            self.seconds = time.perf_counter() - t0
+        except Exception:  # noqa: BLE001 (cancelled or failed: the comparison traces B itself)
+            self.trace = None
+        finally:
+            self.done.set()
+
+    def trace_for(self, ids: tuple[int, ...]) -> Trace | None:
+        """B's trace when it is of ``ids`` (waits for it), else None."""
+        self.done.wait()
+        return self.trace if self.trace is not None and self.ids == ids else None
+
+
+def compare_pair(a: Trace, other: Any, early: EarlyB | None = None) -> tuple[Trace, Comparison, float, float, float]:
+    """On the worker: B's trace of A's ids (the early one when it is of the same ids), and the comparison.
+    Returns (B's trace, the comparison, seconds of both on this worker, B's forward seconds, the comparison's)."""
+    from explorer.core.analysis.compare import compare_traces, lens_only
+
+    from explorer.core.cancel import Cancelled
 
     t0 = time.perf_counter()
-    b = other.trace_ids(list(a.token_ids), CaptureSpec.compact())
-    return b, compare_traces(a, b), time.perf_counter() - t0
+    ids = tuple(int(i) for i in a.token_ids)
+    b = early.trace_for(ids) if early is not None else None
+    if early is not None and early.cancel.is_set():
+        raise Cancelled()  # a newer request came: this comparison is stale
+    forward = early.seconds if b is not None else 0.0
+    if b is None:
+        b = b_trace(ids, other)
+        forward = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    comparison = compare_traces(a, b)
+    t2 = time.perf_counter()
+    return lens_only(b), comparison, t2 - t0, forward, t2 - t1
 
 
 def check_tokenizers(a: Any, b: Any, prompt: str) -> str | None:
@@ -68,6 +130,7 @@ class Comparing(QObject):
     ready = Signal(object)
     failed = Signal(str)
     closed = Signal()
+    early = True  # start B's forward pass when A's is requested, beside it (see the module docstring)
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
@@ -75,6 +138,9 @@ class Comparing(QObject):
         self.other: LoadedModel | None = None
         self.result: CompareResult | None = None
         self._latest = 0
+        self._early: EarlyB | None = None      # B's pass for the latest request, not yet taken
+        self._taken: EarlyB | None = None      # the one the running comparison waits for
+        session.trace_requested.connect(self._on_requested)
         session.trace_ready.connect(self._on_trace_ready)
         session.model_changed.connect(self._on_model_changed)
 
@@ -122,8 +188,21 @@ class Comparing(QObject):
     def close(self) -> None:
         """Stop comparing (B is dropped)."""
         self._latest += 1
+        self._drop_early()
         self.other, self.result = None, None
         self.closed.emit()
+
+    def _drop_early(self) -> None:
+        for early in (self._early, self._taken):
+            if early is not None:
+                early.cancel.set()
+        self._early = self._taken = None
+
+    def _on_requested(self, _request_id: int) -> None:
+        """A trace of A is requested: start B's of the same text now, on its own thread."""
+        self._drop_early()
+        if self.early and self.other is not None and self.session.loaded is not None:
+            self._early = EarlyB(self.other, self.session.controller.text)
 
     def _on_model_changed(self, _result: object) -> None:
         """A new model A: B stays only if it still reads the prompt the same (else one line, and B goes)."""
@@ -150,13 +229,21 @@ class Comparing(QObject):
         same = other.name == loaded.name
         if same:
             name_a, name_b = f"A: {name_a}", f"B: {name_b}"
-        run_in_background(compare_pair, a, other,
+        early = self._taken = self._early
+        self._early = None
+        run_in_background(compare_pair, a, other, early,
                           on_done=lambda got: self._compared(rid, a, name_a, name_b, got),
-                          on_error=lambda exc: self._failed(rid, f"comparing failed: {error_message(exc)}"))
+                          on_error=lambda exc: self._compare_failed(rid, exc))
+
+    def _compare_failed(self, rid: int, exc: BaseException) -> None:
+        from explorer.core.cancel import Cancelled
+
+        if not isinstance(exc, Cancelled):
+            self._failed(rid, f"comparing failed: {error_message(exc)}")
 
     def _compared(self, rid: int, a: Trace, name_a: str, name_b: str, got: tuple) -> None:
         if rid != self._latest or self.session.closed or self.other is None:
             return
-        b, comparison, seconds = got
-        self.result = CompareResult(a, b, comparison, name_a, name_b, seconds)
+        b, comparison, seconds, forward, compared = got
+        self.result = CompareResult(a, b, comparison, name_a, name_b, seconds, forward, compared)
         self.ready.emit(self.result)

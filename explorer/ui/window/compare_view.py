@@ -6,7 +6,9 @@ next-token KL(A ‖ B) per position, where the two first diverge; and at the sel
 next-token distributions side by side and the logit lens of both (each of A's boundaries beside B's at
 the same relative depth). Clicking a cell selects that layer / head / position, in both: the window's
 selection is A's, and B's side of the tables follows it (its layer by relative depth). The view reads the
-Session only; B's lens at a position is computed on a worker.
+Session only. A click only moves the position marker: both distributions and lenses at the new position
+are computed on a worker (kept per (result, position), so going back is immediate) and drawn when ready,
+the tables greyed and saying "computing…" until then.
 """
 
 from __future__ import annotations
@@ -44,8 +46,7 @@ TOP = 8
 def side_by_side(result: CompareResult, position: int, top: int = TOP) -> tuple[list[tuple], list[tuple]]:
     """On a worker: the top next-token candidates of A and B at ``position`` [(token, prob)], and the lens
     of both there [(boundary label, A's top token, its prob, B's boundary, B's top token, its prob)]."""
-    from explorer.core.analysis.compare import log_softmax
-    from explorer.core.analysis.residual import lens_columns
+    from explorer.core.analysis.compare import lens_at, log_softmax
 
     rows = []
     for trace in (result.a, result.b):
@@ -53,14 +54,13 @@ def side_by_side(result: CompareResult, position: int, top: int = TOP) -> tuple[
         order = np.argsort(-p, kind="stable")[:top]
         rows.append([(int(i), float(p[i])) for i in order])
     dists = [(a + b) for a, b in zip(rows[0], rows[1])]
-    la = lens_columns(result.a, position, position + 1, top=1)
-    lb = lens_columns(result.b, position, position + 1, top=1)
+    (ids_a, probs_a), (ids_b, probs_b) = lens_at(result.a, position), lens_at(result.b, position)
     labels_a, labels_b = boundary_labels(result.a.config.n_layers), boundary_labels(result.b.config.n_layers)
     lens = []
     for i, j in enumerate(result.comparison.layer_map):
         j = int(j)
-        lens.append((labels_a[i], int(la.ids[i, 0, 0]), float(la.probs[i, 0, 0]), labels_b[j],
-                     int(lb.ids[j, 0, 0]), float(lb.probs[j, 0, 0])))
+        lens.append((labels_a[i], int(ids_a[i, 0]), float(probs_a[i, 0]), labels_b[j],
+                     int(ids_b[j, 0]), float(probs_b[j, 0])))
     return dists, lens
 
 
@@ -88,7 +88,9 @@ class CompareView(QWidget):
         self.session = session
         self.result: CompareResult | None = None
         self.position = 0
-        self._side_key: tuple | None = None
+        self._side_key: tuple | None = None    # the (result, position) asked for
+        self._shown_key: tuple | None = None   # the (result, position) the tables show
+        self._sides: dict[tuple, tuple] = {}   # (id(result), position) -> side_by_side, for the shown result
         layout = QVBoxLayout(self)
         top = QHBoxLayout()
         self.summary = QLabel("Models ▸ Compare with another model… opens a second model beside this one.")
@@ -114,6 +116,8 @@ class CompareView(QWidget):
             widget.setMinimumHeight(170)
             grid.addWidget(widget, i // 2, i % 2)
         layout.addLayout(grid, 3)
+        self.side_status = QLabel("")
+        layout.addWidget(self.side_status)
         tables = QHBoxLayout()
         self.dist = _table(["A's next token", "p", "B's next token", "p"])
         self.lens = _table(["A", "A's lens top", "p", "B", "B's lens top", "p"])
@@ -137,6 +141,9 @@ class CompareView(QWidget):
 
     def clear(self) -> None:
         self.result = None
+        self._sides.clear()
+        self._side_key = self._shown_key = None
+        self.side_status.setText("")
         self._say("Not comparing: Models ▸ Compare with another model… opens a second model beside this one.")
         for heatmap in (self.cos, self.rel, self.js):
             heatmap.set_data(np.zeros((0, 0)))
@@ -146,6 +153,7 @@ class CompareView(QWidget):
 
     def show_result(self, result: CompareResult) -> None:
         self.result = c = result
+        self._sides.clear()
         cmp, trace = c.comparison, c.a
         n = trace.n_tokens
         positions = [f"{p}:{trace.tokens[p]}" for p in range(n)]
@@ -179,12 +187,27 @@ class CompareView(QWidget):
             return
         self._side_key = key
         position = self.position
+        got = self._sides.get(key)
+        if got is not None:
+            self._show_side(c, position, got)
+            return
+        self.side_status.setText(f"position {position}: computing…")
+        for table in (self.dist, self.lens):  # the last position's rows, greyed until the new ones come
+            table.setEnabled(False)
         run_in_background(side_by_side, c, position,
                           on_done=lambda got: self._show_side(c, position, got))
 
     def _show_side(self, c: CompareResult, position: int, got: tuple) -> None:
-        if c is not self.result or position != self.position:
+        if c is not self.result:
             return
+        self._sides[(id(c), position)] = got
+        if position != self.position:
+            return
+        self._shown_key = (id(c), position)
+        for table in (self.dist, self.lens):
+            table.setEnabled(True)
+        self.side_status.setText(f"at position {position} ({c.a.tokens[position]!r}): each model's next token, "
+                                 "and its lens at every layer")
         dists, lens = got
         tok = self.session.loaded.tokenizer if self.session.loaded is not None else None
 
