@@ -68,12 +68,18 @@ def _start(qtbot, window, gate, first: int, max_new: int = 8):
     pane.stop_at_eos = False
     maxima: list[int] = []
     timeline.changed.connect(lambda step: maxima.append(bar.slider.maximum()) if step is not None else None)
+    shown, applied = [], []
+    window.session.trace_ready.connect(lambda result: shown.append(result.trace))
+    window.trace_applied.connect(applied.append)
     gate.open(first)
     assert pane.generate()
     n_prompt = len(pane.prompt_ids)
     qtbot.waitUntil(lambda: timeline.total == first and window.trace is not None
                     and window.trace.n_tokens == n_prompt + first and timeline.waiting is None, timeout=30_000)
     assert pane.running
+    # following: a step's every panel is drawn before the newest step is traced (none left half drawn)
+    qtbot.waitUntil(lambda: window.trace in applied, timeout=30_000)
+    assert shown and all(trace in applied for trace in shown)
     return pane, timeline, bar, maxima
 
 

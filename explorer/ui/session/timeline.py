@@ -14,7 +14,7 @@ scaling that follows the length, mean-ablations), each step is traced afresh ins
 While a generation streams in (``stream``, each time tokens arrive) there is no whole sequence yet:
 step t is traced on its own, the prompt plus the first t tokens, through the Session's request path (a
 worker; the panels prepare and draw it as any trace). The timeline follows the newest step (one trace
-in flight at a time, then the newest) unless the user chose a step, where it stays ("paused at t");
+in flight at a time, and where ``paced`` once every panel has drawn it: then the newest) unless the user chose a step, where it stays ("paused at t");
 ``waiting`` is the step asked for whose trace is not on screen yet (the bar says "computing step t…").
 When the generation ends (``finish``, also after Stop) the whole sequence is traced once, as above,
 and the step on screen stays.
@@ -96,6 +96,8 @@ class Timeline(QObject):
         self._ended_run: Any = None              # a run whose timeline the user ended (another prompt)
         self._reservation: Any = None            # the whole sequence's bytes, until its trace holds them
         self._step_request: tuple[int, int] | None = None  # (request id, step) of a step traced on its own
+        self.paced = False                       # following waits for ``drawn`` (every panel has the step)
+        self._drawing = False                    # a followed step is on screen, its panels not all drawn yet
         self._pending: int | None = None         # the request of the whole sequence's trace
         self._shown: Trace | None = None
         self._switch = 0                         # the newest step switch (older ones are never shown)
@@ -142,7 +144,7 @@ class Timeline(QObject):
         if len(ids) == len(self.ids):
             return
         self.ids, self.scores = ids, tuple(scores)
-        if self.follow and self._step_request is None:
+        if self.follow and self._step_request is None and not self._drawing:
             self._goto(self.total)
         else:  # the range grows; a followed step in flight asks for the newest when it arrives
             self._set_current()
@@ -267,7 +269,7 @@ class Timeline(QObject):
 
     def _goto(self, t: int) -> None:
         """Trace step ``t`` on its own (the prompt plus the first t tokens) through the Session's requests."""
-        self.step = t
+        self.step, self._drawing = t, False
         ids = self.ids[: self.n_prompt + t]
         self._set_current()  # before the request: the panels' snapshots carry the step and its selection
         self.waiting = t
@@ -275,6 +277,15 @@ class Timeline(QObject):
         self._switch += 1
         self._step_request = (self.session.trace_ids(text, ids, _timeline=True), t)
         self.changed.emit(self.current)
+
+    def drawn(self, trace: Trace) -> None:
+        """Every shown panel has ``trace`` (the window's ``trace_applied``, where ``paced``): a followed step's
+        panels are complete, so the newest step is traced next (following never leaves them half drawn)."""
+        if trace is not self._shown or not self._drawing:
+            return
+        self._drawing = False
+        if self.streaming and self.follow and self.step < self.total and self._step_request is None:
+            self._goto(self.total)
 
     def restart(self) -> int:
         """Trace the whole sequence again (the interventions changed), staying at this step."""
@@ -312,7 +323,8 @@ class Timeline(QObject):
             return
         if self._step_request is not None and result.request.id == self._step_request[0]:
             self._step_request, self._shown = None, trace  # a step traced on its own, on screen now
-            if self.streaming and self.follow and self.step < self.total:
+            self._drawing = self.paced and self.streaming and self.follow
+            if self.streaming and self.follow and self.step < self.total and not self._drawing:
                 self._goto(self.total)  # tokens came meanwhile: the newest next
                 return
             self.waiting = None
