@@ -123,7 +123,7 @@ class Timeline(QObject):
         if self.waiting is not None:
             return f"computing step {self.waiting}\u2026"
         if self.streaming:
-            return "generating: following" if self.follow else f"generating: paused at {self.step}"
+            return "following" if self.follow else f"paused at {self.step}"
         if self.budget_reason is not None:
             return "each step traced on its own (memory budget)"
         return ""

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from explorer.ui.session.timeline import TimelineStep
 
 PREVIOUS_KEY, NEXT_KEY = "[", "]"
+GENERATING = ("The generation is still running: the range grows as tokens come, and the panels follow the newest "
+              "step unless you choose one (then they stay there; choose the last step to follow again). Each "
+              "step is traced on its own until the generation ends, then the whole sequence once.")
 
 
 class TimelineBar(QWidget):
@@ -96,7 +99,7 @@ class TimelineBar(QWidget):
             what = f": producing {vocab_quoted(loaded.tokenizer if loaded is not None else None, step.produced_id)}"
         status = self.timeline.status()
         self.label.setText(step.label() + what + (f" \u00b7 {status}" if status else ""))
-        self.label.setToolTip(self.timeline.budget_reason or "")
+        self.label.setToolTip(self.timeline.budget_reason or (GENERATING if self.timeline.streaming else ""))
         self.previous.setEnabled(step.step > 0)
         self.next.setEnabled(step.step < step.total)
 
