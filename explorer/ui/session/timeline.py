@@ -171,7 +171,7 @@ class Timeline(QObject):
         self._release()
         self.text, self.ids, self.n_prompt, self.scores = text, ids, int(n_prompt), tuple(scores)
         self.step = self.total if step is None else max(0, min(int(step), self.total))
-        self.streaming, self.budget_reason, self._step_request = False, None, None
+        self.streaming, self.budget_reason, self._step_request, self._drawing = False, None, None, False
         self.full, self.reason = None, None
         shown = self._shown
         on_screen = shown is not None and tuple(shown.token_ids) == ids[: self.n_prompt + self.step]
@@ -186,9 +186,12 @@ class Timeline(QObject):
                 self._goto(self.step)
             return -1
         self._shown = None
+        streamed = self.current is not None
+        if streamed:  # before the request: the panels' snapshots carry the step (the range: every token)
+            self._set_current()
         self._pending = self.session.trace_ids(text, ids, _timeline=True)
         self.waiting = None if on_screen else self.step
-        if self.current is not None:
+        if streamed:
             self.changed.emit(self.current)
         return self._pending
 
