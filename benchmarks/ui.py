@@ -21,7 +21,8 @@ memory over 20 different 512-token prompts on the GPT-2-small-shaped model.
 Timeline and compare (GPT-2-small shape, 256 tokens; ``timeline-256``, ``compare-256``):
 
 * timeline step switch: ``Session.timeline.set_step`` (128 prompt + 128 generated tokens, cut from one
-  trace of the whole sequence) -> the first panel drawn, and -> every visible panel complete;
+  trace of the whole sequence) -> the first panel drawn, and -> every visible panel complete; and the
+  same while generating (``Timeline.stream``: each step traced on its own, a forward pass per switch);
 * compare: an edit -> the comparison with a second model ready (B's forward pass + the comparison, on a
   worker); a compare cell click -> the selection applied and the panels redrawn, and -> both models'
   distributions and lenses at the clicked position shown. Both orders are timed (B's forward pass started
@@ -252,6 +253,35 @@ def timeline_bench(app, window, loaded, n_tokens: int, runs: int) -> None:
     print(f"  step switch -> first panel redrawn:     {first:8.1f} ms")
     print(f"  step switch -> every visible panel complete: {done:8.1f} ms  (target 1.5 x forward + 150 = "
           f"{1.5 * fwd + 150:.0f} ms: {'ok' if done <= 1.5 * fwd + 150 else 'MISSED'}; no forward pass runs)")
+    # while generating there is no whole sequence yet: each step is traced on its own (the same tokens
+    # streamed in without a worker; the user's switches, not the following)
+    timeline.stop()
+    applied.clear()
+    window.trace_applied.connect(applied.append)
+    timeline.stream("bench", ids[:n_prompt], ids[n_prompt:])
+    pump_until(app, lambda: timeline.waiting is None and applied and applied[-1] is window.trace and complete(window))
+    streamed: dict[str, list[float]] = {"switch": [], "first": [], "complete": [], "forward": []}
+    for run in range(2 * runs + 2):
+        t = 1 + (run * 37) % (timeline.total - 1)
+        applied.clear()
+        shown.clear()
+        t0 = time.perf_counter()
+        timeline.set_step(t)
+        streamed["switch"].append((time.perf_counter() - t0) * 1000)
+        pump_until(app, lambda: timeline.waiting is None and applied and applied[-1] is window.trace and complete(window))
+        streamed["first"].append((shown[0] - t0) * 1000)
+        streamed["complete"].append((time.perf_counter() - t0) * 1000)
+        streamed["forward"].append(window.trace.meta.forward_seconds * 1000)
+    window.trace_applied.disconnect(applied.append)
+    m = {key: statistics.median(values[2:]) for key, values in streamed.items()}
+    print(f"  while generating (each step traced on its own, a forward pass of the prompt + t tokens: median "
+          f"{m['forward']:.1f} ms):")
+    print(f"  streaming step switch -> GUI thread free:     {m['switch']:8.1f} ms  (target {SWITCH_MS:.0f} ms: "
+          f"{'ok' if m['switch'] <= SWITCH_MS else 'MISSED'}; the bar says computing step t)")
+    print(f"  streaming step switch -> first panel redrawn: {m['first']:8.1f} ms")
+    print(f"  streaming step switch -> every visible panel complete: {m['complete']:8.1f} ms  (target 1.5 x "
+          f"forward + 150 = {1.5 * m['forward'] + 150:.0f} ms: "
+          f"{'ok' if m['complete'] <= 1.5 * m['forward'] + 150 else 'MISSED'})")
     timeline.stop()
 
 

@@ -2,9 +2,13 @@
 
     env -u QT_QPA_PLATFORM xvfb-run -a -s "-screen 0 1920x1200x24" python docs/shots_timeline.py --out docs
 
-* timeline-1280x800-midgeneration.png: the bundled shakespeare model after a 24-token generation,
-  stepped back to step 10 (the attention panel shows the trace of the prompt + 10 tokens);
-* timeline-1280x800-journey.png: the journey of the token produced at that step;
+* timeline-1280x800-midgeneration.png: the bundled shakespeare model while a 48-token generation is
+  still running: 20 tokens so far, the user stepped back to step 10 ("paused at 10": the panels show the
+  trace of the prompt + 10 tokens, traced on its own) while tokens kept coming. The bundled model makes
+  hundreds of tokens a second, so the script lets the generation's steps through a gate (``--only``:
+  ``timeline`` stops after the timeline's two pictures);
+* timeline-1280x800-journey.png: the journey of the token produced at that step, once the generation
+  ended (from the one trace of the whole sequence, the step unchanged);
 * compare-1280x800-finetuned.png: the shakespeare model against a copy trained 40 more steps on a
   short passage (done here, into a temporary folder; nothing is written into models/);
 * verify-1280x800-table.png: Help > Verify this model on a small GPT-2 checkpoint written with
@@ -16,6 +20,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,10 +78,34 @@ def hf_gpt2(directory: Path) -> Path:
     return path
 
 
+def gate_generation() -> threading.Semaphore:
+    """The generation's steps wait for the returned semaphore (one release per step), so that the picture
+    can be taken while the generation's worker still runs."""
+    import explorer.core.generation.generate as generate
+    import explorer.ui.generation.stream as stream
+
+    real, tokens = generate.generate_steps, threading.Semaphore(0)
+    stream.FRAME_MS = 0  # each step reaches the window on its own (not held for a frame behind the gate)
+
+    def gated_steps(*args, **kwargs):
+        steps = real(*args, **kwargs)
+        while True:
+            tokens.acquire()
+            try:
+                step = next(steps)
+            except StopIteration as done:
+                return done.value
+            yield step
+
+    generate.generate_steps = gated_steps
+    return tokens
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="1280x800")
     parser.add_argument("--out", default="docs")
+    parser.add_argument("--only", choices=("all", "timeline"), default="all")
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
     out = Path(args.out)
@@ -113,20 +142,36 @@ def main() -> None:
     pane.top_k.setValue(40)
     pane.random_seed.setChecked(False)
     pane.seed.setValue(7)
-    pane.max_new.setValue(24)
-    timeline = window.session.timeline
-    pane.generate()
-    pump(app, lambda: timeline.full is not None and complete())
+    pane.max_new.setValue(48)
+    pane.stop_at_eos = False
+    timeline, bar = window.session.timeline, window.timeline_bar
+    tokens = gate_generation()
     attention = next(p for p in window.panels if isinstance(p, AttentionPanel))
     dock_of(attention).raise_()
-    timeline.set_step(10)
-    pump(app, lambda: window.trace.n_tokens == timeline.n_prompt + 10 and complete())
+    for _ in range(14):
+        tokens.release()
+    pane.generate()
+    pump(app, lambda: timeline.total == 14 and timeline.waiting is None
+         and window.trace.n_tokens == timeline.n_prompt + 14 and complete())
+    bar.slider.setValue(10)  # the user steps back while it generates
+    pump(app, lambda: timeline.waiting is None and window.trace.n_tokens == timeline.n_prompt + 10 and complete())
+    for _ in range(6):  # tokens keep coming: the range grows, the step stays
+        tokens.release()
+    pump(app, lambda: timeline.total == 20 and bar.slider.maximum() == 20 and complete())
+    assert pane.running and timeline.streaming and timeline.step == 10, "the generation should still be running"
     shot(f"timeline-{w}x{h}-midgeneration.png")
+    for _ in range(100):
+        tokens.release()
+    pump(app, lambda: not pane.running and timeline.full is not None and timeline.step == 10
+         and window.trace.n_tokens == timeline.n_prompt + 10 and complete())
     journey = next(p for p in window.panels if isinstance(p, JourneyPanel))
     dock_of(journey).raise_()  # a tab beside the generation pane: widened for the picture
     window.resizeDocks([dock_of(journey)], [int(w * 0.58)], Qt.Orientation.Horizontal)
     pump(app, lambda: journey.view is not None and journey.view.journey is not None)
     shot(f"timeline-{w}x{h}-journey.png")
+    if args.only == "timeline":
+        window.close()
+        return
     window.generation_dock.raise_()
 
     timeline.stop()

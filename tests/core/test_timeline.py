@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from explorer.core.analysis.residual import logit_lens
-from explorer.core.analysis.timeline import journey, trace_at_step, why_not_sliceable
+from explorer.core.analysis.timeline import estimate_nbytes, journey, trace_at_step, why_not_sliceable
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.generation.generate import generate
 from explorer.core.generation.sampling import SamplingParams
@@ -83,6 +83,33 @@ def test_the_journey_equals_the_lens_and_patterns_computed_directly(run):
                 best = sorted(range(len(row)), key=lambda p: (-j.attention[layer, head, p], p))[:2]
                 assert list(j.top_sources[layer, head]) == best
         assert j.first_top_layer() is not None and j.first_top_layer() <= loaded.config.n_layers
+
+
+def test_the_journey_from_the_steps_own_trace_equals_the_one_from_the_whole_sequence(run):
+    """While a generation streams in, step t is traced on its own: it ends before the token produced,
+    whose id comes with the step; the journey is the same as from the whole sequence's trace."""
+    loaded, prompt, generated = run
+    whole = loaded.trace_ids(prompt + generated, CaptureSpec.full())
+    n = len(prompt)
+    for t in (0, 3, STEPS - 1):
+        own = loaded.trace_ids(prompt + generated[:t], CaptureSpec.full())
+        a, b = journey(whole, n, t, top=2), journey(own, n, t, top=2, token_id=generated[t])
+        assert (a.token_id, a.position) == (b.token_id, b.position) == (generated[t], n + t)
+        np.testing.assert_array_equal(a.ranks, b.ranks)
+        np.testing.assert_allclose(a.probs, b.probs, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(a.attention, b.attention, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError):
+        journey(loaded.trace_ids(prompt, CaptureSpec.full()), n, 0)  # no token id: nothing to follow
+
+
+@pytest.mark.parametrize("spec", ["full", "compact"])
+def test_the_size_of_a_longer_trace_is_estimated_from_a_shorter_one(run, spec):
+    loaded, prompt, generated = run
+    capture = getattr(CaptureSpec, spec)()
+    short = loaded.trace_ids(prompt, capture)
+    whole = loaded.trace_ids(prompt + generated, capture)
+    assert abs(estimate_nbytes(short, whole.n_tokens) - whole.nbytes) <= 0.02 * whole.nbytes
+    assert estimate_nbytes(short, short.n_tokens) == short.nbytes
 
 
 def test_encoders_and_length_dependent_rotary_are_not_sliced():

@@ -213,9 +213,11 @@ def logit_lens(trace: Trace, top: int = 1, vocab_size: int | None = None,
 
 
 def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: int | None = None,
-                 chunk_elements: int = LENS_CHUNK_ELEMENTS, check=None) -> LensBlock:
+                 chunk_elements: int = LENS_CHUNK_ELEMENTS, check=None, next_id: int | None = None) -> LensBlock:
     """The lens at positions ``start .. stop - 1`` only, every boundary (the same numbers as
     ``logit_lens`` there). ``check()`` is called between chunks (it may raise to abandon the work).
+    ``next_id``: the token that follows the trace's last position (not in the trace: a generation's next
+    token), so that the last position has a target rank and probability too.
 
     Every (boundary, position) row goes through one matmul per chunk of rows, so a few positions
     read the un-embedding once rather than once per boundary. No [rows, V] softmax is kept: with
@@ -236,6 +238,7 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
     top = _top_of(model, top, vocab_size)
     chunk = max(1, int(chunk_elements) // V)
     tc = max(min(stop, n - 1) - start, 0)  # positions with a real next token: start .. start + tc - 1
+    last_next = next_id is not None and stop == n and c > 0  # the last position's next token is given
 
     ids = np.zeros((B * c, top), dtype=np.int64)
     probs = np.zeros((B * c, top), dtype=np.float32)
@@ -252,6 +255,8 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
         stream = torch.cat([trace.tensor(key)[start:stop] for key in keys]).to(device, dtype)
         following = np.zeros(c, dtype=np.int64)
         following[:tc] = np.asarray(trace.token_ids[start + 1:start + 1 + tc], dtype=np.int64)
+        if last_next:
+            following[c - 1], tc = int(next_id), c
         rows_next = torch.as_tensor(np.tile(following, B), device=device)         # [B * c]
         has_next = torch.as_tensor(np.tile(np.arange(c) < tc, B), device=device)  # [B * c]
         for lo in range(0, B * c, chunk):

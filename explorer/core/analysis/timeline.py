@@ -74,6 +74,18 @@ def prefix_trace(trace: Trace, m: int) -> Trace:
                  trace.interventions)
 
 
+def estimate_nbytes(trace: Trace, n_tokens: int) -> int:
+    """What a trace like ``trace`` (the same model, capture and storage) of ``n_tokens`` tokens stores:
+    each stored array scaled by its length (the n x n scores and patterns by its square)."""
+    n, total = max(1, trace.n_tokens), 0
+    for key in trace.stored_keys():
+        array = trace._arrays[key]
+        site = key.split(".", 2)[2] if key.startswith("blocks.") else key
+        scale = (n_tokens / n) ** 2 if site in _SQUARE else n_tokens / n
+        total += int(int(array.nbytes) * scale)
+    return total + 8 * int(n_tokens)
+
+
 def trace_at_step(trace: Trace, n_prompt: int, t: int) -> Trace:
     """The model at step t of a generation: the prompt (``n_prompt`` tokens) plus the first ``t``
     generated tokens, from one trace of the whole sequence."""
@@ -100,15 +112,19 @@ class Journey:
         return int(np.argmax(stays)) if stays[-1] else None
 
 
-def journey(trace: Trace, n_prompt: int, t: int, top: int = 3, vocab_size: int | None = None) -> Journey:
-    """The journey of generated token t (0-based) through the model (see the module docstring)."""
+def journey(trace: Trace, n_prompt: int, t: int, top: int = 3, vocab_size: int | None = None,
+            token_id: int | None = None) -> Journey:
+    """The journey of generated token t (0-based) through the model (see the module docstring).
+    ``trace`` holds the token, or (``token_id`` given) ends just before it: the trace of step t itself,
+    as while a generation streams in (the numbers are the same: nothing at a position sees a later one)."""
     from explorer.core.analysis.residual import boundary_labels, lens_columns
 
     position = n_prompt + t
-    if not 1 <= position < trace.n_tokens:
+    after = token_id is not None and position == trace.n_tokens  # the token follows the trace
+    if not 1 <= position < trace.n_tokens + after:
         raise ValueError(f"step {t} is not in this trace ({trace.n_tokens - n_prompt} generated tokens)")
     q = position - 1
-    block = lens_columns(trace, q, q + 1, top=1, vocab_size=vocab_size)
+    block = lens_columns(trace, q, q + 1, top=1, vocab_size=vocab_size, next_id=token_id if after else None)
     cfg = trace.config
     attention = np.zeros((cfg.n_layers, cfg.n_heads, position), dtype=np.float32)
     for layer in range(cfg.n_layers):
@@ -116,7 +132,7 @@ def journey(trace: Trace, n_prompt: int, t: int, top: int = 3, vocab_size: int |
             attention[layer, head] = trace.head(layer, head)[q, :position]
     k = max(1, min(int(top), position))
     order = np.argsort(-attention, axis=-1, kind="stable")[..., :k]
-    return Journey(step=t, position=position, token_id=int(trace.token_ids[position]),
+    return Journey(step=t, position=position, token_id=int(token_id if after else trace.token_ids[position]),
                    labels=tuple(boundary_labels(cfg.n_layers)), ranks=block.target_ranks[:, 0].copy(),
                    probs=block.target_probs[:, 0].copy(), attention=attention, top_sources=order)
 

@@ -107,6 +107,11 @@ class GenerationRun:
         self._gen_id = 0
         self._incremental: Any = None
 
+    @property
+    def run_id(self) -> int:
+        """Which run the shown steps belong to (a new one at each start, forget and shut down)."""
+        return self._gen_id
+
     def start(self, loaded: LoadedModel, ids: list[int], params: SamplingParams, prompt_box_text: str,
               interventions: Sequence[Any] = ()) -> None:
         """Continue ``ids`` with ``params`` in a worker (``prompt_box_text``: what the prompt box said)."""

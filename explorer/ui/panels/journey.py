@@ -41,14 +41,18 @@ class JourneyView(PanelView):
 
 
 def make_journey(trace: Trace, timeline: Any, vocab_size: int | None = None) -> JourneyView:
-    """The view of ``timeline`` (a TimelineStep) on the worker: the journey from its whole-sequence trace."""
+    """The view of ``timeline`` (a TimelineStep) on the worker: the journey from its whole-sequence trace
+    (or from ``trace``, the step's own, where the timeline has none)."""
     if timeline is None:
         return JourneyView(trace, message=NO_TIMELINE)
     if timeline.produced is None:
         return JourneyView(trace, message=LAST_STEP, step_label=timeline.label())
-    full = timeline.full
-    j = full.memo(("journey", timeline.n_prompt, timeline.step),
-                  lambda: journey(full, timeline.n_prompt, timeline.step, vocab_size=vocab_size))
+    # the whole sequence's trace, or (a generation streaming in, steps traced on their own) the step's own
+    # trace, which ends just before the token produced: its id comes with the step
+    full = timeline.full if timeline.full is not None else trace
+    token_id = None if timeline.full is not None else timeline.produced_id
+    j = full.memo(("journey", timeline.n_prompt, timeline.step, token_id),
+                  lambda: journey(full, timeline.n_prompt, timeline.step, vocab_size=vocab_size, token_id=token_id))
     stages = ()
     scores = timeline.scores
     if scores is not None and getattr(scores, "chosen_id", None) is not None:

@@ -1,8 +1,10 @@
 """The timeline bar: step through a generation, every panel showing the model at step t.
 
 A slider over steps 0..T (the prompt plus the first t generated tokens), previous/next buttons and
-the keys [ and ] (window-wide), and "step t of T" with the token being produced. It drives
-``Session.timeline`` only; the bar is hidden while there is no timeline.
+the keys [ and ] (window-wide), and "step t of T" with the token being produced, and what the timeline
+does ("computing step t…", while generating "following" or "paused at t", steps traced on their own
+over the memory budget). It drives ``Session.timeline`` only; the bar is disabled while there is no
+timeline. While a generation streams in, its range grows with the tokens produced so far.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from PySide6.QtCore import QSignalBlocker, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 
-from explorer.core.display.tokens import quoted
+from explorer.core.display.tokens import quoted, vocab_quoted
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
     from explorer.ui.session.timeline import TimelineStep
 
 PREVIOUS_KEY, NEXT_KEY = "[", "]"
+GENERATING = ("The generation is still running: the range grows as tokens come, and the panels follow the newest "
+              "step unless you choose one (then they stay there; choose the last step to follow again). Each "
+              "step is traced on its own until the generation ends, then the whole sequence once.")
 
 
 class TimelineBar(QWidget):
@@ -85,35 +90,59 @@ class TimelineBar(QWidget):
         with QSignalBlocker(self.slider):
             self.slider.setRange(0, step.total)
             self.slider.setValue(step.step)
-        tokens = step.full.tokens
-        what = (f": producing {quoted(tokens[step.produced])}" if step.produced is not None
-                else ": every generated token on screen")
-        self.label.setText(step.label() + what)
+        if step.produced is None:
+            what = ": every generated token on screen"
+        elif step.full is not None:
+            what = f": producing {quoted(step.full.tokens[step.produced])}"
+        else:
+            loaded = self.session.loaded
+            what = f": producing {vocab_quoted(loaded.tokenizer if loaded is not None else None, step.produced_id)}"
+        status = self.timeline.status()
+        self.label.setText(step.label() + what + (f" \u00b7 {status}" if status else ""))
+        self.label.setToolTip(self.timeline.budget_reason or (GENERATING if self.timeline.streaming else ""))
         self.previous.setEnabled(step.step > 0)
         self.next.setEnabled(step.step < step.total)
 
 
-def start_from_generation(session: Session, result: object) -> None:
-    """A finished generation becomes the timeline (its last step on screen)."""
-    steps = getattr(result, "steps", ())
+def stream_from_generation(session: Session, generation) -> None:
+    """Tokens of the running generation arrived: the timeline's range grows (it follows the newest step)."""
+    steps = generation.steps
+    if not steps or session.loaded is None:
+        return
+    session.timeline.stream(generation.run.run_id, generation.prompt_ids, [s.token_id for s in steps],
+                            [s.scores for s in steps])
+
+
+def start_from_generation(session: Session, result: object, generation=None) -> None:
+    """A finished (or stopped) generation becomes the timeline, traced once: its last step on screen, or the
+    step the user chose while it streamed in. A failed one keeps the steps it made."""
+    steps = getattr(result, "steps", None)
+    prompt = getattr(result, "prompt_ids", None)
+    if result is None and generation is not None:
+        steps, prompt = generation.steps, generation.prompt_ids
     loaded = session.loaded
     if not steps or loaded is None:
         return
-    prompt = list(result.prompt_ids)
+    prompt = list(prompt)
     ids = prompt + [s.token_id for s in steps]
-    session.timeline.start(loaded.tokenizer.decode(ids), ids, len(prompt), [s.scores for s in steps])
+    key = generation.run.run_id if generation is not None else None
+    session.timeline.finish(key, loaded.tokenizer.decode(ids), ids, len(prompt), [s.scores for s in steps])
 
 
 def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
     """The bar at the end of ``window``'s toolbar (always there: showing or hiding a toolbar row re-lays the
     dock tab bars out, and Qt then leaves stale copies of them on screen), enabled while there is a
-    timeline; a finished generation of ``generation`` (the pane) starts the timeline. The Journey panel's
+    timeline; the generation of ``generation`` (the pane) streaming in starts the timeline, and once it ends
+    its whole sequence is traced once. The Journey panel's
     dock becomes a tab beside the generation pane's."""
     timeline_bar = TimelineBar(session, window)
     window.toolbar.addSeparator()
     window.toolbar.addWidget(timeline_bar)
     timeline_bar.show_step(None)
-    generation.generation_finished.connect(lambda result: start_from_generation(session, result))
+    generation.step_added.connect(lambda _index: stream_from_generation(session, generation))
+    session.timeline.paced = True  # following a generation: the next step once every panel has the last one
+    window.trace_applied.connect(session.timeline.drawn)
+    generation.generation_finished.connect(lambda result: start_from_generation(session, result, generation))
     journey = next((d for d in getattr(window, "docks", []) if d.objectName() == "dock-journey"), None)
     side = getattr(window, "generation_dock", None)
     if journey is not None and side is not None and not getattr(window, "_sized_docks", False):
