@@ -10,7 +10,7 @@ of different depth by relative depth, with a note. Only the newest comparison is
 B's trace holds only what the comparison needs (``compare_spec``: the residual stream, the logits,
 q and k), and once compared only what B's lens reads (``lens_only``). With ``early`` (the default),
 B's forward pass starts on its own thread as soon as a trace of A is requested (the text is known
-then), beside A's; the comparison then waits for it, or traces B again if A's ids turned out
+then), beside A's, at a lower CPU priority (A's panels come first); the comparison then waits for it, or traces B again if A's ids turned out
 different (pinned ids of generated text). A newer request cancels B's pass and the comparison
 still waiting for it (they end without a word).
 
@@ -59,6 +59,20 @@ def b_trace(a_or_ids: Any, other: Any, cancel: Any = None) -> Trace:
     return other.trace_ids(ids, compare_spec(storage), cancel=cancel)
 
 
+NICE = 10  # how much lower B's early pass runs than A's: A's panels first, B on what is left of the CPU
+
+
+def lower_priority(nice: int = NICE) -> None:
+    """Lower this thread's CPU priority (Linux: per thread, inherited by the threads it starts, so by
+    torch's own threads for it); elsewhere nothing."""
+    import os
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+    except (AttributeError, OSError):
+        pass
+
+
 class EarlyB:
     """B's forward pass of a request's text, on its own thread, started when the request is made."""
 
@@ -73,6 +87,7 @@ class EarlyB:
         threading.Thread(target=self._run, name="compare-B", daemon=True).start()
 
     def _run(self) -> None:
+        lower_priority()
         try:
             ids, _ = self.other.encode(self.text)
             self.ids = tuple(int(i) for i in ids)
