@@ -14,6 +14,7 @@ from explorer.core.tokenize.base import gpt2_tokenizer
 from explorer.ui.panels.base import clamp_token
 from explorer.ui.panels.diagram import DiagramPanel
 from explorer.ui.panels.diagram.panel import summaries_of
+from explorer.ui.panels.diagram.scene import DiagramScene
 from explorer.ui.session.session import Session
 
 
@@ -60,6 +61,11 @@ def test_a_layer_switch_between_middle_blocks_keeps_the_scene_and_its_box_items(
     assert scene.block_label.text() == "block 2 of 4"
     assert [s.title_item.text() for s in scene.strips] == ["blocks 0–1 (collapsed)", "block 3 (collapsed)"]
     assert [(s.first, s.last) for s in scene.strips] == [(0, 1), (3, 3)]
+    built = DiagramScene()
+    built.build(panel.view.diagram, 2)  # the moved scene draws what a scene built for block 2 draws
+    assert [a.path() for a in scene.arrows] == [a.path() for a in built.arrows]
+    assert {k: (i.box, i.pos(), i.toolTip()) for k, i in scene.items_by_id.items()} == \
+        {k: (i.box, i.pos(), i.toolTip()) for k, i in built.items_by_id.items()}
     with qtbot.waitSignal(session.panel_requested):  # a moved box opens its new layer
         scene.items_by_id["L2.ffn.in"].on_click()
     assert session.selection.layer == 2

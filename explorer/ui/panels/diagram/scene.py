@@ -153,7 +153,7 @@ class DiagramScene(QGraphicsScene):
     def move_to(self, diagram: Diagram, layer: int) -> None:
         """Draw block ``layer`` in full in this scene, which shows a block of the same layout
         (``layout_of``): the boxes, strips and their geometry stay; their layer, labels, tooltips,
-        clicks and the arrows are updated (no box is rebuilt)."""
+        clicks are updated (no box or arrow is rebuilt)."""
         if layer == self.layer:
             return
         L = diagram.config.n_layers
@@ -172,11 +172,7 @@ class DiagramScene(QGraphicsScene):
             strip.title_item.setText(title + " (collapsed)")
             strip.first, strip.last = first, last
             strip.on_click = lambda f=first, la=last: self.on_layer(f if f > 0 else la)
-        for arrow in self.arrows:
-            self.removeItem(arrow)
-        self.arrows = []
-        self._arrows(diagram, layer)
-        self.layer = layer
+        self.layer = layer  # the arrows stay: a block of the same layout is joined to its strips the same way
 
     def _place(self, boxes: Sequence[Box], y: float, label: str = "", into: list[BoxItem] | None = None) -> float:
         if label:
