@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from explorer.core.diagram import Box, Diagram, Summary, box_summary, build_diagram, summary_keys
 from explorer.core.diagram.summaries import stream_norms
@@ -21,6 +21,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.panels.diagram.scene import DiagramScene, DiagramView, layout_of
 from explorer.ui.panels.diagram.strip import LayerStrip
 from explorer.ui.session.selection import Selection
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 CHEAP_ELEMENTS = 1 << 22  # n × d_ff under this: summaries on the GUI thread at once, else in the background
 
@@ -77,8 +78,7 @@ class DiagramPanel(Panel):
         super().__init__(selection, parent)
         self.view: DiagramPanelView | None = None
         top = QHBoxLayout()
-        self.caption = QLabel()
-        self.caption.setWordWrap(True)
+        self.caption = SteadyLabel()  # the token's text in it changes its length: the height is kept
         self.tour_button = QPushButton("Follow this token…")
         self.tour_button.setToolTip("A guided tour of the selected token through this model, step by step, "
                                     "with this prompt's numbers")

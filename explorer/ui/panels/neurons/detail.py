@@ -33,6 +33,7 @@ from explorer.ui.panels.neurons.widgets import (
     table,
 )
 from explorer.ui.widgets.plots import fixed_plot
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 _MISSING = object()
 
@@ -92,8 +93,7 @@ class NeuronDetail:
 
     def _build(self) -> QSplitter:
         """The right-hand column: the token's ranked neurons, the neuron's histogram and vocabulary."""
-        self.ranked_title = QLabel()
-        self.ranked_title.setWordWrap(True)
+        self.ranked_title = SteadyLabel()  # the texts below follow the token and neuron: heights kept
         self.ranked = table(["rank", "neuron", "activation"], stretch=(1, 2))
         self.ranked.currentCellChanged.connect(self._on_ranked_row)
         token_box = QWidget()
@@ -110,8 +110,7 @@ class NeuronDetail:
         self.hist_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff2d55", width=2, style=Qt.PenStyle.DashLine))
         self.hist_plot.addItem(self.hist_marker)
 
-        self.vocab_title = QLabel()
-        self.vocab_title.setWordWrap(True)
+        self.vocab_title = SteadyLabel()
         self.vocab = table(["promotes", "logit / unit", "suppresses", "logit / unit"], stretch=(0, 2))
         self.vocab.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
         self.vocab_caption = QLabel(VOCAB_CAPTION)
