@@ -30,6 +30,7 @@ from explorer.ui.panels.neurons.widgets import (
     BAR_POSITIVE,
     SELECTED_PEN,
     cell,
+    set_cell,
     table,
 )
 from explorer.ui.widgets.plots import fixed_plot
@@ -144,10 +145,10 @@ class NeuronDetail:
         self._filling = True
         try:
             self.ranked.setRowCount(len(ids))
-            for r, (j, v) in enumerate(zip(ids.tolist(), values.tolist())):
-                self.ranked.setItem(r, 0, cell(str(r + 1), True))
-                self.ranked.setItem(r, 1, cell(f"#{j}", True))
-                self.ranked.setItem(r, 2, cell(f"{v:.4f}", True))
+            for r, (j, v) in enumerate(zip(ids.tolist(), values.tolist())):  # the rows' items kept, texts set
+                set_cell(self.ranked, r, 0, str(r + 1), True)
+                set_cell(self.ranked, r, 1, f"#{j}", True)
+                set_cell(self.ranked, r, 2, f"{v:.4f}", True)
             self.mark_ranked_row()
         finally:
             self._filling = False
