@@ -96,6 +96,8 @@ class FittedTitle(pg.LabelItem):
         super().__init__(text, **kwargs)
 
     def setText(self, text, **args):
+        if str(text) == self.full_text and all(self.opts.get(k) == v for k, v in args.items()) and self.full_text:
+            return  # the same title again (a switch that leaves it): no re-layout, no repaint
         self.full_text = str(text)
         super().setText(self._fitted(), **args)
         self.text = self.full_text  # what callers read back: the whole title
