@@ -14,7 +14,7 @@ from explorer.core.tokenize.base import gpt2_tokenizer
 from explorer.ui.panels.base import clamp_token
 from explorer.ui.panels.diagram import DiagramPanel
 from explorer.ui.panels.diagram.panel import summaries_of
-from explorer.ui.panels.diagram.scene import DiagramScene
+from explorer.ui.panels.diagram.scene import SPARK_H, SPARK_W, DiagramScene, sparkline
 from explorer.ui.session.session import Session
 
 
@@ -87,4 +87,7 @@ def test_switches_reuse_what_they_leave_unchanged_and_every_summary_is_exact(qtb
         assert panel.view.summaries == fresh
         for box_id, item in panel.scene.items_by_id.items():
             assert item.summary == fresh[box_id]
-            assert item.summary_item.text() == fresh[box_id].text or fresh[box_id].text == ""
+            assert item.summary_item.text() == fresh[box_id].text
+            path, point = sparkline(fresh[box_id].series, fresh[box_id].mark, SPARK_W, SPARK_H)
+            assert item.spark.path() == path  # the drawn line and its dot are the new selection's
+            assert item.dot.isVisible() == (point is not None) and (point is None or item.dot.pos() == point)

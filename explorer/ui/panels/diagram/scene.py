@@ -72,6 +72,15 @@ def layout_of(diagram: Diagram, layer: int) -> tuple:
                   for b in block))
 
 
+def spark_point(values: Sequence[float], mark: int | None, width: float, height: float) -> QPointF | None:
+    """``sparkline``'s marked point alone (its path unchanged)."""
+    if not values or mark is None or not 0 <= mark < len(values):
+        return None
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    return QPointF(mark * width / max(len(values) - 1, 1), height - (values[mark] - lo) / span * height)
+
+
 class BoxItem(QGraphicsRectItem):
     """One box: title, shape, a detail line, the summary and its sparkline; clicks go to ``on_click``."""
 
@@ -81,6 +90,7 @@ class BoxItem(QGraphicsRectItem):
         self.box, self.on_click = box, on_click
         self.summary: Summary | None = None  # the summary shown
         self.drawn = False  # whether set_summary has drawn one yet
+        self.drawn_path = False  # whether the sparkline's path has been drawn
         self.setBrush(QBrush(QColor(FILL.get(kind, "#ffffff"))))
         self.setPen(QPen(QColor("#64748b"), 1))
         self.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -99,11 +109,19 @@ class BoxItem(QGraphicsRectItem):
     def set_summary(self, summary: Summary | None) -> None:
         if self.drawn and summary == self.summary:
             return  # unchanged: nothing to redraw
+        old = self.summary if self.drawn else None
         self.drawn = True
         self.summary = summary
-        self.summary_item.setText(summary.text if summary is not None else "")
-        path, point = sparkline(summary.series if summary else (), summary.mark if summary else None, SPARK_W, SPARK_H)
-        self.spark.setPath(path)
+        text = summary.text if summary is not None else ""
+        if self.summary_item.text() != text:
+            self.summary_item.setText(text)
+        series, mark = (summary.series, summary.mark) if summary is not None else ((), None)
+        if self.drawn_path and old is not None and old.series == series:  # a token switch over positions:
+            point = spark_point(series, mark, SPARK_W, SPARK_H)     # the same line, only its dot moves
+        else:
+            path, point = sparkline(series, mark, SPARK_W, SPARK_H)
+            self.spark.setPath(path)
+            self.drawn_path = True
         self.dot.setVisible(point is not None)
         if point is not None:
             self.dot.setPos(point)
