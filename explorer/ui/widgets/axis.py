@@ -47,6 +47,17 @@ class ThinAxis(pg.AxisItem):
         super().__init__(orientation, **kwargs)
         self.stride = 1  # the k used at the last paint (tests and tooltips read it)
 
+    def setTicks(self, ticks):  # noqa: N802 (pyqtgraph's name)
+        """As pyqtgraph's, but the same ticks again (a selection switch redrawing a plot over the same
+        tokens) keep the axis' drawing instead of laying out and repainting it."""
+        try:
+            same = ticks == self._tickLevels
+        except ValueError:  # arrays inside: compare nothing, set them
+            same = False
+        if same is True:
+            return
+        super().setTicks(ticks)
+
     def generateDrawSpecs(self, p):
         specs = super().generateDrawSpecs(p)
         if specs is None:
