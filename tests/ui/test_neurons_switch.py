@@ -44,8 +44,14 @@ def test_a_token_switch_keeps_the_image_item_and_the_ranked_tables_items(qtbot, 
     loaded, trace = gpt2
     panel = make_panel(qtbot, trace, loaded.tokenizer, layer=1, show=True)
     image, first = panel.heatmap.image, panel.ranked.item(0, 1)
+    heights = panel.bars.opts["height"]
     panel.selection.set_token(4)
     assert panel.heatmap.image is image and panel.ranked.item(0, 1) is first
+    assert panel.bars.opts["height"] is heights  # the same neuron's bars stay; the selected one's outline moves
+    post = np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32)
+    mark = panel.detail.bar_mark.opts
+    assert list(mark["x"]) == [4.5] and list(mark["height"]) == [post[4, panel.selected_neuron]]
+    np.testing.assert_array_equal(heights, post[:, panel.selected_neuron])
     ids, values = top_neurons(np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32), 4, panel.ranked.rowCount())
     assert [panel.ranked.item(r, 1).text() for r in range(len(ids))] == [f"#{j}" for j in ids.tolist()]
     assert [panel.ranked.item(r, 2).text() for r in range(len(ids))] == [f"{v:.4f}" for v in values.tolist()]

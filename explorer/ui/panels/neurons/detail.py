@@ -72,6 +72,11 @@ class NeuronDetail:
         self.vocab_result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.hist: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(1))
         self.bar_values = np.zeros(0, dtype=np.float32)
+        self._bars_of: tuple[Any, int] | None = None  # (layer view, neuron) the bars show
+        # the selected token's bar outlined by a bar of its own: a token switch moves it, the bars stay
+        self.bar_mark = pg.BarGraphItem(x=[], height=[], width=0.8, brush=pg.mkBrush(None), pen=SELECTED_PEN)
+        self.bar_mark.setZValue(5)
+        self.bars_plot.addItem(self.bar_mark)
         self._filling = False  # the table being refilled: its selection signals are ours, not the user's
         self.column = self._build()
         self.bars_plot.getViewBox().sigResized.connect(lambda *_: self.bar_ticks())
@@ -82,7 +87,9 @@ class NeuronDetail:
         self.vocab_result = None
         self.hist = (np.zeros(0, np.int64), np.zeros(1))
         self.bar_values = np.zeros(0, dtype=np.float32)
+        self._bars_of = None
         self.bars.setOpts(x=[], height=[], brushes=None, pens=None)
+        self.bar_mark.setOpts(x=[], height=[])
         self.hist_bars.setOpts(x0=[], width=[], height=[])
         self.ranked.setRowCount(0)
         self.vocab.setRowCount(0)
@@ -182,16 +189,18 @@ class NeuronDetail:
             return
         j = f.neuron
         values = f.view.post[:, j]
-        self.bar_values = values
         n = values.size
         i = f.token
-        brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
-        pens = [pg.mkPen(None)] * n
-        pens[i] = SELECTED_PEN
-        self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=pens)
         tokens = f.trace.tokens
+        self.bar_mark.setOpts(x=[i + 0.5], height=[values[i]], width=0.8)
         self.bars_plot.setTitle(f"L{f.layer} neuron #{j}: activation at each token "
                                 f"(selected: {quoted(tokens[i])} ({i}) = {values[i]:.4f})")
+        if self._bars_of is not None and self._bars_of[0] is f.view and self._bars_of[1] == j:
+            return  # the same neuron (a token switch): its bars, ticks and ranges stay
+        self._bars_of = (f.view, j)
+        self.bar_values = values
+        brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
+        self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=[pg.mkPen(None)] * n)
         self.bar_ticks()
         lo, hi = finite_extent(values)
         self.bars_plot.setXRange(0, max(n, 1), padding=0.01)
