@@ -301,22 +301,18 @@ class NeuronsPanel(Panel):
         self.controls.setVisible(text is None)
 
     def _switch_layer(self) -> None:
-        """Draw the selected layer: at once when its view is ready (or small), else its view (the
-        activations' levels, order and top K: scans of n × d_ff) is computed in the background while
-        the heatmap says "computing…" (``computing()`` is true until it is drawn)."""
+        """The selected layer: drawn at once when its view is ready or small, else computed in the background
+        (levels, order, top K: scans of n × d_ff) while the heatmap says "computing…"."""
         trace = self.trace
-        if trace is None:
-            return
-        layer, cfg = self._layer_of(trace), trace.config
-        if (not cfg.has_ffn or trace.memo_get(("neurons.layer", layer)) is not None
-                or trace.n_tokens * cfg.d_ff <= LAYER_NOW_ELEMENTS):
+        layer = self._layer_of(trace) if trace is not None else 0
+        if (trace is None or not trace.config.has_ffn or trace.memo_get(("neurons.layer", layer)) is not None
+                or trace.n_tokens * trace.config.d_ff <= LAYER_NOW_ELEMENTS):
             self._draw_layer()
             return
         snapshot = self.snapshot()
         self._layer, self._view = layer, None  # nothing of the old layer is read until the new one is drawn
-        self.heatmap.image.setVisible(False)
-        self.column_outline.setVisible(False)
-        self.row_outline.setVisible(False)
+        for item in (self.heatmap.image, self.column_outline, self.row_outline):
+            item.setVisible(False)
         self.heatmap.plot.setTitle(f"L{layer} neuron activations: computing\u2026")
         self.info.setText(f"L{layer} \u00b7 computing\u2026")
         self.later("layer", lambda _check: neurons_view(trace, snapshot), self._draw_layer)
