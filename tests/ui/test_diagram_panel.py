@@ -145,4 +145,5 @@ def test_a_new_prompt_frees_the_scenes_of_the_old_one(qtbot, shown, tiny_loaded)
     assert len(panel._scenes) == 2
     panel.set_trace(tiny_loaded.trace("A different prompt"))
     qtbot.waitUntil(lambda: len(panel.findChildren(QGraphicsScene)) == 1)
-    assert panel.findChildren(QGraphicsScene) == [panel.scene] and list(panel._scenes) == [1]
+    assert panel.findChildren(QGraphicsScene) == [panel.scene] and list(panel._scenes.values()) == [panel.scene]
+    assert panel.scene.layer == 1

@@ -27,7 +27,8 @@ class Summary:
 
 
 def _row_norms(a: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.einsum("...i,...i->...", a.astype(np.float64), a.astype(np.float64)))
+    a = np.asarray(a, dtype=np.float64)  # one float64 copy (none when it is float64 already)
+    return np.sqrt(np.einsum("...i,...i->...", a, a))
 
 
 def _series(values: np.ndarray) -> tuple[float, ...]:

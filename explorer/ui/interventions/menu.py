@@ -67,6 +67,8 @@ class Marks:
         points: list[Point] = []
         for iv in interventions:
             points += self.position_of(iv)
+        if points == self.points:
+            return  # the same crosses (every selection switch refreshes them): nothing to redraw
         self.points = points
         self.scatter.setData(pos=points) if points else self.scatter.clear()
 

@@ -93,6 +93,7 @@ class Panel(QWidget):
         self.progressive: ProgressiveWork | None = None  # the Session's lane (else the application's)
         self._deferred: dict[Any, Job] = {}  # expensive views asked for while hidden: run when shown
         self.on_screen = True  # set by the window (set_on_screen): False while behind another tab
+        self._selection_missed: list[str] = []  # selection changes while off screen: redrawn when shown
         self.body = QVBoxLayout(self)
         self.body.setContentsMargins(4, 4, 4, 4)
         self._build_explanation()
@@ -202,7 +203,8 @@ class Panel(QWidget):
 
     def set_on_screen(self, visible: bool) -> None:
         """The window says whether this panel can be seen (a tab behind another one cannot, though
-        Qt still calls it visible): hidden, its background views stop and wait; shown, they go on."""
+        Qt still calls it visible): hidden, its background views stop and wait and a selection change
+        draws nothing; shown, they go on and the selection's changes meanwhile are drawn."""
         if visible == self.on_screen:
             return
         self.on_screen = visible
@@ -211,6 +213,12 @@ class Panel(QWidget):
                 if job.trace is self.trace:
                     self._deferred[job.key] = Job(self, job.key, job.trace, job.compute, job.apply, job.priority)
             return
+        missed, self._selection_missed = self._selection_missed, []
+        if missed and self.trace is not None:  # what the selection changed while hidden, drawn now (once each)
+            for what in ("layer", "head", "token"):
+                if what in missed:
+                    self.selection_changed(what)
+            self.refresh_marks()
         deferred, self._deferred = self._deferred, {}
         for job in deferred.values():
             if job.trace is self.trace:
@@ -222,6 +230,7 @@ class Panel(QWidget):
         if self.trace is not trace:  # the old trace's views are stale
             self._lane().cancel_owner(self)
             self._deferred.clear()
+        self._selection_missed = []  # drawn below with the selection as it is now
         self.trace = trace
         if view is None or view.trace is not trace:
             view = self.prepare(trace, self.snapshot())
@@ -292,9 +301,14 @@ class Panel(QWidget):
             self.explain_window.hide()
 
     def _on_selection_changed(self, what: str) -> None:
-        if self.trace is not None:
-            self.selection_changed(what)
-            self.refresh_marks()
+        if self.trace is None:
+            return
+        if not self.on_screen:  # behind another tab: nothing is drawn now, the change is drawn when shown
+            if what not in self._selection_missed:
+                self._selection_missed.append(what)
+            return
+        self.selection_changed(what)
+        self.refresh_marks()
 
     def add_exportable(self, name: str, item: Any,
                        data: Callable[[], tuple[np.ndarray, list[str] | None, list[str] | None]]) -> Exportable:

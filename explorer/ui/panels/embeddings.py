@@ -24,6 +24,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 N_NEIGHBOURS = 10
 COSINE_WHOLE = 1024  # longer prompts: the [n, n] cosine map mean-pooled to COSINE_PIXELS a side
@@ -131,7 +132,7 @@ class EmbeddingsPanel(Panel):
         self.space_combo.setCurrentIndex(0)
         self.cosine_map = Heatmap(colormap="CET-D1", symmetric=True, title="cosine similarity between tokens")
         self.cosine_map.plot.setAspectLocked(True)
-        self.neighbours_title = QLabel()
+        self.neighbours_title = SteadyLabel()  # its text follows the token: it wraps, never resizes the map
         self.neighbours = QTableWidget(0, 3)
         self.neighbours.setHorizontalHeaderLabels(["token", "id", "cosine"])
         self.neighbours.verticalHeader().setVisible(True)

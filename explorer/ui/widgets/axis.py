@@ -47,6 +47,17 @@ class ThinAxis(pg.AxisItem):
         super().__init__(orientation, **kwargs)
         self.stride = 1  # the k used at the last paint (tests and tooltips read it)
 
+    def setTicks(self, ticks):  # noqa: N802 (pyqtgraph's name)
+        """As pyqtgraph's, but the same ticks again (a selection switch redrawing a plot over the same
+        tokens) keep the axis' drawing instead of laying out and repainting it."""
+        try:
+            same = ticks == self._tickLevels
+        except ValueError:  # arrays inside: compare nothing, set them
+            same = False
+        if same is True:
+            return
+        super().setTicks(ticks)
+
     def generateDrawSpecs(self, p):
         specs = super().generateDrawSpecs(p)
         if specs is None:
@@ -96,6 +107,8 @@ class FittedTitle(pg.LabelItem):
         super().__init__(text, **kwargs)
 
     def setText(self, text, **args):
+        if str(text) == self.full_text and all(self.opts.get(k) == v for k, v in args.items()) and self.full_text:
+            return  # the same title again (a switch that leaves it): no re-layout, no repaint
         self.full_text = str(text)
         super().setText(self._fitted(), **args)
         self.text = self.full_text  # what callers read back: the whole title

@@ -187,7 +187,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
             self._overlay.setVisible(True)
             self._overlay_of = self._hidden.copy()
 
-        self.plot.setRange(xRange=(0, max(cols, 1)), yRange=(0, max(rows, 1)), padding=0)
+        target = [[0.0, float(max(cols, 1))], [0.0, float(max(rows, 1))]]
+        if self.plot.vb.viewRange() != target:  # the same shape again (a head or token switch): no relayout
+            self.plot.setRange(xRange=target[0], yRange=target[1], padding=0)
         self._update_ticks()
 
     @property
@@ -224,7 +226,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
         for axis_name, labels, chars in (("left", self._row_labels, 14), ("bottom", self._col_labels, 8)):
             axis = self.plot.getAxis(axis_name)
             if labels is None:
-                axis.setTicks(None)
+                if axis._tickLevels is not None:  # (pyqtgraph's own attribute) each setTicks repaints the axis
+                    axis.setTicks(None)
                 continue
             if axis_name == "left":
                 room = height / 14.0  # one line of text per label
@@ -232,10 +235,13 @@ class Heatmap(pg.GraphicsLayoutWidget):
                 longest = min(chars, max(len(label) for label in labels))
                 room = width / (7.0 * longest + 10.0)
             ticks = thinned_ticks(labels, max_labels=max(2, int(room)), max_chars=chars)
-            axis.setTicks([ticks])
+            if axis._tickLevels != [ticks]:  # the same labels (a switch on the same tokens): the axis is kept
+                axis.setTicks([ticks])
             if axis_name == "left":  # pyqtgraph drops labels wider than the axis until a later repaint
                 metrics = QFontMetrics(axis.style.get("tickFont") or self.font())
-                axis.setWidth(max(metrics.horizontalAdvance(text) for _, text in ticks) + 14)
+                width = max(metrics.horizontalAdvance(text) for _, text in ticks) + 14
+                if axis.fixedWidth != width:
+                    axis.setWidth(width)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(event)

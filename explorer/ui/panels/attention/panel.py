@@ -58,6 +58,7 @@ from explorer.ui.panels.attention.views import (
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 
 @dataclass(frozen=True)
@@ -133,11 +134,11 @@ class AttentionPanel(Panel):
         self.stat_box.setEnabled(False)
         self.stat_box.currentIndexChanged.connect(lambda _: self.set_statistic(self.stat_box.currentData()))
         row.addWidget(self.stat_box)
-        row.addStretch(1)
-        self.info = QLabel()
+        self.info = SteadyLabel()  # its height kept across head switches: the plots below do not move
         self.info.setStyleSheet("color: palette(placeholder-text)")
-        self.info.setWordWrap(True)  # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
-        row.addWidget(self.info)
+        self.info.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        # a long "… overview averaged over 8x8-token blocks" wraps, never widens the panel
+        row.addWidget(self.info, 1)
         self.body.addLayout(row)
 
     def _build_overview(self) -> None:

@@ -12,15 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from explorer.core.diagram import Box, Diagram, Summary, box_summary, build_diagram, summary_keys
 from explorer.core.diagram.summaries import stream_norms
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
-from explorer.ui.panels.diagram.scene import DiagramScene, DiagramView
+from explorer.ui.panels.diagram.scene import DiagramScene, DiagramView, layout_of
 from explorer.ui.panels.diagram.strip import LayerStrip
 from explorer.ui.session.selection import Selection
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 CHEAP_ELEMENTS = 1 << 22  # n × d_ff under this: summaries on the GUI thread at once, else in the background
 
@@ -39,15 +40,34 @@ def diagram_of(trace: Trace) -> Diagram:
     return trace.memo(("diagram",), lambda: build_diagram(trace.config, trace.n_tokens))
 
 
-def summaries_of(trace: Trace, layer: int, head: int, token: int, tokenizer: Any) -> DiagramPanelView:
-    """Every drawn box's summary for ``token`` (worker-safe: the trace and these values only)."""
+def summaries_of(trace: Trace, layer: int, head: int, token: int, tokenizer: Any,
+                 previous: DiagramPanelView | None = None) -> DiagramPanelView:
+    """Every drawn box's summary for ``token`` (worker-safe: the trace and these values only).
+
+    ``previous``: the view drawn before, whose summaries are kept where the selection change leaves
+    them as they were (the head's and the tail's boxes on a layer or head switch, all but the
+    attention boxes on a head switch): a switch computes only what it changes."""
     diagram = diagram_of(trace)
     layer = min(max(layer, 0), trace.config.n_layers - 1)
     t = clamp_token(token, trace.n_tokens)
-    trace.materialize(summary_keys(diagram, layer, trace))
-    boxes = diagram.head() + diagram.block(layer) + diagram.tail()
-    summaries = {b.id: box_summary(b, trace, t, head, tokenizer) for b in boxes}
-    return DiagramPanelView(trace, diagram, layer, head, t, summaries, stream_norms(trace, t))
+    block = diagram.block(layer)
+    if previous is not None and previous.trace is trace and previous.token == t:
+        summaries = {b.id: s for b, s in ((b, previous.summaries.get(b.id)) for b in diagram.head() + diagram.tail())
+                     if s is not None}
+        same_head = previous.head == head
+        if previous.layer != layer:
+            trace.materialize([b.key for b in block if b.key is not None and b.kind != "scores" and b.key in trace])
+        for b in block:
+            kept = previous.summaries.get(b.id) if previous.layer == layer else None
+            if kept is not None and (same_head or b.kind not in ("qkv", "scores")):
+                summaries[b.id] = kept
+        boxes = [b for b in diagram.head() + block + diagram.tail() if b.id not in summaries]
+        stream = previous.stream
+    else:
+        trace.materialize(summary_keys(diagram, layer, trace))
+        summaries, boxes, stream = {}, diagram.head() + block + diagram.tail(), stream_norms(trace, t)
+    summaries.update({b.id: box_summary(b, trace, t, head, tokenizer) for b in boxes})
+    return DiagramPanelView(trace, diagram, layer, head, t, summaries, stream)
 
 
 class DiagramPanel(Panel):
@@ -58,8 +78,7 @@ class DiagramPanel(Panel):
         super().__init__(selection, parent)
         self.view: DiagramPanelView | None = None
         top = QHBoxLayout()
-        self.caption = QLabel()
-        self.caption.setWordWrap(True)
+        self.caption = SteadyLabel()  # the token's text in it changes its length: the height is kept
         self.tour_button = QPushButton("Follow this token…")
         self.tour_button.setToolTip("A guided tour of the selected token through this model, step by step, "
                                     "with this prompt's numbers")
@@ -71,7 +90,7 @@ class DiagramPanel(Panel):
         self.strip.layer_clicked.connect(self.selection.set_layer)
         self.body.addWidget(self.strip)
         self._diagram: Diagram | None = None
-        self._scenes: dict[int, DiagramScene] = {}  # per block drawn in full, for the diagram shown
+        self._scenes: dict[tuple, DiagramScene] = {}  # per layout of a block (scene.layout_of), for the diagram shown
         self.scene = self._new_scene()
         self.graphics = DiagramView(self.scene)
         self.body.addWidget(self.graphics, 1)
@@ -93,10 +112,13 @@ class DiagramPanel(Panel):
         if self._diagram is not view.diagram:  # a new model or prompt length: the scenes drawn are stale
             stale = [*self._scenes.values(), self.scene]
             self._diagram, self._scenes = view.diagram, {}
-        scene = self._scenes.get(view.layer)
-        if scene is None:  # each block's scene is built once per diagram; switching back reuses it
-            scene = self._scenes[view.layer] = self._new_scene()
+        layout = layout_of(view.diagram, view.layer)
+        scene = self._scenes.get(layout)
+        if scene is None:  # one scene per layout of a block (first, middle, last), built once per diagram
+            scene = self._scenes[layout] = self._new_scene()
             scene.build(view.diagram, view.layer)
+        else:  # a layer switch moves the scene to the block: its boxes are kept, not rebuilt
+            scene.move_to(view.diagram, view.layer)
         if scene is not self.scene:
             self.scene = scene
             self.graphics.setScene(scene)
@@ -111,7 +133,7 @@ class DiagramPanel(Panel):
             strip.set_summary(Summary(f"stream ‖x‖ {part[0]:.3g} → {part[-1]:.3g}" if part else "", None, part))
         self.strip.set_state(cfg.n_layers, view.layer, view.stream[1:])
         token = view.trace.tokens[view.token] if view.trace.n_tokens else ""
-        self.caption.setText(f"{cfg.arch}: {cfg.n_layers} blocks, n = {view.diagram.n} tokens. Numbers for "
+        self._set_caption(f"{cfg.arch}: {cfg.n_layers} blocks, n = {view.diagram.n} tokens. Numbers for "
                              f"token #{view.token} {token!r}, head {view.head}. Click a box to open its panel.")
         s = self.selection
         now = (min(s.layer, cfg.n_layers - 1), s.head, clamp_token(s.token, view.trace.n_tokens))
@@ -124,8 +146,14 @@ class DiagramPanel(Panel):
             return
         cheap = trace.n_tokens * max(trace.config.d_ff, trace.config.d_model) <= CHEAP_ELEMENTS
         tokenizer = self.tokenizer
-        self.now_or_later("summaries", cheap, lambda _check: summaries_of(trace, s.layer, s.head, s.token, tokenizer),
-                          self.draw)
+        previous = self.view if self.view is not None and self.view.trace is trace else None
+        layer, head, token = s.layer, s.head, s.token  # the selection now (the compute may run on a worker)
+        self.now_or_later("summaries", cheap,
+                          lambda _check: summaries_of(trace, layer, head, token, tokenizer, previous), self.draw)
+
+    def _set_caption(self, text: str) -> None:
+        if self.caption.text() != text:
+            self.caption.setText(text)
 
     def _new_scene(self) -> DiagramScene:
         scene = DiagramScene(self)

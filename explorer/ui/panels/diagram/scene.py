@@ -53,6 +53,34 @@ def sparkline(values: Sequence[float], mark: int | None, width: float,
     return path, (points[mark] if mark is not None and 0 <= mark < len(points) else None)
 
 
+def box_tooltip(box: Box) -> str:
+    return "\n".join((box.title, box.shape_text, *box.details, f"opens: {box.panel}"))
+
+
+def strip_title(first: int, last: int) -> tuple[str, int, int]:
+    """The title of the strip of collapsed blocks ``first``..``last`` (and the span itself)."""
+    return (f"blocks {first}–{last}" if last > first else f"block {first}"), first, last
+
+
+def layout_of(diagram: Diagram, layer: int) -> tuple:
+    """What the scene of block ``layer`` looks like apart from the block's number: scenes of equal
+    layouts are one scene moved between blocks (``DiagramScene.move_to``)."""
+    block = diagram.block(layer)
+    top = min((b.row for b in block), default=0)  # rows count down the whole diagram: relative to the block
+    return (layer > 0, layer < diagram.config.n_layers - 1,
+            tuple((b.kind, b.title, b.shape_text, b.details[:1], b.row - top, b.column, b.panel, b.id.split(".", 1)[-1])
+                  for b in block))
+
+
+def spark_point(values: Sequence[float], mark: int | None, width: float, height: float) -> QPointF | None:
+    """``sparkline``'s marked point alone (its path unchanged)."""
+    if not values or mark is None or not 0 <= mark < len(values):
+        return None
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    return QPointF(mark * width / max(len(values) - 1, 1), height - (values[mark] - lo) / span * height)
+
+
 class BoxItem(QGraphicsRectItem):
     """One box: title, shape, a detail line, the summary and its sparkline; clicks go to ``on_click``."""
 
@@ -60,6 +88,9 @@ class BoxItem(QGraphicsRectItem):
                  kind: str, tooltip: str = "") -> None:
         super().__init__(0, 0, BOX_W, BOX_H)
         self.box, self.on_click = box, on_click
+        self.summary: Summary | None = None  # the summary shown
+        self.drawn = False  # whether set_summary has drawn one yet
+        self.drawn_path = False  # whether the sparkline's path has been drawn
         self.setBrush(QBrush(QColor(FILL.get(kind, "#ffffff"))))
         self.setPen(QPen(QColor("#64748b"), 1))
         self.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -76,9 +107,21 @@ class BoxItem(QGraphicsRectItem):
         self.dot.hide()
 
     def set_summary(self, summary: Summary | None) -> None:
-        self.summary_item.setText(summary.text if summary is not None else "")
-        path, point = sparkline(summary.series if summary else (), summary.mark if summary else None, SPARK_W, SPARK_H)
-        self.spark.setPath(path)
+        if self.drawn and summary == self.summary:
+            return  # unchanged: nothing to redraw
+        old = self.summary if self.drawn else None
+        self.drawn = True
+        self.summary = summary
+        text = summary.text if summary is not None else ""
+        if self.summary_item.text() != text:
+            self.summary_item.setText(text)
+        series, mark = (summary.series, summary.mark) if summary is not None else ((), None)
+        if self.drawn_path and old is not None and old.series == series:  # a token switch over positions:
+            point = spark_point(series, mark, SPARK_W, SPARK_H)     # the same line, only its dot moves
+        else:
+            path, point = sparkline(series, mark, SPARK_W, SPARK_H)
+            self.spark.setPath(path)
+            self.drawn_path = True
         self.dot.setVisible(point is not None)
         if point is not None:
             self.dot.setPos(point)
@@ -101,38 +144,70 @@ class DiagramScene(QGraphicsScene):
         self.on_box: Callable[[Box], None] = lambda _box: None
         self.on_layer: Callable[[int], None] = lambda _layer: None
         self.block_top = 0.0  # where the block drawn in full starts (the view scrolls there)
+        self.layer: int | None = None  # the block drawn in full
+        self.block_items: list[BoxItem] = []  # its boxes, in the diagram's order
+        self.block_label: QGraphicsSimpleTextItem | None = None
+        self.arrows: list[QGraphicsPathItem] = []
 
     def build(self, diagram: Diagram, layer: int) -> None:
         self.clear()
-        self.items_by_id, self.strips = {}, []
+        self.items_by_id, self.strips, self.arrows = {}, [], []
         L = diagram.config.n_layers
         y = 0.0
         y = self._place(diagram.head(), y)
         if layer > 0:
-            y = self._strip(f"blocks 0–{layer - 1}" if layer > 1 else "block 0", 0, layer - 1, y)
-        y = self._place(diagram.block(layer), y, f"block {layer} of {L}")
+            y = self._strip(*strip_title(0, layer - 1), y)
+        self.block_items = []
+        y = self._place(diagram.block(layer), y, f"block {layer} of {L}", self.block_items)
         if layer < L - 1:
-            y = self._strip(f"blocks {layer + 1}–{L - 1}" if layer < L - 2 else f"block {L - 1}", layer + 1, L - 1, y)
+            y = self._strip(*strip_title(layer + 1, L - 1), y)
         self._place(diagram.tail(), y)
         self._arrows(diagram, layer)
         self.setSceneRect(self.itemsBoundingRect().adjusted(-20, -20, 20, 20))
-        first = next((self.items_by_id[b.id] for b in diagram.block(layer) if b.id in self.items_by_id), None)
+        first = self.block_items[0] if self.block_items else None
         self.block_top = first.y() - 40 if first is not None else 0.0
+        self.layer = layer
 
-    def _place(self, boxes: Sequence[Box], y: float, label: str = "") -> float:
+    def move_to(self, diagram: Diagram, layer: int) -> None:
+        """Draw block ``layer`` in full in this scene, which shows a block of the same layout
+        (``layout_of``): the boxes, strips and their geometry stay; their layer, labels, tooltips,
+        clicks are updated (no box or arrow is rebuilt)."""
+        if layer == self.layer:
+            return
+        L = diagram.config.n_layers
+        for item in self.block_items:
+            self.items_by_id.pop(item.box.id, None)
+        for item, box in zip(self.block_items, diagram.block(layer)):
+            item.box = box
+            item.on_click = lambda b=box: self.on_box(b)
+            item.setToolTip(box_tooltip(box))
+            self.items_by_id[box.id] = item
+        if self.block_label is not None:
+            self.block_label.setText(f"block {layer} of {L}")
+        spans = ([(0, layer - 1)] if layer > 0 else []) + ([(layer + 1, L - 1)] if layer < L - 1 else [])
+        for strip, (first, last) in zip(self.strips, spans):
+            title, first, last = strip_title(first, last)
+            strip.title_item.setText(title + " (collapsed)")
+            strip.first, strip.last = first, last
+            strip.on_click = lambda f=first, la=last: self.on_layer(f if f > 0 else la)
+        self.layer = layer  # the arrows stay: a block of the same layout is joined to its strips the same way
+
+    def _place(self, boxes: Sequence[Box], y: float, label: str = "", into: list[BoxItem] | None = None) -> float:
         if label:
-            self.addItem(_text(None, label, 0, y, 10, bold=True, colour="#475569"))
+            self.block_label = _text(None, label, 0, y, 10, bold=True, colour="#475569")
+            self.addItem(self.block_label)
             y += 22
         rows: dict[int, float] = {}
         for box in boxes:
             if box.row not in rows:
                 rows[box.row] = y + len(rows) * (BOX_H + ROW_GAP)
             lines = (box.shape_text,) + box.details[:1]
-            tip = "\n".join((box.title, box.shape_text, *box.details, f"opens: {box.panel}"))
-            item = BoxItem(box, box.title, lines, lambda b=box: self.on_box(b), box.kind, tip)
+            item = BoxItem(box, box.title, lines, lambda b=box: self.on_box(b), box.kind, box_tooltip(box))
             item.setPos(box.column * (BOX_W + COL_GAP), rows[box.row])
             self.addItem(item)
             self.items_by_id[box.id] = item
+            if into is not None:
+                into.append(item)
         return y + len(rows) * (BOX_H + ROW_GAP)
 
     def _strip(self, title: str, first: int, last: int, y: float) -> float:
@@ -180,6 +255,7 @@ class DiagramScene(QGraphicsScene):
             item.setPen(pen)
             item.setZValue(-1)
             self.addItem(item)
+            self.arrows.append(item)
 
 
 class DiagramView(QGraphicsView):

@@ -25,8 +25,11 @@ class LayerStrip(QWidget):
         return QSize(max(200, self.n_layers * CELL_MIN), HEIGHT)
 
     def set_state(self, n_layers: int, layer: int, values: tuple[float, ...] = ()) -> None:
+        if (max(1, n_layers), layer, values) == (self.n_layers, self.layer, self.values):
+            return
+        if max(1, n_layers) != self.n_layers:
+            self.updateGeometry()  # its size hint follows the number of blocks
         self.n_layers, self.layer, self.values = max(1, n_layers), layer, values
-        self.updateGeometry()
         self.update()
 
     def cell(self, layer: int) -> QRect:

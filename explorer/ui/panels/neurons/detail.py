@@ -30,9 +30,11 @@ from explorer.ui.panels.neurons.widgets import (
     BAR_POSITIVE,
     SELECTED_PEN,
     cell,
+    set_cell,
     table,
 )
 from explorer.ui.widgets.plots import fixed_plot
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 _MISSING = object()
 
@@ -70,6 +72,11 @@ class NeuronDetail:
         self.vocab_result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.hist: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(1))
         self.bar_values = np.zeros(0, dtype=np.float32)
+        self._bars_of: tuple[Any, int] | None = None  # (layer view, neuron) the bars show
+        # the selected token's bar outlined by a bar of its own: a token switch moves it, the bars stay
+        self.bar_mark = pg.BarGraphItem(x=[], height=[], width=0.8, brush=pg.mkBrush(None), pen=SELECTED_PEN)
+        self.bar_mark.setZValue(5)
+        self.bars_plot.addItem(self.bar_mark)
         self._filling = False  # the table being refilled: its selection signals are ours, not the user's
         self.column = self._build()
         self.bars_plot.getViewBox().sigResized.connect(lambda *_: self.bar_ticks())
@@ -80,7 +87,9 @@ class NeuronDetail:
         self.vocab_result = None
         self.hist = (np.zeros(0, np.int64), np.zeros(1))
         self.bar_values = np.zeros(0, dtype=np.float32)
+        self._bars_of = None
         self.bars.setOpts(x=[], height=[], brushes=None, pens=None)
+        self.bar_mark.setOpts(x=[], height=[])
         self.hist_bars.setOpts(x0=[], width=[], height=[])
         self.ranked.setRowCount(0)
         self.vocab.setRowCount(0)
@@ -92,8 +101,7 @@ class NeuronDetail:
 
     def _build(self) -> QSplitter:
         """The right-hand column: the token's ranked neurons, the neuron's histogram and vocabulary."""
-        self.ranked_title = QLabel()
-        self.ranked_title.setWordWrap(True)
+        self.ranked_title = SteadyLabel()  # the texts below follow the token and neuron: heights kept
         self.ranked = table(["rank", "neuron", "activation"], stretch=(1, 2))
         self.ranked.currentCellChanged.connect(self._on_ranked_row)
         token_box = QWidget()
@@ -110,8 +118,7 @@ class NeuronDetail:
         self.hist_marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff2d55", width=2, style=Qt.PenStyle.DashLine))
         self.hist_plot.addItem(self.hist_marker)
 
-        self.vocab_title = QLabel()
-        self.vocab_title.setWordWrap(True)
+        self.vocab_title = SteadyLabel()
         self.vocab = table(["promotes", "logit / unit", "suppresses", "logit / unit"], stretch=(0, 2))
         self.vocab.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
         self.vocab_caption = QLabel(VOCAB_CAPTION)
@@ -145,10 +152,10 @@ class NeuronDetail:
         self._filling = True
         try:
             self.ranked.setRowCount(len(ids))
-            for r, (j, v) in enumerate(zip(ids.tolist(), values.tolist())):
-                self.ranked.setItem(r, 0, cell(str(r + 1), True))
-                self.ranked.setItem(r, 1, cell(f"#{j}", True))
-                self.ranked.setItem(r, 2, cell(f"{v:.4f}", True))
+            for r, (j, v) in enumerate(zip(ids.tolist(), values.tolist())):  # the rows' items kept, texts set
+                set_cell(self.ranked, r, 0, str(r + 1), True)
+                set_cell(self.ranked, r, 1, f"#{j}", True)
+                set_cell(self.ranked, r, 2, f"{v:.4f}", True)
             self.mark_ranked_row()
         finally:
             self._filling = False
@@ -182,16 +189,18 @@ class NeuronDetail:
             return
         j = f.neuron
         values = f.view.post[:, j]
-        self.bar_values = values
         n = values.size
         i = f.token
-        brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
-        pens = [pg.mkPen(None)] * n
-        pens[i] = SELECTED_PEN
-        self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=pens)
         tokens = f.trace.tokens
+        self.bar_mark.setOpts(x=[i + 0.5], height=[values[i]], width=0.8)
         self.bars_plot.setTitle(f"L{f.layer} neuron #{j}: activation at each token "
                                 f"(selected: {quoted(tokens[i])} ({i}) = {values[i]:.4f})")
+        if self._bars_of is not None and self._bars_of[0] is f.view and self._bars_of[1] == j:
+            return  # the same neuron (a token switch): its bars, ticks and ranges stay
+        self._bars_of = (f.view, j)
+        self.bar_values = values
+        brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
+        self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=[pg.mkPen(None)] * n)
         self.bar_ticks()
         lo, hi = finite_extent(values)
         self.bars_plot.setXRange(0, max(n, 1), padding=0.01)

@@ -59,9 +59,11 @@ from explorer.ui.panels.neurons.widgets import (
 )
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 NO_FFN_NOTE = ("This model has no FFN: it is attention-only, so its blocks have no neurons to show. "
                "Each block's attention output goes straight into the residual stream.")
+LAYER_NOW_ELEMENTS = 1 << 20  # n × d_ff up to this: a layer switch scans the new layer at once, else in the background
 NOT_CAPTURED_NOTE = ("Layer {layer}'s FFN activations were not captured in this trace, and without the model "
                      "they cannot be recomputed.")
 
@@ -111,11 +113,10 @@ class NeuronsPanel(Panel):
         self.reset_zoom.setToolTip("Show every column again (wheel zooms, drag pans)")
         self.reset_zoom.clicked.connect(self._reset_zoom)
         row.addWidget(self.reset_zoom)
-        row.addStretch(1)
-        self.info = QLabel()
+        self.info = SteadyLabel()  # wraps instead of widening the panel past its dock; keeps its height
         self.info.setStyleSheet("color: palette(placeholder-text)")
-        self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
-        row.addWidget(self.info)
+        self.info.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        row.addWidget(self.info, 1)
         self.controls = QWidget()
         self.controls.setLayout(row)
         row.setContentsMargins(0, 0, 0, 0)
@@ -191,7 +192,7 @@ class NeuronsPanel(Panel):
 
     def selection_changed(self, what: str) -> None:
         if what == "layer":
-            self._draw_layer()
+            self._switch_layer()
         elif what == "token" and self._view is not None:
             self._place_outlines()
             self.detail.draw_ranked()
@@ -299,6 +300,23 @@ class NeuronsPanel(Panel):
         self.content.setVisible(text is None)
         self.controls.setVisible(text is None)
 
+    def _switch_layer(self) -> None:
+        """The selected layer: drawn at once when its view is ready or small, else computed in the background
+        (levels, order, top K: scans of n × d_ff) while the heatmap says "computing…"."""
+        trace = self.trace
+        layer = self._layer_of(trace) if trace is not None else 0
+        if (trace is None or not trace.config.has_ffn or trace.memo_get(("neurons.layer", layer)) is not None
+                or trace.n_tokens * trace.config.d_ff <= LAYER_NOW_ELEMENTS):
+            self._draw_layer()
+            return
+        snapshot = self.snapshot()
+        self._layer, self._view = layer, None  # nothing of the old layer is read until the new one is drawn
+        for item in (self.heatmap.image, self.column_outline, self.row_outline):
+            item.setVisible(False)
+        self.heatmap.plot.setTitle(f"L{layer} neuron activations: computing\u2026")
+        self.info.setText(f"L{layer} \u00b7 computing\u2026")
+        self.later("layer", lambda _check: neurons_view(trace, snapshot), self._draw_layer)
+
     def _draw_layer(self, ready: NeuronsView | None = None) -> None:
         trace = self.trace
         if trace is None:
@@ -362,6 +380,7 @@ class NeuronsPanel(Panel):
         self.heatmap.plot.vb.setLimits(xMin=0, xMax=max(cols, 1), yMin=0, yMax=max(rows, 1),
                                        minXRange=min(4, max(cols, 1)), minYRange=min(2, max(rows, 1)))
         self.heatmap.set_data(matrix, list(self.trace.tokens), labels, levels=view.levels, value_name="activation")
+        self.heatmap.image.setVisible(True)
         d_ff = view.post.shape[1]
         shown = "all" if cols == d_ff else f"the {cols} most active of"
         act = f"{'gated ' if cfg.gated_ffn else ''}{cfg.activation}"

@@ -69,3 +69,12 @@ def cell(text: str, number: bool = False) -> QTableWidgetItem:
     if number:
         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     return item
+
+
+def set_cell(table: QTableWidget, row: int, column: int, text: str, number: bool = False) -> None:
+    """``table``'s cell shows ``text``: its item is kept (only its text set) when it has one."""
+    item = table.item(row, column)
+    if item is None:
+        table.setItem(row, column, cell(text, number))
+    elif item.text() != text:
+        item.setText(text)

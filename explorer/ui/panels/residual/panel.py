@@ -33,7 +33,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsPathItem,
     QHBoxLayout,
-    QLabel,
     QMenu,
     QSplitter,
     QVBoxLayout,
@@ -56,6 +55,7 @@ from explorer.ui.panels.residual.view import ResidualView, residual_view
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
 from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 SELECTED = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)  # as the attention panel
 ATTN_BRUSH, FFN_BRUSH = pg.mkBrush("#3b6fb6"), pg.mkBrush("#e08e0b")
@@ -77,9 +77,8 @@ class ResidualPanel(Panel):
         self._view: ResidualView | None = None  # what draw() drew last
 
         row = QHBoxLayout()
-        self.info = QLabel()
+        self.info = SteadyLabel()  # wraps instead of widening the panel past its dock; keeps its height
         self.info.setStyleSheet("color: palette(placeholder-text)")
-        self.info.setWordWrap(True)  # wraps instead of widening the panel past its dock
         row.addWidget(self.info, 1)
         self.body.addLayout(row)
 

@@ -1,0 +1,109 @@
+"""A selection switch in the Model diagram moves the drawn block, it does not rebuild it: a layer
+switch keeps the scene and its box items (object identity), relabels them, and every summary is the
+one computed from scratch for the new selection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from explorer.core.config import ModelConfig
+from explorer.core.loaded import LoadedModel
+from explorer.core.model import Transformer
+from explorer.core.tokenize.base import gpt2_tokenizer
+from explorer.ui.panels.base import clamp_token
+from explorer.ui.panels.diagram import DiagramPanel
+from explorer.ui.panels.diagram.panel import summaries_of
+from explorer.ui.panels.diagram.scene import SPARK_H, SPARK_W, DiagramScene, sparkline
+from explorer.ui.session.session import Session
+
+
+@pytest.fixture(scope="module")
+def four_layers():
+    torch.manual_seed(3)
+    cfg = ModelConfig(vocab_size=50257, n_ctx=64, d_model=32, n_layers=4, n_heads=2, d_head=16, d_ff=64)
+    return LoadedModel(Transformer(cfg).eval(), gpt2_tokenizer(), "four layers", "test", "gpt2")
+
+
+@pytest.fixture
+def shown(qtbot, four_layers):
+    trace = four_layers.trace("One two three four five six seven eight")
+    session = Session()
+    panel = DiagramPanel(session.selection)
+    panel.attach(session)
+    qtbot.addWidget(panel)
+    panel.set_tokenizer(four_layers.tokenizer)
+    panel.resize(1280, 800)
+    panel.show()
+    panel.set_trace(trace)
+    yield panel, session, trace
+    session.shutdown()
+
+
+def _fresh(panel, trace, session):
+    s = session.selection
+    return summaries_of(trace, s.layer, s.head, s.token, panel.tokenizer).summaries
+
+
+def test_a_layer_switch_between_middle_blocks_keeps_the_scene_and_its_box_items(qtbot, shown):
+    panel, session, trace = shown
+    session.selection.set_layer(1)
+    qtbot.waitUntil(lambda: panel.view.layer == 1)
+    scene, items = panel.scene, list(panel.scene.block_items)
+    head_items = {k: v for k, v in scene.items_by_id.items() if not k.startswith("L")}
+    session.selection.set_layer(2)
+    qtbot.waitUntil(lambda: panel.view.layer == 2)
+    assert panel.scene is scene and panel.scene.block_items == items
+    assert all(a is b for a, b in zip(panel.scene.block_items, items))
+    assert {k: v for k, v in scene.items_by_id.items() if not k.startswith("L")} == head_items
+    assert {i.box.id for i in items} == {k for k in scene.items_by_id if k.startswith("L")}
+    assert all(i.box.layer == 2 and i.box.id.startswith("L2.") for i in items)
+    assert scene.block_label.text() == "block 2 of 4"
+    assert [s.title_item.text() for s in scene.strips] == ["blocks 0–1 (collapsed)", "block 3 (collapsed)"]
+    assert [(s.first, s.last) for s in scene.strips] == [(0, 1), (3, 3)]
+    built = DiagramScene()
+    built.build(panel.view.diagram, 2)  # the moved scene draws what a scene built for block 2 draws
+    assert [a.path() for a in scene.arrows] == [a.path() for a in built.arrows]
+    assert {k: (i.box, i.pos(), i.toolTip()) for k, i in scene.items_by_id.items()} == \
+        {k: (i.box, i.pos(), i.toolTip()) for k, i in built.items_by_id.items()}
+    with qtbot.waitSignal(session.panel_requested):  # a moved box opens its new layer
+        scene.items_by_id["L2.ffn.in"].on_click()
+    assert session.selection.layer == 2
+    scene.strips[1].on_click()  # the strip after block 2 selects block 3
+    qtbot.waitUntil(lambda: panel.view.layer == 3)
+    assert panel.scene is not scene  # the last block has no strip after it: a layout of its own
+
+
+def test_switches_reuse_what_they_leave_unchanged_and_every_summary_is_exact(qtbot, shown):
+    panel, session, trace = shown
+    sel = session.selection
+    for change in (lambda: None, lambda: sel.set_layer(1), lambda: sel.set_head(1), lambda: sel.set_token(3),
+                   lambda: sel.set_layer(2), lambda: sel.set_head(0), lambda: sel.set_token(5),
+                   lambda: sel.set_layer(0), lambda: sel.set_layer(3)):
+        change()
+        qtbot.waitUntil(lambda: (panel.view.layer, panel.view.head, panel.view.token)
+                        == (sel.layer, sel.head, clamp_token(sel.token, trace.n_tokens)))
+        fresh = _fresh(panel, trace, session)
+        assert panel.view.summaries == fresh
+        for box_id, item in panel.scene.items_by_id.items():
+            assert item.summary == fresh[box_id]
+            assert item.summary_item.text() == fresh[box_id].text
+            path, point = sparkline(fresh[box_id].series, fresh[box_id].mark, SPARK_W, SPARK_H)
+            assert item.spark.path() == path  # the drawn line and its dot are the new selection's
+            assert item.dot.isVisible() == (point is not None) and (point is None or item.dot.pos() == point)
+
+
+def test_a_panel_off_screen_draws_a_selection_change_when_it_is_shown(qtbot, shown):
+    panel, session, trace = shown
+    sel, calls = session.selection, []
+    original = panel.selection_changed
+    panel.selection_changed = lambda what: (calls.append(what), original(what))
+    panel.set_on_screen(False)  # behind another tab
+    sel.set_token(2)
+    sel.set_layer(1)
+    sel.set_token(4)
+    assert calls == [] and (panel.view.layer, panel.view.token) == (0, trace.n_tokens - 1)
+    panel.set_on_screen(True)
+    assert calls == ["layer", "token"]  # once each, whatever happened meanwhile
+    qtbot.waitUntil(lambda: (panel.view.layer, panel.view.token) == (1, 4))
+    assert panel.view.summaries == _fresh(panel, trace, session)

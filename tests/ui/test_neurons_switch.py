@@ -1,0 +1,57 @@
+"""A layer switch in the FFN neurons panel whose layer is not scanned yet (large n × d_ff) computes it
+in the background: the heatmap says "computing…" and shows nothing of the old layer, then draws the
+new layer's exact values; a token switch keeps the heatmap's image item and updates the table's items."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
+from explorer.core.analysis.neurons import top_neurons
+from explorer.ui.panels.neurons import panel as neurons_panel
+
+from tests.ui.test_neurons_panel import GPT2_PROMPT, make_panel
+
+
+@pytest.fixture(scope="module")
+def gpt2(tiny_gpt2):
+    loaded, _ = tiny_gpt2
+    return loaded, loaded.trace(GPT2_PROMPT)
+
+
+def test_a_layer_not_scanned_yet_is_computed_in_the_background_then_drawn_exactly(qtbot, gpt2, monkeypatch):
+    loaded, trace = gpt2
+    monkeypatch.setattr(neurons_panel, "LAYER_NOW_ELEMENTS", 0)  # every layer "large"
+    panel = make_panel(qtbot, trace, loaded.tokenizer, layer=0, show=True)
+    assert trace.memo_get(("neurons.layer", 2)) is None
+    image = panel.heatmap.image
+    panel.selection.set_layer(2)
+    assert panel.computing() and not image.isVisible()
+    assert "L2" in panel.heatmap.plot.titleLabel.text and "computing" in panel.heatmap.plot.titleLabel.text
+    qtbot.waitUntil(lambda: not panel.computing())
+    assert panel.heatmap.image is image and image.isVisible()
+    post = np.asarray(trace["blocks.2.mlp.post"], dtype=np.float32)
+    np.testing.assert_array_equal(panel.heatmap.matrix, post[:, panel._columns])
+    assert "computing" not in panel.heatmap.plot.titleLabel.text
+    panel.selection.set_layer(0)  # scanned already: drawn at once
+    assert not panel.computing() and image.isVisible()
+    np.testing.assert_array_equal(panel.heatmap.matrix,
+                                  np.asarray(trace["blocks.0.mlp.post"], dtype=np.float32)[:, panel._columns])
+
+
+def test_a_token_switch_keeps_the_image_item_and_the_ranked_tables_items(qtbot, gpt2):
+    loaded, trace = gpt2
+    panel = make_panel(qtbot, trace, loaded.tokenizer, layer=1, show=True)
+    image, first = panel.heatmap.image, panel.ranked.item(0, 1)
+    heights = panel.bars.opts["height"]
+    panel.selection.set_token(4)
+    assert panel.heatmap.image is image and panel.ranked.item(0, 1) is first
+    assert panel.bars.opts["height"] is heights  # the same neuron's bars stay; the selected one's outline moves
+    post = np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32)
+    mark = panel.detail.bar_mark.opts
+    assert list(mark["x"]) == [4.5] and list(mark["height"]) == [post[4, panel.selected_neuron]]
+    np.testing.assert_array_equal(heights, post[:, panel.selected_neuron])
+    ids, values = top_neurons(np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32), 4, panel.ranked.rowCount())
+    assert [panel.ranked.item(r, 1).text() for r in range(len(ids))] == [f"#{j}" for j in ids.tolist()]
+    assert [panel.ranked.item(r, 2).text() for r in range(len(ids))] == [f"{v:.4f}" for v in values.tolist()]
