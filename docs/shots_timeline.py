@@ -188,7 +188,7 @@ def main() -> None:
     window.resizeDocks([window.compare_dock], [int(w * 0.62)], Qt.Orientation.Horizontal)
     view = window.compare_dock.view
     view.cos.cell_clicked.emit(2, 12)
-    pump(app, lambda: view._side_key == (id(view.result), 12) and view.dist.rowCount() > 0)
+    pump(app, lambda: view._shown_key == (id(view.result), 12) and view.dist.rowCount() > 0)
     shot(f"compare-{w}x{h}-finetuned.png")
     compare.close()
     window.compare_dock.hide()
