@@ -14,7 +14,7 @@ holds at once is ``CHUNK_ROWS x n`` numbers.
   chunk from full rows). Max pooling keeps a thin structure (a previous-token diagonal, one key
   that every query reads) visible that a mean over f x f cells would dilute by 1/f.
 * ``pooled_mosaic(...)``: every head's mean-pooled overview tiled as ``display.mosaic`` tiles them,
-  a layer's heads at a time (``layer_pooled_patterns``: one product per row chunk for all its heads,
+  a layer's heads at a time (``layer_pooled_patterns``: one product and softmax per row chunk for all its heads,
   a causal chunk only up to its last query's key), never more than one row chunk of one layer in memory.
 
 The scores follow the forward pass's recipe (``model.attention_scores`` with the layer's scale,
@@ -214,8 +214,8 @@ def pooled_mosaic(trace: Trace, max_tile: int, gap: int = 1, fill: float = np.na
                   check: Callable[[], None] | None = None) -> tuple[np.ndarray, MosaicGeometry]:
     """Every head's pattern mean-pooled to ``max_tile`` pixels a side and tiled as
     ``display.mosaic.tile_heads`` tiles them (same geometry), a layer's heads at a time
-    (``layer_pooled_patterns``). Each head's tile and row normalisers are kept with the trace, as
-    ``overview(..., "pattern", max_tile, "mean")`` and ``row_logsumexp`` keep theirs."""
+    (``layer_pooled_patterns``). Each head's tile is kept with the trace, as ``overview(..., "pattern",
+    max_tile, "mean")`` keeps it."""
     cfg, n = trace.config, trace.n_tokens
     geometry = MosaicGeometry(cfg.n_layers, cfg.n_heads, n, gap, downsample_factor(n, max_tile))
     image = np.full(geometry.shape, fill, dtype=np.float32)
@@ -230,61 +230,56 @@ def pooled_mosaic(trace: Trace, max_tile: int, gap: int = 1, fill: float = np.na
 
 
 def _layer_tiles(trace: Trace, layer: int, pixels: int, check: Callable[[], None] | None) -> list[np.ndarray]:
-    """Every head's mean-pooled pattern of ``layer`` (from the memo where a head has one already)."""
+    """Every head's mean-pooled pattern of ``layer`` (from the memo where every head has one already)."""
     cfg = trace.config
     keys = [("attention_tiles.overview", layer, head, "pattern", pixels, "mean") for head in range(cfg.n_heads)]
-    known = [trace.memo_get(key) for key in keys]
     q_len, k_len = trace[f"blocks.{layer}.attn.q"].shape[-2], trace[f"blocks.{layer}.attn.k"].shape[-2]
-    if all(v is not None for v in known) or q_len != k_len:
+    if q_len != k_len or all(trace.memo_get(key) is not None for key in keys):
         return [overview(trace, layer, head, "pattern", pixels, "mean", check)[0] for head in range(cfg.n_heads)]
-    images, lse, factor = layer_pooled_patterns(trace, layer, pixels, check)
+    images, factor = layer_pooled_patterns(trace, layer, pixels, check)
     out = []
     for head, key in enumerate(keys):
-        image = images[head]
+        image = np.ascontiguousarray(images[head])
         image.flags.writeable = False
-        rows = lse[head]
-        rows.flags.writeable = False
-        trace.memo(("attention_tiles.lse", layer, head), lambda rows=rows: rows)
         out.append(trace.memo(key, lambda image=image: (image, factor))[0])
     return out
 
 
 def layer_pooled_patterns(trace: Trace, layer: int, pixels: int, check: Callable[[], None] | None = None
-                          ) -> tuple[np.ndarray, np.ndarray, int]:
+                          ) -> tuple[np.ndarray, int]:
     """Every head of ``layer`` at once: (the patterns mean-pooled over f x f blocks of queries x keys
-    [H, ceil(n/f), ceil(m/f)] float32, each row's log-sum-exp [H, n] float64, f), the same numbers as
-    ``overview(..., "pattern", pixels, "mean")`` head by head, computed a chunk of query rows at a time
-    (never more than ``H x CHUNK_ROWS x m`` numbers). A causal layer's chunk reads only the keys up
-    to its last query (the later blocks are all masked: their mean is 0), half the work of full rows."""
+    [H, ceil(n/f), ceil(m/f)] float32, f), the same numbers as ``overview(..., "pattern", pixels,
+    "mean")`` head by head, computed a chunk of query rows at a time (never more than
+    ``H x CHUNK_ROWS x m`` numbers): one product and one softmax per chunk for all the heads. A causal
+    layer's chunk reads only the keys up to its last query (the later blocks are all masked: their
+    mean is 0), half the work of full rows."""
     cfg = trace.config
     q = _tensor(trace[f"blocks.{layer}.attn.q"])
     k = _tensor(trace[f"blocks.{layer}.attn.k"])
     heads, n, m = q.shape[0], q.shape[-2], k.shape[-2]
     factor = downsample_factor(max(n, m), pixels)
     step = max(factor, (CHUNK_ROWS // factor) * factor)  # whole blocks of rows per chunk
-    rows_out, cols_out = math.ceil(n / factor), math.ceil(m / factor)
-    image = torch.zeros((heads, rows_out, cols_out), dtype=torch.float32)
-    lse = np.empty((heads, n), dtype=np.float64)
+    image = torch.zeros((heads, math.ceil(n / factor), math.ceil(m / factor)), dtype=torch.float32)
     for r0 in range(0, n, step):
         if check is not None:
             check()
         r1 = min(n, r0 + step)
         last = min(m, r1 + m - n) if cfg.causal else m  # later keys are masked for every row of the chunk
         c1 = min(m, math.ceil(last / factor) * factor)  # whole blocks of keys
-        scores = _heads_scores(trace, layer, list(range(heads)), q, k, (r0, r1), (0, c1))  # [H, r, c1]
-        rows_lse = torch.logsumexp(scores, dim=-1)  # float32: the softmax's own precision
-        lse[:, r0:r1] = rows_lse.cpu().numpy()
-        values = torch.exp(scores - rows_lse[..., None]).cpu()  # masked cells: 0
-        r, pr, pc = r1 - r0, math.ceil((r1 - r0) / factor), math.ceil(c1 / factor)
-        if r != pr * factor or c1 != pc * factor:
-            padded = values.new_zeros((heads, pr * factor, pc * factor))
-            padded[:, :r, :c1] = values
-            values = padded
-        sums = values.view(heads, pr, factor, pc, factor).sum(dim=(2, 4), dtype=torch.float64)
-        sizes_r = torch.clamp(n - (r0 + torch.arange(pr) * factor), max=factor)
-        sizes_c = torch.clamp(m - torch.arange(pc) * factor, max=factor)
-        image[:, r0 // factor:r0 // factor + pr, :pc] = (sums / (sizes_r[:, None] * sizes_c[None, :])).float()
-    return image.numpy(), lse, factor
+        with torch.inference_mode():
+            scores = _heads_scores(trace, layer, list(range(heads)), q, k, (r0, r1), (0, c1))  # [H, r, c1]
+            values = torch.softmax(scores, dim=-1).cpu()  # exact rows: the masked keys weigh 0
+            r, pr, pc = r1 - r0, math.ceil((r1 - r0) / factor), math.ceil(c1 / factor)
+            if r != pr * factor or c1 != pc * factor:
+                padded = values.new_zeros((heads, pr * factor, pc * factor))
+                padded[:, :r, :c1] = values
+                values = padded
+            # a block's f keys summed in float32 (contiguous), its f rows of those in float64
+            sums = values.view(heads, pr, factor, pc, factor).sum(dim=-1).sum(dim=2, dtype=torch.float64)
+            sizes_r = torch.clamp(n - (r0 + torch.arange(pr) * factor), max=factor)
+            sizes_c = torch.clamp(m - torch.arange(pc) * factor, max=factor)
+            image[:, r0 // factor:r0 // factor + pr, :pc] = (sums / (sizes_r[:, None] * sizes_c[None, :])).float()
+    return image.numpy(), factor
 
 
 def head_statistic(trace: Trace, layer: int, head: int, name: str,
