@@ -12,7 +12,9 @@ Per model section (medians over the runs, the first two dropped as warm-up):
 * head / layer / token switch -> redrawn (``Selection`` change plus the event processing that
   repaints; progressive work a switch starts is not waited for);
 * the longest stall of the GUI thread during an edit: a 10 ms QTimer heartbeat, the largest gap
-  between beats from the request to completion.
+  between beats from the request to completion, and which panel's drawing or view's apply ran across it;
+* last panel drawn -> progressive views done, and each view's compute (on the lane's worker) and apply
+  (on the GUI thread) times.
 
 Models: the default model at 64 tokens, a GPT-2-small-shaped random model at 256 and 1024 tokens,
 a Llama-3.2-1B-shaped random model (built in memory) at 256 tokens; ``--memory`` adds the resident
@@ -92,6 +94,111 @@ class Heartbeat:
         return max((b - a) * 1000 for a, b in zip(beats, beats[1:]))
 
 
+class JobTimes:
+    """Each progressive view's time (``explorer.ui.session.progressive``): computing on the lane's worker,
+    applying on the GUI thread; and, per edit, the GUI-thread slot that ran across the longest heartbeat gap."""
+
+    def __init__(self, window) -> None:
+        from explorer.ui.session import progressive
+
+        self.module, self.lane = progressive, window.progressive
+        self.compute: dict[str, list[float]] = {}
+        self.apply: dict[str, list[float]] = {}
+        self.events: list[tuple[str, float, float]] = []  # (what, start, end) on the GUI thread
+        self.longest: dict[str, list[float]] = {}  # what ran across an edit's longest gap: that gap's ms
+        self._run = progressive._run
+
+        def run(job, _run=self._run):
+            t = time.perf_counter()
+            try:
+                return _run(job)
+            finally:
+                self.compute.setdefault(self.name(job), []).append((time.perf_counter() - t) * 1000)
+
+        def on_returned(job, value, _on_returned=self.lane._on_returned):
+            t = time.perf_counter()
+            try:
+                return _on_returned(job, value)
+            finally:
+                end = time.perf_counter()
+                self.apply.setdefault(self.name(job), []).append((end - t) * 1000)
+                self.events.append((f"apply {self.name(job)}", t, end))
+
+        progressive._run = run
+        self.lane._on_returned = on_returned
+        drawing = window.drawing
+        self._draw = drawing._draw_prepared
+
+        def draw(trace, dock, cancel, view, _draw=self._draw):
+            t = time.perf_counter()
+            try:
+                return _draw(trace, dock, cancel, view)
+            finally:
+                self.events.append((f"draw {dock.panel.title}", t, time.perf_counter()))
+
+        drawing._draw_prepared = draw
+        self.drawing = drawing
+        self.session = window.session
+        self._show = window.session.show_result
+
+        def show_result(result, _show=self._show):  # trace_ready's slots: the status, the first panel's drawing...
+            t = time.perf_counter()
+            try:
+                return _show(result)
+            finally:
+                self.events.append(("the trace's arrival (every trace_ready slot)", t, time.perf_counter()))
+
+        window.session.show_result = show_result
+        import gc
+        import threading
+
+        self._gc_start = 0.0
+
+        def collected(phase: str, info: dict) -> None:  # the garbage collector's pauses on the GUI thread
+            if threading.current_thread() is not threading.main_thread():
+                return
+            if phase == "start":
+                self._gc_start = time.perf_counter()
+            else:
+                self.events.append((f"garbage collection (generation {info.get('generation')})", self._gc_start,
+                                    time.perf_counter()))
+
+        self._collected = collected
+        gc.callbacks.append(collected)
+
+    @staticmethod
+    def name(job) -> str:
+        key = job.key if isinstance(job.key, tuple) else (job.key,)
+        return f"{getattr(job.owner, 'title', type(job.owner).__name__)} {' '.join(map(str, key))}"
+
+    def edit_done(self, t0: float, t1: float, beat: Heartbeat) -> None:
+        beats = [t0] + [b for b in beat.beats if t0 <= b <= t1] + [t1]
+        gap, a, b = max(((y - x) * 1000, x, y) for x, y in zip(beats, beats[1:]))
+        inside = [((min(e, b) - max(s, a)) * 1000, what) for what, s, e in self.events if s < b and e > a]
+        took, what = max(inside) if inside else (0.0, "(no drawing, view or collection recorded)")
+        self.longest.setdefault(what, []).append((gap, took))
+        self.events.clear()
+
+    def stop(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._collected)
+        self.module._run = self._run
+        del self.lane._on_returned
+        del self.drawing._draw_prepared
+        del self.session.show_result
+
+    def report(self) -> None:
+        for name, values in sorted(self.compute.items(), key=lambda kv: -statistics.median(kv[1])):
+            applied = self.apply.get(name, [0.0])
+            print(f"      view {name:<40} compute {statistics.median(values):7.1f} ms on the worker, "
+                  f"apply {statistics.median(applied):5.1f} ms (max {max(applied):.1f}) on the GUI thread")
+        for what, gaps in sorted(self.longest.items(), key=lambda kv: -max(kv[1])[0]):
+            gap, took = max(gaps)
+            print(f"      longest gap of an edit: {what} ran across it ({len(gaps)} edits; gap up to {gap:.1f} ms, "
+                  f"{took:.1f} ms of it in that slot, the rest unrecorded: Qt's own events, paints)")
+
+
 def side_by_side(window) -> None:
     """Every panel dock on screen at once (the default layout tabs them)."""
     docks = window.docks
@@ -132,10 +239,11 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
             drawn_ms.setdefault(panel.title, []).append((first_drawn[-1] - t) * 1000)
 
         panel.set_trace = timed
+    jobs = JobTimes(window)
     results, applied = [], []
     window.controller.trace_ready.connect(results.append)
     window.trace_applied.connect(applied.append)  # after the last panel's show_trace
-    rows = {k: [] for k in ("first", "drawn", "complete", "worker", "forward", "stall")}
+    rows = {k: [] for k in ("first", "drawn", "complete", "worker", "forward", "stall", "views")}
     for run in range(runs + 2):
         text = prompt_of(loaded, n_tokens, run + 1)
         first_drawn.clear()
@@ -152,7 +260,10 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
         rows["worker"].append(results[-1].worker_seconds * 1000)
         rows["forward"].append(results[-1].trace.meta.forward_seconds * 1000)
         rows["stall"].append(beat.max_gap_ms(t0, t1))
+        rows["views"].append((t1 - max(first_drawn)) * 1000)
+        jobs.edit_done(t0, t1, beat)
     assert window.trace.n_tokens == n_tokens, window.trace.n_tokens
+    jobs.stop()
 
     cfg, sel = loaded.config, window.selection
     switches = {"head": [], "layer": [], "token": []}
@@ -199,6 +310,9 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
           f"{'ok' if stall <= STALL_MS else 'MISSED'}; median of the edits {med(rows['stall']):.1f} ms)")
     for title, values in drawn_ms.items():
         print(f"      {title:<30} show_trace {statistics.median(values):7.1f} ms (max {max(values):.1f})")
+    print(f"  last panel drawn -> progressive views done: {med(rows['views']):8.1f} ms  (one view at a time on a "
+          f"worker, after every panel is drawn; medians per view below)")
+    jobs.report()
     for (what, title), values in sorted(per_panel.items()):
         print(f"      {what:<5} {title:<30} selection_changed {statistics.median(values):6.1f} ms")
     for panel in window.panels:
