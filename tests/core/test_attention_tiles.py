@@ -114,11 +114,15 @@ def test_chunked_head_statistics_equal_the_whole_patterns(shape, monkeypatch):
         np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
+@pytest.mark.parametrize("budget", ["all heads", "two heads"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_a_layers_pooled_patterns_equal_each_heads_overview(shape, monkeypatch):
-    """All heads of a layer at once (a causal chunk only up to its last query's key) give each head's
-    mean-pooled overview, at a factor that does and one that does not divide n."""
+def test_a_layers_pooled_patterns_equal_each_heads_overview(shape, budget, monkeypatch):
+    """All heads of a layer at once, or as many as fit the budget (a causal chunk only up to its last
+    query's key) give each head's mean-pooled overview, at a factor that does and one that does not
+    divide n."""
     trace = traced(shape, monkeypatch)
+    if budget == "two heads":  # 2 heads x 7 rows x 37 keys: heads in groups, each with its K/V head
+        monkeypatch.setattr(tiles, "MOSAIC_CHUNK_NUMBERS", 2 * 7 * N)
     for pixels in (10, 6):
         for layer in range(2):
             images, factor = tiles.layer_pooled_patterns(trace, layer, pixels)

@@ -40,6 +40,7 @@ __all__ = ["CHUNK_ROWS", "block", "row_logsumexp", "overview", "query_row", "poo
 
 CHUNK_ROWS = 256  # query rows per step: CHUNK_ROWS x n scores at a time (4 MiB at n = 4096)
 POOLS = ("max", "mean")
+MOSAIC_CHUNK_NUMBERS = 2**22  # the layer-batched mosaic's scores at a time (16 MiB): heads x rows x keys
 
 
 def _tensor(a) -> torch.Tensor:
@@ -249,36 +250,43 @@ def layer_pooled_patterns(trace: Trace, layer: int, pixels: int, check: Callable
                           ) -> tuple[np.ndarray, int]:
     """Every head of ``layer`` at once: (the patterns mean-pooled over f x f blocks of queries x keys
     [H, ceil(n/f), ceil(m/f)] float32, f), the same numbers as ``overview(..., "pattern", pixels,
-    "mean")`` head by head, computed a chunk of query rows at a time (never more than
-    ``H x CHUNK_ROWS x m`` numbers): one product and one softmax per chunk for all the heads. A causal
-    layer's chunk reads only the keys up to its last query (the later blocks are all masked: their
-    mean is 0), half the work of full rows."""
+    "mean")`` head by head, computed a chunk of query rows at a time: one product and one softmax per
+    chunk for as many heads as fit ``MOSAIC_CHUNK_NUMBERS`` (at least one head's ``f`` rows, as
+    ``overview`` holds them). A causal layer's chunk reads only the keys up to its last query (the
+    later blocks are all masked: their mean is 0), half the work of full rows."""
     cfg = trace.config
     q = _tensor(trace[f"blocks.{layer}.attn.q"])
     k = _tensor(trace[f"blocks.{layer}.attn.k"])
     heads, n, m = q.shape[0], q.shape[-2], k.shape[-2]
     factor = downsample_factor(max(n, m), pixels)
-    step = max(factor, (CHUNK_ROWS // factor) * factor)  # whole blocks of rows per chunk
+    rows_fit = min(CHUNK_ROWS, MOSAIC_CHUNK_NUMBERS // max(1, heads * m))
+    step = max(factor, (rows_fit // factor) * factor)  # whole blocks of rows per chunk
+    group = max(1, MOSAIC_CHUNK_NUMBERS // (step * m))  # heads per product: at most the budget's numbers
+    kv_of = heads // k.shape[0]
     image = torch.zeros((heads, math.ceil(n / factor), math.ceil(m / factor)), dtype=torch.float32)
     for r0 in range(0, n, step):
-        if check is not None:
-            check()
         r1 = min(n, r0 + step)
         last = min(m, r1 + m - n) if cfg.causal else m  # later keys are masked for every row of the chunk
         c1 = min(m, math.ceil(last / factor) * factor)  # whole blocks of keys
-        with torch.inference_mode():
-            scores = _heads_scores(trace, layer, list(range(heads)), q, k, (r0, r1), (0, c1))  # [H, r, c1]
-            values = torch.softmax(scores, dim=-1).cpu()  # exact rows: the masked keys weigh 0
-            r, pr, pc = r1 - r0, math.ceil((r1 - r0) / factor), math.ceil(c1 / factor)
-            if r != pr * factor or c1 != pc * factor:
-                padded = values.new_zeros((heads, pr * factor, pc * factor))
-                padded[:, :r, :c1] = values
-                values = padded
-            # a block's f keys summed in float32 (contiguous), its f rows of those in float64
-            sums = values.view(heads, pr, factor, pc, factor).sum(dim=-1).sum(dim=2, dtype=torch.float64)
-            sizes_r = torch.clamp(n - (r0 + torch.arange(pr) * factor), max=factor)
-            sizes_c = torch.clamp(m - torch.arange(pc) * factor, max=factor)
-            image[:, r0 // factor:r0 // factor + pr, :pc] = (sums / (sizes_r[:, None] * sizes_c[None, :])).float()
+        r, pr, pc = r1 - r0, math.ceil((r1 - r0) / factor), math.ceil(c1 / factor)
+        sizes_r = torch.clamp(n - (r0 + torch.arange(pr) * factor), max=factor)
+        sizes_c = torch.clamp(m - torch.arange(pc) * factor, max=factor)
+        for h0 in range(0, heads, group):
+            if check is not None:
+                check()
+            h1 = min(heads, h0 + group)
+            kv = k[torch.arange(h0, h1) // kv_of]  # each query head's K/V head
+            with torch.inference_mode():
+                scores = _heads_scores(trace, layer, list(range(h0, h1)), q[h0:h1], kv, (r0, r1), (0, c1))
+                values = torch.softmax(scores, dim=-1).cpu()  # exact rows: the masked keys weigh 0
+                if r != pr * factor or c1 != pc * factor:
+                    padded = values.new_zeros((h1 - h0, pr * factor, pc * factor))
+                    padded[:, :r, :c1] = values
+                    values = padded
+                # a block's f keys summed in float32 (contiguous), its f rows of those in float64
+                sums = values.view(h1 - h0, pr, factor, pc, factor).sum(dim=-1).sum(dim=2, dtype=torch.float64)
+                image[h0:h1, r0 // factor:r0 // factor + pr, :pc] = (
+                    sums / (sizes_r[:, None] * sizes_c[None, :])).float()
     return image.numpy(), factor
 
 
