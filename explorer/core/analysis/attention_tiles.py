@@ -36,7 +36,8 @@ from explorer.core.display.mosaic import MosaicGeometry, downsample_factor
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
 
-__all__ = ["CHUNK_ROWS", "block", "row_logsumexp", "overview", "query_row", "pooled_mosaic", "layer_pooled_patterns", "POOLS"]
+__all__ = ["CHUNK_ROWS", "block", "row_logsumexp", "overview", "query_row", "pooled_mosaic", "layer_pooled_patterns",
+           "POOLS"]
 
 CHUNK_ROWS = 256  # query rows per step: CHUNK_ROWS x n scores at a time (4 MiB at n = 4096)
 POOLS = ("max", "mean")
