@@ -105,7 +105,8 @@ def side_by_side(window) -> None:
 
 
 def complete(window) -> bool:
-    return not window.progressive.busy and not any(p.computing() for p in window.panels if p.on_screen)
+    return (not window.progressive.busy and not any(p.computing() for p in window.panels if p.on_screen)
+            and not getattr(window.drawing, "checking", False))  # the NaN check (status bar) is done too
 
 
 def pump_until(app, condition, timeout_s: float = 600.0) -> None:

@@ -73,3 +73,28 @@ def test_the_panels_draw_in_separate_events(qtbot, window):
     assert len({title for title, _ in draws}) == len(draws), draws
     counts = [count for _, count in draws]
     assert all(b > a for a, b in zip(counts, counts[1:])), draws  # a beat between any two draws
+
+
+def test_the_nan_check_runs_beside_the_drawing_and_reaches_the_status_bar(qtbot, window):
+    """The numbers are checked on a worker of their own; the status bar says where they stop being finite
+    once both the check and the drawing are done, and says nothing again for finite numbers."""
+    import torch
+
+    warning = window.status.warning
+    assert not warning.isVisible()
+    weight = next(p for name, p in window.loaded.model.named_parameters() if name.startswith("blocks.1."))
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight.fill_(float("nan"))
+    try:
+        with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+            window.controller.request(PROMPT + " broken")
+        qtbot.waitUntil(lambda: not window.drawing.checking and warning.isVisible(), timeout=30_000)
+        assert "not finite" in warning.text() and "NaN" in warning.text()
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.controller.request(PROMPT + " mended")
+    qtbot.waitUntil(lambda: not window.drawing.checking, timeout=30_000)
+    assert not warning.isVisible()
