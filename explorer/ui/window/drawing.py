@@ -5,8 +5,8 @@ The first shown panel's ``prepare`` ran on the trace worker, so it is drawn at o
 panels' prepares run on a background thread (``workers.prepare_panels``, with the snapshots taken
 when the trace was requested; the NaN check, ``nonfinite``, on a worker of its own beside them), then
 those panels are drawn one per turn of a 1 ms timer, each painted at once, so the window's own timers
-and repaints run between them. The panels' expensive views (the
-progressive lane) wait until every panel is drawn. A newer trace stops the rest. A panel behind
+and repaints run between them. The panels' expensive views (the progressive lane) wait until every
+panel is drawn. A newer trace stops the rest. A panel behind
 another tab is marked stale and drawn when it is shown. Drawing while the others were still
 preparing was measured and dropped: on two cores it doubled the GUI thread's stalls.
 """
