@@ -14,7 +14,9 @@ Per model section (medians over the runs, the first two dropped as warm-up):
 * head / layer / token switch -> every visible panel complete: until the background work that switch
   started (a panel's "computing…" view) is drawn too;
 * the longest stall of the GUI thread during an edit: a 10 ms QTimer heartbeat, the largest gap
-  between beats from the request to completion.
+  between beats from the request to completion, and which panel's drawing or view's apply ran across it;
+* last panel drawn -> progressive views done, and each view's compute (on the lane's worker) and apply
+  (on the GUI thread) times.
 
 Models: the default model at 64 tokens, a GPT-2-small-shaped random model at 256 and 1024 tokens,
 a Llama-3.2-1B-shaped random model (built in memory) at 256 tokens; ``--memory`` adds the resident
@@ -57,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import explorer.ui  # noqa: E402,F401
+from _edit_probe import JobTimes  # noqa: E402
 from _models import default_or_stand_in, gpt2_small_loaded, llama_1b_loaded  # noqa: E402
 
 from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
@@ -108,7 +111,8 @@ def side_by_side(window) -> None:
 
 
 def complete(window) -> bool:
-    return not window.progressive.busy and not any(p.computing() for p in window.panels if p.on_screen)
+    return (not window.progressive.busy and not any(p.computing() for p in window.panels if p.on_screen)
+            and not getattr(window.drawing, "checking", False))  # the NaN check (status bar) is done too
 
 
 def pump_until(app, condition, timeout_s: float = 600.0) -> None:
@@ -138,10 +142,11 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
             drawn_ms.setdefault(panel.title, []).append((first_drawn[-1] - t) * 1000)
 
         panel.set_trace = timed
+    jobs = JobTimes(window)
     results, applied = [], []
     window.controller.trace_ready.connect(results.append)
     window.trace_applied.connect(applied.append)  # after the last panel's show_trace
-    rows = {k: [] for k in ("first", "drawn", "complete", "worker", "forward", "stall")}
+    rows = {k: [] for k in ("first", "drawn", "complete", "worker", "forward", "stall", "views")}
     for run in range(runs + 2):
         text = prompt_of(loaded, n_tokens, run + 1)
         first_drawn.clear()
@@ -158,7 +163,10 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
         rows["worker"].append(results[-1].worker_seconds * 1000)
         rows["forward"].append(results[-1].trace.meta.forward_seconds * 1000)
         rows["stall"].append(beat.max_gap_ms(t0, t1))
+        rows["views"].append((t1 - max(first_drawn)) * 1000)
+        jobs.edit_done(t0, t1, beat, counted=run >= 2)  # the first two are warm-up, as in the medians
     assert window.trace.n_tokens == n_tokens, window.trace.n_tokens
+    jobs.stop()
 
     cfg, sel = loaded.config, window.selection
     switches = {"head": [], "layer": [], "token": []}
@@ -214,6 +222,9 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
           f"{'ok' if stall <= STALL_MS else 'MISSED'}; median of the edits {med(rows['stall']):.1f} ms)")
     for title, values in drawn_ms.items():
         print(f"      {title:<30} show_trace {statistics.median(values):7.1f} ms (max {max(values):.1f})")
+    print(f"  last panel drawn -> progressive views done: {med(rows['views']):8.1f} ms  (one view at a time on a "
+          f"worker, after every panel is drawn; medians per view below)")
+    jobs.report()
     for (what, title), values in sorted(per_panel.items()):
         print(f"      {what:<5} {title:<30} selection_changed {statistics.median(values):6.1f} ms")
     for panel in window.panels:

@@ -112,3 +112,31 @@ def test_chunked_head_statistics_equal_the_whole_patterns(shape, monkeypatch):
         chunked = analysis.head_statistics(trace, name)
         monkeypatch.setattr(analysis, "CHUNKED_FROM", 1024)
         np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("budget", ["all heads", "two heads"])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_layers_pooled_patterns_equal_each_heads_overview(shape, budget, monkeypatch):
+    """All heads of a layer at once, or as many as fit the budget (a causal chunk only up to its last
+    query's key) give each head's mean-pooled overview, at a factor that does and one that does not
+    divide n."""
+    trace = traced(shape, monkeypatch)
+    if budget == "two heads":  # 2 heads x 7 rows x 37 keys: heads in groups, each with its K/V head
+        monkeypatch.setattr(tiles, "MOSAIC_CHUNK_NUMBERS", 2 * 7 * N)
+    for pixels in (10, 6):
+        for layer in range(2):
+            images, factor = tiles.layer_pooled_patterns(trace, layer, pixels)
+            assert images.shape[0] == trace.config.n_heads
+            for head in range(trace.config.n_heads):
+                want, want_factor = tiles.overview(trace, layer, head, "pattern", pixels, "mean")
+                assert factor == want_factor
+                np.testing.assert_allclose(images[head], want, rtol=1e-5, atol=1e-7)
+
+
+def test_pooled_mosaic_keeps_each_heads_tile_for_the_detail(monkeypatch):
+    trace = traced("gpt2", monkeypatch)
+    image, geo = tiles.pooled_mosaic(trace, 10)
+    kept = trace.memo_get(("attention_tiles.overview", 1, 3, "pattern", 10, "mean"))
+    assert kept is not None and kept[1] == 4
+    x, y = geo.tile_origin(1, 3)
+    assert np.array_equal(kept[0], image[y:y + geo.tile, x:x + geo.tile])  # the detail reuses the mosaic's tile

@@ -14,7 +14,8 @@ holds at once is ``CHUNK_ROWS x n`` numbers.
   chunk from full rows). Max pooling keeps a thin structure (a previous-token diagonal, one key
   that every query reads) visible that a mean over f x f cells would dilute by 1/f.
 * ``pooled_mosaic(...)``: every head's mean-pooled overview tiled as ``display.mosaic`` tiles them,
-  one head at a time, never more than one row chunk of one head in memory.
+  a layer's heads at a time (``layer_pooled_patterns``: one product and softmax per row chunk for all its heads,
+  a causal chunk only up to its last query's key), never more than one row chunk of one layer in memory.
 
 The scores follow the forward pass's recipe (``model.attention_scores`` with the layer's scale,
 ALiBi bias, causal / sliding-window mask and soft cap); masked cells are -inf in the scores and 0 in
@@ -35,10 +36,12 @@ from explorer.core.display.mosaic import MosaicGeometry, downsample_factor
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
 
-__all__ = ["CHUNK_ROWS", "block", "row_logsumexp", "overview", "query_row", "pooled_mosaic", "POOLS"]
+__all__ = ["CHUNK_ROWS", "block", "row_logsumexp", "overview", "query_row", "pooled_mosaic", "layer_pooled_patterns",
+           "POOLS"]
 
 CHUNK_ROWS = 256  # query rows per step: CHUNK_ROWS x n scores at a time (4 MiB at n = 4096)
 POOLS = ("max", "mean")
+MOSAIC_CHUNK_NUMBERS = 2**22  # the layer-batched mosaic's scores at a time (16 MiB): heads x rows x keys
 
 
 def _tensor(a) -> torch.Tensor:
@@ -61,11 +64,19 @@ def head_qk(trace: Trace, layer: int, head: int) -> tuple[torch.Tensor, torch.Te
 def _block_scores(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch.Tensor,
                   rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
     """Exact scores (what enters the softmax) of queries ``rows`` x keys ``cols`` [r, c]."""
+    return _heads_scores(trace, layer, [head], q[None], k[None], rows, cols)[0]
+
+
+def _heads_scores(trace: Trace, layer: int, heads: list[int], q: torch.Tensor, k: torch.Tensor,
+                  rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+    """``_block_scores`` of several heads at once: q [h, n, dh] of query heads ``heads`` and k [h or
+    their K/V heads, m, dh] (the K/V heads of consecutive query heads, as the forward pass groups them)
+    -> [h, r, c]."""
     from explorer.core.model import alibi_slopes, attention_scores, layer_window, soft_cap
 
     cfg = trace.config
     (r0, r1), (c0, c1) = rows, cols
-    n, m = q.shape[0], k.shape[0]
+    n, m = q.shape[-2], k.shape[-2]
     device = q.device
     i = torch.arange(r0, r1, device=device)[:, None] + (m - n)  # the queries are the last n of the m keys
     j = torch.arange(c0, c1, device=device)[None, :]
@@ -77,12 +88,12 @@ def _block_scores(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch
             mask |= j <= i - window
     bias = None
     if cfg.alibi:
-        bias = -alibi_slopes(cfg.n_heads)[head].to(device) * (i - j).float()
+        slopes = alibi_slopes(cfg.n_heads)[heads].to(device)
+        bias = -slopes[:, None, None] * (i - j).float()[None]
         if cfg.alibi_before_scale:
             bias = bias * (1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else cfg.attn_scale)
-        bias = bias[None]
     with torch.inference_mode():
-        scores = attention_scores(q[None, r0:r1], k[None, c0:c1], mask, cfg.attn_scale, bias)[0]
+        scores = attention_scores(q[:, r0:r1], k[:, c0:c1], mask, cfg.attn_scale, bias)
         if cfg.attn_softcap is not None:
             scores = soft_cap(scores, cfg.attn_softcap, mask)
     return scores
@@ -204,17 +215,80 @@ def overview(trace: Trace, layer: int, head: int, kind: str, pixels: int, pool: 
 def pooled_mosaic(trace: Trace, max_tile: int, gap: int = 1, fill: float = np.nan,
                   check: Callable[[], None] | None = None) -> tuple[np.ndarray, MosaicGeometry]:
     """Every head's pattern mean-pooled to ``max_tile`` pixels a side and tiled as
-    ``display.mosaic.tile_heads`` tiles them (same geometry), one head at a time."""
+    ``display.mosaic.tile_heads`` tiles them (same geometry), a layer's heads at a time
+    (``layer_pooled_patterns``). Each head's tile is kept with the trace, as ``overview(..., "pattern",
+    max_tile, "mean")`` keeps it."""
     cfg, n = trace.config, trace.n_tokens
     geometry = MosaicGeometry(cfg.n_layers, cfg.n_heads, n, gap, downsample_factor(n, max_tile))
     image = np.full(geometry.shape, fill, dtype=np.float32)
     t = geometry.tile
     for layer in range(cfg.n_layers):
+        tiles = _layer_tiles(trace, layer, max_tile, check)
         for head in range(cfg.n_heads):
-            tile, _ = overview(trace, layer, head, "pattern", max_tile, "mean", check)
+            tile = tiles[head]
             x, y = geometry.tile_origin(layer, head)
             image[y:y + t, x:x + t] = np.where(np.isfinite(tile), tile, np.float32(fill))
     return np.ascontiguousarray(image), geometry
+
+
+def _layer_tiles(trace: Trace, layer: int, pixels: int, check: Callable[[], None] | None) -> list[np.ndarray]:
+    """Every head's mean-pooled pattern of ``layer`` (from the memo where every head has one already)."""
+    cfg = trace.config
+    keys = [("attention_tiles.overview", layer, head, "pattern", pixels, "mean") for head in range(cfg.n_heads)]
+    q_len, k_len = trace[f"blocks.{layer}.attn.q"].shape[-2], trace[f"blocks.{layer}.attn.k"].shape[-2]
+    if q_len != k_len or all(trace.memo_get(key) is not None for key in keys):
+        return [overview(trace, layer, head, "pattern", pixels, "mean", check)[0] for head in range(cfg.n_heads)]
+    images, factor = layer_pooled_patterns(trace, layer, pixels, check)
+    out = []
+    for head, key in enumerate(keys):
+        image = np.ascontiguousarray(images[head])
+        image.flags.writeable = False
+        out.append(trace.memo(key, lambda image=image: (image, factor))[0])
+    return out
+
+
+def layer_pooled_patterns(trace: Trace, layer: int, pixels: int, check: Callable[[], None] | None = None
+                          ) -> tuple[np.ndarray, int]:
+    """Every head of ``layer`` at once: (the patterns mean-pooled over f x f blocks of queries x keys
+    [H, ceil(n/f), ceil(m/f)] float32, f), the same numbers as ``overview(..., "pattern", pixels,
+    "mean")`` head by head, computed a chunk of query rows at a time: one product and one softmax per
+    chunk for as many heads as fit ``MOSAIC_CHUNK_NUMBERS`` (at least one head's ``f`` rows, as
+    ``overview`` holds them). A causal layer's chunk reads only the keys up to its last query (the
+    later blocks are all masked: their mean is 0), half the work of full rows."""
+    cfg = trace.config
+    q = _tensor(trace[f"blocks.{layer}.attn.q"])
+    k = _tensor(trace[f"blocks.{layer}.attn.k"])
+    heads, n, m = q.shape[0], q.shape[-2], k.shape[-2]
+    factor = downsample_factor(max(n, m), pixels)
+    rows_fit = min(CHUNK_ROWS, MOSAIC_CHUNK_NUMBERS // max(1, heads * m))
+    step = max(factor, (rows_fit // factor) * factor)  # whole blocks of rows per chunk
+    group = max(1, MOSAIC_CHUNK_NUMBERS // (step * m))  # heads per product: at most the budget's numbers
+    kv_of = heads // k.shape[0]
+    image = torch.zeros((heads, math.ceil(n / factor), math.ceil(m / factor)), dtype=torch.float32)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        last = min(m, r1 + m - n) if cfg.causal else m  # later keys are masked for every row of the chunk
+        c1 = min(m, math.ceil(last / factor) * factor)  # whole blocks of keys
+        r, pr, pc = r1 - r0, math.ceil((r1 - r0) / factor), math.ceil(c1 / factor)
+        sizes_r = torch.clamp(n - (r0 + torch.arange(pr) * factor), max=factor)
+        sizes_c = torch.clamp(m - torch.arange(pc) * factor, max=factor)
+        for h0 in range(0, heads, group):
+            if check is not None:
+                check()
+            h1 = min(heads, h0 + group)
+            kv = k[torch.arange(h0, h1) // kv_of]  # each query head's K/V head
+            with torch.inference_mode():
+                scores = _heads_scores(trace, layer, list(range(h0, h1)), q[h0:h1], kv, (r0, r1), (0, c1))
+                values = torch.softmax(scores, dim=-1).cpu()  # exact rows: the masked keys weigh 0
+                if r != pr * factor or c1 != pc * factor:
+                    padded = values.new_zeros((h1 - h0, pr * factor, pc * factor))
+                    padded[:, :r, :c1] = values
+                    values = padded
+                # a block's f keys summed in float32 (contiguous), its f rows of those in float64
+                sums = values.view(h1 - h0, pr, factor, pc, factor).sum(dim=-1).sum(dim=2, dtype=torch.float64)
+                image[h0:h1, r0 // factor:r0 // factor + pr, :pc] = (
+                    sums / (sizes_r[:, None] * sizes_c[None, :])).float()
+    return image.numpy(), factor
 
 
 def head_statistic(trace: Trace, layer: int, head: int, name: str,

@@ -76,7 +76,7 @@ class ProgressiveWork(QObject):
         self._running: Job | None = None
         self._worker: Any = None
         self._closed = False
-        self._held = False  # True while the window prepares and draws a new trace's panels (no job starts)
+        self._held: set[str] = set()  # why no job starts now ("drawing": a new trace's panels; "forward": a pass runs)
         self.computed: list[tuple[Any, Any]] = []  # (owner, key) of every job computed: tests read it
 
     # --- asking ------------------------------------------------------------------------------
@@ -105,13 +105,21 @@ class ProgressiveWork(QObject):
         self._closed = True
         self.cancel_all()
 
-    def hold(self, held: bool) -> None:
-        """While held, queued jobs wait: the window holds the lane while it prepares and draws a new
-        trace's panels, so that the GUI thread and the preparation do not share two cores with the
-        expensive views too (the views start as soon as every panel is drawn)."""
-        self._held = bool(held)
-        if not self._held:
+    def hold(self, held: bool, reason: str = "drawing") -> None:
+        """While held (for any ``reason``), queued jobs wait and none starts. The window holds the lane
+        while it prepares and draws a new trace's panels ("drawing"), so that the GUI thread and the
+        preparation do not share two cores with the expensive views too (the views start as soon as
+        every panel is drawn); the session holds it while a forward pass runs ("forward"): the views
+        of the trace on screen are stale once it ends, and on two cores they would slow it down."""
+        if held:
+            self._held.add(reason)
+        else:
+            self._held.discard(reason)
             self._next()
+
+    @property
+    def held(self) -> bool:
+        return bool(self._held)
 
     @property
     def busy(self) -> bool:

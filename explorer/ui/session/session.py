@@ -117,6 +117,9 @@ class Session(QObject):
         self.controller.requested.connect(self._on_requested)
         self.controller.trace_ready.connect(self._on_trace_ready)
         self.controller.failed.connect(self._on_failed)
+        # no panel's expensive view runs beside a forward pass: on two cores they slow each other down,
+        # and the views of the trace on screen are stale once the pass ends (progressive.py)
+        self.controller.busy_changed.connect(lambda busy: self.progressive.hold(busy, "forward"))
         self.interventions.changed.connect(self._on_interventions)
         self.timeline = Timeline(self)  # a generation's steps, cut from one trace of the whole sequence
         self.compare = Comparing(self)  # a second model beside this one (Models > Compare with another model…)

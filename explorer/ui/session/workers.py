@@ -289,9 +289,9 @@ def run_trace(request: TraceRequest) -> TraceResult:
 
 def prepare_panels(trace: Trace, preparers: Sequence[Preparer], cancel: Cancel):
     """The other panels' prepares, one at a time (a generator for a worker thread): yields each
-    one's index when it is done, then checks the numbers for NaN (``nonfinite``); returns each
-    prepare with the view it returned. A prepare that fails is logged and skipped (its view is None):
-    its panel then computes what it needs when it draws."""
+    one's index when it is done; returns each prepare with the view it returned (the window checks
+    the numbers for NaN, ``nonfinite``, on a worker of its own meanwhile). A prepare that fails is
+    logged and skipped (its view is None): its panel then computes what it needs when it draws."""
     views: list[tuple[Preparer, object]] = []
     for i, prepare in enumerate(preparers):
         cancel.check()
@@ -305,7 +305,6 @@ def prepare_panels(trace: Trace, preparers: Sequence[Preparer], cancel: Cancel):
         views.append((prepare, view))
         yield i
     cancel.check()
-    nonfinite(trace)
     return views
 
 

@@ -3,9 +3,10 @@
 
 The first shown panel's ``prepare`` ran on the trace worker, so it is drawn at once; the other shown
 panels' prepares run on a background thread (``workers.prepare_panels``, with the snapshots taken
-when the trace was requested), then those panels are drawn one per turn of a 1 ms timer, each painted
-at once, so the window's own timers and repaints run between them. The panels' expensive views (the
-progressive lane) wait until every panel is drawn. A newer trace stops the rest. A panel behind
+when the trace was requested; the NaN check, ``nonfinite``, on a worker of its own beside them), then
+those panels are drawn one per turn of a 1 ms timer, each painted at once, so the window's own timers
+and repaints run between them. The panels' expensive views (the progressive lane) wait until every
+panel is drawn. A newer trace stops the rest. A panel behind
 another tab is marked stale and drawn when it is shown. Drawing while the others were still
 preparing was measured and dropped: on two cores it doubled the GUI thread's stalls.
 """
@@ -65,6 +66,8 @@ class PanelDrawing(QObject):
         self._drawing_worker: Any = None
         self._stale: set[PanelDock] = set()
         self._trim_pending = False
+        self._checking: Trace | None = None  # the trace whose numbers are being checked for NaN (a worker)
+        self._applied: Trace | None = None  # the last trace every shown panel has drawn
         self.closed = False
         session.preparers = self.preparers
         session.trace_ready.connect(self._on_trace_ready)
@@ -127,6 +130,33 @@ class PanelDrawing(QObject):
         release_when_finished(worker)
         self._drawing_worker = worker  # keep it referenced while it runs
         worker.start()
+        self._check_numbers(trace)
+
+    @property
+    def checking(self) -> bool:
+        """Whether the shown trace's numbers are still being checked for NaN (the status bar says so when done)."""
+        return self._checking is not None and self._checking is self.trace
+
+    def _check_numbers(self, trace: Trace) -> None:
+        """The NaN check (``nonfinite``) on a worker of its own, beside the panels' preparation: after it, on
+        the same worker, it held the drawing of every panel but the first back (~0.1 s at 1024 tokens)."""
+        self._checking = trace
+
+        def done(found: object) -> None:
+            if self._checking is trace:
+                self._checking = None
+            if not self.closed and trace is self.trace and self._applied is trace:
+                self._show_nonfinite(found)
+
+        def failed(exc: BaseException) -> None:
+            if self._checking is trace:
+                self._checking = None
+            log.error("checking the numbers failed", exc_info=exc)
+
+        run_in_background(nonfinite, trace, on_done=done, on_error=failed)
+
+    def _show_nonfinite(self, found: object) -> None:
+        self.status.set_warning(None if found is None else f"The model's numbers are not finite: {found.describe()}")
 
     def _prepared(self) -> None:
         # a finished worker held here would hold this object through its signals' connections
@@ -162,8 +192,9 @@ class PanelDrawing(QObject):
         self.last_update_seconds = time.perf_counter() - result.request.requested_at
         self.status.show_trace(trace.n_tokens, trace.meta.forward_seconds, self.last_update_seconds)
         self.status.show_memory(global_budget().describe())
-        found = nonfinite(trace)
-        self.status.set_warning(None if found is None else f"The model's numbers are not finite: {found.describe()}")
+        self._applied = trace
+        if self._checking is not trace:  # checked already (kept with the trace); else the check's end says it
+            self._show_nonfinite(nonfinite(trace))
         self.applied.emit(trace)
         self._trim_pending = True
         self.release_memory()

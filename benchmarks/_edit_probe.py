@@ -1,0 +1,117 @@
+"""benchmarks/ui.py's look inside an edit: each progressive view's compute (on the lane's worker) and
+apply (on the GUI thread), and which GUI-thread slot (a panel's drawing, a view's apply, the trace's
+arrival, a garbage collection) ran across each edit's longest heartbeat gap."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+class JobTimes:
+    """Each progressive view's time (``explorer.ui.session.progressive``): computing on the lane's worker,
+    applying on the GUI thread; and, per edit, the GUI-thread slot that ran across the longest heartbeat gap."""
+
+    def __init__(self, window) -> None:
+        from explorer.ui.session import progressive
+
+        self.module, self.lane = progressive, window.progressive
+        self.compute: dict[str, list[float]] = {}
+        self.apply: dict[str, list[float]] = {}
+        self.events: list[tuple[str, float, float]] = []  # (what, start, end) on the GUI thread
+        self.longest: dict[str, list[float]] = {}  # what ran across an edit's longest gap: that gap's ms
+        self._run = progressive._run
+
+        def run(job, _run=self._run):
+            t = time.perf_counter()
+            try:
+                return _run(job)
+            finally:
+                self.compute.setdefault(self.name(job), []).append((time.perf_counter() - t) * 1000)
+
+        def on_returned(job, value, _on_returned=self.lane._on_returned):
+            t = time.perf_counter()
+            try:
+                return _on_returned(job, value)
+            finally:
+                end = time.perf_counter()
+                self.apply.setdefault(self.name(job), []).append((end - t) * 1000)
+                self.events.append((f"apply {self.name(job)}", t, end))
+
+        progressive._run = run
+        self.lane._on_returned = on_returned
+        drawing = window.drawing
+        self._draw = drawing._draw_prepared
+
+        def draw(trace, dock, cancel, view, _draw=self._draw):
+            t = time.perf_counter()
+            try:
+                return _draw(trace, dock, cancel, view)
+            finally:
+                self.events.append((f"draw {dock.panel.title}", t, time.perf_counter()))
+
+        drawing._draw_prepared = draw
+        self.drawing = drawing
+        self.session = window.session
+        self._show = window.session.show_result
+
+        def show_result(result, _show=self._show):  # trace_ready's slots: the status, the first panel's drawing...
+            t = time.perf_counter()
+            try:
+                return _show(result)
+            finally:
+                self.events.append(("the trace's arrival (every trace_ready slot)", t, time.perf_counter()))
+
+        window.session.show_result = show_result
+        import gc
+        import threading
+
+        self._gc_start = 0.0
+
+        def collected(phase: str, info: dict) -> None:  # the garbage collector's pauses on the GUI thread
+            if threading.current_thread() is not threading.main_thread():
+                return
+            if phase == "start":
+                self._gc_start = time.perf_counter()
+            else:
+                self.events.append((f"garbage collection (generation {info.get('generation')})", self._gc_start,
+                                    time.perf_counter()))
+
+        self._collected = collected
+        gc.callbacks.append(collected)
+
+    @staticmethod
+    def name(job) -> str:
+        key = job.key if isinstance(job.key, tuple) else (job.key,)
+        return f"{getattr(job.owner, 'title', type(job.owner).__name__)} {' '.join(map(str, key))}"
+
+    def edit_done(self, t0: float, t1: float, beat, counted: bool = True) -> None:
+        if not counted:
+            self.events.clear()
+            return
+        beats = [t0] + [b for b in beat.beats if t0 <= b <= t1] + [t1]
+        gap, a, b = max(((y - x) * 1000, x, y) for x, y in zip(beats, beats[1:]))
+        inside = [((min(e, b) - max(s, a)) * 1000, what) for what, s, e in self.events if s < b and e > a]
+        took, what = max(inside) if inside else (0.0, "(no drawing, view or collection recorded)")
+        self.longest.setdefault(what, []).append((gap, took))
+        self.events.clear()
+
+    def stop(self) -> None:
+        import gc
+
+        gc.callbacks.remove(self._collected)
+        self.module._run = self._run
+        del self.lane._on_returned
+        del self.drawing._draw_prepared
+        del self.session.show_result
+
+    def report(self) -> None:
+        for name, values in sorted(self.compute.items(), key=lambda kv: -statistics.median(kv[1])):
+            applied = self.apply.get(name, [0.0])
+            print(f"      view {name:<40} compute {statistics.median(values):7.1f} ms on the worker, "
+                  f"apply {statistics.median(applied):5.1f} ms (max {max(applied):.1f}) on the GUI thread")
+        for what, gaps in sorted(self.longest.items(), key=lambda kv: -max(kv[1])[0]):
+            gap, took = max(gaps)
+            print(f"      longest gap of an edit: {what} ran across it ({len(gaps)} edits; gap up to {gap:.1f} ms, "
+                  f"{took:.1f} ms of it in that slot, the rest unrecorded: Qt's own events and paints, "
+                  "or no CPU for the GUI thread)")
