@@ -170,9 +170,14 @@ class DiagramPanel(Panel):
 
         def apply(got: dict[str, Summary]) -> None:
             shown = self.view
-            if shown is not None and shown.trace is trace and shown.token == t and shown.pending:
-                self.draw(replace(shown, summaries={**shown.summaries, **got},
-                                  pending=tuple(i for i in shown.pending if i not in got)))
+            if shown is None or shown.trace is not trace or shown.token != t or not shown.pending:
+                return
+            self.view = replace(shown, summaries={**shown.summaries, **got},
+                                pending=tuple(i for i in shown.pending if i not in got))
+            for box_id, summary in got.items():  # only these boxes change
+                item = self.scene.items_by_id.get(box_id)
+                if item is not None:
+                    item.set_summary(summary)
 
         self.later(("pending",), lambda _check: {b.id: box_summary(b, trace, t, head, tokenizer) for b in boxes}, apply)
 
