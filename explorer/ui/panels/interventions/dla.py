@@ -25,7 +25,7 @@ from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
 DEFAULT = DLAChoice()
-TOP_NOW_VOCAB = 1 << 16  # a vocabulary up to this: the top predictions at once on a token switch, else in the background
+TOP_NOW_VOCAB = 1 << 16  # a vocabulary up to this: a token switch lists the top predictions at once, else on a worker
 
 
 def dla_target(trace: Trace, position: int) -> int:
