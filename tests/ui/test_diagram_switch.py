@@ -13,7 +13,7 @@ from explorer.core.model import Transformer
 from explorer.core.tokenize.base import gpt2_tokenizer
 from explorer.ui.panels.base import clamp_token
 from explorer.ui.panels.diagram import DiagramPanel
-from explorer.ui.panels.diagram.panel import summaries_of
+from explorer.ui.panels.diagram.panel import COMPUTING, summaries_of
 from explorer.ui.panels.diagram.scene import SPARK_H, SPARK_W, DiagramScene, sparkline
 from explorer.ui.session.session import Session
 
@@ -107,3 +107,26 @@ def test_a_panel_off_screen_draws_a_selection_change_when_it_is_shown(qtbot, sho
     assert calls == ["layer", "token"]  # once each, whatever happened meanwhile
     qtbot.waitUntil(lambda: (panel.view.layer, panel.view.token) == (1, 4))
     assert panel.view.summaries == _fresh(panel, trace, session)
+
+
+def test_a_token_switch_with_a_large_vocabulary_shows_computing_then_the_fresh_summaries(qtbot, shown, monkeypatch):
+    panel, session, trace = shown
+    monkeypatch.setattr("explorer.ui.panels.diagram.panel.VOCAB_NOW", 0)  # as for a 128k vocabulary
+    qtbot.waitUntil(lambda: panel.view is not None and not panel.computing())
+    item = panel.scene.items_by_id["unembed"]
+    for t, new in ((2, True), (5, True), (2, False)):  # new positions (un-embedding on a worker), then one kept
+        session.selection.set_token(t)
+        assert panel.view.token == t  # drawn at once: the other boxes exact, the un-embedding...
+        fresh = _fresh(panel, trace, session)
+        if new:  # ...computing (never another token's numbers under this one)...
+            assert item.summary == COMPUTING and panel.view.pending == ("unembed",)
+            assert {k: v for k, v in panel.view.summaries.items() if k != "unembed"} == \
+                {k: v for k, v in fresh.items() if k != "unembed"}
+        else:  # ...or kept with the trace
+            assert item.summary == fresh["unembed"] and not panel.view.pending
+        qtbot.waitUntil(lambda: not panel.view.pending and not panel.computing())
+        assert panel.view.token == t and panel.view.summaries == fresh and item.summary == fresh["unembed"]
+        assert item.summary_item.text() == fresh["unembed"].text
+    session.selection.set_layer(1)  # a layer switch at the same token keeps the un-embedding's summary
+    qtbot.waitUntil(lambda: panel.view.layer == 1 and not panel.computing())
+    assert panel.view.summaries == _fresh(panel, trace, session) and not panel.view.pending

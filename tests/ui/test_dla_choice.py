@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from explorer.ui.panels.interventions.dla import DLAPanel, dla_target
+from explorer.core.display.tokens import visible
 from explorer.ui.panels.interventions.dla_choice import TOP, top_predictions
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -87,3 +88,32 @@ def test_a_new_model_reads_the_choice_again_or_clears_it(qtbot, window, other_ch
     assert panel.choose.picks == {"target": None, "distractor": None}
     assert "A new model: the target ' Mary'" in panel.info.text() and "cleared" in panel.info.text()
     assert panel.choose.target.currentText() == "next token"
+
+
+
+def test_a_token_switch_offers_that_tokens_predictions_as_a_fresh_draw_does(qtbot, window, monkeypatch):
+    # as for a 128k vocabulary: the predictions at a newly selected token are computed on a worker
+    monkeypatch.setattr("explorer.ui.panels.interventions.dla.TOP_NOW_VOCAB", 0)
+    panel = next(p for p in window.panels if isinstance(p, DLAPanel))
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.set_prompt(PROMPT)
+    raised(qtbot, window, panel)
+    trace, tok = window.trace, window.loaded.tokenizer
+    assert trace.memo_get(("dla.top", 2)) is None and trace.memo_get(("dla.top", 5)) is None
+
+    def offered() -> list:
+        combo = panel.choose.target
+        return [(combo.itemData(i)[0], combo.itemText(i)) for i in range(1, combo.count())]
+
+    def fresh(t: int) -> list:  # what the lists show drawn from scratch at t
+        return [(i, f"{visible(tok.display(i))}  (p {p:.3f})") for i, p in top_predictions(trace["logits"][t])]
+
+    seen = []
+    for t in (2, 5, 2, 5):  # new positions, then ones kept with the trace
+        known = trace.memo_get(("dla.top", t)) is not None
+        panel.selection.set_token(t)
+        assert offered() == (fresh(t) if known else [])  # never another token's predictions
+        qtbot.waitUntil(lambda: not panel.computing(), timeout=30_000)
+        assert offered() == fresh(t) and len(fresh(t)) == TOP
+        seen.append(known)
+    assert seen == [False, False, True, True]  # the first two came from a worker

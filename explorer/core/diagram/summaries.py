@@ -87,13 +87,28 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
         i = int(np.argmax(row))
         return Summary(f"strongest neuron {i}: {row[i]:.3g}", float(row[i]), _series(np.sort(row)[::-1][:16]))
     if box.kind == "unembed":
-        probs = softmax(a[t])
-        top = np.argpartition(-probs, 9)[:10] if probs.size > 10 else np.arange(probs.size)
-        top = top[np.lexsort((top, -probs[top]))]  # highest first, ties by lower id
-        return Summary(f"next: {vocab_quoted(tokenizer, int(top[0]), 10)} {probs[top[0]]:.0%}", float(probs[top[0]]),
-                       _series(probs[top]))
+        top, p = unembed_top(trace, box.key, t)
+        return Summary(f"next: {vocab_quoted(tokenizer, int(top[0]), 10)} {p[0]:.0%}", float(p[0]), _series(p))
     norms = norms_of(trace, box.key)  # a vector per token: embedding, positions, a sublayer's output, the stream
     return Summary(f"‖x‖ = {norms[t]:.3g}", float(norms[t]), _series(norms), _mark(t, n))
+
+
+def unembed_top(trace: Trace, key: str, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of the 10 likeliest next tokens at ``t`` (highest first, ties by lower id) and their
+    probabilities: a softmax over the vocabulary, computed once per position and kept with the trace."""
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        probs = softmax(trace[key][t])
+        top = np.argpartition(-probs, 9)[:10] if probs.size > 10 else np.arange(probs.size)
+        top = top[np.lexsort((top, -probs[top]))]
+        return top, probs[top]
+
+    return trace.memo(("diagram.unembed", key, t), compute)
+
+
+def vocab_ready(box: Box, trace: Trace, t: int) -> bool:
+    """Whether ``box``'s summary at ``t`` is free of vocabulary-sized work (all but an un-embedding not
+    computed at ``t`` yet)."""
+    return box.kind != "unembed" or trace.memo_get(("diagram.unembed", box.key, t)) is not None
 
 
 def pattern_row(trace: Trace, layer: int, head: int, t: int) -> np.ndarray:

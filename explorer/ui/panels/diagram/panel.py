@@ -9,13 +9,13 @@ Clicking a box selects its layer, the head and the token and shows its panel (``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from explorer.core.diagram import Box, Diagram, Summary, box_summary, build_diagram, summary_keys
-from explorer.core.diagram.summaries import stream_norms
+from explorer.core.diagram.summaries import stream_norms, vocab_ready
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.panels.diagram.scene import DiagramScene, DiagramView, layout_of
@@ -24,6 +24,8 @@ from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 CHEAP_ELEMENTS = 1 << 22  # n × d_ff under this: summaries on the GUI thread at once, else in the background
+VOCAB_NOW = 1 << 16  # a vocabulary up to this: the un-embedding's summary with the others, else on a worker
+COMPUTING = Summary("computing\u2026")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class DiagramPanelView(PanelView):
     token: int = 0
     summaries: dict[str, Summary] = field(default_factory=dict)
     stream: tuple[float, ...] = ()  # the stream's norm at the token entering each block, and after the last
+    pending: tuple[str, ...] = ()  # boxes whose summary is being computed on a worker ("computing…")
 
 
 def diagram_of(trace: Trace) -> Diagram:
@@ -41,19 +44,21 @@ def diagram_of(trace: Trace) -> Diagram:
 
 
 def summaries_of(trace: Trace, layer: int, head: int, token: int, tokenizer: Any,
-                 previous: DiagramPanelView | None = None) -> DiagramPanelView:
+                 previous: DiagramPanelView | None = None, defer_vocab: bool = False) -> DiagramPanelView:
     """Every drawn box's summary for ``token`` (worker-safe: the trace and these values only).
 
     ``previous``: the view drawn before, whose summaries are kept where the selection change leaves
     them as they were (the head's and the tail's boxes on a layer or head switch, all but the
-    attention boxes on a head switch): a switch computes only what it changes."""
+    attention boxes on a head switch): a switch computes only what it changes. ``defer_vocab``: a box
+    whose summary is vocabulary-sized work not done yet at ``token`` (the un-embedding) says
+    "computing…" and is listed in ``pending`` (the panel computes it on a worker)."""
     diagram = diagram_of(trace)
     layer = min(max(layer, 0), trace.config.n_layers - 1)
     t = clamp_token(token, trace.n_tokens)
     block = diagram.block(layer)
     if previous is not None and previous.trace is trace and previous.token == t:
         summaries = {b.id: s for b, s in ((b, previous.summaries.get(b.id)) for b in diagram.head() + diagram.tail())
-                     if s is not None}
+                     if s is not None and b.id not in previous.pending}
         same_head = previous.head == head
         if previous.layer != layer:
             trace.materialize([b.key for b in block if b.key is not None and b.kind != "scores" and b.key in trace])
@@ -66,8 +71,9 @@ def summaries_of(trace: Trace, layer: int, head: int, token: int, tokenizer: Any
     else:
         trace.materialize(summary_keys(diagram, layer, trace))
         summaries, boxes, stream = {}, diagram.head() + block + diagram.tail(), stream_norms(trace, t)
-    summaries.update({b.id: box_summary(b, trace, t, head, tokenizer) for b in boxes})
-    return DiagramPanelView(trace, diagram, layer, head, t, summaries, stream)
+    pending = tuple(b.id for b in boxes if defer_vocab and not vocab_ready(b, trace, t))
+    summaries.update({b.id: COMPUTING if b.id in pending else box_summary(b, trace, t, head, tokenizer) for b in boxes})
+    return DiagramPanelView(trace, diagram, layer, head, t, summaries, stream, pending)
 
 
 class DiagramPanel(Panel):
@@ -148,8 +154,32 @@ class DiagramPanel(Panel):
         tokenizer = self.tokenizer
         previous = self.view if self.view is not None and self.view.trace is trace else None
         layer, head, token = s.layer, s.head, s.token  # the selection now (the compute may run on a worker)
+        defer = cheap and trace.config.vocab_size > VOCAB_NOW  # on the GUI thread: no vocabulary-sized work
         self.now_or_later("summaries", cheap,
-                          lambda _check: summaries_of(trace, layer, head, token, tokenizer, previous), self.draw)
+                          lambda _check: summaries_of(trace, layer, head, token, tokenizer, previous, defer),
+                          self._drawn_then_pending)
+
+    def _drawn_then_pending(self, view: DiagramPanelView) -> None:
+        """Draw ``view``, then compute its pending summaries (the un-embedding at a new token) on a worker
+        and draw them where the view shown is still at that token."""
+        self.draw(view)
+        if not view.pending or self.view is not view:
+            return
+        trace, t, head, tokenizer = view.trace, view.token, view.head, self.tokenizer
+        boxes = [b for b in view.diagram.boxes if b.id in view.pending]
+
+        def apply(got: dict[str, Summary]) -> None:
+            shown = self.view
+            if shown is None or shown.trace is not trace or shown.token != t or not shown.pending:
+                return
+            self.view = replace(shown, summaries={**shown.summaries, **got},
+                                pending=tuple(i for i in shown.pending if i not in got))
+            for box_id, summary in got.items():  # only these boxes change
+                item = self.scene.items_by_id.get(box_id)
+                if item is not None:
+                    item.set_summary(summary)
+
+        self.later(("pending",), lambda _check: {b.id: box_summary(b, trace, t, head, tokenizer) for b in boxes}, apply)
 
     def _set_caption(self, text: str) -> None:
         if self.caption.text() != text:

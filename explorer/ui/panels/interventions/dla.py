@@ -25,6 +25,7 @@ from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 
 DEFAULT = DLAChoice()
+TOP_NOW_VOCAB = 1 << 16  # a vocabulary up to this: a token switch lists the top predictions at once, else on a worker
 
 
 def dla_target(trace: Trace, position: int) -> int:
@@ -56,6 +57,18 @@ def attribution(trace: Trace, position: int | None, choice: DLAChoice = DEFAULT)
             return str(exc)
 
     return trace.memo(dla_key(trace, p, choice), compute)
+
+
+def predictions_of(trace: Trace, position: int | None) -> list[tuple[int, float]]:
+    """The top predictions (id, probability) at ``position`` (clamped), kept with the trace: a softmax over
+    the vocabulary, computed once per position (on a worker for a large vocabulary); none without logits."""
+    p = clamp_token(position, trace.n_tokens)
+
+    def compute() -> list[tuple[int, float]]:
+        logits = trace.get("logits")  # none in a trace file opened without its model: nothing to offer
+        return [] if logits is None else top_predictions(logits[p])
+
+    return trace.memo(("dla.top", p), compute)
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,7 @@ class DLAPanel(Panel):
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> DLAView:
         """On the worker: the attribution at the snapshot's token (memoised with the trace)."""
+        predictions_of(trace, snapshot.token)  # the target list's, kept with the trace for the GUI thread
         return DLAView(trace, clamp_token(snapshot.token, trace.n_tokens), attribution(trace, snapshot.token))
 
     def draw(self, view: DLAView) -> None:
@@ -128,9 +142,8 @@ class DLAPanel(Panel):
     def _draw(self, view: DLAView | None = None) -> None:
         trace = self.trace
         position = self.selected_token
-        logits = trace.get("logits")  # none in a trace file opened without its model: nothing to offer
         here = clamp_token(position, trace.n_tokens)
-        self.choose.offer(self.tokenizer, [] if logits is None else top_predictions(logits[here]))
+        self._offer(trace, here)
         choice = self._choice()
         key = dla_key(trace, position, choice)
         ready = (view.attribution if view is not None and view.trace is trace and view.position == here
@@ -163,6 +176,24 @@ class DLAPanel(Panel):
             f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
             f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "
             "Click a cell to select its head.")
+
+    def _offer(self, trace: Trace, here: int) -> None:
+        """The top predictions at ``here`` under the target boxes: kept with the trace, else computed at once
+        for a small vocabulary, else on a worker (the lists hold no predictions until then, never another
+        position's)."""
+        predictions = trace.memo_get(("dla.top", here))
+        if predictions is None and trace.config.vocab_size <= TOP_NOW_VOCAB:
+            predictions = predictions_of(trace, here)
+        if predictions is not None:
+            self.choose.offer(self.tokenizer, predictions)
+            return
+        self.choose.offer(self.tokenizer, [])
+
+        def apply(got: list[tuple[int, float]]) -> None:
+            if clamp_token(self.selected_token, trace.n_tokens) == here:
+                self.choose.offer(self.tokenizer, got)
+
+        self.later(("dla.top",), lambda _check: predictions_of(trace, here), apply)
 
     def _say(self, text: str) -> None:
         self.info.setText(text)
