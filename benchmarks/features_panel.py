@@ -14,7 +14,7 @@ import torch  # noqa: E402
 import explorer.ui  # noqa: E402,F401
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-from ui import Heartbeat, complete, prompt_of, pump_until, side_by_side  # noqa: E402
+from _window import Heartbeat, complete, prompt_of, pump_until, side_by_side  # noqa: E402
 
 FIRST_MS = 100.0
 
