@@ -11,6 +11,10 @@ Per model section (medians over the runs, the first two dropped as warm-up):
   first panel <= forward + 100 ms);
 * head / layer / token switch -> redrawn (``Selection`` change plus the event processing that
   repaints; progressive work a switch starts is not waited for);
+* the same switches -> redrawn in the window's default layout (panels tabbed: the tokenization row, the raised
+  tab and the generation dock on screen), measured first: ``window.reset_layout()`` (View > Reset layout)
+  tabs the docks (the Embeddings tab raised, as at start), then again with the Attention tab raised
+  (``raise_panel``); ``side_by_side`` puts the docks back and the side-by-side switches are timed after;
 * head / layer / token switch -> every visible panel complete: until the background work that switch
   started (a panel's "computing…" view) is drawn too;
 * the longest stall of the GUI thread during an edit: a 10 ms QTimer heartbeat, the largest gap
@@ -116,6 +120,27 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     settled = {"head": [], "layer": [], "token": []}  # until every visible panel is complete (deferred work too)
     cpu = {"head": [], "layer": [], "token": []}  # the GUI thread's own CPU time in the switch (load-independent-ish)
     per_panel: dict[tuple[str, str], list[float]] = {}
+    tabbed: dict[str, dict[str, list[float]]] = {}  # the same switches in the default (tabbed) layout, first
+    window.reset_layout()  # the window's own View > Reset layout: panels tabbed, the raised tab and the side dock shown
+    for raised in ("", "AttentionPanel"):  # as reset (the Embeddings tab raised), then with the Attention tab raised
+        if raised:
+            window.raise_panel(raised)
+        app.processEvents()
+        pump_until(app, lambda: complete(window))
+        shown = ", ".join(p.title for p in window.panels if p.on_screen)
+        times = tabbed[shown] = {"head": [], "layer": [], "token": []}
+        for run in range(2 * runs + 2):
+            for what, change in (("head", lambda: sel.set_head((sel.head + 1) % cfg.n_heads)),
+                                 ("layer", lambda: sel.set_layer((sel.layer + 1) % cfg.n_layers)),
+                                 ("token", lambda: sel.set_token(((sel.token or 0) + 7) % n_tokens))):
+                t0 = time.perf_counter()
+                change()
+                app.processEvents()
+                times[what].append((time.perf_counter() - t0) * 1000)
+                pump_until(app, lambda: complete(window))
+    side_by_side(window)  # back to every panel on screen; the panels behind tabs catch up before the timed switches
+    app.processEvents()
+    pump_until(app, lambda: complete(window))
     for panel in window.panels:
         def timed_selection(what, panel=panel, original=panel.selection_changed):
             t = time.perf_counter()
@@ -155,6 +180,9 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
         v = med(values)
         print(f"  {what} switch -> redrawn:                {v:8.1f} ms  (target {SWITCH_MS:.0f} ms: "
               f"{'ok' if v <= SWITCH_MS else 'MISSED'})")
+    for shown, times in tabbed.items():
+        print(f"  default layout (tabbed), head / layer / token switch -> redrawn: "
+              + " / ".join(f"{med(times[what]):.1f}" for what in ("head", "layer", "token")) + f" ms  (on screen: {shown})")
     for what, values in settled.items():
         print(f"  {what} switch -> every visible panel complete: {med(values):8.1f} ms  (work a switch leaves to "
               f"the background included)")
