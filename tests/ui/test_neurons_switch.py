@@ -55,3 +55,16 @@ def test_a_token_switch_keeps_the_image_item_and_the_ranked_tables_items(qtbot, 
     ids, values = top_neurons(np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32), 4, panel.ranked.rowCount())
     assert [panel.ranked.item(r, 1).text() for r in range(len(ids))] == [f"#{j}" for j in ids.tolist()]
     assert [panel.ranked.item(r, 2).text() for r in range(len(ids))] == [f"{v:.4f}" for v in values.tolist()]
+
+
+def test_a_layer_switch_with_the_same_d_ff_leaves_the_top_k_box_alone(qtbot, gpt2, monkeypatch):
+    """setMaximum with the same value re-lays out the whole panel (a repaint of the dock): skipped."""
+    loaded, trace = gpt2
+    panel = make_panel(qtbot, trace, loaded.tokenizer, layer=0, show=True)
+    spin, d_ff = panel.top_k_spin, trace.config.d_ff
+    assert spin.maximum() == d_ff and spin.value() == min(panel.top_k, d_ff)
+    calls = []
+    monkeypatch.setattr(spin, "setMaximum", lambda *a: calls.append(a))
+    panel.selection.set_layer(1)
+    assert calls == [] and spin.maximum() == d_ff and spin.value() == min(panel.top_k, d_ff)
+    assert panel._layer == 1

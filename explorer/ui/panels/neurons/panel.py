@@ -337,10 +337,11 @@ class NeuronsPanel(Panel):
             return
         self._show_note(None)
         d_ff = self._view.post.shape[1]
-        self.top_k_spin.blockSignals(True)
-        self.top_k_spin.setMaximum(d_ff)
-        self.top_k_spin.setValue(min(self.top_k, d_ff))
-        self.top_k_spin.blockSignals(False)
+        if self.top_k_spin.maximum() != d_ff or self.top_k_spin.value() != min(self.top_k, d_ff):
+            self.top_k_spin.blockSignals(True)  # only on a change: setMaximum re-lays out the panel (a repaint of it all)
+            self.top_k_spin.setMaximum(d_ff)
+            self.top_k_spin.setValue(min(self.top_k, d_ff))
+            self.top_k_spin.blockSignals(False)
         neuron = neuron_for(self._view, self._layer, self.selection.token, self.selected_neuron, self._neuron_layer)
         self.selected_neuron, self._neuron_layer = neuron, self._layer
         self.redraw_heatmap()
