@@ -104,6 +104,8 @@ class FittedTitle(pg.LabelItem):
 
     def __init__(self, text: str = "", **kwargs) -> None:
         self.full_text = ""
+        self._fit_for: tuple = ()  # (width, text, size) the shown text was fitted for: a resize to the same is a no-op
+        self._metrics: tuple = ()  # (font key, QFontMetrics): building the metrics on every switch cost more than using them
         super().__init__(text, **kwargs)
 
     def setText(self, text, **args):
@@ -125,8 +127,9 @@ class FittedTitle(pg.LabelItem):
         loses its colours, never its words: the tooltip has the full title)."""
         width = self.rect().width()
         given = self.full_text
+        self._fit_for = (width, given, self.opts.get("size"))
         if width < 40:  # not laid out yet
-            self.setToolTip("")
+            self._tip("")
             return given
         rich = "<" in given
         if rich:
@@ -135,21 +138,29 @@ class FittedTitle(pg.LabelItem):
             lines = document.toPlainText().splitlines() or [""]
         else:
             lines = given.splitlines() or [""]
-        metrics = QFontMetrics(self._font())
+        font = self._font()
+        if not self._metrics or self._metrics[0] != font.key():
+            self._metrics = (font.key(), QFontMetrics(font))
+        metrics = self._metrics[1]
         room = int(width) - 8
         if all(metrics.horizontalAdvance(line) <= room for line in lines):
-            self.setToolTip("")
+            self._tip("")
             return given if rich else html.escape(given, quote=False)
-        self.setToolTip("\n".join(lines))
+        self._tip("\n".join(lines))
         return "<br>".join(html.escape(metrics.elidedText(line, Qt.TextElideMode.ElideRight, room), quote=False)
                            for line in lines)
+
+    def _tip(self, text: str) -> None:
+        if self.toolTip() != text:  # setting the same tooltip again is not free (a scene help event update)
+            self.setToolTip(text)
 
     def updateMin(self):
         super().updateMin()
         self.setMinimumWidth(0)  # never force the plot wider than its widget: elide instead
 
     def resizeEvent(self, ev):
-        if ev is not None and self.full_text:
+        if ev is not None and self.full_text and self._fit_for != (self.rect().width(), self.full_text,
+                                                                  self.opts.get("size")):
             shown = self._fitted()
             opts = self.opts
             color = pg.mkColor(opts["color"] if opts.get("color") is not None else pg.getConfigOption("foreground"))

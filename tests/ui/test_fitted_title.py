@@ -1,0 +1,41 @@
+"""A plot title elided to its width (``FittedTitle``): a resize to the width it was fitted for and a tooltip
+equal to the one set are no-ops; a new width or text is fitted again."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import QSizeF
+
+import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
+from explorer.ui.widgets.axis import FittedTitle, readable, thin_axes
+
+LONG = "L3 neuron #1234: activation at each token (selected: 'word' (17) = 0.1234)"
+
+
+def test_a_resize_to_the_same_width_does_not_fit_again_a_new_one_does(qtbot, monkeypatch):
+    widget = pg.PlotWidget(axisItems=thin_axes())
+    qtbot.addWidget(widget)
+    plot = readable(widget)
+    widget.resize(260, 200)
+    widget.show()
+    qtbot.waitExposed(widget)
+    title = plot.titleLabel
+    assert isinstance(title, FittedTitle)
+    plot.setTitle(LONG)
+    qtbot.waitUntil(lambda: title.rect().width() >= 40)
+    plot.setTitle(LONG + " ")  # fitted at the laid-out width
+    assert title.is_elided() and title.toolTip() == LONG + " "
+    fits, tips = [], []
+    original = title._fitted
+    monkeypatch.setattr(title, "_fitted", lambda: fits.append(1) or original())
+    set_tip = title.setToolTip
+    monkeypatch.setattr(title, "setToolTip", lambda text: (tips.append(text), set_tip(text)))
+    title.resize(QSizeF(title.size()))  # the same size: nothing fitted
+    title.resizeEvent(type("E", (), {})())  # a resize event at the width it was fitted for
+    assert fits == []
+    title.resize(QSizeF(title.size().width() + 2000, title.size().height()))  # a new width: fitted again
+    assert fits and title.item.toPlainText().strip() == LONG and tips == [""]
+    tips.clear()
+    plot.setTitle("short")
+    assert tips == []  # the tooltip was "" already: not set again
+    assert title.item.toPlainText().strip() == "short" and not title.is_elided()
