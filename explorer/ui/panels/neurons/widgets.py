@@ -64,6 +64,26 @@ def table(headers: list[str], stretch: tuple[int, ...]) -> QTableWidget:
     return table
 
 
+def fix_widths(table: QTableWidget, columns: tuple[int, ...], sample: str) -> None:
+    """``columns`` keep one width, wide enough for their header and ``sample`` (a widest value): a new text in
+    them re-measures nothing (ResizeToContents measures every cell and re-lays out the table on each change)."""
+    header = table.horizontalHeader()
+    for c in columns:
+        title = table.horizontalHeaderItem(c).text()
+        width = max(header.fontMetrics().horizontalAdvance(title), table.fontMetrics().horizontalAdvance(sample))
+        header.setSectionResizeMode(c, QHeaderView.ResizeMode.Fixed)
+        header.resizeSection(c, width + 16)
+
+
+def set_rows(table: QTableWidget, rows: list[tuple[str, ...]], numbers: tuple[int, ...] = ()) -> None:
+    """``table`` shows ``rows``: its row count set only when it changes, its items kept (``set_cell``)."""
+    if table.rowCount() != len(rows):
+        table.setRowCount(len(rows))
+    for r, texts in enumerate(rows):
+        for c, text in enumerate(texts):
+            set_cell(table, r, c, text, c in numbers)
+
+
 def cell(text: str, number: bool = False) -> QTableWidgetItem:
     item = QTableWidgetItem(text)
     if number:
