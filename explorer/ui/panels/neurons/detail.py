@@ -29,12 +29,10 @@ from explorer.ui.panels.neurons.widgets import (
     BAR_NEGATIVE,
     BAR_POSITIVE,
     SELECTED_PEN,
-    fix_widths,
-    set_cell,
-    set_rows,
     table,
 )
 from explorer.ui.widgets.plots import fixed_plot
+from explorer.ui.widgets.table_cells import fix_widths, set_cell, set_rows
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 _MISSING = object()

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QHeaderView, QTableWidget
 from explorer.core.display.levels import abbreviate, label_step
 from explorer.core.display.tokens import quoted
 from explorer.ui.widgets.heatmap import Heatmap, format_value
-from explorer.ui.widgets.table_cells import cell, fix_widths, set_cell, set_rows  # noqa: F401 (the panel's names)
+from explorer.ui.widgets.table_cells import cell  # noqa: F401 (re-exported: the features panel's tables)
 
 BAR_POSITIVE, BAR_NEGATIVE = pg.mkBrush("#c0392b"), pg.mkBrush("#3b6fb6")
 BAR_HIST = pg.mkBrush("#2a788e")
