@@ -111,6 +111,28 @@ def test_neighbours_follow_the_selected_token(qtbot, gpt2_trace, monkeypatch, ba
     assert "3:\u00b7fox" in panel.neighbours_title.text()
 
 
+def test_a_token_switch_rewrites_the_neighbours_in_place(qtbot, gpt2_trace, monkeypatch):
+    """The same rows and items, blank while computing (never another token's), the columns not re-measured."""
+    from explorer.ui.panels import embeddings
+
+    monkeypatch.setattr(embeddings, "NEIGHBOURS_NOW_MACS", 0)  # in the background, as with a real vocabulary
+    loaded, trace = gpt2_trace
+    panel, selection = _panel(qtbot, trace, loaded.tokenizer.display)
+    table = panel.neighbours
+    first, widths = table.item(0, 0), [table.columnWidth(c) for c in (1, 2)]
+    changes = []
+    table.model().rowsRemoved.connect(lambda *a: changes.append(a))
+    table.model().rowsInserted.connect(lambda *a: changes.append(a))
+    table.horizontalHeader().sectionResized.connect(lambda *a: changes.append(a))
+    selection.set_token(3)
+    assert panel.computing() and all(table.item(r, c).text() == "" for r in range(10) for c in range(3))
+    settle(qtbot, panel)
+    assert changes == [] and table.item(0, 0) is first and [table.columnWidth(c) for c in (1, 2)] == widths
+    ids, cos = nearest_vocab_neighbours(trace, 3, 10)
+    assert [table.item(r, 1).text() for r in range(10)] == [str(i) for i in ids.tolist()]
+    assert [table.item(r, 2).text() for r in range(10)] == [f"{c:.4f}" for c in cos.tolist()]
+
+
 def test_clicking_a_row_selects_the_token(qtbot, gpt2_trace):
     _, trace = gpt2_trace
     panel, selection = _panel(qtbot, trace)

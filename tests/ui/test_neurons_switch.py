@@ -68,3 +68,29 @@ def test_a_layer_switch_with_the_same_d_ff_leaves_the_top_k_box_alone(qtbot, gpt
     panel.selection.set_layer(1)
     assert calls == [] and spin.maximum() == d_ff and spin.value() == min(panel.top_k, d_ff)
     assert panel._layer == 1
+
+
+def test_a_layer_switch_refills_the_vocabulary_table_in_place(qtbot, gpt2, monkeypatch):
+    """The vocabulary effect computed in the background: the table keeps its rows and items (blank meanwhile,
+    never another neuron's), its number columns keep their widths."""
+    from explorer.ui.panels.neurons import detail
+
+    loaded, trace = gpt2
+    monkeypatch.setattr(detail, "VOCAB_NOW_MACS", 0)  # every vocabulary effect in the background
+    panel = make_panel(qtbot, trace, loaded.tokenizer, layer=0, show=True)
+    qtbot.waitUntil(lambda: not panel.computing() and panel.vocab_effect() is not None)
+    table = panel.vocab
+    first, widths = table.item(0, 0), [table.columnWidth(c) for c in (1, 3)]
+    removed = []
+    table.model().rowsRemoved.connect(lambda *a: removed.append(a))
+    table.model().rowsInserted.connect(lambda *a: removed.append(a))
+    panel.selection.set_layer(2)
+    if panel.vocab_effect() is None:  # computing: blank rows, not the old neuron's
+        assert all(table.item(r, c).text() == "" for r in range(table.rowCount()) for c in range(4))
+        assert "computing" in panel.vocab_title.text()
+    qtbot.waitUntil(lambda: not panel.computing() and panel.vocab_effect() is not None)
+    assert removed == [] and table.item(0, 0) is first and [table.columnWidth(c) for c in (1, 3)] == widths
+    up_ids, up, down_ids, down = panel.vocab_effect()
+    assert [table.item(r, 1).text() for r in range(len(up))] == [f"{v:+.4f}" for v in up.tolist()]
+    assert [table.item(r, 3).text() for r in range(len(down))] == [f"{v:+.4f}" for v in down.tolist()]
+    assert "computing" not in panel.vocab_title.text() and "L2" in panel.vocab_title.text()

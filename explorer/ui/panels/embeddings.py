@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPen
 from PySide6.QtWidgets import (QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QLineEdit, QSplitter,
-                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+                               QHeaderView, QTableWidget, QVBoxLayout, QWidget)
 
 from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_levels
@@ -25,6 +25,7 @@ from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.steady_label import SteadyLabel
+from explorer.ui.widgets.table_cells import fix_widths, set_rows
 
 N_NEIGHBOURS = 10
 COSINE_WHOLE = 1024  # longer prompts: the [n, n] cosine map mean-pooled to COSINE_PIXELS a side
@@ -137,7 +138,8 @@ class EmbeddingsPanel(Panel):
         self.neighbours.setHorizontalHeaderLabels(["token", "id", "cosine"])
         self.neighbours.verticalHeader().setVisible(True)
         self.neighbours.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.neighbours.horizontalHeader().setStretchLastSection(True)
+        self.neighbours.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        fix_widths(self.neighbours, (1, 2), "-0.00000")  # a token switch re-measures nothing (cells set in place)
 
         self.curves_box = QWidget()
         curves = QVBoxLayout(self.curves_box)
@@ -334,7 +336,7 @@ class EmbeddingsPanel(Panel):
         label = self._labels[index]
         cfg, trace = self.trace.config, self.trace
         if cfg.vocab_size * cfg.d_model > NEIGHBOURS_NOW_MACS:  # a real vocabulary: in the background
-            self.neighbours.setRowCount(0)
+            set_rows(self.neighbours, [("", "", "")] * self.neighbours.rowCount())  # blank, never another token's
             self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {quoted(label)}</b>: computing\u2026")
             self.later(("neighbours",), lambda check: nearest_vocab_neighbours(trace, index, N_NEIGHBOURS),
                        lambda result: self._show_neighbours(index, result) if self.selected_token == index else None)
@@ -343,8 +345,8 @@ class EmbeddingsPanel(Panel):
 
     def _show_neighbours(self, index: int, result: tuple[np.ndarray, np.ndarray] | None) -> None:
         label = self._labels[index]
-        self.neighbours.setRowCount(0)
         if result is None:
+            self.neighbours.setRowCount(0)
             self.neighbours_title.setText("Nearest vocabulary neighbours need the loaded model's W_E.")
             self._neighbour_rows = (np.zeros(0, np.int64), np.zeros(0, np.float32), [])
             return
@@ -353,15 +355,9 @@ class EmbeddingsPanel(Panel):
         self._neighbour_rows = (ids, cosines, texts)
         self.neighbours_title.setText(f"<b>Nearest vocabulary neighbours of {quoted(label)}</b> "
                                       f"(cosine between rows of W_E)")
-        self.neighbours.setRowCount(len(ids))
-        for r, (token_id, cosine, text) in enumerate(zip(ids, cosines, texts)):
-            shown = text if text == f"#{token_id}" else quoted(text, 40)  # the glyphs every panel uses
-            for c, value in enumerate((shown, str(int(token_id)), f"{cosine:.4f}")):
-                cell = QTableWidgetItem(value)
-                if c:
-                    cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                self.neighbours.setItem(r, c, cell)
-        self.neighbours.resizeColumnsToContents()
+        rows = [(text if text == f"#{token_id}" else quoted(text, 40),  # the glyphs every panel uses
+                 str(int(token_id)), f"{cosine:.4f}") for token_id, cosine, text in zip(ids, cosines, texts)]
+        set_rows(self.neighbours, rows, numbers=(1, 2))  # the same rows and items: texts set, no re-layout
 
     # --- data behind the exports -----------------------------------------------------------------
     def neighbour_rows(self) -> list[tuple[int, str, float]]:

@@ -29,11 +29,10 @@ from explorer.ui.panels.neurons.widgets import (
     BAR_NEGATIVE,
     BAR_POSITIVE,
     SELECTED_PEN,
-    cell,
-    set_cell,
     table,
 )
 from explorer.ui.widgets.plots import fixed_plot
+from explorer.ui.widgets.table_cells import fix_widths, set_cell, set_rows
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 _MISSING = object()
@@ -121,6 +120,7 @@ class NeuronDetail:
         self.vocab_title = SteadyLabel()
         self.vocab = table(["promotes", "logit / unit", "suppresses", "logit / unit"], stretch=(0, 2))
         self.vocab.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
+        fix_widths(self.vocab, (1, 3), "-00.0000")  # a new neuron's numbers re-lay out nothing
         self.vocab_caption = QLabel(VOCAB_CAPTION)
         self.vocab_caption.setWordWrap(True)
         self.vocab_caption.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
@@ -250,8 +250,8 @@ class NeuronDetail:
         cfg = trace.config
         key = ("neurons.vocab", layer, j, VOCAB_K, vocab)
         if trace.memo_get(key, _MISSING) is _MISSING and cfg.vocab_size * cfg.d_model > VOCAB_NOW_MACS:
-            self.vocab_result = None
-            self.vocab.setRowCount(0)
+            self.vocab_result = None  # the rows stay, blank (never another neuron's): no re-layout of the table
+            set_rows(self.vocab, [("", "", "", "")] * self.vocab.rowCount())
             self.vocab_title.setText(f"<b>L{layer} neuron #{j}: vocabulary it promotes and suppresses</b>: "
                                      "computing\u2026")
 
@@ -264,20 +264,19 @@ class NeuronDetail:
             return
         result = vocab_effect_of(trace, layer, j, vocab)
         self.vocab_result = result
-        self.vocab.setRowCount(0)
         if result is None:
+            self.vocab.setRowCount(0)
             self.vocab_title.setText(f"What neuron #{j} writes needs the loaded model's weights "
                                      f"(this trace has none).")
             return
         self.vocab_title.setText(f"<b>L{layer} neuron #{j}: vocabulary it promotes and suppresses</b>")
         up_ids, up, down_ids, down = result
-        self.vocab.setRowCount(max(len(up_ids), len(down_ids)))
-        for r, (a, va) in enumerate(zip(up_ids.tolist(), up.tolist())):
-            self.vocab.setItem(r, 0, cell(self._token_text(a)))
-            self.vocab.setItem(r, 1, cell(f"{va:+.4f}", True))
-        for r, (b, vb) in enumerate(zip(down_ids.tolist(), down.tolist())):
-            self.vocab.setItem(r, 2, cell(self._token_text(b)))
-            self.vocab.setItem(r, 3, cell(f"{vb:+.4f}", True))
+        ups = [(self._token_text(a), f"{va:+.4f}") for a, va in zip(up_ids.tolist(), up.tolist())]
+        downs = [(self._token_text(b), f"{vb:+.4f}") for b, vb in zip(down_ids.tolist(), down.tolist())]
+        n = max(len(ups), len(downs))
+        ups += [("", "")] * (n - len(ups))
+        downs += [("", "")] * (n - len(downs))
+        set_rows(self.vocab, [a + b for a, b in zip(ups, downs)], numbers=(1, 3))  # items kept, texts set
 
     def _token_text(self, token_id: int) -> str:
         """The vocabulary table's text: quoted, with the glyphs every panel uses."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
+from PySide6.QtWidgets import QHeaderView, QTableWidget
 
 from explorer.core.display.levels import abbreviate, label_step
 from explorer.core.display.tokens import quoted
 from explorer.ui.widgets.heatmap import Heatmap, format_value
+from explorer.ui.widgets.table_cells import cell  # noqa: F401 (re-exported: the features panel's tables)
 
 BAR_POSITIVE, BAR_NEGATIVE = pg.mkBrush("#c0392b"), pg.mkBrush("#3b6fb6")
 BAR_HIST = pg.mkBrush("#2a788e")
@@ -62,19 +63,3 @@ def table(headers: list[str], stretch: tuple[int, ...]) -> QTableWidget:
         header.setSectionResizeMode(c, QHeaderView.ResizeMode.Stretch if c in stretch
                                     else QHeaderView.ResizeMode.ResizeToContents)
     return table
-
-
-def cell(text: str, number: bool = False) -> QTableWidgetItem:
-    item = QTableWidgetItem(text)
-    if number:
-        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-    return item
-
-
-def set_cell(table: QTableWidget, row: int, column: int, text: str, number: bool = False) -> None:
-    """``table``'s cell shows ``text``: its item is kept (only its text set) when it has one."""
-    item = table.item(row, column)
-    if item is None:
-        table.setItem(row, column, cell(text, number))
-    elif item.text() != text:
-        item.setText(text)
