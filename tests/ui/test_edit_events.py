@@ -5,6 +5,7 @@ pass (the lane is held while the pass runs and while the panels draw). Counted i
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtWidgets import QApplication
 
 from explorer.ui.session.progressive import Job, ProgressiveWork
 
@@ -20,7 +21,7 @@ def test_the_lane_waits_until_every_hold_is_released(qtbot):
     work.hold(True, "forward")
     work.hold(True)  # "drawing"
     job = work.submit(Job(owner, "view", "T", lambda check: computed.append("ran") or "value", computed.append))
-    qtbot.wait(0)  # one turn of the event loop: nothing may start
+    QApplication.processEvents()  # one turn of the event loop: nothing may start
     assert work.held and work.pending() == [job] and computed == []
     work.hold(False)  # the panels are drawn, the pass still runs: still waiting
     assert work.held and work.pending() == [job] and computed == []
