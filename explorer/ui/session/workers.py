@@ -52,16 +52,8 @@ def error_details(exc: BaseException) -> str:
 
 def run_in_background(func: Callable[..., Any], *args: Any, on_done: Callable[[Any], None] | None = None,
                       on_error: Callable[[BaseException], None] | None = None, **kwargs: Any):
-    """Run ``func(*args, **kwargs)`` in the thread pool; ``on_done``/``on_error`` run on the GUI thread.
-    The worker lets go of the arguments once the job has them: a finished worker that PySide's thread pool
-    still references would otherwise keep them (a closed window's trace) alive."""
-    held = [(args, kwargs)]
-
-    def job() -> Any:
-        job_args, job_kwargs = held.pop()
-        return func(*job_args, **job_kwargs)
-
-    worker = create_worker(job, _start_thread=False, _ignore_errors=True)
+    """Run ``func(*args, **kwargs)`` in the thread pool; ``on_done``/``on_error`` run on the GUI thread."""
+    worker = create_worker(func, *args, _start_thread=False, _ignore_errors=True, **kwargs)
     if on_done is not None:
         worker.returned.connect(on_done)
     if on_error is not None:

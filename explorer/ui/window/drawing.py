@@ -153,7 +153,13 @@ class PanelDrawing(QObject):
                 self._checking = None
             log.error("checking the numbers failed", exc_info=exc)
 
-        run_in_background(nonfinite, trace, on_done=done, on_error=failed)  # (it lets go of the trace once run)
+        held = [trace]  # the worker lets go of the trace once it has it: a finished worker that PySide's thread
+        # pool still references would otherwise keep a closed window's trace alive through its arguments
+
+        def check() -> object:
+            return nonfinite(held.pop())
+
+        run_in_background(check, on_done=done, on_error=failed)
 
     def _show_nonfinite(self, found: object) -> None:
         self.status.set_warning(None if found is None else f"The model's numbers are not finite: {found.describe()}")
