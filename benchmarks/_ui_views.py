@@ -10,6 +10,23 @@ import time
 from _window import SWITCH_MS, complete, prompt_of, pump_until
 
 
+def step_switches(app, window, timeline, runs: int, applied: list, shown: list, rows: dict[str, list[float]],
+                  settled) -> None:
+    """Time ``2 * runs + 2`` step switches into ``rows`` (switch, first, complete; forward when asked for)."""
+    for run in range(2 * runs + 2):
+        t = 1 + (run * 37) % (timeline.total - 1)
+        applied.clear()
+        shown.clear()
+        t0 = time.perf_counter()
+        timeline.set_step(t)
+        rows["switch"].append((time.perf_counter() - t0) * 1000)
+        pump_until(app, lambda: settled() and applied and applied[-1] is window.trace and complete(window))
+        rows["first"].append((shown[0] - t0) * 1000)
+        rows["complete"].append((time.perf_counter() - t0) * 1000)
+        if "forward" in rows:
+            rows["forward"].append(window.trace.meta.forward_seconds * 1000)
+
+
 def timeline_bench(app, window, loaded, n_tokens: int, runs: int) -> None:
     """Step switches of a generation timeline (see the module docstring)."""
     from explorer.ui.session.workers import LoadRequest, LoadResult
@@ -29,16 +46,7 @@ def timeline_bench(app, window, loaded, n_tokens: int, runs: int) -> None:
     shown: list[float] = []
     # connected after the window's drawing: runs once the first shown panel has drawn the step
     window.session.trace_ready.connect(lambda _r: shown.append(time.perf_counter()))
-    for run in range(2 * runs + 2):
-        t = 1 + (run * 37) % (timeline.total - 1)
-        applied.clear()
-        shown.clear()
-        t0 = time.perf_counter()
-        timeline.set_step(t)
-        rows["switch"].append((time.perf_counter() - t0) * 1000)
-        pump_until(app, lambda: applied and applied[-1] is window.trace and complete(window))
-        rows["first"].append((shown[0] - t0) * 1000)
-        rows["complete"].append((time.perf_counter() - t0) * 1000)
+    step_switches(app, window, timeline, runs, applied, shown, rows, lambda: True)
     window.trace_applied.disconnect(applied.append)
     fwd = timeline.full.trace.meta.forward_seconds * 1000
     switch, first = statistics.median(rows["switch"][2:]), statistics.median(rows["first"][2:])
@@ -58,17 +66,7 @@ def timeline_bench(app, window, loaded, n_tokens: int, runs: int) -> None:
     timeline.stream("bench", ids[:n_prompt], ids[n_prompt:])
     pump_until(app, lambda: timeline.waiting is None and applied and applied[-1] is window.trace and complete(window))
     streamed: dict[str, list[float]] = {"switch": [], "first": [], "complete": [], "forward": []}
-    for run in range(2 * runs + 2):
-        t = 1 + (run * 37) % (timeline.total - 1)
-        applied.clear()
-        shown.clear()
-        t0 = time.perf_counter()
-        timeline.set_step(t)
-        streamed["switch"].append((time.perf_counter() - t0) * 1000)
-        pump_until(app, lambda: timeline.waiting is None and applied and applied[-1] is window.trace and complete(window))
-        streamed["first"].append((shown[0] - t0) * 1000)
-        streamed["complete"].append((time.perf_counter() - t0) * 1000)
-        streamed["forward"].append(window.trace.meta.forward_seconds * 1000)
+    step_switches(app, window, timeline, runs, applied, shown, streamed, lambda: timeline.waiting is None)
     window.trace_applied.disconnect(applied.append)
     m = {key: statistics.median(values[2:]) for key, values in streamed.items()}
     print(f"  while generating (each step traced on its own, a forward pass of the prompt + t tokens: median "
