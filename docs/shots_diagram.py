@@ -76,6 +76,7 @@ def main() -> None:
         print("wrote", out / f"diagram-{w}x{h}-shakespeare.png")
         diagram.open_tour()
         tour = diagram.tour
+        pump(app, lambda: not tour.waiting)  # its steps are computed on the panel's lane
         tour.resize(640, 470)
         tour.move(w - 660, 150)
         for index, name in ((0, "tokens"), (4, "score"), (9, "lens")):

@@ -131,7 +131,8 @@ def test_the_tour_on_a_trace_without_its_values_says_so_in_one_line(qtbot, tiny_
     qtbot.addWidget(panel)
     panel.set_trace(bare)
     panel.open_tour()
-    assert panel.caption.text().startswith("The tour cannot start on this trace: ")
+    qtbot.waitUntil(lambda: panel.caption.text().startswith("The tour cannot start on this trace: "))
+    assert not panel.tour.isVisible()
     assert "\n" not in panel.caption.text()
     session.shutdown()
 

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from explorer.core.diagram import Box, Diagram, Summary, box_summary, build_diagram, summary_keys
 from explorer.core.diagram.summaries import stream_norms, vocab_ready
+from explorer.core.diagram.tour import TourStep, tour_steps
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.panels.diagram.scene import DiagramScene, DiagramView, layout_of
@@ -204,17 +205,39 @@ class DiagramPanel(Panel):
         self.selection.set_token(token)
 
     def open_tour(self) -> None:
+        """Open the tour of the selected token: the window says "computing…" while its steps are computed
+        on the panel's lane (``later``, ahead of the other views), then shows them. A new trace before they
+        come asks again for it (``set_trace``)."""
         from explorer.ui.panels.diagram.tour import TourDialog
 
         if self.trace is None:
             return
         if self.tour is None:
             self.tour = TourDialog(self)
-        try:
-            self.tour.start(self.trace, self.selected_token, self.selection.layer, self.selection.head,
-                            self.tokenizer, self.session)
-        except KeyError as exc:  # a trace read from a file without the values a step shows
-            self.caption.setText(f"The tour cannot start on this trace: {exc.args[0] if exc.args else exc}")
-            return
+        trace, token = self.trace, self.selected_token
+        layer, head, tokenizer = self.selection.layer, self.selection.head, self.tokenizer
+        self.tour.wait(token, trace.tokens[token] if trace.n_tokens else "")
         self.tour.show()
         self.tour.raise_()
+
+        def compute(_check: Any) -> list[TourStep] | str:
+            try:
+                return tour_steps(trace, token, layer, head, tokenizer)
+            except KeyError as exc:  # a trace read from a file without the values a step shows
+                return f"The tour cannot start on this trace: {exc.args[0] if exc.args else exc}"
+
+        self.later(("tour",), compute, self._show_tour, priority=-1)
+
+    def _show_tour(self, steps: list[TourStep] | str) -> None:
+        if self.tour is None:
+            return
+        if isinstance(steps, str):
+            self.tour.close()
+            self.caption.setText(steps)
+            return
+        self.tour.show_steps(steps, self.trace.tokens[steps[0].token] if self.trace is not None else "", self.session)
+
+    def set_trace(self, trace: Trace, view: PanelView | None = None) -> None:
+        super().set_trace(trace, view)
+        if self.tour is not None and self.tour.isVisible() and self.tour.waiting:  # its job went with the old trace
+            self.open_tour()

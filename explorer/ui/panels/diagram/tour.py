@@ -1,22 +1,23 @@
 """The tour window: "Follow this token through the model", one step at a time (Back / Next), each step's
 plain sentences, its numbers from this model and prompt, and a button to the panel it points to.
 
-The steps come from ``explorer.core.diagram.tour.tour_steps`` (pure); this window only shows them and
-asks the Session to show a step's panel with its layer, head and token selected.
+The steps come from ``explorer.core.diagram.tour.tour_steps`` (pure), computed by the diagram panel in the
+background (``DiagramPanel.open_tour``: the panel's lane, never the GUI thread); this window says
+"computing…" until they come (``wait``), then only shows them (``show_steps``) and asks the Session to show
+a step's panel with its layer, head and token selected.
 """
 
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from explorer.core.diagram.tour import TourStep, tour_steps
+from explorer.core.diagram.tour import TourStep
 from explorer.core.display.tokens import quoted
-from explorer.core.trace import Trace
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
@@ -62,12 +63,27 @@ class TourDialog(QDialog):
         layout.addWidget(self.numbers, 1, Qt.AlignmentFlag.AlignTop)
         layout.addLayout(buttons)
 
-    def start(self, trace: Trace, token: int, layer: int, head: int, tokenizer: Any = None,
-              session: Session | None = None) -> None:
-        """Build the steps for ``token`` of ``trace`` (attention at ``layer``, ``head``) and show the first."""
+    def wait(self, token: int, token_text: str) -> None:
+        """The steps for ``token`` are being computed: say so, with no step and no button to press."""
+        self.steps, self.index = [], 0
+        self.heading.setText(f"<h3>Following token #{token} {html.escape(quoted(token_text), quote=False)}</h3>")
+        self.text.setText("computing\u2026")
+        self.numbers.setText("")
+        self.counter.setText("")
+        for button in (self.back, self.next, self.open_panel):
+            button.setEnabled(False)
+        self.open_panel.setText("Show in …")
+
+    @property
+    def waiting(self) -> bool:
+        return not self.steps
+
+    def show_steps(self, steps: list[TourStep], token_text: str, session: Session | None = None) -> None:
+        """Show ``steps`` (``tour_steps``' result for the token whose text is ``token_text``) from the first."""
         self.session = session
-        self.steps = tour_steps(trace, token, layer, head, tokenizer)
-        self.token_text = trace.tokens[self.steps[0].token]
+        self.steps = list(steps)
+        self.token_text = token_text
+        self.open_panel.setEnabled(True)
         self.go(0)
 
     @property
