@@ -154,3 +154,18 @@ def test_mask_overlay_hatches_exactly_the_hidden_cells(size):
         expected[cells & ~stripe] = MASK_LIGHT
         expected[cells & stripe] = MASK_DARK
     np.testing.assert_array_equal(rgba, expected)
+
+
+def test_the_column_labels_are_counted_from_the_plots_width_not_the_row_axis(qtbot):
+    """Many columns on a wide heatmap: as many labels as fit its width (the row axis' own width, a few tens
+    of pixels, once stood in for it: two labels under a 700-pixel map)."""
+    widget = Heatmap()
+    qtbot.addWidget(widget)
+    widget.resize(900, 300)
+    widget.show()
+    qtbot.waitExposed(widget)
+    widget.set_data(np.zeros((30, 40)), [f"{i}:x" for i in range(30)], [str(7 * i) for i in range(40)])
+    qtbot.waitUntil(lambda: widget.plot.vb.width() > 600)
+    widget.set_data(np.ones((30, 40)), [f"{i}:x" for i in range(30)], [str(7 * i) for i in range(40)])
+    shown = widget.plot.getAxis("bottom")._tickLevels[0]
+    assert len(shown) >= 10

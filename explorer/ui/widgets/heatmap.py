@@ -239,9 +239,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
                 axis.setTicks([ticks])
             if axis_name == "left":  # pyqtgraph drops labels wider than the axis until a later repaint
                 metrics = QFontMetrics(axis.style.get("tickFont") or self.font())
-                width = max(metrics.horizontalAdvance(text) for _, text in ticks) + 14
-                if axis.fixedWidth != width:
-                    axis.setWidth(width)
+                axis_width = max(metrics.horizontalAdvance(text) for _, text in ticks) + 14
+                if axis.fixedWidth != axis_width:  # (not ``width``: the bottom axis' labels are counted from that)
+                    axis.setWidth(axis_width)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(event)
