@@ -56,8 +56,6 @@ def test_gemma2_sandwich_norms_softcaps_and_sliding_window(tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     del config["layer_types"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    from explorer.core.checkpoint import load_checkpoint
-
     assert load_checkpoint(tmp_path, device="cpu").config.sliding_layers == (0, 2)
 
 
@@ -77,8 +75,6 @@ def test_gemma3_text_qk_norms_and_local_global_rope(tmp_path):
 def test_gemma3_text_from_a_transformers_4_config(tmp_path):
     """rope_theta, rope_local_base_freq, rope_scaling and sliding_window_pattern as older files have them."""
     import json
-
-    from explorer.core.checkpoint import load_checkpoint
 
     model = build("Gemma3TextConfig", "Gemma3ForCausalLM", num_hidden_layers=3, head_dim=16, sliding_window=4,
                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},

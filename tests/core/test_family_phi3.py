@@ -64,7 +64,6 @@ def test_phi3_longrope_matches_reference(tmp_path):
 
 
 def test_phi3_longrope_with_the_wrong_number_of_factors_is_refused(tmp_path):
-    import json
 
     _, path = build("Phi3Config", "Phi3ForCausalLM", tmp_path, **PHI3)
     config = json.loads((path / "config.json").read_text())

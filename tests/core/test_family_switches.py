@@ -30,7 +30,7 @@ FAMILIES = {
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_compact_traces_rederive_everything_and_sizes_are_known(tmp_path, family):
-    from explorer.core.trace import KINDS, CaptureSpec, estimate_nbytes
+    from explorer.core.trace import KINDS, estimate_nbytes
 
     config_name, model_name, overrides = FAMILIES[family]
     loaded = save_and_open(build(config_name, model_name, **overrides), tmp_path)
@@ -48,7 +48,6 @@ def test_new_switches_survive_a_json_round_trip(tmp_path):
     """The native format stores ModelConfig as JSON: tuples (sliding layers, RoPE scaling) come back equal."""
     from explorer.core.config import ModelConfig
     from explorer.core.model import Transformer
-    from explorer.core.trace import CaptureSpec
 
     loaded = save_and_open(build("Gemma3TextConfig", "Gemma3ForCausalLM", num_hidden_layers=3, head_dim=16,
                                  sliding_window=4, rope_parameters={

@@ -24,8 +24,6 @@ def test_half_precision_checkpoints_load_into_float32(tmp_path, half):
     from safetensors import safe_open
     from transformers import Gemma2ForCausalLM
 
-    from explorer.core.checkpoint import load_checkpoint
-
     build("Gemma2Config", "Gemma2ForCausalLM", **GEMMA2).to(getattr(torch, half)).save_pretrained(tmp_path)
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         stored = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)

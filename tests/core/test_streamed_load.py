@@ -17,7 +17,7 @@ import torch
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.placement import Placement, resident_bytes
 from tests.core.decoder_reference import build
-from tests.core.test_placement import IDS, assert_same_traces
+from tests.core.test_placement import assert_same_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = {  # Llama's layout and renames, a sliding window, q/k norms, soft caps; GPT-2's fused and transposed c_attn

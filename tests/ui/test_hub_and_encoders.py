@@ -4,7 +4,6 @@ generation switched off with the reason, masked-token predictions, a cached mode
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -5,14 +5,12 @@ requests and running them on a local model, as tests/core/test_remote.py does)."
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.remote.backend import RemoteSettings, compact_nbytes, human_bytes
-from explorer.core.remote.tables import our_config
 from tests.core.decoder_reference import build
 
 IDS_PROMPT = "5 17 99 3 50 42 42 7"

@@ -46,8 +46,6 @@ def test_show_opens_an_in_memory_transformers_model_and_traces_it_exactly(qtbot,
 
 
 def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path, other_checkpoint):
-    from explorer.ui.window import open_trace
-
     original = window.trace
     path = write_trace_safetensors(original, tmp_path / "trace.safetensors", prompt=window.prompt.text())
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):

@@ -91,7 +91,7 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     residual_scale = float(getattr(cfg, "residual_scale", 1.0))  # Granite: sublayer outputs times a constant
     n = trace.n_tokens
     p = position % n
-    L, H, dh = cfg.n_layers, cfg.n_heads, cfg.d_head
+    L, H = cfg.n_layers, cfg.n_heads
     with weights_of(model.unembed) as unembed:  # (real even when offloaded: core/placement.py)
         W_U = unembed.weight  # only the target's (and distractor's) rows: the whole matrix is V x d
         u = logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))  # [d]

@@ -20,7 +20,6 @@ from explorer.core.remote import require_nnsight
 from explorer.core.remote.backend import (RemoteSettings, RemoteTraceError, compact_nbytes, compact_trace,
                                           directory_tokenizer, family_of, human_bytes, open_model, stream_compact)
 from explorer.core.remote.tables import our_config
-from explorer.core.trace import Trace
 
 # the small files of a Hub repository a remote trace reads (never the weights)
 HUB_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",

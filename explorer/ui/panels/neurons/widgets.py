@@ -7,7 +7,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHeaderView, QTableWidget
 
-from explorer.core.display.levels import abbreviate, label_step
+from explorer.core.display.levels import label_step
 from explorer.core.display.tokens import quoted
 from explorer.ui.widgets.heatmap import Heatmap, format_value
 from explorer.ui.widgets.table_cells import cell  # noqa: F401 (re-exported: the features panel's tables)
