@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal
 from superqt.utils import create_worker
 
@@ -145,8 +146,8 @@ class PanelDrawing(QObject):
         def done(found: object) -> None:
             if self._checking is trace:
                 self._checking = None
-            if not self.closed and trace is self.trace and self._applied is trace:
-                self._show_nonfinite(found)
+            if not self.closed and trace is self.trace and self._applied is trace and shiboken6.isValid(self):
+                self._show_nonfinite(found)  # (not valid: the window was deleted without close())
 
         def failed(exc: BaseException) -> None:
             if self._checking is trace:
@@ -231,7 +232,9 @@ class PanelDrawing(QObject):
             self.status.notice(f"{panel.title}: {type(exc).__name__}: {exc}")
 
     def _on_dock_visible(self, dock: PanelDock, visible: bool) -> None:
-        if self.closed:
+        if self.closed or not shiboken6.isValid(self.session):
+            # a window dropped without close(): Python may free its Session (and the lane in it) before
+            # the window's widgets, whose docks then say they are hidden ("Signal source has been deleted")
             return
         dock.panel.set_on_screen(visible)
         if not visible or dock not in self._stale or self.trace is None:
