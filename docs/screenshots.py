@@ -2,6 +2,9 @@
 random model (or the bundled default), each panel raised in turn, the whole window grabbed to a PNG.
 
     xvfb-run -s "-screen 0 1920x1200x24" python docs/screenshots.py --size 1280x800 --out docs
+
+``--only explanation``: only ``<prefix>-<size>-explanation.png``, the Attention panel's "What am I looking
+at?" window over the right of the main window (the screen grabbed: it is a window of its own).
 """
 from __future__ import annotations
 
@@ -81,12 +84,14 @@ def main() -> None:
     parser.add_argument("--out", default="docs")
     parser.add_argument("--model", choices=["gpt2", "default"], default="gpt2")
     parser.add_argument("--prefix", default="laptop")
+    parser.add_argument("--only", choices=("all", "panels", "explanation"), default="all",
+                        help="every panel's shot, then the explanation window's (all), or one of the two")
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
 
     from explorer.ui.session.workers import LoadRequest, LoadResult
 
-    with screenshot_window(w, h) as (app, window):
+    with screenshot_window(w, h, at_origin=True) as (app, window):
         if args.model == "gpt2":
             from _models import gpt2_small_loaded
 
@@ -99,7 +104,7 @@ def main() -> None:
         pump(app, lambda: complete(window))
         settle(app)
         out = Path(args.out)
-        for dock in window.docks:
+        for dock in window.docks if args.only != "explanation" else ():
             if dock.isHidden():
                 continue  # a panel that does not apply to this model
             dock.raise_()
@@ -110,6 +115,29 @@ def main() -> None:
             path = out / f"{args.prefix}-{w}x{h}-{name}.png"
             window.grab().save(str(path))
             print("wrote", path)
+        if args.only != "panels":
+            explanation_shot(app, window, out / f"{args.prefix}-{w}x{h}-explanation.png")
+
+
+def explanation_shot(app, window, path: Path) -> None:
+    """The Attention panel raised and its explanation open over the right of the window; the screen grabbed."""
+    from PySide6.QtGui import QGuiApplication
+
+    from explorer.ui.window.docks import dock_of
+
+    panel = next(p for p in window.panels if type(p).__name__ == "AttentionPanel")
+    dock_of(panel).raise_()
+    settle(app, 0.3)
+    pump(app, lambda: complete(window))
+    panel.show_explanation(True)
+    frame = window.frameGeometry()
+    explain = panel.explain_window
+    explain.resize(min(620, frame.width() // 2), frame.height() - 90)
+    explain.move(frame.x() + frame.width() - explain.width() - 20, frame.y() + 40)
+    settle(app, 0.8)
+    QGuiApplication.primaryScreen().grabWindow(0, frame.x(), frame.y(), frame.width(), frame.height()).save(str(path))
+    print("wrote", path)
+    panel.show_explanation(False)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def main() -> None:
         tour = diagram.tour
         pump(app, lambda: not tour.waiting)  # its steps are computed on the panel's lane
         tour.resize(640, 470)
-        tour.move(w - 660, 150)
+        tour.move(w - 660, 225)  # below the tab bar: the Flow tab stays in sight
         for index, name in ((0, "tokens"), (4, "score"), (9, "lens")):
             tour.go(index)
             settle(app, 0.8)
