@@ -28,7 +28,7 @@ from explorer.core.analysis import attention_tiles as tiles
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.widgets.axis import readable, thin_axes
-from explorer.ui.widgets.heatmap import MASK_LIGHT, format_value
+from explorer.ui.widgets.heatmap import MASK_LIGHT, cached_image, format_value
 
 LONG_DETAIL = 512  # longer prompts: overview + tiles (a detail view is rarely wider on screen than this)
 EXPORT_WHOLE = 2048  # up to this many tokens an export of the head is its whole exact [n, n] matrix
@@ -53,10 +53,10 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self._key_label = "key (position)"
         self.plot.vb.setBackgroundColor(QColor(*MASK_LIGHT))  # masked cells are NaN: the grey shows through
         self.plot.vb.setLimits(minXRange=4, minYRange=4)
-        self.overview = pg.ImageItem(axisOrder="row-major")
-        self.tile = pg.ImageItem(axisOrder="row-major")
+        self.overview = cached_image(axisOrder="row-major")
+        self.tile = cached_image(axisOrder="row-major")
         self.tile.setZValue(5)
-        self.tile_mask = pg.ImageItem(axisOrder="row-major")  # the tile's masked cells in grey (RGBA)
+        self.tile_mask = cached_image(axisOrder="row-major")  # the tile's masked cells in grey (RGBA)
         self.tile_mask.setZValue(6)
         self.plot.addItem(self.overview)
         self.plot.addItem(self.tile)
