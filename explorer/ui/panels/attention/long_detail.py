@@ -63,6 +63,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self.plot.addItem(self.tile_mask)
         self.colorbar = pg.ColorBarItem(colorMap="viridis", width=14, interactive=False, colorMapMenu=False)
         self.colorbar.setImageItem([self.overview, self.tile])
+        self._colormap_name: str | None = None  # the colour map set (set_head sets it once per kind)
         self.addItem(self.colorbar, row=0, col=1)
         self.trace: Trace | None = None
         self.layer = self.head = 0
@@ -97,9 +98,11 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         top = float(np.percentile(finite, CLIP_PERCENTILE)) if finite.size else 1.0
         top = top if top > 0 else 1.0
         self.levels = (-top, top) if symmetric else (0.0, top)
-        self.overview.setLookupTable(colormap.getLookupTable(nPts=256))
-        self.tile.setLookupTable(colormap.getLookupTable(nPts=256))
-        self.colorbar.setColorMap(colormap)
+        if colormap.name != self._colormap_name:  # a new kind only: the bar's image and the LUTs drawn again
+            self._colormap_name = colormap.name
+            self.overview.setLookupTable(colormap.getLookupTable(nPts=256))
+            self.tile.setLookupTable(colormap.getLookupTable(nPts=256))
+            self.colorbar.setColorMap(colormap)
         self.overview.setImage(self.image, levels=self.levels, autoLevels=False)
         self.overview.setRect(QRectF(0, 0, trace.n_tokens, trace.n_tokens))
         self.colorbar.setLevels(self.levels)
