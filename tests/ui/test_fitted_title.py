@@ -61,3 +61,17 @@ def test_a_new_title_of_the_same_height_is_drawn_in_place_without_laying_the_plo
     plot.setTitle("two lines<br>now")  # a new height: laid out again
     assert geometry  # (setMinimumHeight asks too)
     assert title.item.toPlainText() == "two lines\nnow"
+
+
+def test_the_same_tick_spacing_again_keeps_the_axis_drawing(qtbot):
+    widget = pg.PlotWidget(axisItems=thin_axes())
+    qtbot.addWidget(widget)
+    axis = widget.getPlotItem().getAxis("left")
+    axis.setTickSpacing(2, 2)
+    axis.picture = "drawn"  # stands for the axis' cached drawing
+    axis.setTickSpacing(2, 2)
+    assert axis.picture == "drawn"
+    axis.setTickSpacing(3, 3)
+    assert axis.picture is None and axis._tickSpacing == [(3, 0.0), (3, 0.0)]
+    axis.setTickSpacing()  # back to pyqtgraph's own spacing
+    assert axis._tickSpacing is None

@@ -157,7 +157,7 @@ def test_mask_overlay_hatches_exactly_the_hidden_cells(size):
     np.testing.assert_array_equal(rgba, expected)
 
 
-def test_an_outline_moved_over_the_image_repaints_from_its_pixmap_not_the_image(heatmap, qtbot):
+def test_an_outline_moved_over_the_image_repaints_from_pixmaps_not_the_image_or_axes(heatmap, qtbot):
     from PySide6.QtCore import QRectF
     from PySide6.QtWidgets import QApplication, QGraphicsItem
 
@@ -179,10 +179,13 @@ def test_an_outline_moved_over_the_image_repaints_from_its_pixmap_not_the_image(
         original(*args)
 
     heatmap.image.paint = counted
+    axes, left, bottom = [], heatmap.plot.getAxis("left"), heatmap.plot.getAxis("bottom")
+    for axis in (left, bottom):
+        axis.paint = lambda *args, axis=axis, original=axis.paint: (axes.append(axis), original(*args))[1]
     for row in (1, 2, 0):  # the token outline moves and comes back
         box.setRect(QRectF(0, row, 5, 1))
         QApplication.processEvents()
-    assert paints == []  # the pixels under the outline came from the cached pixmap
+    assert paints == [] and axes == []  # the pixels under the outline came from the cached pixmaps
     assert heatmap.grab().toImage() == before  # the same pixels as before it moved
     heatmap.image.setCacheMode(QGraphicsItem.CacheMode.NoCache)
     assert heatmap.grab().toImage() == before and paints  # drawn directly: the same pixels

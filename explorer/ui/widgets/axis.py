@@ -17,6 +17,7 @@ import html
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
+from PySide6.QtWidgets import QGraphicsItem
 
 LABEL_GAP = 4.0  # pixels between two neighbouring labels
 ORIENTATIONS = ("left", "bottom", "top", "right")
@@ -46,6 +47,9 @@ class ThinAxis(pg.AxisItem):
     def __init__(self, orientation: str, **kwargs) -> None:
         super().__init__(orientation, **kwargs)
         self.stride = 1  # the k used at the last paint (tests and tooltips read it)
+        # drawn once into a pixmap and blitted after: an outline, bar or title changed beside or over it
+        # (its grid lines span the plot) repaints it from the pixmap, not by replaying every label and line
+        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
     def setTicks(self, ticks):  # noqa: N802 (pyqtgraph's name)
         """As pyqtgraph's, but the same ticks again (a selection switch redrawing a plot over the same
@@ -57,6 +61,13 @@ class ThinAxis(pg.AxisItem):
         if same is True:
             return
         super().setTicks(ticks)
+
+    def setTickSpacing(self, major=None, minor=None, levels=None):  # noqa: N802 (pyqtgraph's name)
+        """As pyqtgraph's, but the same spacing again keeps the axis' drawing (no repaint)."""
+        wanted = levels if levels is not None else None if major is None else [(major, 0.0), (minor, 0.0)]
+        if wanted == getattr(self, "_tickSpacing", object()):
+            return
+        super().setTickSpacing(major, minor, levels)
 
     def generateDrawSpecs(self, p):
         specs = super().generateDrawSpecs(p)
