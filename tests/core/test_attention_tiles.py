@@ -52,6 +52,15 @@ def test_blocks_and_rows_equal_the_full_head(shape, monkeypatch):
                                            full[11][np.isfinite(full[11])], rtol=1e-5, atol=1e-6)
 
 
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_querys_two_rows_from_one_product_are_query_rows_rows(shape, monkeypatch):
+    trace = traced(shape, monkeypatch)
+    for layer, head, query in ((0, 0, 0), (1, 3, 11), (1, 2, N - 1)):
+        scores, pattern = tiles.query_rows(trace, layer, head, query)
+        assert np.array_equal(scores, tiles.query_row(trace, layer, head, "scores", query))
+        assert np.array_equal(pattern, tiles.query_row(trace, layer, head, "pattern", query))
+        assert scores.dtype == pattern.dtype == np.float32 and scores.shape == (N,)
 @pytest.mark.parametrize("pool", tiles.POOLS)
 def test_overview_pools_the_full_pattern(pool, monkeypatch):
     trace = traced("sliding_softcap", monkeypatch)

@@ -179,3 +179,14 @@ def test_one_pattern_row_is_the_heads_pattern_row(family):
                 row = pattern_row(trace, layer, head, t)
                 np.testing.assert_allclose(row, full[t][: row.size], rtol=1e-5, atol=1e-7)
                 assert row.size == (t + 1 if cfg.causal else trace.n_tokens)
+
+
+def test_row_norms_are_the_float64_copys_norms():
+    from explorer.core.diagram.summaries import _row_norms
+
+    rng = np.random.default_rng(1)
+    for shape in ((37, 32), (3, 37, 8), (5, 4096)):
+        a = (rng.standard_normal(shape) * 30).astype(np.float32)
+        wide = a.astype(np.float64)
+        assert np.array_equal(_row_norms(a), np.sqrt(np.einsum("...i,...i->...", wide, wide)))
+        assert _row_norms(a).dtype == np.float64

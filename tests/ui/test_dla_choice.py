@@ -117,3 +117,14 @@ def test_a_token_switch_offers_that_tokens_predictions_as_a_fresh_draw_does(qtbo
         assert offered() == fresh(t) and len(fresh(t)) == TOP
         seen.append(known)
     assert seen == [False, False, True, True]  # the first two came from a worker
+    # a switch between listed positions rewrites the rows in place; the same list again rewrites nothing
+    combo, calls = panel.choose.target, []
+    for name in ("addItem", "removeItem", "clear", "setItemText", "setCurrentText"):
+        monkeypatch.setattr(combo, name, lambda *args, name=name, original=getattr(combo, name):
+                            (calls.append(name), original(*args))[1])
+    panel.selection.set_token(2)
+    assert offered() == fresh(2) and "setItemText" in calls
+    assert not {"addItem", "removeItem", "clear"} & set(calls)
+    calls.clear()
+    panel.choose.offer(tok, top_predictions(trace["logits"][2]))
+    assert calls == [] and offered() == fresh(2) and combo.currentText() == combo.itemText(0)

@@ -39,3 +39,39 @@ def test_a_resize_to_the_same_width_does_not_fit_again_a_new_one_does(qtbot, mon
     plot.setTitle("short")
     assert tips == []  # the tooltip was "" already: not set again
     assert title.item.toPlainText().strip() == "short" and not title.is_elided()
+
+
+def test_a_new_title_of_the_same_height_is_drawn_in_place_without_laying_the_plot_out_again(qtbot, monkeypatch):
+    widget = pg.PlotWidget(axisItems=thin_axes())
+    qtbot.addWidget(widget)
+    plot = readable(widget)
+    widget.resize(900, 200)
+    widget.show()
+    qtbot.waitExposed(widget)
+    title = plot.titleLabel
+    plot.setTitle("query 'the' (3): attention weight over the keys")
+    qtbot.waitUntil(lambda: title.rect().width() >= 40 and title.rect().height() > 0)
+    height = title.minimumHeight()
+    geometry = []
+    monkeypatch.setattr(title, "updateGeometry", lambda: geometry.append(1))
+    plot.setTitle("query 'a much longer token' (17): attention weight over the keys")
+    assert geometry == []  # one line as before: no re-layout of the plot
+    assert title.item.toPlainText() == "query 'a much longer token' (17): attention weight over the keys"
+    assert title.minimumWidth() == 0 and title.minimumHeight() == height
+    plot.setTitle("two lines<br>now")  # a new height: laid out again
+    assert geometry  # (setMinimumHeight asks too)
+    assert title.item.toPlainText() == "two lines\nnow"
+
+
+def test_the_same_tick_spacing_again_keeps_the_axis_drawing(qtbot):
+    widget = pg.PlotWidget(axisItems=thin_axes())
+    qtbot.addWidget(widget)
+    axis = widget.getPlotItem().getAxis("left")
+    axis.setTickSpacing(2, 2)
+    axis.picture = "drawn"  # stands for the axis' cached drawing
+    axis.setTickSpacing(2, 2)
+    assert axis.picture == "drawn"
+    axis.setTickSpacing(3, 3)
+    assert axis.picture is None and axis._tickSpacing == [(3, 0.0), (3, 0.0)]
+    axis.setTickSpacing()  # back to pyqtgraph's own spacing
+    assert axis._tickSpacing is None

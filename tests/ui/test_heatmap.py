@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QPointF, Qt
 
@@ -169,3 +170,42 @@ def test_the_column_labels_are_counted_from_the_plots_width_not_the_row_axis(qtb
     widget.set_data(np.ones((30, 40)), [f"{i}:x" for i in range(30)], [str(7 * i) for i in range(40)])
     shown = widget.plot.getAxis("bottom")._tickLevels[0]
     assert len(shown) >= 10
+
+
+def test_an_outline_moved_over_the_image_repaints_from_pixmaps_not_the_image_or_axes(heatmap, qtbot):
+    from PySide6.QtCore import QRectF
+    from PySide6.QtWidgets import QApplication, QGraphicsItem
+
+    from explorer.ui.widgets.plots import outline
+
+    heatmap.set_data(_matrix(), ROWS, COLS)
+    assert heatmap.image.cacheMode() == QGraphicsItem.CacheMode.DeviceCoordinateCache
+    box = outline(heatmap.plot, pg.mkPen("r", width=2), z=10)
+    box.setRect(QRectF(0, 0, 5, 1))
+    for row in (1, 0):  # drawn on screen once (its pixmap made) and any layout still due done
+        box.setRect(QRectF(0, row, 5, 1))
+        heatmap.viewport().repaint()
+        QApplication.processEvents()
+    before = heatmap.grab().toImage()
+    paints, original = [], heatmap.image.paint
+
+    def counted(*args) -> None:
+        paints.append(1)
+        original(*args)
+
+    heatmap.image.paint = counted
+    axes, left, bottom = [], heatmap.plot.getAxis("left"), heatmap.plot.getAxis("bottom")
+    for axis in (left, bottom):
+        axis.paint = lambda *args, axis=axis, original=axis.paint: (axes.append(axis), original(*args))[1]
+    for row in (1, 2, 0):  # the token outline moves and comes back
+        box.setRect(QRectF(0, row, 5, 1))
+        QApplication.processEvents()
+    assert paints == [] and axes == []  # the pixels under the outline came from the cached pixmaps
+    assert heatmap.grab().toImage() == before  # the same pixels as before it moved
+    heatmap.image.setCacheMode(QGraphicsItem.CacheMode.NoCache)
+    assert heatmap.grab().toImage() == before and paints  # drawn directly: the same pixels
+    heatmap.image.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    paints.clear()
+    heatmap.set_data(_matrix()[::-1].copy(), ROWS, COLS)  # a new image is drawn again
+    heatmap.grab()
+    assert paints

@@ -84,7 +84,8 @@ def test_right_click_a_cell_of_the_residual_norms_switches_the_stream_off_there(
     panel = next(p for p in window.panels if "residual" in p.title.lower())
     raised(qtbot, window, panel)
     qtbot.waitUntil(lambda: panel.norm_map.matrix.size > 0, timeout=30_000)
-    scene = panel.norm_map.plot.vb.mapViewToScene(QPointF(2.5, 1.5))  # the stream entering block 1, position 2
+    # the stream entering block 1, position 2 (read again until the plot just raised is laid out)
+    scene = lambda: panel.norm_map.plot.vb.mapViewToScene(QPointF(2.5, 1.5))  # noqa: E731
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         texts = right_click_menu(qtbot, panel.norm_map, scene, choose="Switch off the residual stream")
     assert texts[0].startswith("Switch off the residual stream") and texts[0].endswith("at position 2 (zero)")

@@ -127,3 +127,26 @@ def test_long_query_row_pattern_is_exact(qtbot, model):
     monkey_rows = tiles.query_row(trace, 0, 1, "pattern", 1499)
     np.testing.assert_allclose(monkey_rows, trace.head(0, 1, "pattern")[1499], rtol=1e-5, atol=1e-7)
     assert monkey_rows.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_head_switch_keeps_the_colour_bar_and_a_kind_switch_sets_it(qtbot, model, monkeypatch):
+    import pyqtgraph as pg
+
+    from explorer.ui.panels.attention.long_detail import LongHeadView
+
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, 64, 40)]
+    trace, _ = capture(model, ids, [f"t{i}" for i in ids])
+    view = LongHeadView()
+    qtbot.addWidget(view)
+    calls = []
+    monkeypatch.setattr(view.colorbar, "setColorMap", lambda cmap, original=view.colorbar.setColorMap:
+                        (calls.append(cmap.name), original(cmap))[1])
+    pooled = tiles.overview(trace, 0, 0, "pattern", 32)
+    for head in (0, 1, 2):  # a head switch: the same colour map
+        view.set_head(trace, 0, head, "pattern", "pattern", pooled, pg.colormap.get("viridis"), False, f"H{head}")
+    assert calls == ["viridis"] and view.overview.lut is not None
+    lut = view.overview.lut.copy()
+    view.set_head(trace, 0, 2, "scores", "scaled score", tiles.overview(trace, 0, 2, "scores", 32),
+                  pg.colormap.get("CET-D1"), True, "H2 scores")
+    assert calls == ["viridis", "CET-D1"] and not np.array_equal(view.overview.lut, lut)
+    assert view.colorbar.levels()[0] < 0  # symmetric levels for the scores

@@ -148,6 +148,17 @@ def query_row(trace: Trace, layer: int, head: int, kind: str, query: int) -> np.
     return block(trace, layer, head, kind, (query, query + 1), (0, m))[0]
 
 
+def query_rows(trace: Trace, layer: int, head: int, query: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, pattern) of one query over every key [m] (float32), exact: ``query_row``'s two rows from
+    one product of q and k (a token switch draws the row and its mask)."""
+    q, k = head_qk(trace, layer, head)
+    i, m = min(max(int(query), 0), q.shape[0] - 1), k.shape[0]
+    scores = _block_scores(trace, layer, head, q, k, (i, i + 1), (0, m))
+    lse = torch.from_numpy(row_logsumexp(trace, layer, head)[i:i + 1]).to(scores.device)
+    pattern = torch.exp(scores.double() - lse[:, None]).float()
+    return scores[0].cpu().numpy(), pattern[0].cpu().numpy()
+
+
 def _pool_rows(values: torch.Tensor, factor: int, pool: str) -> torch.Tensor:
     """[r, c] -> [ceil(r/f), ceil(c/f)]: max or mean of the finite entries of each f x f block
     (a block with none becomes NaN)."""

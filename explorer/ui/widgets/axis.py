@@ -17,6 +17,7 @@ import html
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
+from PySide6.QtWidgets import QGraphicsItem
 
 LABEL_GAP = 4.0  # pixels between two neighbouring labels
 ORIENTATIONS = ("left", "bottom", "top", "right")
@@ -46,6 +47,9 @@ class ThinAxis(pg.AxisItem):
     def __init__(self, orientation: str, **kwargs) -> None:
         super().__init__(orientation, **kwargs)
         self.stride = 1  # the k used at the last paint (tests and tooltips read it)
+        # drawn once into a pixmap and blitted after: an outline, bar or title changed beside or over it
+        # (its grid lines span the plot) repaints it from the pixmap, not by replaying every label and line
+        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
     def setTicks(self, ticks):  # noqa: N802 (pyqtgraph's name)
         """As pyqtgraph's, but the same ticks again (a selection switch redrawing a plot over the same
@@ -57,6 +61,13 @@ class ThinAxis(pg.AxisItem):
         if same is True:
             return
         super().setTicks(ticks)
+
+    def setTickSpacing(self, major=None, minor=None, levels=None):  # noqa: N802 (pyqtgraph's name)
+        """As pyqtgraph's, but the same spacing again keeps the axis' drawing (no repaint)."""
+        wanted = levels if levels is not None else None if major is None else [(major, 0.0), (minor, 0.0)]
+        if wanted == getattr(self, "_tickSpacing", object()):
+            return
+        super().setTickSpacing(major, minor, levels)
 
     def generateDrawSpecs(self, p):
         specs = super().generateDrawSpecs(p)
@@ -112,8 +123,25 @@ class FittedTitle(pg.LabelItem):
         if str(text) == self.full_text and all(self.opts.get(k) == v for k, v in args.items()) and self.full_text:
             return  # the same title again (a switch that leaves it): no re-layout, no repaint
         self.full_text = str(text)
-        super().setText(self._fitted(), **args)
+        self.opts.update(args)
+        self.item.setHtml(self._html(self._fitted()))  # pyqtgraph's LabelItem.setText, less its re-layouts:
+        self.resizeEvent(None)  # places the text (and updateMin: the plot is laid out again only for a new height)
         self.text = self.full_text  # what callers read back: the whole title
+
+    def _html(self, shown: str) -> str:
+        """``shown`` in the label's colour and size, as pyqtgraph's ``LabelItem.setText`` styles it."""
+        opts = self.opts
+        color = pg.mkColor(opts["color"] if opts.get("color") is not None else pg.getConfigOption("foreground"))
+        style = [f"color: {color.name(color.NameFormat.HexArgb)}"]
+        if opts.get("family"):
+            style.append(f"font-family: {opts['family']}")
+        if opts.get("size"):
+            style.append(f"font-size: {opts['size']}")
+        if opts.get("bold") in (True, False):
+            style.append(f"font-weight: {'bold' if opts['bold'] else 'normal'}")
+        if opts.get("italic") in (True, False):
+            style.append(f"font-style: {'italic' if opts['italic'] else 'normal'}")
+        return f"<span style='{'; '.join(style)}'>{shown}</span>"
 
     def _font(self) -> QFont:
         font = QFont(self.item.font())
@@ -155,19 +183,24 @@ class FittedTitle(pg.LabelItem):
             self.setToolTip(text)
 
     def updateMin(self):
-        super().updateMin()
-        self.setMinimumWidth(0)  # never force the plot wider than its widget: elide instead
+        """The title's height as its minimum and preferred height; no width of its own (never force the plot
+        wider than its widget: elide instead). The plot is laid out again only when the height changes: a new
+        title of the same height (a switch's) is drawn in place."""
+        h = self.itemRect().height()
+        hint = {Qt.SizeHint.MinimumSize: (0, h), Qt.SizeHint.PreferredSize: (0, h),
+                Qt.SizeHint.MaximumSize: (-1, -1), Qt.SizeHint.MinimumDescent: (0, 0)}
+        if self.minimumWidth() != 0:
+            self.setMinimumWidth(0)
+        if self.minimumHeight() != h:
+            self.setMinimumHeight(h)
+        if getattr(self, "_sizeHint", None) != hint:
+            self._sizeHint = hint
+            self.updateGeometry()
 
     def resizeEvent(self, ev):
         if ev is not None and self.full_text and self._fit_for != (self.rect().width(), self.full_text,
                                                                   self.opts.get("size")):
-            shown = self._fitted()
-            opts = self.opts
-            color = pg.mkColor(opts["color"] if opts.get("color") is not None else pg.getConfigOption("foreground"))
-            style = [f"color: {color.name(color.NameFormat.HexArgb)}"]
-            if opts.get("size"):
-                style.append(f"font-size: {opts['size']}")
-            self.item.setHtml(f"<span style='{'; '.join(style)}'>{shown}</span>")
+            self.item.setHtml(self._html(self._fitted()))
         super().resizeEvent(ev)
 
     def is_elided(self) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
-from PySide6.QtWidgets import QToolTip, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QToolTip, QWidget
 
 from explorer.core.display.levels import all_finite, finite_levels, thinned_ticks
 from explorer.ui.widgets.axis import readable, thin_axes
@@ -71,6 +71,15 @@ def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
     return out.reshape(rows * s, cols * s).view(np.uint8).reshape(rows * s, cols * s, 4), s
 
 
+def cached_image(**kwargs) -> pg.ImageItem:
+    """An ``ImageItem`` drawn once into a pixmap at screen resolution and blitted from it after: a selection
+    outline or cursor line moved over it repaints the pixels under it from the pixmap, not by scaling the
+    whole image again (``DeviceCoordinateCache``; a new image, zoom or pan draws it again)."""
+    item = pg.ImageItem(**kwargs)
+    item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    return item
+
+
 class Heatmap(pg.GraphicsLayoutWidget):
     """A matrix drawn cell by cell with token labels on both axes; row 0 at the top.
 
@@ -101,9 +110,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
         # the first and last column labels are centred on cells at the very edges of the axis:
         # let them stick out a little instead of being hidden
         self.plot.getAxis("bottom").setStyle(hideOverlappingLabels=40)
-        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image = cached_image(axisOrder="row-major")
         self.plot.addItem(self.image)
-        self._overlay = pg.ImageItem(axisOrder="row-major")
+        self._overlay = cached_image(axisOrder="row-major")
         self._overlay.setZValue(10)
         self._overlay.setVisible(False)
         self.plot.addItem(self._overlay)

@@ -28,7 +28,7 @@ from explorer.core.analysis import attention_tiles as tiles
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.widgets.axis import readable, thin_axes
-from explorer.ui.widgets.heatmap import MASK_LIGHT, format_value
+from explorer.ui.widgets.heatmap import MASK_LIGHT, cached_image, format_value
 
 LONG_DETAIL = 512  # longer prompts: overview + tiles (a detail view is rarely wider on screen than this)
 EXPORT_WHOLE = 2048  # up to this many tokens an export of the head is its whole exact [n, n] matrix
@@ -53,16 +53,17 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         self._key_label = "key (position)"
         self.plot.vb.setBackgroundColor(QColor(*MASK_LIGHT))  # masked cells are NaN: the grey shows through
         self.plot.vb.setLimits(minXRange=4, minYRange=4)
-        self.overview = pg.ImageItem(axisOrder="row-major")
-        self.tile = pg.ImageItem(axisOrder="row-major")
+        self.overview = cached_image(axisOrder="row-major")
+        self.tile = cached_image(axisOrder="row-major")
         self.tile.setZValue(5)
-        self.tile_mask = pg.ImageItem(axisOrder="row-major")  # the tile's masked cells in grey (RGBA)
+        self.tile_mask = cached_image(axisOrder="row-major")  # the tile's masked cells in grey (RGBA)
         self.tile_mask.setZValue(6)
         self.plot.addItem(self.overview)
         self.plot.addItem(self.tile)
         self.plot.addItem(self.tile_mask)
         self.colorbar = pg.ColorBarItem(colorMap="viridis", width=14, interactive=False, colorMapMenu=False)
         self.colorbar.setImageItem([self.overview, self.tile])
+        self._colormap_name: str | None = None  # the colour map set (set_head sets it once per kind)
         self.addItem(self.colorbar, row=0, col=1)
         self.trace: Trace | None = None
         self.layer = self.head = 0
@@ -97,9 +98,11 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         top = float(np.percentile(finite, CLIP_PERCENTILE)) if finite.size else 1.0
         top = top if top > 0 else 1.0
         self.levels = (-top, top) if symmetric else (0.0, top)
-        self.overview.setLookupTable(colormap.getLookupTable(nPts=256))
-        self.tile.setLookupTable(colormap.getLookupTable(nPts=256))
-        self.colorbar.setColorMap(colormap)
+        if colormap.name != self._colormap_name:  # a new kind only: the bar's image and the LUTs drawn again
+            self._colormap_name = colormap.name
+            self.overview.setLookupTable(colormap.getLookupTable(nPts=256))
+            self.tile.setLookupTable(colormap.getLookupTable(nPts=256))
+            self.colorbar.setColorMap(colormap)
         self.overview.setImage(self.image, levels=self.levels, autoLevels=False)
         self.overview.setRect(QRectF(0, 0, trace.n_tokens, trace.n_tokens))
         self.colorbar.setLevels(self.levels)

@@ -41,7 +41,7 @@ from explorer.ui.panels.attention.views import (
 from explorer.ui.panels.attention.statistics_table import HeadStatisticsTable
 from explorer.ui.panels.residual.cells import CellTexts
 from explorer.ui.session.selection import Selection
-from explorer.ui.widgets.heatmap import dark_cells, format_value
+from explorer.ui.widgets.heatmap import cached_image, dark_cells, format_value
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.plots import outline
 
@@ -95,7 +95,7 @@ class AttentionOverview:
         plot.setMouseEnabled(x=True, y=True)
         plot.showAxis("top")
         plot.hideAxis("bottom")
-        self.overview_image = pg.ImageItem(axisOrder="row-major")
+        self.overview_image = cached_image(axisOrder="row-major")
         plot.addItem(self.overview_image)
         self.selected_outline = outline(plot, OUTLINE, z=10)
         self.overview_colorbar = pg.ColorBarItem(colorMap="viridis", width=12, interactive=False,

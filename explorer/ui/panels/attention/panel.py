@@ -361,9 +361,11 @@ class AttentionPanel(Panel):
         if not is_long(self.trace):
             return np.asarray(self.detail.matrix[i], dtype=np.float32), self.detail.masked[i]
         layer, head = self.layer_head()
-        scores = tiles.query_row(self.trace, layer, head, "scores", i)
-        values = scores if self.kind == "scores" else tiles.query_row(self.trace, layer, head, "pattern", i)
-        return values, np.isneginf(scores)
+        if self.kind == "scores":
+            scores = tiles.query_row(self.trace, layer, head, "scores", i)
+            return scores, np.isneginf(scores)
+        scores, pattern = tiles.query_rows(self.trace, layer, head, i)  # one product of q and k for both
+        return pattern, np.isneginf(scores)
 
     def _draw_query_row(self) -> None:
         i = self.query_row()

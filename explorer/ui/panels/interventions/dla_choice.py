@@ -67,6 +67,7 @@ class DLATargetBar(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         self.picks: dict[str, Pick | None] = {"target": None, "distractor": None}
+        self._offered: dict[str, tuple] = {}  # per box: (items, pick) it shows now
         self.target = self._combo("target", NEXT, "Target token: pick one of the model's top predictions "
                                   "here or type a token (with its leading space, e.g. \" Mary\")")
         self.distractor = self._combo("distractor", NONE, "Distractor (optional): the attribution is then of "
@@ -141,19 +142,32 @@ class DLATargetBar(QWidget):
 
     def offer(self, tokenizer: Any, predictions: list[tuple[int, float]]) -> None:
         """List ``predictions`` (id, probability) under both boxes, each box still showing its choice."""
+        items = []
+        for token, prob in predictions:
+            text = tokenizer.display(token) if tokenizer is not None else f"#{token}"
+            items.append((f"{visible(text)}  (p {prob:.3f})", (token, text)))
         for what, combo in (("target", self.target), ("distractor", self.distractor)):
-            default = combo.itemText(0)
-            combo.blockSignals(True)
-            combo.clear()
-            combo.addItem(default, None)
-            for token, prob in predictions:
-                text = tokenizer.display(token) if tokenizer is not None else f"#{token}"
-                combo.addItem(f"{visible(text)}  (p {prob:.3f})", (token, text))
             pick = self.picks[what]
+            if self._offered.get(what) == (items, pick) and combo.count() == len(items) + 1:
+                continue  # the same list and choice (a switch back, a second draw): nothing to rewrite
+            self._offered[what] = (items, pick)
+            combo.blockSignals(True)
+            if combo.count() == len(items) + 1:  # rewritten in place: no rows removed and inserted
+                for i, (label, data) in enumerate(items, 1):
+                    if combo.itemText(i) != label or combo.itemData(i) != data:
+                        combo.setItemText(i, label)
+                        combo.setItemData(i, data)
+            else:
+                while combo.count() > 1:
+                    combo.removeItem(combo.count() - 1)
+                for label, data in items:
+                    combo.addItem(label, data)
+            default = combo.itemText(0)
             index = next((i for i in range(1, combo.count()) if pick is not None and pick[0] is not None
                           and combo.itemData(i) == pick), -1)
             if index >= 0:
                 combo.setCurrentIndex(index)
-            else:
+            else:  # the first row current, as a list filled anew has it, showing the choice's text
+                combo.setCurrentIndex(0)
                 combo.setCurrentText(default if pick is None else pick[1])
             combo.blockSignals(False)
