@@ -89,7 +89,7 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
             drawn_ms.setdefault(panel.title, []).append((first_drawn[-1] - t) * 1000)
 
         panel.set_trace = timed
-    jobs = JobTimes(window)
+    jobs = JobTimes(window, beat)
     results, applied = [], []
     window.controller.trace_ready.connect(results.append)
     window.trace_applied.connect(applied.append)  # after the last panel's show_trace
