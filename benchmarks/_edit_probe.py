@@ -20,19 +20,27 @@ class GuiCpu:
     def __init__(self, beat, controller) -> None:
         self.path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
         self.samples: list[tuple[float, float, float]] = []  # (perf_counter, run ms, wait ms)
-        self.timer = beat.timer
-        self.timer.timeout.connect(self.sample)  # after the heartbeat's own slot: the same instant
+        self.beat, self.timer = beat, beat.timer
+        # the beat and its sample in one slot, at one instant (a second slot can run much later on a busy machine)
+        self.timer.timeout.disconnect()
+        self.timer.timeout.connect(self.beat_and_sample)
         self.controller = controller
         controller.requested.connect(self.sample)  # the edit's start (t0), before the first beat
 
-    def sample(self, *_args) -> None:
+    def beat_and_sample(self) -> None:
+        t = time.perf_counter()
+        self.beat.beats.append(t)
+        self.sample(at=t)
+
+    def sample(self, *_args, at: float | None = None) -> None:
+        now = time.perf_counter() if at is None else at
         run = time.thread_time() * 1000  # exact now (schedstat's run time can lag a tick for a running thread)
         try:
             with open(self.path) as f:
                 wait = int(f.read().split()[1]) / 1e6
         except (OSError, ValueError, IndexError):  # not Linux: the thread's CPU time only
             wait = 0.0
-        self.samples.append((time.perf_counter(), run, wait))
+        self.samples.append((now, run, wait))
 
     def split(self, a: float, b: float) -> tuple[float, float, float] | None:
         """(run, wait, asleep) ms of the GUI thread from ``a`` to ``b`` (the samples nearest each)."""
@@ -47,7 +55,9 @@ class GuiCpu:
         return run, wait, max(0.0, span - run - wait)
 
     def stop(self) -> None:
-        self.timer.timeout.disconnect(self.sample)
+        self.timer.timeout.disconnect(self.beat_and_sample)
+        beats = self.beat.beats
+        self.timer.timeout.connect(lambda: beats.append(time.perf_counter()))  # the heartbeat's own slot again
         self.controller.requested.disconnect(self.sample)
 
 

@@ -59,7 +59,9 @@ def b_trace(a_or_ids: Any, other: Any, cancel: Any = None) -> Trace:
     return other.trace_ids(ids, compare_spec(storage), cancel=cancel)
 
 
-NICE = 5  # how much lower B's early pass runs than A's (A's itself below the GUI thread): A first, B on what is left
+# how much lower B's early pass runs than A's (itself 10 below the GUI thread, ui/session/priority.py): nice 19,
+# weight 15 against A's 110, about the 1 to 9 that A at 0 and B at 10 had: A's panels first, B on what is left
+NICE = 9
 
 
 def lower_priority(nice: int = NICE) -> None:
