@@ -136,6 +136,21 @@ class JobTimes:
 
         self._collected = collected
         gc.callbacks.append(collected)
+        from explorer.core import memory
+
+        self.memory, self._trim = memory, memory.release_freed_memory
+        self.trims: list[tuple[float, float]] = []  # glibc's malloc_trim on a worker: it holds the allocator's locks
+        self.trim_ms: list[float] = []
+
+        def trim(_trim=self._trim):
+            t = time.perf_counter()
+            try:
+                return _trim()
+            finally:
+                self.trims.append((t, time.perf_counter()))
+                self.trim_ms.append((self.trims[-1][1] - t) * 1000)
+
+        memory.release_freed_memory = trim
 
     @staticmethod
     def name(job) -> str:
@@ -153,6 +168,10 @@ class JobTimes:
         inside = [((min(e, b) - max(s, a)) * 1000, what) for what, s, e in self.events if s < b and e > a]
         took, what = max(inside) if inside else (0.0, "(no drawing, view or collection recorded)")
         self.longest.setdefault(what, []).append((gap, took))
+        trimmed = sum(max(0.0, min(e, b) - max(s, a)) for s, e in self.trims) * 1000
+        if trimmed:
+            what = f"{what}; malloc_trim on a worker {trimmed:.1f} ms of it"
+        self.trims = [t for t in self.trims if t[1] > t1]
         if self.cpu is not None:
             self.gaps.append((gap, self.cpu.split(a, b), what, took))
             whole = self.cpu.split(t0, t1)
@@ -167,6 +186,7 @@ class JobTimes:
         if self.cpu is not None:
             self.cpu.stop()
         gc.callbacks.remove(self._collected)
+        self.memory.release_freed_memory = self._trim
         self.module._run = self._run
         del self.lane._on_returned
         del self.drawing._draw_prepared
@@ -188,6 +208,9 @@ class JobTimes:
             run, wait, asleep = split
             print(f"      edit {i + 1}'s longest gap {gap:6.1f} ms: the GUI thread ran {run:5.1f} ms ({what}: "
                   f"{took:.1f} ms), waited for a CPU {wait:5.1f} ms, slept {asleep:5.1f} ms")
+        if self.trim_ms:
+            print(f"      malloc_trim (freed memory back to the OS, on a worker, after an edit): {len(self.trim_ms)} "
+                  f"calls, median {statistics.median(self.trim_ms):.1f} ms, max {max(self.trim_ms):.1f} ms")
         if self.whole:
             run, wait, asleep = (statistics.median(w[i] for w in self.whole) for i in range(3))
             print(f"      the GUI thread over a whole edit (medians): ran {run:.1f} ms, "
