@@ -107,7 +107,10 @@ def test_background_lowers_threads_made_before_it_and_never_raises_one_or_the_gu
             t.join(10)
 
 
-def test_off_linux_or_without_a_readable_gui_thread_nothing_is_done(monkeypatch):
-    monkeypatch.delattr(os, "setpriority", raising=False)
+def test_off_linux_nothing_is_done(monkeypatch):
+    monkeypatch.setattr(priority, "LINUX", False)
+    called = []
+    monkeypatch.setattr(os, "setpriority", lambda *args: called.append(args), raising=False)
     assert priority.background() == []
-    priority.lower_this_thread(5)  # no error
+    priority.lower_this_thread(5)
+    assert called == [] and priority.nice_of(threading.get_native_id()) is None

@@ -18,8 +18,10 @@ Elsewhere (macOS, Windows) nothing is done.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
+LINUX = sys.platform.startswith("linux")
 NICE = 10  # the workers' nice value above the GUI thread's (weight 110 against 1024 per thread)
 
 _gui_tid: int | None = None
@@ -45,6 +47,8 @@ def _threads() -> list[int]:
 
 def nice_of(tid: int) -> int | None:
     """A thread's nice value (Linux), None if it cannot be read (gone, or not Linux)."""
+    if not LINUX:  # elsewhere a native thread id is no process id: getpriority would read something else
+        return None
     try:
         return os.getpriority(os.PRIO_PROCESS, tid)
     except (AttributeError, OSError):
