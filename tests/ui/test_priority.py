@@ -114,3 +114,28 @@ def test_off_linux_nothing_is_done(monkeypatch):
     assert priority.background() == []
     priority.lower_this_thread(5)
     assert called == [] and priority.nice_of(threading.get_native_id()) is None
+
+
+def test_freed_memory_goes_back_only_once_the_app_is_idle(qtbot, make_window, tiny_checkpoint, monkeypatch):
+    """malloc_trim holds the allocator's locks (the GUI thread's allocations wait): it waits for an idle app,
+    and a new request puts it off again."""
+    from explorer.core import memory
+    from explorer.ui.window import drawing
+
+    monkeypatch.setattr(drawing, "TRIM_IDLE_MS", 300)
+    trims = []
+    monkeypatch.setattr(memory, "release_freed_memory", lambda: trims.append(threading.get_native_id()) or True)
+    window = make_window()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.open_checkpoint(str(tiny_checkpoint))
+    qtbot.waitUntil(lambda: bool(trims), timeout=30_000)  # the first trace's freed memory, once idle
+    assert trims[0] != threading.main_thread().native_id  # on a worker
+    trims.clear()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.controller.request("A second prompt, and its trace.")
+    qtbot.waitUntil(lambda: window.drawing.trim_waiting or bool(trims), timeout=30_000)
+    assert trims == []  # not at once: it waits for the app to stay idle
+    window.controller.request("A newer prompt arrives before the app was idle long enough.")
+    assert not window.drawing.trim_waiting and trims == []
+    qtbot.waitUntil(lambda: bool(trims), timeout=30_000)  # after that trace, once idle
+    assert window.controller.is_idle() and not window.progressive.busy
