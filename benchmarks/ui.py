@@ -89,7 +89,7 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
             drawn_ms.setdefault(panel.title, []).append((first_drawn[-1] - t) * 1000)
 
         panel.set_trace = timed
-    jobs = JobTimes(window)
+    jobs = JobTimes(window, beat)
     results, applied = [], []
     window.controller.trace_ready.connect(results.append)
     window.trace_applied.connect(applied.append)  # after the last panel's show_trace
@@ -225,6 +225,7 @@ def memory_run(app, window, loaded, n_tokens: int = 512, prompts: int = 20) -> N
         window.controller.request(prompt_of(loaded, n_tokens, 100 + i))
         pump_until(app, lambda: bool(applied) and complete(window))
         window.trace_applied.disconnect(applied.append)
+        pump_until(app, lambda: not window.drawing.trim_waiting)  # the trim waits for an idle app (TRIM_IDLE_MS)
         pump_until(app, lambda: __import__("PySide6.QtCore").QtCore.QThreadPool.globalInstance().activeThreadCount() == 0)
         sizes.append(rss_mb())
     print(f"\nresident memory over {prompts} different {n_tokens}-token prompts ({loaded.name}), MB after each:")

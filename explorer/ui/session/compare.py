@@ -59,18 +59,17 @@ def b_trace(a_or_ids: Any, other: Any, cancel: Any = None) -> Trace:
     return other.trace_ids(ids, compare_spec(storage), cancel=cancel)
 
 
-NICE = 10  # how much lower B's early pass runs than A's: A's panels first, B on what is left of the CPU
+# how much lower B's early pass runs than A's (itself 10 below the GUI thread, ui/session/priority.py): nice 19,
+# weight 15 against A's 110, about the 1 to 9 that A at 0 and B at 10 had: A's panels first, B on what is left
+NICE = 9
 
 
 def lower_priority(nice: int = NICE) -> None:
-    """Lower this thread's CPU priority (Linux: per thread, inherited by the threads it starts, so by
-    torch's own threads for it); elsewhere nothing."""
-    import os
+    """Lower this thread's CPU priority below the workers' (``explorer.ui.session.priority``; Linux: per
+    thread, inherited by the threads it starts, so by torch's own threads for it); elsewhere nothing."""
+    from explorer.ui.session import priority
 
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
-    except (AttributeError, OSError):
-        pass
+    priority.lower_this_thread(priority.NICE + nice)
 
 
 class EarlyB:

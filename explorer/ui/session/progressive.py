@@ -34,6 +34,7 @@ from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel, Cancelled
 from explorer.ui.session.lifetime import release_when_finished
+from explorer.ui.session.priority import background
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
@@ -183,6 +184,7 @@ class ProgressiveWork(QObject):
 
 
 def _run(job: Job) -> Any:
+    background()  # below the GUI thread (explorer.ui.session.priority)
     job.cancel.check()
     return job.compute(job.cancel.check)
 

@@ -25,6 +25,7 @@ from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.errors import ExplorerError, InternalError, LoadCancelled
 from explorer.core.trace import CaptureSpec, Trace
 from explorer.ui.session.lifetime import release_when_finished
+from explorer.ui.session.priority import background
 
 if TYPE_CHECKING:
     from explorer.core.loaded import LoadedModel
@@ -267,6 +268,7 @@ def run_trace(request: TraceRequest) -> TraceResult:
 
     Raises ``Cancelled`` at the next layer boundary (or between panels) once ``request.cancel`` is set."""
     t0 = time.perf_counter()
+    background()  # below the GUI thread, with torch's threads (explorer.ui.session.priority)
     if request.ids is not None:
         ids, truncated_from = list(request.ids), None
     else:
@@ -292,6 +294,7 @@ def prepare_panels(trace: Trace, preparers: Sequence[Preparer], cancel: Cancel):
     one's index when it is done; returns each prepare with the view it returned (the window checks
     the numbers for NaN, ``nonfinite``, on a worker of its own meanwhile). A prepare that fails is
     logged and skipped (its view is None): its panel then computes what it needs when it draws."""
+    background()
     views: list[tuple[Preparer, object]] = []
     for i, prepare in enumerate(preparers):
         cancel.check()

@@ -41,6 +41,8 @@ from explorer.ui.window.docks import PanelDock
 
 log = logging.getLogger(__name__)
 
+TRIM_IDLE_MS = 1000  # freed memory goes back to the OS once the app has been idle this long (release_memory)
+
 
 def _by_panel(prepared: object) -> dict[Panel, PanelView | None]:
     """Each panel's prepared view, from (``Panel.preparer()``, what it returned) pairs."""
@@ -67,6 +69,14 @@ class PanelDrawing(QObject):
         self._drawing_worker: Any = None
         self._stale: set[PanelDock] = set()
         self._trim_pending = False
+        # the trim waits for the app to be idle: glibc's malloc_trim holds each arena's lock while it trims it,
+        # and the GUI thread's own allocations wait for it (20-220 ms after a 1024-token edit, benchmarks/ui.py)
+        self._trim_timer = QTimer(self)
+        self._trim_timer.setSingleShot(True)
+        self._trim_timer.setInterval(TRIM_IDLE_MS)
+        self._trim_timer.timeout.connect(self._trim_now)
+        session.controller.requested.connect(self._on_requested)
+        session.controller.busy_changed.connect(self._on_lane_busy)  # the pass's end, if it came after the drawing
         self._checking: Trace | None = None  # the trace whose numbers are being checked for NaN (a worker)
         self._applied: Trace | None = None  # the last trace every shown panel has drawn
         self.closed = False
@@ -212,11 +222,27 @@ class PanelDrawing(QObject):
 
     def release_memory(self) -> None:
         """The previous trace is dropped: hand its freed blocks back to the OS (explorer.core.memory)
-        once the panels' background work is done too (trimming holds the allocator's lock, so not
-        while the GUI thread draws), off the GUI thread, so a long session's memory stays flat."""
+        once the panels' background work is done too and nothing new was asked for ``TRIM_IDLE_MS``
+        (trimming holds the allocator's lock, so not while the GUI thread draws or the next edit's trace
+        arrives), off the GUI thread, so a long session's memory stays flat."""
         if self.closed or self.session.progressive.busy or not self.session.controller.is_idle():
             self._trim_pending = True  # again when the lane goes idle (busy_changed)
             return
+        if not self._trim_pending:
+            return
+        self._trim_timer.start()  # (again) TRIM_IDLE_MS from now, if nothing new starts meanwhile
+
+    @property
+    def trim_waiting(self) -> bool:
+        """Whether a trim waits for the app to stay idle (a new request puts it off again)."""
+        return self._trim_timer.isActive()
+
+    def _on_requested(self, _request_id: int) -> None:
+        self._trim_timer.stop()  # a new trace comes: the trim waits for its work to end (release_memory again)
+
+    def _trim_now(self) -> None:
+        if self.closed or self.session.progressive.busy or not self.session.controller.is_idle():
+            return  # still pending: the lane's or the next trace's end asks again
         if not self._trim_pending:
             return
         self._trim_pending = False
