@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -36,28 +37,58 @@ def resident_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
-def slow_blocks(monkeypatch, pause: float) -> list[int]:
-    """Every transformer block sleeps ``pause`` seconds first (a forward pass or a generation step
-    then takes long enough to be running when the window closes)."""
-    ran: list[int] = []
+class Gate:
+    """Holds the worker threads that reach it while it is shut (polling, so that nothing can hang on
+    it past ``open``): work that must still be running when the window closes is held there until
+    the test has seen it running, and let go as the window closes."""
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+        self._open.set()
+        self._lock = threading.Lock()
+        self.held = 0  # threads waiting at the gate now
+
+    def shut(self) -> None:
+        self._open.clear()
+
+    def open(self) -> None:
+        self._open.set()
+
+    def pass_through(self) -> None:
+        if self._open.is_set():
+            return
+        with self._lock:
+            self.held += 1
+        try:
+            while not self._open.wait(0.01):
+                pass
+        finally:
+            with self._lock:
+                self.held -= 1
+
+
+def slow_blocks(monkeypatch, pause: float, gate: Gate) -> None:
+    """Every transformer block sleeps ``pause`` seconds first and waits at ``gate`` (a forward pass or
+    a generation step then takes long enough to be running when the window closes)."""
     original = Transformer.block_forward
 
     def slow(self, layer, *args, **kwargs):
-        ran.append(layer)
         time.sleep(pause)
+        gate.pass_through()
         return original(self, layer, *args, **kwargs)
 
     monkeypatch.setattr(Transformer, "block_forward", slow)
-    return ran
 
 
-def slow_maps(monkeypatch, pause: float) -> None:
+def slow_maps(monkeypatch, pause: float, gate: Gate) -> None:
+    """Every attention map takes ``pause`` seconds more and, once written, waits at ``gate``."""
     original = attention_maps.write_attention_maps
 
     def slow(*args, **kwargs):
         for progress in original(*args, **kwargs):
             time.sleep(pause)
             yield progress
+            gate.pass_through()
 
     monkeypatch.setattr(attention_maps, "write_attention_maps", slow)
 
@@ -79,9 +110,10 @@ def settle(qtbot, refs: list[weakref.ref]) -> list[str]:
     return [type(r()).__name__ for r in refs if r() is not None]
 
 
-def open_busy_and_close(qtbot, settings, checkpoint, folder: Path, ran: list[int]) -> list[weakref.ref]:
-    """Open a window on ``checkpoint``, start an export, a generation and a trace, close it at once;
-    weak references to the window, its Session, its model and its trace."""
+def open_busy_and_close(qtbot, settings, checkpoint, folder: Path, blocks: Gate, maps: Gate) -> list[weakref.ref]:
+    """Open a window on ``checkpoint``, start an export, a generation and a trace, close it while all
+    three run (each held at its gate until seen running, let go as the window closes); weak
+    references to the window, its Session, its model and its trace."""
     from explorer.ui.window.main_window import MainWindow
 
     window = MainWindow(settings=settings, device="cpu")
@@ -89,18 +121,21 @@ def open_busy_and_close(qtbot, settings, checkpoint, folder: Path, ran: list[int
     window.show()
     with qtbot.waitSignal(window.trace_applied, timeout=60_000):
         window.open_checkpoint(str(checkpoint))
+    maps.shut()  # the export waits after its first map
     export = window.export_attention_maps(str(folder))
     assert export is not None
-    qtbot.waitUntil(lambda: export.done >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: export.done >= 1 and maps.held == 1, timeout=30_000)
     pane = window.generation
     pane.max_new.setValue(40)
     pane.greedy.setChecked(True)
     with qtbot.waitSignal(pane.step_added, timeout=30_000):
         assert pane.generate()
-    before = len(ran)
+    blocks.shut()  # the generation (39 tokens to go) waits at its next block, the trace at its first
     window.controller.request("A trace that is still running when the window closes")
-    qtbot.waitUntil(lambda: len(ran) > before + 2 and window.controller.busy, timeout=30_000)
+    qtbot.waitUntil(lambda: blocks.held == 2 and window.controller.busy, timeout=30_000)
     assert pane.running and window.attention_export is export and not window.controller.is_idle()
+    blocks.open()  # all three go on (slowly) while the window closes, and stop at their next check
+    maps.open()
     with qtbot.waitSignal(window.destroyed, timeout=30_000):
         window.close()
     assert export.closed  # its worker stops before the next head; its dialog is gone
@@ -110,8 +145,9 @@ def open_busy_and_close(qtbot, settings, checkpoint, folder: Path, ran: list[int
 @pytest.mark.qt_no_exception_capture
 def test_windows_closed_while_busy_leave_nothing_behind(qtbot, settings, tiny_checkpoint, tmp_path, monkeypatch,
                                                         caplog):
-    ran = slow_blocks(monkeypatch, 0.02)
-    slow_maps(monkeypatch, 0.05)
+    blocks, maps = Gate(), Gate()
+    slow_blocks(monkeypatch, 0.02, blocks)
+    slow_maps(monkeypatch, 0.05, maps)
     pool = QThreadPool.globalInstance()
     threads = pool.maxThreadCount()
     pool.setMaxThreadCount(max(threads, 4))  # the export, the generation and the trace all run at once
@@ -120,11 +156,13 @@ def test_windows_closed_while_busy_leave_nothing_behind(qtbot, settings, tiny_ch
     counts, memory, alive = [], [], []
     try:
         for i in range(WINDOWS):
-            refs = open_busy_and_close(qtbot, settings, tiny_checkpoint, tmp_path / f"maps-{i}", ran)
+            refs = open_busy_and_close(qtbot, settings, tiny_checkpoint, tmp_path / f"maps-{i}", blocks, maps)
             alive.append(settle(qtbot, refs))
             counts.append(len(QApplication.topLevelWidgets()))
             memory.append(resident_bytes())
     finally:
+        blocks.open()  # nothing waits at a gate after a failure
+        maps.open()
         hook.uninstall()
         pool.setMaxThreadCount(threads)
     assert hook.dialogs == [], [d.report for d in hook.dialogs]
