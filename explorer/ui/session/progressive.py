@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import shiboken6
 from PySide6.QtCore import QObject, Signal
 from superqt.utils import create_worker
 
@@ -138,7 +139,7 @@ class ProgressiveWork(QObject):
             dropped.append(self._running)
         for job in dropped:
             job.cancel.set()
-        if not self.busy:
+        if not self.busy and shiboken6.isValid(self):  # (at exit Python may free a lane's C++ side first)
             self.busy_changed.emit(False)
         return dropped
 
