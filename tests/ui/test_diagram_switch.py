@@ -130,3 +130,35 @@ def test_a_token_switch_with_a_large_vocabulary_shows_computing_then_the_fresh_s
     session.selection.set_layer(1)  # a layer switch at the same token keeps the un-embedding's summary
     qtbot.waitUntil(lambda: panel.view.layer == 1 and not panel.computing())
     assert panel.view.summaries == _fresh(panel, trace, session) and not panel.view.pending
+
+
+def test_a_switch_to_a_layer_computed_ahead_computes_nothing_on_the_gui_thread(qtbot, shown, monkeypatch):
+    import threading
+
+    import explorer.ui.panels.diagram.panel as diagram_panel
+
+    panel, session, trace = shown
+    sel, gui, calls = session.selection, threading.get_ident(), []
+    original = diagram_panel.box_summary
+
+    def counted(*args, **kwargs):
+        calls.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(diagram_panel, "box_summary", counted)
+    for change, layer in ((lambda: sel.set_layer(1), 2), (lambda: sel.set_head(1), 2), (lambda: sel.set_token(3), 0),
+                          (lambda: sel.set_token(5), 2)):
+        change()
+        qtbot.waitUntil(lambda: not panel.computing())  # the neighbouring layers computed ahead (on the lane)
+        ahead = panel._ahead[sel.layer + 1]
+        assert (ahead.head, ahead.token) == (sel.head, clamp_token(sel.token, trace.n_tokens))
+        calls.clear()
+        sel.set_layer(layer)
+        qtbot.waitUntil(lambda: panel.view.layer == layer)
+        assert gui not in calls  # the switch only drew
+        assert panel.view.summaries == _fresh(panel, trace, session)
+        for box_id, item in panel.scene.items_by_id.items():
+            assert item.summary == panel.view.summaries[box_id]
+        qtbot.waitUntil(lambda: not panel.computing())
+        sel.set_layer(1)
+        qtbot.waitUntil(lambda: panel.view.layer == 1 and not panel.computing())

@@ -27,6 +27,7 @@ from explorer.ui.widgets.steady_label import SteadyLabel
 CHEAP_ELEMENTS = 1 << 22  # n × d_ff under this: summaries on the GUI thread at once, else in the background
 VOCAB_NOW = 1 << 16  # a vocabulary up to this: the un-embedding's summary with the others, else on a worker
 COMPUTING = Summary("computing\u2026")
+AHEAD_PRIORITY = 5  # the neighbouring layers' summaries: after every other view on the lane
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class DiagramPanel(Panel):
         self.graphics = DiagramView(self.scene)
         self.body.addWidget(self.graphics, 1)
         self.tour: Any = None
+        self._ahead: dict[int, DiagramPanelView] = {}  # per layer: summaries computed ahead (layer ± 1), this trace
 
     # --- the contract ------------------------------------------------------------------------
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
@@ -156,14 +158,62 @@ class DiagramPanel(Panel):
         previous = self.view if self.view is not None and self.view.trace is trace else None
         layer, head, token = s.layer, s.head, s.token  # the selection now (the compute may run on a worker)
         defer = cheap and trace.config.vocab_size > VOCAB_NOW  # on the GUI thread: no vocabulary-sized work
+        ahead = self._ahead_for(trace, min(max(layer, 0), trace.config.n_layers - 1), clamp_token(token, trace.n_tokens))
+        if ahead is not None:  # computed ahead: its block's summaries kept (the head's boxes again if it changed)
+            previous = ahead
         self.now_or_later("summaries", cheap,
                           lambda _check: summaries_of(trace, layer, head, token, tokenizer, previous, defer),
                           self._drawn_then_pending)
 
+    def _ahead_for(self, trace: Trace, layer: int, token: int) -> DiagramPanelView | None:
+        """The summaries computed ahead for ``layer`` at ``token`` of ``trace``, with the head's and the
+        tail's boxes as the view shown has them (an un-embedding computed since), or None."""
+        ahead, shown = self._ahead.get(layer), self.view
+        if ahead is None or ahead.trace is not trace or ahead.token != token:
+            return None
+        if shown is not None and shown.trace is trace and shown.token == token and ahead.pending:
+            done = {i: shown.summaries[i] for i in ahead.pending if i not in shown.pending and i in shown.summaries}
+            ahead = replace(ahead, summaries={**ahead.summaries, **done},
+                            pending=tuple(i for i in ahead.pending if i not in done))
+        return ahead
+
+    def _compute_ahead(self, view: DiagramPanelView) -> None:
+        """After ``view`` is drawn, compute the neighbouring layers' summaries (layer ± 1, this head and
+        token) in the background, lowest priority, so that a switch to one of them only draws (the same
+        ``summaries_of``: exact values). Only where the summaries are computed on the GUI thread."""
+        trace = view.trace
+        if trace is None or trace.n_tokens * max(trace.config.d_ff, trace.config.d_model) > CHEAP_ELEMENTS:
+            return
+        if any(v.trace is not trace for v in self._ahead.values()):
+            self._ahead = {}
+        layers = [x for x in (view.layer + 1, view.layer - 1) if 0 <= x < trace.config.n_layers
+                  and not ((a := self._ahead.get(x)) is not None and a.token == view.token and a.head == view.head)]
+        if not layers:
+            return
+        tokenizer, defer = self.tokenizer, trace.config.vocab_size > VOCAB_NOW
+
+        def compute(check: Any) -> list[DiagramPanelView]:
+            got = []
+            for x in layers:
+                check()
+                kept = self._ahead.get(x)  # read only: a dict lookup (this layer's block kept if at this token)
+                previous = kept if kept is not None and kept.trace is trace and kept.token == view.token else view
+                got.append(summaries_of(trace, x, view.head, view.token, tokenizer, previous, defer))
+            return got
+
+        def apply(got: list[DiagramPanelView]) -> None:
+            for v in got:
+                self._ahead[v.layer] = v
+
+        self.later(("ahead",), compute, apply, priority=AHEAD_PRIORITY)
+
     def _drawn_then_pending(self, view: DiagramPanelView) -> None:
         """Draw ``view``, then compute its pending summaries (the un-embedding at a new token) on a worker
-        and draw them where the view shown is still at that token."""
+        and draw them where the view shown is still at that token; then the neighbouring layers' ahead."""
         self.draw(view)
+        if self.view is view:
+            self._ahead[view.layer] = view
+            self._compute_ahead(view)
         if not view.pending or self.view is not view:
             return
         trace, t, head, tokenizer = view.trace, view.token, view.head, self.tokenizer
@@ -238,6 +288,8 @@ class DiagramPanel(Panel):
         self.tour.show_steps(steps, self.trace.tokens[steps[0].token] if self.trace is not None else "", self.session)
 
     def set_trace(self, trace: Trace, view: PanelView | None = None) -> None:
+        if trace is not self.trace:
+            self._ahead = {}  # the old trace's summaries computed ahead
         super().set_trace(trace, view)
         if self.tour is not None and self.tour.isVisible() and self.tour.waiting:  # its job went with the old trace
             self.open_tour()
