@@ -20,6 +20,7 @@ SHAPES = {
     "alibi": dict(positions="none", alibi=True),
     "alibi_before_scale": dict(positions="none", alibi=True, alibi_before_scale=True),
     "sliding_softcap": dict(sliding_window=5, sliding_layers=(1,), attn_softcap=2.0),
+    "sliding": dict(sliding_window=5, sliding_layers=(1,)),  # a CPU row without soft cap: numpy's row
     "encoder": dict(causal=False),
 }
 N = 37  # not a multiple of the chunk or of the pooling factor
@@ -61,6 +62,24 @@ def test_a_querys_two_rows_from_one_product_are_query_rows_rows(shape, monkeypat
         assert np.array_equal(scores, tiles.query_row(trace, layer, head, "scores", query))
         assert np.array_equal(pattern, tiles.query_row(trace, layer, head, "pattern", query))
         assert scores.dtype == pattern.dtype == np.float32 and scores.shape == (N,)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_querys_row_is_the_blocks_row_and_the_full_heads_row(shape, monkeypatch):
+    trace = traced(shape, monkeypatch)  # a row is computed with numpy where it can (query_rows), a block with torch
+    for layer in range(2):
+        for head in (0, 3):
+            full_scores, full_pattern = trace.head(layer, head, "scores"), trace.head(layer, head, "pattern")
+            for query in range(N):
+                scores, pattern = tiles.query_rows(trace, layer, head, query)
+                block = tiles.block(trace, layer, head, "scores", (query, query + 1), (0, N))[0]
+                assert np.array_equal(np.isneginf(scores), np.isneginf(block))
+                assert np.array_equal(np.isneginf(scores), np.isneginf(full_scores[query]))
+                finite = np.isfinite(scores)
+                np.testing.assert_allclose(scores[finite], block[finite], rtol=1e-6, atol=1e-6)
+                np.testing.assert_allclose(scores[finite], full_scores[query][finite], rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(pattern, full_pattern[query], rtol=1e-5, atol=1e-7)
+                assert (pattern[~finite] == 0).all()
 @pytest.mark.parametrize("pool", tiles.POOLS)
 def test_overview_pools_the_full_pattern(pool, monkeypatch):
     trace = traced("sliding_softcap", monkeypatch)

@@ -25,6 +25,7 @@ the pattern. Pure torch, no Qt.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -53,12 +54,23 @@ def _tensor(a) -> torch.Tensor:
     return as_tensor(np.ascontiguousarray(a)).float()
 
 
+_last_qk: tuple = (None, None, None, None)  # (weakref to the trace, layer, head, (q, k)): the head last asked for
+
+
 def head_qk(trace: Trace, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This head's q [n, dh] and its K/V group's k [m, dh], as float32 tensors (views, no copies)."""
+    """This head's q [n, dh] and its K/V group's k [m, dh], as float32 tensors (views where the trace
+    stores float32). The last head's pair is kept (not the trace: a weak reference): a token switch asks
+    for the same head again, and converting a float16 trace's q and k each time was most of its cost."""
+    global _last_qk
+    ref, last_layer, last_head, pair = _last_qk  # one read: another thread may replace it meanwhile
+    if ref is not None and ref() is trace and (last_layer, last_head) == (layer, head):
+        return pair
     q = trace[f"blocks.{layer}.attn.q"]
     k = trace[f"blocks.{layer}.attn.k"]
     group = q.shape[0] // k.shape[0]
-    return _tensor(q[head]), _tensor(k[head // group])
+    pair = (_tensor(q[head]), _tensor(k[head // group]))
+    _last_qk = (weakref.ref(trace), layer, head, pair)
+    return pair
 
 
 def _block_scores(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch.Tensor,
@@ -142,10 +154,37 @@ def block(trace: Trace, layer: int, head: int, kind: str, rows: tuple[int, int],
     return values.cpu().numpy()
 
 
+def _row_scores_numpy(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch.Tensor,
+                      i: int) -> np.ndarray | None:
+    """Query ``i``'s scores over every key [m] with numpy (the forward pass's recipe: scale, causal /
+    sliding-window mask), for a CPU trace without ALiBi or a soft cap; else None. A token switch draws
+    one row on the GUI thread: numpy's small product holds the GIL, where torch's few small ops each let
+    it go and wait to take it back from a busy worker (most of a long prompt's token switch under load)."""
+    from explorer.core.model import layer_window
+
+    cfg = trace.config
+    if cfg.alibi or cfg.attn_softcap is not None or q.device.type != "cpu":
+        return None
+    qn, kn = q.numpy(), k.numpy()
+    n, m = qn.shape[0], kn.shape[0]
+    scale = 1.0 / math.sqrt(qn.shape[-1]) if cfg.attn_scale is None else cfg.attn_scale
+    scores = (qn[i:i + 1] * np.float32(scale)) @ kn.T
+    row = scores[0]
+    if cfg.causal:
+        at = i + (m - n)  # the queries are the last n of the m keys
+        row[at + 1:] = -np.inf
+        window = layer_window(cfg, layer)
+        if window is not None:
+            row[:max(0, at - window + 1)] = -np.inf
+    return row.astype(np.float32, copy=False)
+
+
 def query_row(trace: Trace, layer: int, head: int, kind: str, query: int) -> np.ndarray:
     """One query's exact row over every key [m] (float32)."""
-    m = trace[f"blocks.{layer}.attn.k"].shape[-2]
-    return block(trace, layer, head, kind, (query, query + 1), (0, m))[0]
+    if kind not in ("scores", "pattern"):
+        raise ValueError("kind must be 'scores' or 'pattern'")
+    scores, pattern = query_rows(trace, layer, head, query)
+    return scores if kind == "scores" else pattern
 
 
 def query_rows(trace: Trace, layer: int, head: int, query: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +192,10 @@ def query_rows(trace: Trace, layer: int, head: int, query: int) -> tuple[np.ndar
     one product of q and k (a token switch draws the row and its mask)."""
     q, k = head_qk(trace, layer, head)
     i, m = min(max(int(query), 0), q.shape[0] - 1), k.shape[0]
+    row = _row_scores_numpy(trace, layer, head, q, k, i)
+    if row is not None:
+        lse = row_logsumexp(trace, layer, head)[i]
+        return row, np.exp(row.astype(np.float64) - lse).astype(np.float32)
     scores = _block_scores(trace, layer, head, q, k, (i, i + 1), (0, m))
     lse = torch.from_numpy(row_logsumexp(trace, layer, head)[i:i + 1]).to(scores.device)
     pattern = torch.exp(scores.double() - lse[:, None]).float()
