@@ -9,6 +9,7 @@ import pytest
 
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
 from explorer.core.analysis.neurons import top_neurons
+from explorer.ui.panels.neurons import detail as neurons_detail
 from explorer.ui.panels.neurons import panel as neurons_panel
 
 from tests.ui.test_neurons_panel import GPT2_PROMPT, make_panel
@@ -94,3 +95,25 @@ def test_a_layer_switch_refills_the_vocabulary_table_in_place(qtbot, gpt2, monke
     assert [table.item(r, 1).text() for r in range(len(up))] == [f"{v:+.4f}" for v in up.tolist()]
     assert [table.item(r, 3).text() for r in range(len(down))] == [f"{v:+.4f}" for v in down.tolist()]
     assert "computing" not in panel.vocab_title.text() and "L2" in panel.vocab_title.text()
+
+
+def test_a_layer_switch_on_the_same_tokens_keeps_the_limits_the_bars_x_range_and_their_ticks(qtbot, gpt2,
+                                                                                             monkeypatch):
+    """pyqtgraph's setLimits, setXRange and the thinning of the bars' token labels: skipped when they
+    would set what is there already; the new layer's bars and heatmap are drawn all the same."""
+    loaded, trace = gpt2
+    panel = make_panel(qtbot, trace, loaded.tokenizer, layer=0, show=True)
+    detail, vb = panel.detail, panel.heatmap.plot.vb
+    limits, x_range = dict(vb.state["limits"]), detail.bars_plot.getViewBox().viewRange()[0]
+    ticks = detail.bars_plot.getAxis("bottom")._tickLevels
+    calls = []
+    monkeypatch.setattr(vb, "setLimits", lambda *a, **k: calls.append("limits"))
+    monkeypatch.setattr(detail.bars_plot, "setXRange", lambda *a, **k: calls.append("x range"))
+    monkeypatch.setattr(neurons_detail, "thinned_ticks", lambda *a, **k: calls.append("ticks"))
+    panel.selection.set_layer(1)
+    assert calls == [] and panel._layer == 1
+    assert dict(vb.state["limits"]) == limits and detail.bars_plot.getViewBox().viewRange()[0] == x_range
+    assert detail.bars_plot.getAxis("bottom")._tickLevels == ticks
+    post = np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32)
+    np.testing.assert_array_equal(panel.heatmap.matrix, post[:, panel._columns])
+    np.testing.assert_array_equal(panel.bars.opts["height"], post[:, panel.selected_neuron])

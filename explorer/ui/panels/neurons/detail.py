@@ -72,6 +72,7 @@ class NeuronDetail:
         self.hist: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(1))
         self.bar_values = np.zeros(0, dtype=np.float32)
         self._bars_of: tuple[Any, int] | None = None  # (layer view, neuron) the bars show
+        self._ticks_of: tuple[Any, float] | None = None  # (tokens, plot width) the bar ticks were thinned for
         # the selected token's bar outlined by a bar of its own: a token switch moves it, the bars stay
         self.bar_mark = pg.BarGraphItem(x=[], height=[], width=0.8, brush=pg.mkBrush(None), pen=SELECTED_PEN)
         self.bar_mark.setZValue(5)
@@ -87,6 +88,7 @@ class NeuronDetail:
         self.hist = (np.zeros(0, np.int64), np.zeros(1))
         self.bar_values = np.zeros(0, dtype=np.float32)
         self._bars_of = None
+        self._ticks_of = None
         self.bars.setOpts(x=[], height=[], brushes=None, pens=None)
         self.bar_mark.setOpts(x=[], height=[])
         self.hist_bars.setOpts(x0=[], width=[], height=[])
@@ -203,7 +205,10 @@ class NeuronDetail:
         self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=[pg.mkPen(None)] * n)
         self.bar_ticks()
         lo, hi = finite_extent(values)
-        self.bars_plot.setXRange(0, max(n, 1), padding=0.01)
+        vb = self.bars_plot.getViewBox()
+        x_range = [-0.01 * max(n, 1), 1.01 * max(n, 1)]  # what setXRange(0, n, padding=0.01) sets
+        if not np.allclose(vb.viewRange()[0], x_range, rtol=0, atol=1e-9):  # same tokens: the x range is kept
+            self.bars_plot.setXRange(0, max(n, 1), padding=0.01)
         self.bars_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 
     def bar_ticks(self) -> None:
@@ -212,8 +217,12 @@ class NeuronDetail:
         if f is None:
             return
         tokens = f.trace.tokens
+        width = max(self.bars_plot.getViewBox().width(), 100.0)
+        if self._ticks_of is not None and self._ticks_of[1] == width and self._ticks_of[0] == tokens:
+            return  # the same tokens at the same width (a layer switch): the ticks are kept
+        self._ticks_of = (tokens, width)
         longest = min(8, max((len(t) for t in tokens), default=1))
-        room = int(max(self.bars_plot.getViewBox().width(), 100.0) / (7.0 * longest + 12.0))
+        room = int(width / (7.0 * longest + 12.0))
         self.bars_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, room)),
                                                                  max_chars=8)])
 

@@ -82,6 +82,7 @@ class NeuronsPanel(Panel):
         self._layer = 0
         self._columns = np.zeros(0, dtype=np.int64)
         self._colormap = "viridis"
+        self._limits: dict | None = None  # the heatmap view's limits last set
         self._build_controls()
         self._build_content()
         self._register_exports()
@@ -378,8 +379,11 @@ class NeuronsPanel(Panel):
             self.heatmap.colorbar.setColorMap(self.heatmap.colormap)
         rows, cols = matrix.shape
         # the new limits first: the old ones (a narrower K, say) would clamp set_data's full range
-        self.heatmap.plot.vb.setLimits(xMin=0, xMax=max(cols, 1), yMin=0, yMax=max(rows, 1),
-                                       minXRange=min(4, max(cols, 1)), minYRange=min(2, max(rows, 1)))
+        limits = dict(xMin=0, xMax=max(cols, 1), yMin=0, yMax=max(rows, 1),
+                      minXRange=min(4, max(cols, 1)), minYRange=min(2, max(rows, 1)))
+        if limits != self._limits:  # the same shape again (a layer switch): pyqtgraph's update of the view skipped
+            self._limits = limits
+            self.heatmap.plot.vb.setLimits(**limits)
         self.heatmap.set_data(matrix, list(self.trace.tokens), labels, levels=view.levels, value_name="activation")
         self.heatmap.image.setVisible(True)
         d_ff = view.post.shape[1]
