@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from explorer.core.diagram import Box, Diagram, Summary, box_summary, build_diagram, summary_keys
@@ -104,6 +105,12 @@ class DiagramPanel(Panel):
         self.body.addWidget(self.graphics, 1)
         self.tour: Any = None
         self._ahead: dict[int, DiagramPanelView] = {}  # per layer: summaries computed ahead (layer ± 1), this trace
+        # the computation ahead is asked for once the switch's events are done (the other panels' drawing,
+        # the paint): a worker started inside the switch would take the GIL from the GUI thread's drawing
+        self._ahead_timer = QTimer(self)
+        self._ahead_timer.setSingleShot(True)
+        self._ahead_timer.setInterval(0)
+        self._ahead_timer.timeout.connect(self._start_ahead)
 
     # --- the contract ------------------------------------------------------------------------
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
@@ -177,6 +184,13 @@ class DiagramPanel(Panel):
                             pending=tuple(i for i in ahead.pending if i not in done))
         return ahead
 
+    def computing(self) -> bool:
+        return super().computing() or self._ahead_timer.isActive()
+
+    def _start_ahead(self) -> None:
+        if self.view is not None:
+            self._compute_ahead(self.view)
+
     def _compute_ahead(self, view: DiagramPanelView) -> None:
         """After ``view`` is drawn, compute the neighbouring layers' summaries (layer ± 1, this head and
         token) in the background, lowest priority, so that a switch to one of them only draws (the same
@@ -213,7 +227,7 @@ class DiagramPanel(Panel):
         self.draw(view)
         if self.view is view:
             self._ahead[view.layer] = view
-            self._compute_ahead(view)
+            self._ahead_timer.start()  # _compute_ahead once the switch's events are done
         if not view.pending or self.view is not view:
             return
         trace, t, head, tokenizer = view.trace, view.token, view.head, self.tokenizer
