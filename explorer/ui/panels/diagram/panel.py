@@ -205,12 +205,13 @@ class DiagramPanel(Panel):
         if not layers:
             return
         tokenizer, defer = self.tokenizer, trace.config.vocab_size > VOCAB_NOW
+        known = dict(self._ahead)  # taken on the GUI thread: the worker reads no state of the panel
 
         def compute(check: Any) -> list[DiagramPanelView]:
             got = []
             for x in layers:
                 check()
-                kept = self._ahead.get(x)  # read only: a dict lookup (this layer's block kept if at this token)
+                kept = known.get(x)  # this layer's block kept if it is at this token
                 previous = kept if kept is not None and kept.trace is trace and kept.token == view.token else view
                 got.append(summaries_of(trace, x, view.head, view.token, tokenizer, previous, defer))
             return got
