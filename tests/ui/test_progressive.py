@@ -224,3 +224,59 @@ def test_a_long_prompt_lens_computes_the_window_around_the_selection_only(qtbot,
     qtbot.waitUntil(lambda: panel._lens_shown[1] - panel._lens_shown[0] == panel.lens_window() < W, timeout=5_000)
     a, b = panel._lens_shown
     assert a <= 40 < b and panel.lens_map.matrix.shape[1] == b - a
+
+
+def test_jobs_parked_by_a_request_run_again_only_if_its_trace_never_comes(qtbot):
+    work = ProgressiveWork()
+    owner, other = Owner(), Owner()
+    owner.trace = other.trace = "T"
+    gate = threading.Event()
+    applied = []
+    work.submit(Job(owner, "lens", "T", lambda check: (gate.wait(10), check(), "lens")[-1], applied.append))
+    work.submit(Job(owner, "stats", "T", lambda check: "stats", applied.append, priority=1))
+    work.submit(Job(other, "grid", "T", lambda check: "old grid", applied.append, priority=2))
+    work.park_all()  # a new trace is requested: everything stops
+    gate.set()
+    qtbot.waitUntil(lambda: not work.busy, timeout=10_000)
+    assert applied == [] and not work.pending()
+    work.submit(Job(other, "grid", "T", lambda check: "newer grid", applied.append))  # asked again meanwhile
+    qtbot.waitUntil(lambda: not work.busy, timeout=10_000)
+    work.resume_parked()  # the pass failed: "T" stays on screen, its views complete (the newer grid is kept)
+    qtbot.waitUntil(lambda: not work.busy, timeout=10_000)
+    assert applied == ["newer grid", "lens", "stats"]
+
+    work.submit(Job(owner, "lens", "T", lambda check: (gate.clear(), gate.wait(10), check())[-1], applied.append))
+    work.park_all()
+    owner.trace = "U"  # the requested trace came instead
+    work.discard_parked()
+    gate.set()
+    work.resume_parked()
+    qtbot.waitUntil(lambda: not work.busy, timeout=10_000)
+    assert applied == ["newer grid", "lens", "stats"] and not work.pending()
+
+
+def test_a_failed_edit_leaves_the_shown_lens_completing(qtbot, window, progressive_lens, monkeypatch):
+    """A request stops the lens of the trace on screen; its pass fails, the trace stays: the lens still
+    fills (it once stayed at "computing…" for ever)."""
+    from explorer.core.errors import PromptError
+
+    residual = next(d for d in window.docks if isinstance(d.panel, ResidualPanel))
+    residual.raise_()
+    qtbot.waitUntil(lambda: residual.panel.on_screen, timeout=5_000)
+    panel = residual.panel
+    window.progressive.hold(True, "test")  # the lens's blocks wait in the lane
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.set_prompt(PROMPT)
+    shown = window.trace
+    assert panel.computing() and not panel.lens.filled.any()
+
+    def fail(*args, **kwargs):
+        raise PromptError("this prompt cannot be traced")
+
+    monkeypatch.setattr(type(window.loaded), "trace_ids", fail)
+    with qtbot.waitSignal(window.session.failed, timeout=30_000):
+        window.session.controller.request("another prompt")
+    window.progressive.hold(False, "test")
+    qtbot.waitUntil(lambda: not panel.computing() and not window.progressive.busy, timeout=30_000)
+    assert window.trace is shown and panel.trace is shown
+    assert panel.lens.filled[slice(*panel._lens_shown)].all() and panel._lens_shown[1] > 0

@@ -195,6 +195,11 @@ class Panel(QWidget):
         """Whether a view of this panel is still being computed (or waits for the panel to be shown)."""
         return bool(self._deferred) or bool(self._lane().pending(self))
 
+    def defer(self, job: Job) -> None:
+        """Keep ``job`` (of the trace shown) until this hidden panel is shown again."""
+        if job.key not in self._deferred:
+            self._deferred[job.key] = job
+
     def _lane(self) -> ProgressiveWork:
         return self.progressive if self.progressive is not None else lane()
 

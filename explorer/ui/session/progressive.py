@@ -15,7 +15,9 @@ applied, when:
   selection: the lens column of another token, another neuron);
 * its panel is hidden (a tab behind another one): the job waits, computing nothing, and runs again
   when the panel is shown;
-* a new trace is requested (``cancel_all``) or the window closes (``shutdown``).
+* a new trace is requested (``park_all``) or the window closes (``shutdown``). A requested trace may
+  never come (its pass fails: the shown trace stays): the jobs it stopped are kept, parked, and run
+  again then (``resume_parked``); they are forgotten once a trace is shown (``discard_parked``).
 
 ``apply`` runs only when the panel still shows the job's trace and the job is still the newest for
 its key, so a view never shows numbers of an older prompt or selection.
@@ -79,6 +81,7 @@ class ProgressiveWork(QObject):
         self._worker: Any = None
         self._closed = False
         self._held: set[str] = set()  # why no job starts now ("drawing": a new trace's panels; "forward": a pass runs)
+        self._parked: list[Job] = []  # stopped by a request whose trace has not come (see park_all)
         self.computed: list[tuple[Any, Any]] = []  # (owner, key) of every job computed: tests read it
 
     # --- asking ------------------------------------------------------------------------------
@@ -88,6 +91,7 @@ class ProgressiveWork(QObject):
             job.cancel.set()
             return job
         self._drop(lambda j: j.owner is job.owner and j.key == job.key)
+        self._parked = [j for j in self._parked if not (j.owner is job.owner and j.key == job.key)]  # older
         self._queue.append(job)
         self._next()
         return job
@@ -100,7 +104,33 @@ class ProgressiveWork(QObject):
         return self._drop(lambda j: j.owner is owner and j.key == key)
 
     def cancel_all(self) -> None:
+        self._parked = []
         self._drop(lambda j: True)
+
+    def park_all(self) -> None:
+        """A new trace is requested: stop every job now (their views are stale once it is shown, and
+        the forward pass needs the cores), keeping a fresh copy of each unfinished one for
+        ``resume_parked``: if the pass fails, the shown trace stays and its views must still complete
+        (else a panel says "computing…" for ever)."""
+        for job in sorted(self._drop(lambda j: True), key=lambda j: (j.priority, j.order)):  # first runs first
+            self._parked.append(Job(job.owner, job.key, job.trace, job.compute, job.apply, job.priority))
+
+    def resume_parked(self) -> None:
+        """The requested trace will not come (its pass failed): run the parked jobs whose panel still
+        shows their trace and has asked for nothing newer under the same key. A panel hidden since
+        keeps them until it is shown (its ``defer``)."""
+        parked, self._parked = self._parked, []
+        for job in parked:
+            if not job.current() or any(j.owner is job.owner and j.key == job.key for j in self.pending()):
+                continue
+            if getattr(job.owner, "on_screen", True) is False and hasattr(job.owner, "defer"):
+                job.owner.defer(job)
+            else:
+                self.submit(job)
+
+    def discard_parked(self) -> None:
+        """A trace is shown: the parked jobs (an older trace's) are stale."""
+        self._parked = []
 
     def shutdown(self) -> None:
         """The window closes: cancel everything and accept nothing more."""

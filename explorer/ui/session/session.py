@@ -239,7 +239,7 @@ class Session(QObject):
         return self.preparers()
 
     def _on_requested(self, request_id: int) -> None:
-        self.progressive.cancel_all()  # a newer trace comes: the old one's views are stale
+        self.progressive.park_all()  # a newer trace comes: the old one's views are stale (unless it fails)
         self.trace_requested.emit(request_id)
 
     def _on_trace_ready(self, result: TraceResult) -> None:
@@ -248,11 +248,13 @@ class Session(QObject):
 
     def _on_failed(self, message: str) -> None:
         if not self.closed:
+            self.progressive.resume_parked()  # the shown trace stays: its views still complete
             self.failed.emit(message)
 
     def show_result(self, result: TraceResult) -> None:
         """Make ``result`` the shown trace and say so (``trace_ready``)."""
         self.result = result
+        self.progressive.discard_parked()
         cfg, trace = result.trace.config, result.trace
         self.selection.clamp(cfg.n_layers, cfg.n_heads, trace.n_tokens)
         self.trace_ready.emit(result)
