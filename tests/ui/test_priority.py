@@ -139,3 +139,23 @@ def test_freed_memory_goes_back_only_once_the_app_is_idle(qtbot, make_window, ti
     assert not window.drawing.trim_waiting and trims == []
     qtbot.waitUntil(lambda: bool(trims), timeout=30_000)  # after that trace, once idle
     assert window.controller.is_idle() and not window.progressive.busy
+
+
+def test_generation_steering_and_patching_workers_lower_themselves_first(monkeypatch):
+    """Their workers call ``background()`` before any work (a generation with no trace before it would
+    otherwise run at the GUI thread's priority)."""
+    from explorer.ui.generation import steering, stream
+    from explorer.ui.panels.interventions import patching_worker
+
+    class Lowered(Exception):
+        pass
+
+    def lowered():
+        raise Lowered
+
+    for module, run in ((stream, lambda: next(stream.stream_steps(None, [], None, Cancel()))),
+                        (patching_worker, lambda: next(patching_worker.run_patching(None, [], [], 0, None, Cancel()))),
+                        (steering, lambda: steering.steered_pair(None, [], None, (), 0, 0, 1.0, (), None, Cancel()))):
+        monkeypatch.setattr(module, "background", lowered)
+        with pytest.raises(Lowered):
+            run()

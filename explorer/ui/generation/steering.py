@@ -23,6 +23,7 @@ from superqt.utils import create_worker
 from explorer.core.cancel import Cancel
 from explorer.core.errors import ExplorerError
 from explorer.ui.session.lifetime import release_when_finished
+from explorer.ui.session.priority import background
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,6 +71,7 @@ def steered_pair(loaded: LoadedModel, ids: list[int], params: SamplingParams, ba
     from explorer.core.features.steering import steer
     from explorer.core.generation.generate import generate
 
+    background()  # below the GUI thread (explorer.ui.session.priority)
     vector, name = _vector(loaded, kind, layer, args)
     if unsteered is None:
         unsteered = generate(loaded, ids, params, cancel, interventions=base)

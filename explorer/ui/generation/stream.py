@@ -30,6 +30,7 @@ from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
 from explorer.ui.session.lifetime import release, release_when_finished
+from explorer.ui.session.priority import background
 from explorer.ui.session.workers import error_message
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
@@ -57,6 +58,7 @@ def stream_steps(loaded: LoadedModel, prompt_ids: Sequence[int], params: Samplin
     """
     from explorer.core.generation.generate import generate_steps
 
+    background()  # below the GUI thread (explorer.ui.session.priority)
     frame = FRAME_MS / 1e3 if frame_seconds is None else frame_seconds
     steps = generate_steps(loaded, prompt_ids, params, cancel, interventions=interventions)
     group: list[Step] = []
