@@ -201,8 +201,7 @@ def run_sections(args, names: list[str]) -> None:
               f"{global_budget().describe()}{sec.peak_line(dev)}")
         del trace
         sec.release(dev)
-        line, t_tl = sec.transformer_lens_line(s, ids, reps)
-        print(line + (f"   ratio to transformers' forward {t_tl / t_hf:5.2f}" if t_tl else ""))
+        print(sec.transformer_lens_line(s, ids, reps, baseline=t_hf)[0])  # last: a TL 4 bridge wraps hf
         s = hf = ours = None  # the next section builds its own
         sec.release(dev)
 
