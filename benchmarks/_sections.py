@@ -197,15 +197,17 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
     api = "TransformerBridge.run_with_cache" if tlh.is_bridge(v) else "HookedTransformer.run_with_cache"
     c = section.loaded.config
     n = ids.shape[1]
-    if tlh.is_bridge(v):  # every hook point: per layer ~14 d_model-wide, 3 d_ff-wide, plus the logits twice
-        per_token = c.n_layers * (c.n_heads * n * 2 + 14 * c.d_model + 3 * c.d_ff) + 2 * c.vocab_size
+    if tlh.is_bridge(v):  # every hook point (measured): per layer ~13 d_model-wide and 3 d_ff-wide tensors
+        per_token = c.n_layers * (c.n_heads * n * 2 + 13 * c.d_model + 3 * c.d_ff)
     else:
         per_token = c.n_layers * (c.n_heads * n * 2 + 12 * c.d_model + 2 * c.d_ff)
+    per_token += 2 * c.vocab_size  # its logits and transformers' (the check)
     cache_bytes = n * per_token * section.dtype.itemsize
     room = _free_memory(section.device)
-    if cache_bytes > room // 2:
-        return (f"  TransformerLens {v} {api}: skipped, its cache (every head's scores and pattern, "
-                f"{cache_bytes / 2**30:.1f} GB) would not fit in the {room / 2**30:.1f} GB free here"), None
+    if cache_bytes > room * 2 // 3:  # a third left for the rest of the process and the machine
+        return (f"  TransformerLens {v} {api}: skipped, its cache (every hook point, every head's scores and "
+                f"pattern, the logits: {cache_bytes / 2**30:.1f} GB) would not fit in 2/3 of the "
+                f"{room / 2**30:.1f} GB free here"), None
     tl = None
     try:
         section.hf.set_attn_implementation("eager")
