@@ -17,8 +17,12 @@ smollm2-4096       SmolLM2-135M (30 layers, d_model 576, 9/3 heads, SwiGLU 1536,
 one.) ``--max-layers N`` and ``--tokens N`` make a *reduced run* (said in every header line) so that the
 GPU sections run end to end on a CPU with little memory; their numbers are not the targets' numbers.
 
-TransformerLens (3.x ``HookedTransformer.run_with_cache`` on the same weights, unprocessed) runs beside
-ours where it is installed; otherwise a line says it was skipped.
+TransformerLens runs beside ours where it is installed (a separate venv: it is no dependency), last in
+each section, on the same weights: 4.x ``TransformerBridge.run_with_cache`` around the section's
+transformers model itself, in TL 4's default mode (no ``enable_compatibility_mode()``; eager attention),
+or 3.x ``HookedTransformer.run_with_cache`` on converted, unprocessed weights (_transformerlens.py).
+Its logits are checked against transformers' before it is timed; a line says why when it was skipped
+(not installed, its cache would not fit) or did not run.
 """
 
 from __future__ import annotations
