@@ -182,14 +182,17 @@ def interleaved(fns: list, repeats: int, device: str) -> list[float]:
 
 
 def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
-                          baseline: float | None = None) -> tuple[str, float | None]:
+                          baseline: float | None = None, beside=None) -> tuple[str, float | None]:
     """TransformerLens' run_with_cache on the section's own weights, timed; or why it did not run.
 
     TransformerLens >= 4: ``TransformerBridge.run_with_cache`` around ``section.hf`` itself (default mode,
     eager attention; see _transformerlens.py), 3.x: ``HookedTransformer.run_with_cache`` on converted
     weights. Its logits are checked against transformers' (eager attention, as the bridge runs it) on
     ``ids`` first, and it is not timed when they differ by more than 1e-3 of the largest logit.
-    ``baseline``: transformers' plain forward's seconds, for a ratio in the line.
+    ``baseline``: transformers' plain forward's seconds, for a ratio in the line. ``beside``: (a forward
+    left untouched by the bridge, e.g. ours plain, its seconds in the rounds with ``baseline``): timed in the
+    same rounds as TransformerLens, so that the ratio is TL / that forward now x that forward / transformers
+    then, and a change in the machine's load between the two rounds does not enter it.
     Call it last for a section: the bridge wraps ``section.hf`` in place and its attention becomes eager.
     """
     import _transformerlens as tlh
@@ -235,9 +238,16 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
         if not diff <= 1e-3 * scale:
             return f"  TransformerLens {v} {api}: not timed, {same}: not the same model", None
         with torch.inference_mode():
-            seconds = best_of(lambda: tl.run_with_cache(ids), repeats, section.device)
+            if beside is None:
+                seconds = best_of(lambda: tl.run_with_cache(ids), repeats, section.device)
+            else:
+                seconds, now = interleaved([lambda: tl.run_with_cache(ids), beside[0]], repeats, section.device)
+        if baseline and beside is not None:
+            ratio = (f"   ratio to transformers' forward {seconds / now * beside[1] / baseline:5.2f} (ours plain "
+                     f"beside it {now:.3f}s, {beside[1]:.3f}s beside transformers')")
+        else:
+            ratio = f"   ratio to transformers' forward {seconds / baseline:5.2f}" if baseline else ""
         mode = " (default mode, eager attention)" if tlh.is_bridge(v) else ""
-        ratio = f"   ratio to transformers' forward {seconds / baseline:5.2f}" if baseline else ""
         return f"  TransformerLens {v} {api}{mode}: {seconds:.3f}s{ratio}; {same}", seconds
     except (RuntimeError, MemoryError, ValueError, AssertionError, TypeError, KeyError, AttributeError,
             NotImplementedError) as exc:  # out of memory, a shape or architecture it refuses

@@ -203,7 +203,8 @@ def run_sections(args, names: list[str]) -> None:
               f"{global_budget().describe()}{sec.peak_line(dev)}")
         del trace
         sec.release(dev)
-        print(sec.transformer_lens_line(s, ids, reps, baseline=t_hf)[0])  # last: a TL 4 bridge wraps hf
+        print(sec.transformer_lens_line(s, ids, reps, baseline=t_hf,  # last: a TL 4 bridge wraps hf
+                                        beside=(lambda: ours(ids), t_ours))[0])
         s = hf = ours = None  # the next section builds its own
         sec.release(dev)
 
