@@ -190,9 +190,9 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
     weights. Its logits are checked against transformers' (eager attention, as the bridge runs it) on
     ``ids`` first, and it is not timed when they differ by more than 1e-3 of the largest logit.
     ``baseline``: transformers' plain forward's seconds, for a ratio in the line. ``beside``: (a forward
-    left untouched by the bridge, e.g. ours plain, its seconds in the rounds with ``baseline``): timed in the
-    same rounds as TransformerLens, so that the ratio is TL / that forward now x that forward / transformers
-    then, and a change in the machine's load between the two rounds does not enter it.
+    the bridge leaves alone, e.g. ours plain, its seconds in the rounds with ``baseline``), timed again in
+    TransformerLens' rounds and printed with both times: it shows whether the conditions (the machine's
+    load) changed between the rounds.
     Call it last for a section: the bridge wraps ``section.hf`` in place and its attention becomes eager.
     """
     import _transformerlens as tlh
@@ -242,11 +242,9 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
                 seconds = best_of(lambda: tl.run_with_cache(ids), repeats, section.device)
             else:
                 seconds, now = interleaved([lambda: tl.run_with_cache(ids), beside[0]], repeats, section.device)
-        if baseline and beside is not None:
-            ratio = (f"   ratio to transformers' forward {seconds / now * beside[1] / baseline:5.2f} (ours plain "
-                     f"beside it {now:.3f}s, {beside[1]:.3f}s beside transformers')")
-        else:
-            ratio = f"   ratio to transformers' forward {seconds / baseline:5.2f}" if baseline else ""
+        ratio = f"   ratio to transformers' forward {seconds / baseline:5.2f}" if baseline else ""
+        if beside is not None:
+            ratio += f" (ours plain beside it {now:.3f}s, {beside[1]:.3f}s beside transformers')"
         mode = " (default mode, eager attention)" if tlh.is_bridge(v) else ""
         return f"  TransformerLens {v} {api}{mode}: {seconds:.3f}s{ratio}; {same}", seconds
     except (RuntimeError, MemoryError, ValueError, AssertionError, TypeError, KeyError, AttributeError,
