@@ -17,8 +17,12 @@ smollm2-4096       SmolLM2-135M (30 layers, d_model 576, 9/3 heads, SwiGLU 1536,
 one.) ``--max-layers N`` and ``--tokens N`` make a *reduced run* (said in every header line) so that the
 GPU sections run end to end on a CPU with little memory; their numbers are not the targets' numbers.
 
-TransformerLens (3.x ``HookedTransformer.run_with_cache`` on the same weights, unprocessed) runs beside
-ours where it is installed; otherwise a line says it was skipped.
+TransformerLens runs beside ours where it is installed (a separate venv: it is no dependency), last in
+each section, on the same weights: 4.x ``TransformerBridge.run_with_cache`` around the section's
+transformers model itself, in TL 4's default mode (no ``enable_compatibility_mode()``; eager attention),
+or 3.x ``HookedTransformer.run_with_cache`` on converted, unprocessed weights (_transformerlens.py).
+Its logits are checked against transformers' before it is timed; a line says why when it was skipped
+(not installed, its cache would not fit) or did not run.
 """
 
 from __future__ import annotations
@@ -177,48 +181,87 @@ def interleaved(fns: list, repeats: int, device: str) -> list[float]:
     return best
 
 
-def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int) -> tuple[str, float | None]:
-    """TransformerLens' run_with_cache on the same weights, timed; or why it did not run."""
-    try:
-        from transformer_lens import HookedTransformer, HookedTransformerConfig
-        from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights, convert_llama_weights
-    except ImportError:
-        return "  TransformerLens: not installed here (pip install 'transformer_lens<4'): skipped", None
+def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
+                          baseline: float | None = None, beside=None) -> tuple[str, float | None]:
+    """TransformerLens' run_with_cache on the section's own weights, timed; or why it did not run.
+
+    TransformerLens >= 4: ``TransformerBridge.run_with_cache`` around ``section.hf`` itself (default mode,
+    eager attention; see _transformerlens.py), 3.x: ``HookedTransformer.run_with_cache`` on converted
+    weights. Its logits are checked against transformers' (eager attention, as the bridge runs it) on
+    ``ids`` first, and it is not timed when they differ by more than 1e-3 of the largest logit.
+    ``baseline``: transformers' plain forward's seconds, for a ratio in the line. ``beside``: (a forward
+    the bridge leaves alone, e.g. ours plain, its seconds in the rounds with ``baseline``), timed again in
+    TransformerLens' rounds and printed with both times: it shows whether the conditions (the machine's
+    load) changed between the rounds.
+    Call it last for a section: the bridge wraps ``section.hf`` in place and its attention becomes eager.
+    """
+    import _transformerlens as tlh
+
+    v = tlh.version()
+    if v is None:
+        return ("  TransformerLens: not installed here (a separate venv with pip install transformer-lens, "
+                "4.x or 3.x): skipped"), None
+    api = "TransformerBridge.run_with_cache" if tlh.is_bridge(v) else "HookedTransformer.run_with_cache"
     c = section.loaded.config
     n = ids.shape[1]
-    cache_bytes = c.n_layers * n * (c.n_heads * n * 2 + 12 * c.d_model + 2 * c.d_ff) * section.dtype.itemsize
-    room = _free_memory(section.device)
-    if cache_bytes > room // 2:
-        return (f"  TransformerLens run_with_cache: skipped, its cache (every head's scores and pattern, "
-                f"{cache_bytes / 2**30:.1f} GB) would not fit in the {room / 2**30:.1f} GB free here"), None
-    common = dict(d_model=c.d_model, d_head=c.d_head, n_heads=c.n_heads, n_layers=c.n_layers,
-                  n_ctx=max(c.n_ctx, ids.shape[1]), d_vocab=c.vocab_size, d_mlp=c.d_ff, device=section.device,
-                  dtype=section.dtype, default_prepend_bos=False)
-    if section.shape == "gpt2-small":
-        cfg = HookedTransformerConfig(**common, act_fn="gelu_new", normalization_type="LN", eps=1e-5,
-                                      positional_embedding_type="standard", original_architecture="GPT2LMHeadModel")
-        convert = convert_gpt2_weights
+    if tlh.is_bridge(v):  # every hook point (measured): per layer ~13 d_model-wide and 3 d_ff-wide tensors
+        per_token = c.n_layers * (c.n_heads * n * 2 + 13 * c.d_model + 3 * c.d_ff)
     else:
-        cfg = HookedTransformerConfig(**common, n_key_value_heads=c.n_kv_heads, act_fn="silu", normalization_type="RMS",
-                                      eps=1e-5, positional_embedding_type="rotary", rotary_dim=c.d_head,
-                                      rotary_base=int(c.rotary_base), rotary_adjacent_pairs=False, gated_mlp=True,
-                                      final_rms=True, original_architecture="LlamaForCausalLM")
-        convert = convert_llama_weights
+        per_token = c.n_layers * (c.n_heads * n * 2 + 12 * c.d_model + 2 * c.d_ff)
+    per_token += 2 * c.vocab_size  # its logits and transformers' (the check)
+    cache_bytes = n * per_token * section.dtype.itemsize
+    room = _free_memory(section.device)
+    if cache_bytes > room * 2 // 3:  # a third left for the rest of the process and the machine
+        return (f"  TransformerLens {v} {api}: skipped, its cache (every hook point, every head's scores and "
+                f"pattern, the logits: {cache_bytes / 2**30:.1f} GB) would not fit in 2/3 of the "
+                f"{room / 2**30:.1f} GB free here"), None
     tl = None
     try:
-        tl = HookedTransformer(cfg, move_to_device=True)
-        tl.load_and_process_state_dict(convert(section.hf, cfg), fold_ln=False, center_writing_weights=False,
-                                       center_unembed=False, fold_value_biases=False,
-                                       refactor_factored_attn_matrices=False)
-        tl.eval()
+        section.hf.set_attn_implementation("eager")
         with torch.inference_mode():
-            seconds = best_of(lambda: tl.run_with_cache(ids), repeats, section.device)
-        return f"  TransformerLens {_version('transformer_lens')} run_with_cache: {seconds:.3f}s", seconds
-    except (RuntimeError, MemoryError, ValueError, AssertionError) as exc:  # out of memory, a shape it refuses
-        return f"  TransformerLens run_with_cache did not run: {str(exc).splitlines()[0][:160]}", None
+            reference = section.hf(ids).logits
+        if tlh.is_bridge(v):
+            tl = tlh.bridge(section.hf, f"random-{section.shape}")
+        else:
+            dims = dict(d_model=c.d_model, d_head=c.d_head, n_heads=c.n_heads, n_layers=c.n_layers,
+                        d_vocab=c.vocab_size, d_mlp=c.d_ff)
+            llama = section.shape != "gpt2-small"
+            if llama:
+                dims["n_key_value_heads"] = c.n_kv_heads
+            tl = tlh.hooked_transformer(section.hf, llama, dims, max(c.n_ctx, n), section.device, section.dtype,
+                                        rotary_base=float(c.rotary_base or 10000.0))
+        with torch.inference_mode():
+            logits, cache = tl.run_with_cache(ids)
+            diff, scale = _max_abs_diff(logits, reference), float(reference.abs().max())
+            logits = cache = reference = None
+        same = f"logits max |diff| {diff:.1e} vs transformers' ({diff / scale:.0e} of the largest)"
+        if not diff <= 1e-3 * scale:
+            return f"  TransformerLens {v} {api}: not timed, {same}: not the same model", None
+        with torch.inference_mode():
+            if beside is None:
+                seconds = best_of(lambda: tl.run_with_cache(ids), repeats, section.device)
+            else:
+                seconds, now = interleaved([lambda: tl.run_with_cache(ids), beside[0]], repeats, section.device)
+        ratio = f"   ratio to transformers' forward {seconds / baseline:5.2f}" if baseline else ""
+        if beside is not None:
+            ratio += f" (ours plain beside it {now:.3f}s, {beside[1]:.3f}s beside transformers')"
+        mode = " (default mode, eager attention)" if tlh.is_bridge(v) else ""
+        return f"  TransformerLens {v} {api}{mode}: {seconds:.3f}s{ratio}; {same}", seconds
+    except (RuntimeError, MemoryError, ValueError, AssertionError, TypeError, KeyError, AttributeError,
+            NotImplementedError) as exc:  # out of memory, a shape or architecture it refuses
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        return f"  TransformerLens {v} {api} did not run: {type(exc).__name__}: {first}", None
     finally:
         tl = None
         release(section.device)
+
+
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor, rows: int = 512) -> float:
+    """max |a - b| over [1, n, vocab] logits, a few positions at a time in float32 (no full-size copy)."""
+    worst = 0.0
+    for i in range(0, a.shape[1], rows):
+        worst = max(worst, float((a[:, i:i + rows].float() - b[:, i:i + rows].float()).abs().max()))
+    return worst
 
 
 def _free_memory(device: str) -> int:

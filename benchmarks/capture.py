@@ -19,8 +19,10 @@ With ``--device cuda|cpu`` (or ``--sections``) it measures the sections of bench
 transformers' plain forward, ours plain, ours recording (the device's default capture: compact and
 kept on the device for a GPU, full on the host for the CPU), ``capture()`` whole (the Trace built,
 nothing copied to the host), the Trace's bytes, one head's pattern derived and brought to the host,
-and TransformerLens' ``run_with_cache`` where it is installed. ``--max-layers`` / ``--tokens`` make a
-reduced run (said in the header), e.g. to show that the GPU sections run end to end on a CPU.
+and TransformerLens' ``run_with_cache`` where it is installed (TL 4: ``TransformerBridge`` around the
+same transformers model, default mode; TL 3.x: ``HookedTransformer``), its logits checked against
+transformers' first. ``--max-layers`` / ``--tokens`` make a reduced run (said in the header), e.g. to
+show that the GPU sections run end to end on a CPU.
 
 Usage: python benchmarks/capture.py [--lengths 128 512 1024] [--repeats 3] [--no-memory]
        python benchmarks/capture.py --device cuda --dtype bfloat16 [--sections llama1b-8192 ...]
@@ -201,8 +203,8 @@ def run_sections(args, names: list[str]) -> None:
               f"{global_budget().describe()}{sec.peak_line(dev)}")
         del trace
         sec.release(dev)
-        line, t_tl = sec.transformer_lens_line(s, ids, reps)
-        print(line + (f"   ratio to transformers' forward {t_tl / t_hf:5.2f}" if t_tl else ""))
+        print(sec.transformer_lens_line(s, ids, reps, baseline=t_hf,  # last: a TL 4 bridge wraps hf
+                                        beside=(lambda: ours(ids), t_ours))[0])
         s = hf = ours = None  # the next section builds its own
         sec.release(dev)
 
