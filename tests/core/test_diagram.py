@@ -190,3 +190,17 @@ def test_row_norms_are_the_float64_copys_norms():
         wide = a.astype(np.float64)
         assert np.array_equal(_row_norms(a), np.sqrt(np.einsum("...i,...i->...", wide, wide)))
         assert _row_norms(a).dtype == np.float64
+
+
+def test_sparkline_chunk_starts_kept_per_size_equal_a_fresh_linspace_and_follow_the_size():
+    from explorer.core.diagram import summaries
+
+    for size in (49, 50, 256, 1024, 257):
+        fresh = np.linspace(0, size, summaries.SERIES_MAX + 1).astype(np.int64)[:-1]
+        kept = summaries.chunk_starts(size)
+        assert np.array_equal(kept, fresh) and kept.dtype == fresh.dtype
+        assert summaries.chunk_starts(size) is kept and not kept.flags.writeable  # kept, and never changed in place
+    values = np.sin(np.arange(300, dtype=np.float64))
+    starts = np.linspace(0, 300, summaries.SERIES_MAX + 1).astype(np.int64)[:-1]
+    hi, lo = np.maximum.reduceat(values, starts), np.minimum.reduceat(values, starts)
+    assert summaries._series(values) == tuple(np.where(np.abs(hi) >= np.abs(lo), hi, lo).tolist())

@@ -157,6 +157,23 @@ def test_mask_overlay_hatches_exactly_the_hidden_cells(size):
     np.testing.assert_array_equal(rgba, expected)
 
 
+def test_the_stripe_tile_is_kept_per_size_read_only_and_a_second_overlay_equals_the_first():
+    from explorer.ui.widgets.heatmap import MASK_DARK, MASK_LIGHT, mask_overlay, stripe_tile
+
+    for s in (2, 4, 8, 16):
+        i, j = np.indices((s, s))
+        fresh = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
+        kept = stripe_tile(s)
+        assert stripe_tile(s) is kept and not kept.flags.writeable
+        np.testing.assert_array_equal(kept.view(np.uint8).reshape(s, s, 4), fresh)
+    hidden = np.tril(np.ones((40, 40), bool), -1)
+    first, s = mask_overlay(hidden)
+    again, s2 = mask_overlay(hidden)  # the tile from the cache
+    np.testing.assert_array_equal(first, again)
+    other, _ = mask_overlay(~hidden)  # a changed mask is drawn anew
+    assert s == s2 and not np.array_equal(first[..., 3] > 0, other[..., 3] > 0)
+
+
 def test_the_column_labels_are_counted_from_the_plots_width_not_the_row_axis(qtbot):
     """Many columns on a wide heatmap: as many labels as fit its width (the row axis' own width, a few tens
     of pixels, once stood in for it: two labels under a 700-pixel map)."""

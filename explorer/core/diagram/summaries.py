@@ -6,6 +6,7 @@ worker. Every number is read from the Trace key the box names (``Box.key``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +35,19 @@ def _row_norms(a: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("...i,...i->...", a, a, dtype=np.float64))
 
 
+@functools.lru_cache(maxsize=64)
+def chunk_starts(size: int) -> np.ndarray:
+    """The first index of each of a sparkline's ``SERIES_MAX`` chunks of ``size`` values (read-only; kept per
+    size: every box of a switch asks for the same few)."""
+    starts = np.linspace(0, size, SERIES_MAX + 1).astype(np.int64)[:-1]
+    starts.flags.writeable = False
+    return starts
+
+
 def _series(values: np.ndarray) -> tuple[float, ...]:
     values = np.asarray(values, dtype=np.float64)
     if values.size > SERIES_MAX:  # the largest magnitude of each chunk keeps the peaks
-        starts = np.linspace(0, values.size, SERIES_MAX + 1).astype(np.int64)[:-1]
+        starts = chunk_starts(values.size)
         hi, lo = np.maximum.reduceat(values, starts), np.minimum.reduceat(values, starts)
         values = np.where(np.abs(hi) >= np.abs(lo), hi, lo)
     return tuple(np.where(np.isfinite(values), values, 0.0).tolist())

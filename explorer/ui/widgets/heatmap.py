@@ -8,6 +8,7 @@ the map: a grey hatched overlay image sits on top of them, so they cannot be mis
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -51,6 +52,17 @@ def dark_cells(colormap: pg.ColorMap, values: np.ndarray, levels: tuple[float, f
     return (luminance < 0.18).reshape(values.shape)
 
 
+@functools.lru_cache(maxsize=8)
+def stripe_tile(s: int) -> np.ndarray:
+    """One ``s x s`` tile of diagonal stripes, each RGBA pixel as one uint32 (read-only; kept per size: a
+    switch's overlays are all of the same few sizes)."""
+    i, j = np.indices((s, s))
+    tile = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
+    pixel = np.ascontiguousarray(tile, dtype=np.uint8).view(np.uint32)[..., 0]
+    pixel.flags.writeable = False
+    return pixel
+
+
 def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
     """An RGBA uint8 image that hatches the ``hidden`` cells and is transparent elsewhere.
 
@@ -63,10 +75,7 @@ def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
     if s == 1:
         dark = np.array(MASK_DARK, dtype=np.uint8).view(np.uint32)[0]
         return np.where(np.asarray(hidden, bool), dark, np.uint32(0)).view(np.uint8).reshape(rows, cols, 4), s
-    # one s x s tile of diagonal stripes, repeated over the hidden cells (the stripes run on across cells)
-    i, j = np.indices((s, s))
-    tile = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
-    pixel = np.ascontiguousarray(tile, dtype=np.uint8).view(np.uint32)[..., 0]  # one RGBA pixel as one uint32
+    pixel = stripe_tile(s)
     out = np.where(np.asarray(hidden, bool)[:, None, :, None], pixel[None, :, None, :], np.uint32(0))
     return out.reshape(rows * s, cols * s).view(np.uint8).reshape(rows * s, cols * s, 4), s
 
