@@ -226,3 +226,42 @@ def test_an_outline_moved_over_the_image_repaints_from_pixmaps_not_the_image_or_
     heatmap.set_data(_matrix()[::-1].copy(), ROWS, COLS)  # a new image is drawn again
     heatmap.grab()
     assert paints
+
+
+def test_the_same_labels_again_keep_their_ticks_and_new_labels_or_a_new_width_are_thinned_anew(qtbot, monkeypatch):
+    from explorer.core.display.levels import thinned_ticks
+    from explorer.ui.widgets import heatmap as module
+
+    widget = Heatmap()
+    qtbot.addWidget(widget)
+    widget.resize(700, 400)
+    widget.show()
+    qtbot.waitExposed(widget)
+    rows, cols = [f"after {i}" for i in range(13)], [f"tok{i}" for i in range(60)]
+    widget.set_data(np.zeros((13, 60)), rows, cols)
+    qtbot.waitUntil(lambda: widget.plot.vb.width() > 300)
+    widget.set_data(np.zeros((13, 60)), rows, cols)
+    calls = []
+    monkeypatch.setattr(module, "thinned_ticks", lambda *a, **k: calls.append(a) or thinned_ticks(*a, **k))
+
+    def fresh(axis_name, labels, chars):  # what the axis shows, computed without the memo
+        vb = widget.plot.vb
+        if axis_name == "left":
+            room = max(vb.height(), 100.0) / 14.0
+        else:
+            room = max(vb.width(), 100.0) / (7.0 * min(chars, max(len(s) for s in labels)) + 10.0)
+        return [thinned_ticks(labels, max_labels=max(2, int(room)), max_chars=chars)]
+
+    widget.set_data(np.ones((13, 60)), list(rows), list(cols))  # equal labels (new lists): kept
+    assert calls == []
+    assert widget.plot.getAxis("left")._tickLevels == fresh("left", rows, 14)
+    assert widget.plot.getAxis("bottom")._tickLevels == fresh("bottom", cols, 8)
+    moved = [f"tok{i}" for i in range(7, 67)]  # the window moved: new column labels, the same rows
+    widget.set_data(np.ones((13, 60)), rows, moved)
+    assert len(calls) == 1 and widget.plot.getAxis("bottom")._tickLevels == fresh("bottom", moved, 8)
+    calls.clear()
+    widget.resize(300, 400)  # a new width: the columns thinned again for it
+    qtbot.waitUntil(lambda: widget.plot.vb.width() < 250)
+    widget.set_data(np.ones((13, 60)), rows, moved)
+    assert widget.plot.getAxis("bottom")._tickLevels == fresh("bottom", moved, 8)
+    assert widget.plot.getAxis("left")._tickLevels == fresh("left", rows, 14)

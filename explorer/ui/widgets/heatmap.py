@@ -136,6 +136,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._overlay_of: np.ndarray | None = None  # the mask the overlay image was drawn for
         self._row_labels: list[str] | None = None
         self._col_labels: list[str] | None = None
+        self._tick_memo: dict[str, tuple] = {}  # per axis: the ticks of the labels given last (_update_ticks)
         self.value_name = "weight"
         self.levels: tuple[float, float] = (0.0, 1.0)
 
@@ -247,19 +248,32 @@ class Heatmap(pg.GraphicsLayoutWidget):
                 if axis._tickLevels is not None:  # (pyqtgraph's own attribute) each setTicks repaints the axis
                     axis.setTicks(None)
                 continue
+            # the labels given last time (a switch over the same tokens or rows): their thinned ticks and the
+            # row axis' width are kept (``_tick_memo``: labels, longest, max_labels, ticks, font key, width)
+            memo = self._tick_memo.get(axis_name)
+            same = memo is not None and memo[0] == labels
             if axis_name == "left":
                 room = height / 14.0  # one line of text per label
+                longest = 0
             else:  # labels side by side: as wide as the longest (abbreviated) one, plus a gap
-                longest = min(chars, max(len(label) for label in labels))
+                longest = memo[1] if same else min(chars, max(len(label) for label in labels))
                 room = width / (7.0 * longest + 10.0)
-            ticks = thinned_ticks(labels, max_labels=max(2, int(room)), max_chars=chars)
+            max_labels = max(2, int(room))
+            if same and memo[2] == max_labels:
+                ticks = memo[3]
+            else:
+                ticks = thinned_ticks(labels, max_labels=max_labels, max_chars=chars)
+                memo = self._tick_memo[axis_name] = (labels, longest, max_labels, ticks, None, 0)
             if axis._tickLevels != [ticks]:  # the same labels (a switch on the same tokens): the axis is kept
                 axis.setTicks([ticks])
             if axis_name == "left":  # pyqtgraph drops labels wider than the axis until a later repaint
-                metrics = QFontMetrics(axis.style.get("tickFont") or self.font())
-                axis_width = max(metrics.horizontalAdvance(text) for _, text in ticks) + 14
-                if axis.fixedWidth != axis_width:  # (not ``width``: the bottom axis' labels are counted from that)
-                    axis.setWidth(axis_width)
+                font = axis.style.get("tickFont") or self.font()
+                if memo[4] != font.key():
+                    metrics = QFontMetrics(font)
+                    memo = self._tick_memo[axis_name] = memo[:4] + (
+                        font.key(), max(metrics.horizontalAdvance(text) for _, text in ticks) + 14)
+                if axis.fixedWidth != memo[5]:  # (not ``width``: the bottom axis' labels are counted from that)
+                    axis.setWidth(memo[5])
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(event)
