@@ -54,7 +54,7 @@ from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView
 from explorer.ui.panels.residual.view import ResidualView, residual_view
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
-from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 SELECTED = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)  # as the attention panel
@@ -359,8 +359,7 @@ class ResidualPanel(Panel):
             top = finite_extent(attn)[1]
         step = max(1, math.ceil(L / 16))
         self.bars_plot.getAxis("bottom").setTicks([[(layer, str(layer)) for layer in range(0, L, step)]])
-        if self.bars_plot.getViewBox().viewRange()[0] != [-0.6, L - 0.4]:  # (a token switch: the same blocks)
-            self.bars_plot.setXRange(-0.6, L - 0.4, padding=0)
+        set_x_range(self.bars_plot, -0.6, L - 0.4)  # (a token switch: the same blocks, kept)
         self._bars_top = top  # headroom so that the legend (top right) sits above the tallest bar, at any size
         self.bars_headroom.fit()
 
