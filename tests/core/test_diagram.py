@@ -204,3 +204,30 @@ def test_sparkline_chunk_starts_kept_per_size_equal_a_fresh_linspace_and_follow_
     starts = np.linspace(0, 300, summaries.SERIES_MAX + 1).astype(np.int64)[:-1]
     hi, lo = np.maximum.reduceat(values, starts), np.minimum.reduceat(values, starts)
     assert summaries._series(values) == tuple(np.where(np.abs(hi) >= np.abs(lo), hi, lo).tolist())
+
+
+def test_sparklines_kept_with_the_trace_equal_a_fresh_computation_for_every_token_and_head(family):
+    from explorer.core.diagram import summaries
+
+    _name, loaded, trace = family
+    d = build_diagram(loaded.config, trace.n_tokens)
+    trace.materialize(summary_keys(d, 0, trace))
+    boxes = d.head() + d.block(0) + d.tail()
+    for t in (1, 4, 6):
+        for h in (0, 1):
+            kept = [box_summary(box, trace, t, head=h) for box in boxes]
+            saved = dict(trace._memo)
+            trace._memo.clear()  # nothing kept: everything computed anew
+            try:
+                fresh = [box_summary(box, trace, t, head=h) for box in boxes]
+            finally:
+                trace._memo.clear()
+                trace._memo.update(saved)
+            assert kept == fresh
+            for box, s in zip(boxes, kept):  # the series of this head and token, never another's
+                if box.kind == "qkv":
+                    a = trace[box.key][min(h, trace[box.key].shape[0] - 1)]
+                    assert s.series == summaries._series(np.linalg.norm(a.astype(np.float64), axis=-1)) or \
+                        np.allclose(s.series, summaries._series(np.linalg.norm(a.astype(np.float64), axis=-1)))
+                elif box.kind == "norm":
+                    assert s.series == summaries._series(np.sqrt(np.maximum(trace[box.key].astype(np.float64), 0)))
