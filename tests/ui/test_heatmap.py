@@ -265,3 +265,33 @@ def test_the_same_labels_again_keep_their_ticks_and_new_labels_or_a_new_width_ar
     widget.set_data(np.ones((13, 60)), rows, moved)
     assert widget.plot.getAxis("bottom")._tickLevels == fresh("bottom", moved, 8)
     assert widget.plot.getAxis("left")._tickLevels == fresh("left", rows, 14)
+
+
+def test_a_small_overlay_is_kept_hidden_under_a_matrix_without_hidden_cells_and_shown_again_for_its_mask(
+        qtbot, monkeypatch):
+    from explorer.ui.widgets import heatmap as module
+
+    calls = []
+    real = module.mask_overlay
+    monkeypatch.setattr(module, "mask_overlay", lambda hidden: calls.append(1) or real(hidden))
+    widget = module.Heatmap()
+    qtbot.addWidget(widget)
+    blank = np.full((12, 13), np.nan, np.float32)  # a panel's blank while it computes
+    widget.set_data(blank)
+    first = widget._overlay.image.copy()
+    assert len(calls) == 1 and widget.overlay_mask().all()
+    widget.set_data(np.ones((12, 13)))  # the numbers: no hatching shown
+    assert not widget._overlay.isVisible() and not widget.overlay_mask().any()
+    widget.set_data(blank)  # the next switch's blank: the same overlay shown again, not drawn anew
+    assert len(calls) == 1 and widget.overlay_mask().all()
+    np.testing.assert_array_equal(widget._overlay.image, first)
+    other = np.ones((12, 13))
+    other[:, 4] = np.nan  # another mask: drawn anew
+    widget.set_data(other)
+    assert len(calls) == 2 and np.array_equal(widget.overlay_mask(), np.isnan(other))
+    big = np.full((300, 300), np.nan)  # a large overlay is not kept once hidden
+    widget.set_data(big)
+    widget.set_data(np.ones((300, 300)))
+    assert widget._overlay.image is None and widget._overlay_of is None
+    widget.set_data(big)
+    assert len(calls) == 4 and widget.overlay_mask().all()

@@ -25,6 +25,7 @@ MASK_LIGHT = (205, 205, 205, 255)
 MASK_DARK = (150, 150, 150, 255)
 MIN_WIDTH, MIN_HEIGHT = 220, 150  # room for labels, a title, an axis and the colour bar
 _OVERLAY_MAX_PIXELS = 2_000_000  # above this the overlay is plain grey, one pixel per cell
+_OVERLAY_KEPT_PIXELS = 1 << 18  # an overlay up to this size is kept while a matrix without hidden cells is shown
 
 
 def format_value(value: float) -> str:
@@ -193,12 +194,15 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.colorbar.setLevels(self.levels)
 
         if not self._hidden.any():
-            self._overlay.clear()
-            self._overlay_scale = 1
             self._overlay.setVisible(False)
-            self._overlay_of = None
-        elif self._overlay_of is None or not np.array_equal(self._overlay_of, self._hidden):
-            # the same mask (a causal triangle while heads switch) keeps its overlay: it costs tens of ms
+            if self._overlay.image is not None and self._overlay.image.shape[0] * self._overlay.image.shape[1] \
+                    > _OVERLAY_KEPT_PIXELS:
+                self._overlay.clear()  # a small overlay is kept hidden: the same mask again (a panel's blank
+                self._overlay_scale = 1  # matrix while it computes, on every switch) only shows it again
+                self._overlay_of = None
+        elif self._overlay_of is not None and np.array_equal(self._overlay_of, self._hidden):
+            self._overlay.setVisible(True)  # the same mask (a causal triangle while heads switch): it costs tens of ms
+        else:
             rgba, s = mask_overlay(self._hidden)
             self._overlay.setImage(rgba, autoLevels=False, levels=(0, 255))
             self._overlay.setRect(0, 0, cols, rows)
