@@ -295,3 +295,17 @@ def test_a_small_overlay_is_kept_hidden_under_a_matrix_without_hidden_cells_and_
     assert widget._overlay.image is None and widget._overlay_of is None
     widget.set_data(big)
     assert len(calls) == 4 and widget.overlay_mask().all()
+
+
+def test_the_colour_bar_is_given_new_levels_only(qtbot, monkeypatch):
+    widget = Heatmap()
+    qtbot.addWidget(widget)
+    calls = []
+    real = widget.colorbar.setLevels
+    monkeypatch.setattr(widget.colorbar, "setLevels", lambda *a, **k: (calls.append(a), real(*a, **k)))
+    widget.set_data(np.random.default_rng(0).random((5, 6)), levels=(0.0, 2.0))
+    widget.set_data(np.random.default_rng(1).random((5, 6)), levels=(0.0, 2.0))  # the same levels: kept
+    assert len(calls) == 1 and tuple(widget.colorbar.levels()) == (0.0, 2.0)
+    assert tuple(widget.image.levels) == (0.0, 2.0)
+    widget.set_data(np.random.default_rng(2).random((5, 6)), levels=(-1.0, 2.0))
+    assert len(calls) == 2 and tuple(widget.colorbar.levels()) == (-1.0, 2.0) == tuple(widget.image.levels)

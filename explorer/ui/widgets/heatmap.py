@@ -191,7 +191,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
         shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix) if self._hidden.any() else matrix,
                                      dtype=np.float32)
         self.image.setImage(shown, levels=self.levels, autoLevels=False)
-        self.colorbar.setLevels(self.levels)
+        if tuple(self.colorbar.levels()) != self.levels:  # (the same levels: the bar's axis is not drawn again)
+            self.colorbar.setLevels(self.levels)
 
         if not self._hidden.any():
             self._overlay.setVisible(False)
