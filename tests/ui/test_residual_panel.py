@@ -335,3 +335,13 @@ def test_depths_are_kept_per_count_read_only_and_equal_a_fresh_arange():
         np.testing.assert_array_equal(x, np.arange(n, dtype=np.float64))
         assert x.dtype == np.float64 and not x.flags.writeable and depths(n) is x
     assert depths(5).shape == (5,)  # another count: its own array, never another's
+
+
+def test_visible_text_is_kept_per_text_and_equals_short():
+    from explorer.core.display.tokens import short
+    from explorer.ui.panels.residual.cells import CELL_CHARS
+
+    for text in (" the", "a\nb", "", "\t\x00x", " a very long token indeed", " the"):
+        assert visible_text(text) == short(text, CELL_CHARS)
+        assert visible_text(text, 4) == short(text, 4)  # another width: its own entry
+    assert visible_text.cache_info().hits > 0

@@ -17,6 +17,7 @@ from explorer.ui.widgets.heatmap import Heatmap
 CELL_CHARS = 10  # a cell's text is cut to this many characters (and to the cell's width on screen)
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the text: the lens writes the same tokens again and again
 def visible_text(text: str, max_chars: int = CELL_CHARS) -> str:
     """A token's text for a small cell (``explorer.core.display.tokens.short``): spaces "·", newlines "↵",
     tabs "⇥", other control characters escaped, cut with an ellipsis; "∅" for an empty string."""
