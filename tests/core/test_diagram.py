@@ -190,3 +190,44 @@ def test_row_norms_are_the_float64_copys_norms():
         wide = a.astype(np.float64)
         assert np.array_equal(_row_norms(a), np.sqrt(np.einsum("...i,...i->...", wide, wide)))
         assert _row_norms(a).dtype == np.float64
+
+
+def test_sparkline_chunk_starts_kept_per_size_equal_a_fresh_linspace_and_follow_the_size():
+    from explorer.core.diagram import summaries
+
+    for size in (49, 50, 256, 1024, 257):
+        fresh = np.linspace(0, size, summaries.SERIES_MAX + 1).astype(np.int64)[:-1]
+        kept = summaries.chunk_starts(size)
+        assert np.array_equal(kept, fresh) and kept.dtype == fresh.dtype
+        assert summaries.chunk_starts(size) is kept and not kept.flags.writeable  # kept, and never changed in place
+    values = np.sin(np.arange(300, dtype=np.float64))
+    starts = np.linspace(0, 300, summaries.SERIES_MAX + 1).astype(np.int64)[:-1]
+    hi, lo = np.maximum.reduceat(values, starts), np.minimum.reduceat(values, starts)
+    assert summaries._series(values) == tuple(np.where(np.abs(hi) >= np.abs(lo), hi, lo).tolist())
+
+
+def test_sparklines_kept_with_the_trace_equal_a_fresh_computation_for_every_token_and_head(family):
+    from explorer.core.diagram import summaries
+
+    _name, loaded, trace = family
+    d = build_diagram(loaded.config, trace.n_tokens)
+    trace.materialize(summary_keys(d, 0, trace))
+    boxes = d.head() + d.block(0) + d.tail()
+    for t in (1, 4, 6):
+        for h in (0, 1):
+            kept = [box_summary(box, trace, t, head=h) for box in boxes]
+            saved = dict(trace._memo)
+            trace._memo.clear()  # nothing kept: everything computed anew
+            try:
+                fresh = [box_summary(box, trace, t, head=h) for box in boxes]
+            finally:
+                trace._memo.clear()
+                trace._memo.update(saved)
+            assert kept == fresh
+            for box, s in zip(boxes, kept):  # the series of this head and token, never another's
+                if box.kind == "qkv":
+                    a = trace[box.key][min(h, trace[box.key].shape[0] - 1)]
+                    assert s.series == summaries._series(np.linalg.norm(a.astype(np.float64), axis=-1)) or \
+                        np.allclose(s.series, summaries._series(np.linalg.norm(a.astype(np.float64), axis=-1)))
+                elif box.kind == "norm":
+                    assert s.series == summaries._series(np.sqrt(np.maximum(trace[box.key].astype(np.float64), 0)))

@@ -51,3 +51,15 @@ def test_finite_levels_skip_nan_gaps_and_infinities_alike():
     assert finite_levels(a) == expected
     m = float(np.abs(kept).max())
     assert finite_levels(gaps, symmetric=True) == (-m, m)
+
+
+def test_kept_ticks_equal_thinned_ticks_are_kept_per_labels_and_follow_new_labels_or_room():
+    from explorer.core.display.levels import kept_ticks, thinned_ticks
+
+    tokens = tuple(f" token{i}\n" for i in range(300))
+    for max_labels, max_chars in ((40, 8), (7, 12), (2, 8)):
+        assert kept_ticks(tokens, max_labels, max_chars) == thinned_ticks(tokens, max_labels, max_chars)
+    assert kept_ticks(tokens, 40, 8) is kept_ticks(tokens, 40, 8)  # kept
+    other = tokens[:299] + (" other",)  # one token changed: its own ticks, never the old ones
+    assert kept_ticks(other, 40, 8) == thinned_ticks(other, 40, 8)
+    assert kept_ticks(tokens[:10], 40, 8) == thinned_ticks(tokens[:10], 40, 8)

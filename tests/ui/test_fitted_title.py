@@ -75,3 +75,54 @@ def test_the_same_tick_spacing_again_keeps_the_axis_drawing(qtbot):
     assert axis.picture is None and axis._tickSpacing == [(3, 0.0), (3, 0.0)]
     axis.setTickSpacing()  # back to pyqtgraph's own spacing
     assert axis._tickSpacing is None
+
+
+def test_plain_lines_are_remembered_per_title_the_same_as_a_fresh_document_and_never_stale(qtbot):
+    from PySide6.QtGui import QTextDocument
+
+    widget = pg.PlotWidget(axisItems=thin_axes())
+    qtbot.addWidget(widget)
+    plot = readable(widget)
+    widget.resize(300, 200)
+    widget.show()
+    qtbot.waitExposed(widget)
+    title = plot.titleLabel
+    qtbot.waitUntil(lambda: title.rect().width() >= 40)
+    rich = ["logit lens: positions 3\u20139; <span style='color:#ff8c00'>\u25a1</span> = the real next token",
+            "a <b>bold</b> title<br>on two &amp; lines", "plain\ntwo lines"]
+    for given in rich + rich:  # each title twice: the second time from what was kept
+        plot.setTitle(given)
+        document = QTextDocument()
+        document.setHtml(given)
+        fresh = document.toPlainText().splitlines() if "<" in given else given.splitlines()
+        assert title.plain_lines(given) == fresh
+        assert title.toolTip() in ("", "\n".join(fresh))
+    kept = title._lines[rich[0]]
+    assert title.plain_lines(rich[0]) is kept  # not parsed again
+    plot.setTitle(rich[0].replace("3", "4"))  # a changed title is read anew
+    assert title.plain_lines(rich[0].replace("3", "4")) == [kept[0].replace("3", "4")]
+    for i in range(200):  # only so many kept
+        title.plain_lines(f"t{i}")
+    assert len(title._lines) <= 64 and title.plain_lines("t199") == ["t199"]
+
+
+def test_the_styled_html_follows_a_changed_colour_and_the_same_html_is_not_set_again(qtbot, monkeypatch):
+    widget = pg.PlotWidget(axisItems=thin_axes())
+    qtbot.addWidget(widget)
+    plot = readable(widget)
+    widget.resize(600, 200)
+    widget.show()
+    qtbot.waitExposed(widget)
+    title = plot.titleLabel
+    qtbot.waitUntil(lambda: title.rect().width() >= 40)
+    plot.setTitle("red title", color="#ff0000")
+    assert "#ffff0000" in title.item.toHtml().lower() or "#ff0000" in title.item.toHtml().lower()
+    plot.setTitle("red title", color="#0000ff")  # the same text, a new colour: styled anew
+    assert "#0000ff" in title.item.toHtml().lower()
+    sets = []
+    original = title.item.setHtml
+    monkeypatch.setattr(title.item, "setHtml", lambda text: (sets.append(text), original(text)))
+    title._set_html(title._shown_html)  # what the item holds already
+    assert sets == []
+    plot.setTitle("another title")
+    assert len(sets) == 1 and title.item.toPlainText() == "another title"

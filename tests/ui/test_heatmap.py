@@ -157,6 +157,23 @@ def test_mask_overlay_hatches_exactly_the_hidden_cells(size):
     np.testing.assert_array_equal(rgba, expected)
 
 
+def test_the_stripe_tile_is_kept_per_size_read_only_and_a_second_overlay_equals_the_first():
+    from explorer.ui.widgets.heatmap import MASK_DARK, MASK_LIGHT, mask_overlay, stripe_tile
+
+    for s in (2, 4, 8, 16):
+        i, j = np.indices((s, s))
+        fresh = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
+        kept = stripe_tile(s)
+        assert stripe_tile(s) is kept and not kept.flags.writeable
+        np.testing.assert_array_equal(kept.view(np.uint8).reshape(s, s, 4), fresh)
+    hidden = np.tril(np.ones((40, 40), bool), -1)
+    first, s = mask_overlay(hidden)
+    again, s2 = mask_overlay(hidden)  # the tile from the cache
+    np.testing.assert_array_equal(first, again)
+    other, _ = mask_overlay(~hidden)  # a changed mask is drawn anew
+    assert s == s2 and not np.array_equal(first[..., 3] > 0, other[..., 3] > 0)
+
+
 def test_the_column_labels_are_counted_from_the_plots_width_not_the_row_axis(qtbot):
     """Many columns on a wide heatmap: as many labels as fit its width (the row axis' own width, a few tens
     of pixels, once stood in for it: two labels under a 700-pixel map)."""
@@ -209,3 +226,86 @@ def test_an_outline_moved_over_the_image_repaints_from_pixmaps_not_the_image_or_
     heatmap.set_data(_matrix()[::-1].copy(), ROWS, COLS)  # a new image is drawn again
     heatmap.grab()
     assert paints
+
+
+def test_the_same_labels_again_keep_their_ticks_and_new_labels_or_a_new_width_are_thinned_anew(qtbot, monkeypatch):
+    from explorer.core.display.levels import thinned_ticks
+    from explorer.ui.widgets import heatmap as module
+
+    widget = Heatmap()
+    qtbot.addWidget(widget)
+    widget.resize(700, 400)
+    widget.show()
+    qtbot.waitExposed(widget)
+    rows, cols = [f"after {i}" for i in range(13)], [f"tok{i}" for i in range(60)]
+    widget.set_data(np.zeros((13, 60)), rows, cols)
+    qtbot.waitUntil(lambda: widget.plot.vb.width() > 300)
+    widget.set_data(np.zeros((13, 60)), rows, cols)
+    calls = []
+    monkeypatch.setattr(module, "thinned_ticks", lambda *a, **k: calls.append(a) or thinned_ticks(*a, **k))
+
+    def fresh(axis_name, labels, chars):  # what the axis shows, computed without the memo
+        vb = widget.plot.vb
+        if axis_name == "left":
+            room = max(vb.height(), 100.0) / 14.0
+        else:
+            room = max(vb.width(), 100.0) / (7.0 * min(chars, max(len(s) for s in labels)) + 10.0)
+        return [thinned_ticks(labels, max_labels=max(2, int(room)), max_chars=chars)]
+
+    widget.set_data(np.ones((13, 60)), list(rows), list(cols))  # equal labels (new lists): kept
+    assert calls == []
+    assert widget.plot.getAxis("left")._tickLevels == fresh("left", rows, 14)
+    assert widget.plot.getAxis("bottom")._tickLevels == fresh("bottom", cols, 8)
+    moved = [f"tok{i}" for i in range(7, 67)]  # the window moved: new column labels, the same rows
+    widget.set_data(np.ones((13, 60)), rows, moved)
+    assert len(calls) == 1 and widget.plot.getAxis("bottom")._tickLevels == fresh("bottom", moved, 8)
+    calls.clear()
+    widget.resize(300, 400)  # a new width: the columns thinned again for it
+    qtbot.waitUntil(lambda: widget.plot.vb.width() < 250)
+    widget.set_data(np.ones((13, 60)), rows, moved)
+    assert widget.plot.getAxis("bottom")._tickLevels == fresh("bottom", moved, 8)
+    assert widget.plot.getAxis("left")._tickLevels == fresh("left", rows, 14)
+
+
+def test_a_small_overlay_is_kept_hidden_under_a_matrix_without_hidden_cells_and_shown_again_for_its_mask(
+        qtbot, monkeypatch):
+    from explorer.ui.widgets import heatmap as module
+
+    calls = []
+    real = module.mask_overlay
+    monkeypatch.setattr(module, "mask_overlay", lambda hidden: calls.append(1) or real(hidden))
+    widget = module.Heatmap()
+    qtbot.addWidget(widget)
+    blank = np.full((12, 13), np.nan, np.float32)  # a panel's blank while it computes
+    widget.set_data(blank)
+    first = widget._overlay.image.copy()
+    assert len(calls) == 1 and widget.overlay_mask().all()
+    widget.set_data(np.ones((12, 13)))  # the numbers: no hatching shown
+    assert not widget._overlay.isVisible() and not widget.overlay_mask().any()
+    widget.set_data(blank)  # the next switch's blank: the same overlay shown again, not drawn anew
+    assert len(calls) == 1 and widget.overlay_mask().all()
+    np.testing.assert_array_equal(widget._overlay.image, first)
+    other = np.ones((12, 13))
+    other[:, 4] = np.nan  # another mask: drawn anew
+    widget.set_data(other)
+    assert len(calls) == 2 and np.array_equal(widget.overlay_mask(), np.isnan(other))
+    big = np.full((300, 300), np.nan)  # a large overlay is not kept once hidden
+    widget.set_data(big)
+    widget.set_data(np.ones((300, 300)))
+    assert widget._overlay.image is None and widget._overlay_of is None
+    widget.set_data(big)
+    assert len(calls) == 4 and widget.overlay_mask().all()
+
+
+def test_the_colour_bar_is_given_new_levels_only(qtbot, monkeypatch):
+    widget = Heatmap()
+    qtbot.addWidget(widget)
+    calls = []
+    real = widget.colorbar.setLevels
+    monkeypatch.setattr(widget.colorbar, "setLevels", lambda *a, **k: (calls.append(a), real(*a, **k)))
+    widget.set_data(np.random.default_rng(0).random((5, 6)), levels=(0.0, 2.0))
+    widget.set_data(np.random.default_rng(1).random((5, 6)), levels=(0.0, 2.0))  # the same levels: kept
+    assert len(calls) == 1 and tuple(widget.colorbar.levels()) == (0.0, 2.0)
+    assert tuple(widget.image.levels) == (0.0, 2.0)
+    widget.set_data(np.random.default_rng(2).random((5, 6)), levels=(-1.0, 2.0))
+    assert len(calls) == 2 and tuple(widget.colorbar.levels()) == (-1.0, 2.0) == tuple(widget.image.levels)

@@ -117,3 +117,32 @@ def test_a_layer_switch_on_the_same_tokens_keeps_the_limits_the_bars_x_range_and
     post = np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32)
     np.testing.assert_array_equal(panel.heatmap.matrix, post[:, panel._columns])
     np.testing.assert_array_equal(panel.bars.opts["height"], post[:, panel.selected_neuron])
+
+
+def test_the_neuron_bars_share_one_no_pen_and_draw_the_pixels_a_pen_per_bar_drew(qtbot, gpt2):
+    import pyqtgraph as pg
+
+    from explorer.ui.panels.neurons.widgets import BAR_NEGATIVE, BAR_POSITIVE
+
+    loaded, trace = gpt2
+    panel = make_panel(qtbot, trace, loaded.tokenizer, layer=1, show=True)
+    panel.selection.set_layer(2)
+    post = np.asarray(trace["blocks.2.mlp.post"], dtype=np.float32)
+    values = post[:, panel.selected_neuron]
+    np.testing.assert_array_equal(panel.bars.opts["height"], values)
+    assert panel.bars.opts["pens"] is None and [b is BAR_NEGATIVE for b in panel.bars.opts["brushes"]] == \
+        [bool(v < 0) for v in values.tolist()]
+
+    def pixels(**pen):  # the same bars in a plot of their own, drawn with the given pen option(s)
+        widget = pg.PlotWidget()
+        qtbot.addWidget(widget)
+        widget.resize(500, 240)
+        n = values.size
+        brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
+        widget.addItem(pg.BarGraphItem(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, **pen))
+        widget.setXRange(0, n, padding=0.01)
+        widget.setYRange(float(values.min()), float(values.max()), padding=0.05)
+        image = widget.grab().toImage()
+        return np.array(image.constBits()).copy()
+
+    assert np.array_equal(pixels(pens=None, pen=neurons_detail.NO_PEN), pixels(pens=[pg.mkPen(None)] * values.size))

@@ -205,6 +205,8 @@ def test_a_long_prompt_lens_computes_the_window_around_the_selection_only(qtbot,
     assert panel.lens.filled[n - W:].all()
     assert panel.lens.filled.sum() == seen.sum() + np.count_nonzero(~seen[n - W:])
     np.testing.assert_allclose(panel.lens_map.matrix, whole.probs[:, n - W:, 0], rtol=1e-5, atol=1e-6)
+    from explorer.ui.panels.residual.cells import visible_text  # each cell's text: the window's own tokens
+    assert panel.lens_texts == [[visible_text(panel.token_text(int(i))) for i in row] for row in whole.ids[:, n - W:, 0]]
     probs, rows, cols = panel._lens_probs_data()
     assert probs.shape == (trace.config.n_layers + 1, W) and len(cols) == W and not np.isnan(probs).any()
 

@@ -89,6 +89,16 @@ def test_line_and_bars_follow_the_token_selection(qtbot, gpt2):
     panel.selection.set_token(5)
     np.testing.assert_array_equal(panel.norm_line.xData, np.arange(4))
     np.testing.assert_array_equal(panel.norm_line.yData, norms[:, 5])
+    dots = panel.norm_dots.getData()  # the line's dots: the same points
+    np.testing.assert_array_equal(dots[0], np.arange(4))
+    np.testing.assert_array_equal(dots[1], norms[:, 5])
+    x_range, y_range = panel.bars_plot.getViewBox().viewRange()
+    panel.selection.set_token(6)  # the same blocks: the same x range, the y range from the new bars' heights
+    np.testing.assert_array_equal(panel.attn_bars.opts["height"], contributions["attn"][:, 6])
+    assert panel.bars_plot.getViewBox().viewRange()[0] == x_range == [-0.6, 2.6]
+    top = max(contributions["attn"][:, 6].max(), contributions["mlp"][:, 6].max())
+    assert panel.bars_plot.getViewBox().viewRange()[1][1] > top
+    panel.selection.set_token(5)
     np.testing.assert_array_equal(panel.attn_bars.opts["height"], contributions["attn"][:, 5])
     np.testing.assert_array_equal(panel.ffn_bars.opts["height"], contributions["mlp"][:, 5])
     np.testing.assert_array_equal(panel.attn_bars.opts["x"], np.arange(3) - 0.2)
@@ -315,3 +325,23 @@ def test_one_token_and_a_trace_without_its_model(qtbot, gpt2):
     assert "not captured" in panel.bars_plot.getPlotItem().titleLabel.text
     for exportable in panel.exportables():
         exportable.data()  # every export still answers
+
+
+def test_depths_are_kept_per_count_read_only_and_equal_a_fresh_arange():
+    from explorer.ui.panels.residual.cells import depths
+
+    for n in (1, 4, 13, 4):
+        x = depths(n)
+        np.testing.assert_array_equal(x, np.arange(n, dtype=np.float64))
+        assert x.dtype == np.float64 and not x.flags.writeable and depths(n) is x
+    assert depths(5).shape == (5,)  # another count: its own array, never another's
+
+
+def test_visible_text_is_kept_per_text_and_equals_short():
+    from explorer.core.display.tokens import short
+    from explorer.ui.panels.residual.cells import CELL_CHARS
+
+    for text in (" the", "a\nb", "", "\t\x00x", " a very long token indeed", " the"):
+        assert visible_text(text) == short(text, CELL_CHARS)
+        assert visible_text(text, 4) == short(text, 4)  # another width: its own entry
+    assert visible_text.cache_info().hits > 0

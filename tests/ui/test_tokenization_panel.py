@@ -107,3 +107,45 @@ def test_a_legend_says_what_the_chip_colours_mean(make_panel, tiny_loaded):
     assert all(colour in legend for colour in (*CHIP_COLOURS, SPECIAL_COLOUR, PARTIAL_COLOUR))
     assert "alternate only to show where one token ends" in legend
     assert {c.colour for c in panel.chips.chips} <= set(CHIP_COLOURS)  # the colours the legend explains
+
+
+def test_a_token_switch_keeps_the_baseline_and_range_and_a_zoomed_view_is_set_back(make_panel, tiny_loaded,
+                                                                                  monkeypatch):
+    panel, trace = make_panel(tiny_loaded, "one two three four")
+    item = panel.plot.getPlotItem()
+    vocab = trace.config.vocab_size
+    panel.selection.set_token(1)
+    x_range = item.getViewBox().viewRange()[0]
+    calls = []
+    monkeypatch.setattr(panel.baseline, "setData", lambda *a, **k: calls.append("baseline"))
+    set_x = item.setXRange
+    monkeypatch.setattr(item, "setXRange", lambda *a, **k: (calls.append("range"), set_x(*a, **k)))
+    panel.selection.set_token(2)  # the same vocabulary: baseline and range kept
+    assert calls == [] and item.getViewBox().viewRange()[0] == x_range
+    assert list(panel.spike.getData()[0]) == [int(trace.token_ids[2])] * 2
+    item.getViewBox().setXRange(3, 9, padding=0)  # the user zooms in: the next switch sets the range again
+    panel.selection.set_token(3)
+    assert calls == ["range"] and item.getViewBox().viewRange()[0] == x_range
+    assert x_range == pytest.approx([-0.02 * (vocab - 1), (vocab - 1) * 1.02])
+
+
+def test_set_x_range_sets_a_new_range_and_skips_only_the_one_it_set_still_shown(qtbot):
+    import pyqtgraph as pg
+
+    from explorer.ui.widgets.plots import set_x_range
+
+    widget = pg.PlotWidget()
+    qtbot.addWidget(widget)
+    vb = widget.getViewBox()
+    calls = []
+    set_x = widget.getPlotItem().setXRange
+    widget.getPlotItem().setXRange = lambda *a, **k: (calls.append(a), set_x(*a, **k))
+    set_x_range(widget.getPlotItem(), 0, 10)
+    set_x_range(widget.getPlotItem(), 0, 10)
+    assert len(calls) == 1 and vb.viewRange()[0] == [0, 10]
+    set_x_range(widget.getPlotItem(), 0, 12)  # another range
+    set_x_range(widget.getPlotItem(), 0, 12, padding=0.1)  # another padding
+    assert len(calls) == 3 and vb.viewRange()[0] == pytest.approx([-1.2, 13.2])
+    vb.enableAutoRange(x=True)  # auto-ranging since: set again
+    set_x_range(widget.getPlotItem(), 0, 12, padding=0.1)
+    assert len(calls) == 4 and not vb.state["autoRange"][0]

@@ -6,6 +6,7 @@ worker. Every number is read from the Trace key the box names (``Box.key``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +35,19 @@ def _row_norms(a: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("...i,...i->...", a, a, dtype=np.float64))
 
 
+@functools.lru_cache(maxsize=64)
+def chunk_starts(size: int) -> np.ndarray:
+    """The first index of each of a sparkline's ``SERIES_MAX`` chunks of ``size`` values (read-only; kept per
+    size: every box of a switch asks for the same few)."""
+    starts = np.linspace(0, size, SERIES_MAX + 1).astype(np.int64)[:-1]
+    starts.flags.writeable = False
+    return starts
+
+
 def _series(values: np.ndarray) -> tuple[float, ...]:
     values = np.asarray(values, dtype=np.float64)
     if values.size > SERIES_MAX:  # the largest magnitude of each chunk keeps the peaks
-        starts = np.linspace(0, values.size, SERIES_MAX + 1).astype(np.int64)[:-1]
+        starts = chunk_starts(values.size)
         hi, lo = np.maximum.reduceat(values, starts), np.minimum.reduceat(values, starts)
         values = np.where(np.abs(hi) >= np.abs(lo), hi, lo)
     return tuple(np.where(np.isfinite(values), values, 0.0).tolist())
@@ -59,7 +69,8 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: Any = None) -> Summary:
-    """What ``box`` shows for the token at position ``token`` (head ``head`` for attention boxes)."""
+    """What ``box`` shows for the token at position ``token`` (head ``head`` for attention boxes). A sparkline
+    over positions is the same for every token: it is computed once per trace (``Trace.memo``)."""
     n = trace.n_tokens
     t = min(max(token, 0), n - 1)
     if box.kind == "tokens":
@@ -78,13 +89,12 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
     if box.kind == "qkv" and layer is not None:
         h = min(head, a.shape[0] - 1)
         norms = trace.memo(("diagram.norms", box.key, h), lambda: _row_norms(a[h]))
-        return Summary(f"head {h}: ‖q‖ = {norms[t]:.3g}", float(norms[t]), _series(norms), _mark(t, n))
+        series = trace.memo(("diagram.series", box.key, h), lambda: _series(norms))
+        return Summary(f"head {h}: ‖q‖ = {norms[t]:.3g}", float(norms[t]), series, _mark(t, n))
     if box.kind == "norm":
-        stat = np.asarray(a, dtype=np.float64)
-        spread = np.sqrt(np.maximum(stat, 0.0))
+        spread, series = trace.memo(("diagram.spread", box.key), lambda: _spread(a))
         name = "σ" if box.key.endswith(".var") else "rms"
-        return Summary(f"input {name} = {spread[t]:.3g}: divided by it", float(spread[t]), _series(spread),
-                       _mark(t, n))
+        return Summary(f"input {name} = {spread[t]:.3g}: divided by it", float(spread[t]), series, _mark(t, n))
     if box.kind == "ffn_in":
         row = np.asarray(a[t], dtype=np.float64)
         i = int(np.argmax(row))
@@ -93,7 +103,14 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
         top, p = unembed_top(trace, box.key, t)
         return Summary(f"next: {vocab_quoted(tokenizer, int(top[0]), 10)} {p[0]:.0%}", float(p[0]), _series(p))
     norms = norms_of(trace, box.key)  # a vector per token: embedding, positions, a sublayer's output, the stream
-    return Summary(f"‖x‖ = {norms[t]:.3g}", float(norms[t]), _series(norms), _mark(t, n))
+    series = trace.memo(("diagram.series", box.key), lambda: _series(norms))
+    return Summary(f"‖x‖ = {norms[t]:.3g}", float(norms[t]), series, _mark(t, n))
+
+
+def _spread(stat: np.ndarray) -> tuple[np.ndarray, tuple[float, ...]]:
+    """A norm's input spread (the square root of its variance or mean square) per token, and its sparkline."""
+    spread = np.sqrt(np.maximum(np.asarray(stat, dtype=np.float64), 0.0))
+    return spread, _series(spread)
 
 
 def unembed_top(trace: Trace, key: str, t: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,7 @@ can miss the extremes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -88,3 +89,10 @@ def thinned_ticks(labels: Sequence[str], max_labels: int = 40, max_chars: int = 
     """Axis ticks ``(position, text)`` at cell centres ``i + 0.5``: every k-th label, abbreviated."""
     step = label_step(len(labels), max_labels)
     return [(i + 0.5, abbreviate(str(labels[i]), max_chars)) for i in range(0, len(labels), step)]
+
+
+@functools.lru_cache(maxsize=32)
+def kept_ticks(labels: tuple[str, ...], max_labels: int = 40, max_chars: int = 12) -> list[tuple[float, str]]:
+    """``thinned_ticks`` of a tuple of labels (a trace's tokens), kept: a switch over the same tokens asks for
+    the same ticks again. The list is shared: read it, never change it."""
+    return thinned_ticks(labels, max_labels, max_chars)

@@ -21,6 +21,7 @@ from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
+from explorer.ui.widgets.plots import set_x_range
 from explorer.ui.widgets.token_chips import TokenChips
 
 OWN = "own"
@@ -106,6 +107,7 @@ class TokenizationPanel(Panel):
         item.addItem(self.dot)
         self.spike_label = pg.TextItem("", color="#d9480f", anchor=(0, 1))
         item.addItem(self.spike_label)
+        self._baseline_for: int | None = None  # the vocabulary size the baseline was drawn for
         # the chips get the height; the one-hot view of the chosen token sits beside them
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(self.scroll)
@@ -212,12 +214,14 @@ class TokenizationPanel(Panel):
             return
         vocab = self.trace.config.vocab_size
         token_id = int(self.trace.token_ids[position])
-        self.baseline.setData([0, vocab - 1], [0, 0])
+        if self._baseline_for != vocab:  # the same vocabulary (a token switch): the baseline is kept
+            self.baseline.setData([0, vocab - 1], [0, 0])
+            self._baseline_for = vocab
         self.spike.setData([token_id, token_id], [0, 1])
         self.dot.setData([token_id], [1])
         self.spike_label.setText(f"id {token_id}")
         self.spike_label.setPos(token_id, 1.0)
-        item.setXRange(0, vocab - 1, padding=0.02)
+        set_x_range(item, 0, vocab - 1, padding=0.02)
         # a small vocabulary gets one tick per id; a large one keeps pyqtgraph's own ticks
         item.getAxis("bottom").setTicks([[(i, str(i)) for i in range(vocab)]] if vocab <= 32 else None)
         chosen = "" if self.selection.token is not None else " (last; click a chip)"

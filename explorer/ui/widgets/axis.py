@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QGraphicsItem
 
 LABEL_GAP = 4.0  # pixels between two neighbouring labels
 ORIENTATIONS = ("left", "bottom", "top", "right")
+TITLE_LINES_KEPT = 64  # a FittedTitle remembers the plain lines of this many titles
 
 
 def stride_for(rects: list[QRectF], horizontal: bool, gap: float = LABEL_GAP) -> int:
@@ -117,6 +118,10 @@ class FittedTitle(pg.LabelItem):
         self.full_text = ""
         self._fit_for: tuple = ()  # (width, text, size) the shown text was fitted for: a resize to the same is a no-op
         self._metrics: tuple = ()  # (font key, QFontMetrics): building the metrics on every switch cost more than using them
+        self._lines: dict[str, list[str]] = {}  # a given title -> its plain lines (rich text: read by a QTextDocument once)
+        self._document: QTextDocument | None = None  # the one document a new rich title is read with
+        self._style: tuple = ((), "")  # (the style options, the span's style) of the last _html
+        self._shown_html: str | None = None  # the HTML the text item holds now
         super().__init__(text, **kwargs)
 
     def setText(self, text, **args):
@@ -124,24 +129,51 @@ class FittedTitle(pg.LabelItem):
             return  # the same title again (a switch that leaves it): no re-layout, no repaint
         self.full_text = str(text)
         self.opts.update(args)
-        self.item.setHtml(self._html(self._fitted()))  # pyqtgraph's LabelItem.setText, less its re-layouts:
+        self._set_html(self._html(self._fitted()))  # pyqtgraph's LabelItem.setText, less its re-layouts:
         self.resizeEvent(None)  # places the text (and updateMin: the plot is laid out again only for a new height)
         self.text = self.full_text  # what callers read back: the whole title
 
     def _html(self, shown: str) -> str:
         """``shown`` in the label's colour and size, as pyqtgraph's ``LabelItem.setText`` styles it."""
         opts = self.opts
-        color = pg.mkColor(opts["color"] if opts.get("color") is not None else pg.getConfigOption("foreground"))
-        style = [f"color: {color.name(color.NameFormat.HexArgb)}"]
-        if opts.get("family"):
-            style.append(f"font-family: {opts['family']}")
-        if opts.get("size"):
-            style.append(f"font-size: {opts['size']}")
-        if opts.get("bold") in (True, False):
-            style.append(f"font-weight: {'bold' if opts['bold'] else 'normal'}")
-        if opts.get("italic") in (True, False):
-            style.append(f"font-style: {'italic' if opts['italic'] else 'normal'}")
-        return f"<span style='{'; '.join(style)}'>{shown}</span>"
+        key = tuple(repr(opts.get(k)) for k in ("color", "family", "size", "bold", "italic")) \
+            + (repr(pg.getConfigOption("foreground")),)
+        if self._style[0] != key:  # the style is built again only when an option changes
+            color = pg.mkColor(opts["color"] if opts.get("color") is not None else pg.getConfigOption("foreground"))
+            style = [f"color: {color.name(color.NameFormat.HexArgb)}"]
+            if opts.get("family"):
+                style.append(f"font-family: {opts['family']}")
+            if opts.get("size"):
+                style.append(f"font-size: {opts['size']}")
+            if opts.get("bold") in (True, False):
+                style.append(f"font-weight: {'bold' if opts['bold'] else 'normal'}")
+            if opts.get("italic") in (True, False):
+                style.append(f"font-style: {'italic' if opts['italic'] else 'normal'}")
+            self._style = (key, "; ".join(style))
+        return f"<span style='{self._style[1]}'>{shown}</span>"
+
+    def _set_html(self, text: str) -> None:
+        """The text item's HTML, set only when it differs from what it holds (setHtml lays the text out again)."""
+        if text != self._shown_html:
+            self.item.setHtml(text)
+            self._shown_html = text
+
+    def plain_lines(self, given: str) -> list[str]:
+        """The lines of ``given`` as plain text (rich text read by a ``QTextDocument``), remembered per title: a
+        title that comes back (a switch back and forth) is not parsed again."""
+        lines = self._lines.get(given)
+        if lines is None:
+            if "<" in given:
+                if self._document is None:
+                    self._document = QTextDocument()
+                self._document.setHtml(given)
+                lines = self._document.toPlainText().splitlines() or [""]
+            else:
+                lines = given.splitlines() or [""]
+            if len(self._lines) >= TITLE_LINES_KEPT:
+                self._lines.pop(next(iter(self._lines)))  # the oldest title first
+            self._lines[given] = lines
+        return lines
 
     def _font(self) -> QFont:
         font = QFont(self.item.font())
@@ -160,12 +192,7 @@ class FittedTitle(pg.LabelItem):
             self._tip("")
             return given
         rich = "<" in given
-        if rich:
-            document = QTextDocument()
-            document.setHtml(given)
-            lines = document.toPlainText().splitlines() or [""]
-        else:
-            lines = given.splitlines() or [""]
+        lines = self.plain_lines(given)
         font = self._font()
         if not self._metrics or self._metrics[0] != font.key():
             self._metrics = (font.key(), QFontMetrics(font))
@@ -200,7 +227,7 @@ class FittedTitle(pg.LabelItem):
     def resizeEvent(self, ev):
         if ev is not None and self.full_text and self._fit_for != (self.rect().width(), self.full_text,
                                                                   self.opts.get("size")):
-            self.item.setHtml(self._html(self._fitted()))
+            self._set_html(self._html(self._fitted()))
         super().resizeEvent(ev)
 
     def is_elided(self) -> bool:

@@ -8,6 +8,7 @@ the map: a grey hatched overlay image sits on top of them, so they cannot be mis
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -24,6 +25,7 @@ MASK_LIGHT = (205, 205, 205, 255)
 MASK_DARK = (150, 150, 150, 255)
 MIN_WIDTH, MIN_HEIGHT = 220, 150  # room for labels, a title, an axis and the colour bar
 _OVERLAY_MAX_PIXELS = 2_000_000  # above this the overlay is plain grey, one pixel per cell
+_OVERLAY_KEPT_PIXELS = 1 << 18  # an overlay up to this size is kept while a matrix without hidden cells is shown
 
 
 def format_value(value: float) -> str:
@@ -51,6 +53,17 @@ def dark_cells(colormap: pg.ColorMap, values: np.ndarray, levels: tuple[float, f
     return (luminance < 0.18).reshape(values.shape)
 
 
+@functools.lru_cache(maxsize=8)
+def stripe_tile(s: int) -> np.ndarray:
+    """One ``s x s`` tile of diagonal stripes, each RGBA pixel as one uint32 (read-only; kept per size: a
+    switch's overlays are all of the same few sizes)."""
+    i, j = np.indices((s, s))
+    tile = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
+    pixel = np.ascontiguousarray(tile, dtype=np.uint8).view(np.uint32)[..., 0]
+    pixel.flags.writeable = False
+    return pixel
+
+
 def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
     """An RGBA uint8 image that hatches the ``hidden`` cells and is transparent elsewhere.
 
@@ -63,10 +76,7 @@ def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
     if s == 1:
         dark = np.array(MASK_DARK, dtype=np.uint8).view(np.uint32)[0]
         return np.where(np.asarray(hidden, bool), dark, np.uint32(0)).view(np.uint8).reshape(rows, cols, 4), s
-    # one s x s tile of diagonal stripes, repeated over the hidden cells (the stripes run on across cells)
-    i, j = np.indices((s, s))
-    tile = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
-    pixel = np.ascontiguousarray(tile, dtype=np.uint8).view(np.uint32)[..., 0]  # one RGBA pixel as one uint32
+    pixel = stripe_tile(s)
     out = np.where(np.asarray(hidden, bool)[:, None, :, None], pixel[None, :, None, :], np.uint32(0))
     return out.reshape(rows * s, cols * s).view(np.uint8).reshape(rows * s, cols * s, 4), s
 
@@ -127,6 +137,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._overlay_of: np.ndarray | None = None  # the mask the overlay image was drawn for
         self._row_labels: list[str] | None = None
         self._col_labels: list[str] | None = None
+        self._tick_memo: dict[str, tuple] = {}  # per axis: the ticks of the labels given last (_update_ticks)
         self.value_name = "weight"
         self.levels: tuple[float, float] = (0.0, 1.0)
 
@@ -180,15 +191,19 @@ class Heatmap(pg.GraphicsLayoutWidget):
         shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix) if self._hidden.any() else matrix,
                                      dtype=np.float32)
         self.image.setImage(shown, levels=self.levels, autoLevels=False)
-        self.colorbar.setLevels(self.levels)
+        if tuple(self.colorbar.levels()) != self.levels:  # (the same levels: the bar's axis is not drawn again)
+            self.colorbar.setLevels(self.levels)
 
         if not self._hidden.any():
-            self._overlay.clear()
-            self._overlay_scale = 1
             self._overlay.setVisible(False)
-            self._overlay_of = None
-        elif self._overlay_of is None or not np.array_equal(self._overlay_of, self._hidden):
-            # the same mask (a causal triangle while heads switch) keeps its overlay: it costs tens of ms
+            if self._overlay.image is not None and self._overlay.image.shape[0] * self._overlay.image.shape[1] \
+                    > _OVERLAY_KEPT_PIXELS:
+                self._overlay.clear()  # a small overlay is kept hidden: the same mask again (a panel's blank
+                self._overlay_scale = 1  # matrix while it computes, on every switch) only shows it again
+                self._overlay_of = None
+        elif self._overlay_of is not None and np.array_equal(self._overlay_of, self._hidden):
+            self._overlay.setVisible(True)  # the same mask (a causal triangle while heads switch): it costs tens of ms
+        else:
             rgba, s = mask_overlay(self._hidden)
             self._overlay.setImage(rgba, autoLevels=False, levels=(0, 255))
             self._overlay.setRect(0, 0, cols, rows)
@@ -238,19 +253,32 @@ class Heatmap(pg.GraphicsLayoutWidget):
                 if axis._tickLevels is not None:  # (pyqtgraph's own attribute) each setTicks repaints the axis
                     axis.setTicks(None)
                 continue
+            # the labels given last time (a switch over the same tokens or rows): their thinned ticks and the
+            # row axis' width are kept (``_tick_memo``: labels, longest, max_labels, ticks, font key, width)
+            memo = self._tick_memo.get(axis_name)
+            same = memo is not None and memo[0] == labels
             if axis_name == "left":
                 room = height / 14.0  # one line of text per label
+                longest = 0
             else:  # labels side by side: as wide as the longest (abbreviated) one, plus a gap
-                longest = min(chars, max(len(label) for label in labels))
+                longest = memo[1] if same else min(chars, max(len(label) for label in labels))
                 room = width / (7.0 * longest + 10.0)
-            ticks = thinned_ticks(labels, max_labels=max(2, int(room)), max_chars=chars)
+            max_labels = max(2, int(room))
+            if same and memo[2] == max_labels:
+                ticks = memo[3]
+            else:
+                ticks = thinned_ticks(labels, max_labels=max_labels, max_chars=chars)
+                memo = self._tick_memo[axis_name] = (labels, longest, max_labels, ticks, None, 0)
             if axis._tickLevels != [ticks]:  # the same labels (a switch on the same tokens): the axis is kept
                 axis.setTicks([ticks])
             if axis_name == "left":  # pyqtgraph drops labels wider than the axis until a later repaint
-                metrics = QFontMetrics(axis.style.get("tickFont") or self.font())
-                axis_width = max(metrics.horizontalAdvance(text) for _, text in ticks) + 14
-                if axis.fixedWidth != axis_width:  # (not ``width``: the bottom axis' labels are counted from that)
-                    axis.setWidth(axis_width)
+                font = axis.style.get("tickFont") or self.font()
+                if memo[4] != font.key():
+                    metrics = QFontMetrics(font)
+                    memo = self._tick_memo[axis_name] = memo[:4] + (
+                        font.key(), max(metrics.horizontalAdvance(text) for _, text in ticks) + 14)
+                if axis.fixedWidth != memo[5]:  # (not ``width``: the bottom axis' labels are counted from that)
+                    axis.setWidth(memo[5])
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(event)

@@ -49,3 +49,16 @@ def adopt_plot_menus(owner: QWidget) -> int:
                     menu.setParent(owner, menu.windowFlags())
                     adopted += 1
     return adopted
+
+
+def set_x_range(plot: pg.PlotItem | pg.PlotWidget, lo: float, hi: float, padding: float = 0.0) -> None:
+    """``plot.setXRange(lo, hi, padding=padding)``, skipped while the view still shows what the same call set
+    last (a switch over the same vocabulary or blocks): pyqtgraph updates the view, its axes and its items on
+    every call, even for the range it has. A view panned or zoomed since, or auto-ranging, is set again."""
+    vb = plot.getViewBox()
+    asked = (float(lo), float(hi), float(padding))
+    last = getattr(vb, "_explorer_x_range", None)
+    if last is not None and last[0] == asked and last[1] == vb.viewRange()[0] and not vb.state["autoRange"][0]:
+        return
+    plot.setXRange(lo, hi, padding=padding)
+    vb._explorer_x_range = (asked, vb.viewRange()[0])

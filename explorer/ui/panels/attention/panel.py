@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 from explorer.core.analysis import attention as analysis
 from explorer.core.analysis import attention_tiles as tiles
 from explorer.core.display.labels import scores_formula, token_labels
-from explorer.core.display.levels import finite_extent, finite_levels, thinned_ticks
+from explorer.core.display.levels import finite_extent, finite_levels, kept_ticks
 from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
@@ -57,7 +57,7 @@ from explorer.ui.panels.attention.views import (
 )
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
-from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 
@@ -385,9 +385,9 @@ class AttentionPanel(Panel):
         later = (" (keys outside its window masked)" if earlier
                  else " (later keys masked)" if masked_row.any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
-        self.row_plot.getAxis("bottom").setTicks([thinned_ticks(tokens, max_labels=max(2, min(40, n)), max_chars=8)])
+        self.row_plot.getAxis("bottom").setTicks([kept_ticks(tuple(tokens), max(2, min(40, n)), 8)])
         lo, hi = finite_extent(heights)
-        self.row_plot.setXRange(0, max(n, 1), padding=0.01)
+        set_x_range(self.row_plot, 0, max(n, 1), padding=0.01)  # (the same keys again: kept)
         self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
 
     # --- exported data ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from explorer.ui.widgets.table_cells import fix_widths, set_cell, set_rows
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 _MISSING = object()
+NO_PEN = pg.mkPen(None)  # the neuron bars have no outline
 
 VOCAB_CAPTION = ("Direct path only: the neuron's output direction W_out[:, k], scaled by the final norm's "
                  "\u03b3 and read through the un-embedding W_U, gives one logit change per unit of activation. "
@@ -202,7 +203,9 @@ class NeuronDetail:
         self._bars_of = (f.view, j)
         self.bar_values = values
         brushes = [BAR_NEGATIVE if v < 0 else BAR_POSITIVE for v in values.tolist()]
-        self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=[pg.mkPen(None)] * n)
+        # one shared "no pen" (not a pen per bar): pyqtgraph then fills each bar once (fillRect) instead of setting a
+        # pen, a brush and drawing a rectangle per bar, in the picture it builds for every new neuron
+        self.bars.setOpts(x=np.arange(n) + 0.5, height=values, width=0.8, brushes=brushes, pens=None, pen=NO_PEN)
         self.bar_ticks()
         lo, hi = finite_extent(values)
         vb = self.bars_plot.getViewBox()

@@ -3,6 +3,7 @@ tooltips from a function, and the formatting of tokens and probabilities."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -16,10 +17,19 @@ from explorer.ui.widgets.heatmap import Heatmap
 CELL_CHARS = 10  # a cell's text is cut to this many characters (and to the cell's width on screen)
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the text: the lens writes the same tokens again and again
 def visible_text(text: str, max_chars: int = CELL_CHARS) -> str:
     """A token's text for a small cell (``explorer.core.display.tokens.short``): spaces "·", newlines "↵",
     tabs "⇥", other control characters escaped, cut with an ellipsis; "∅" for an empty string."""
     return short(text, max_chars)
+
+
+@functools.lru_cache(maxsize=8)
+def depths(n: int) -> np.ndarray:
+    """0 .. n - 1 as float64, read-only: kept per n (every token switch draws over the same depths)."""
+    x = np.arange(n, dtype=np.float64)
+    x.flags.writeable = False
+    return x
 
 
 def percent(p: float) -> str:

@@ -33,4 +33,6 @@ class LegendHeadroom:
         if top is None:
             return
         share = legend_share(self.legend.boundingRect().height(), self.plot.getViewBox().height())
-        self.plot.setYRange(0, (top or 1.0) / (1 - share), padding=0)
+        y = [0, (top or 1.0) / (1 - share)]
+        if self.plot.getViewBox().viewRange()[1] != y:  # the same range again: no view update
+            self.plot.setYRange(*y, padding=0)

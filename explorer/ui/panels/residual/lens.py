@@ -192,8 +192,9 @@ class LogitLensView:
         self.lens_cells.setVisible(legible)
         if legible:
             if (a, b) != (0, trace.n_tokens) or not lens.complete:
-                self.lens_texts = [[visible_text(self.token_text(int(lens.ids[r, a + i, 0]))) if filled[i] else ""
-                                    for i in range(n)] for r in range(B)]
+                shown = filled.tolist()  # (plain lists: no numpy scalar per cell)
+                self.lens_texts = [[visible_text(self.token_text(t)) if shown[i] else "" for i, t in enumerate(row)]
+                                   for row in lens.ids[:, a:b, 0].tolist()]
             else:  # the whole lens, complete (perhaps just now, by its last block): every cell's text
                 self.lens_texts = self._complete_texts()
             self.lens_cells.set_cells(self.lens_texts, hits, dark_cells(self.lens_map.colormap, top1, (0.0, 1.0)))

@@ -48,13 +48,13 @@ from explorer.ui.export.menu import export_actions
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
-from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap
+from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, depths
 from explorer.ui.panels.residual.headroom import LegendHeadroom
 from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView
 from explorer.ui.panels.residual.view import ResidualView, residual_view
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
-from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 SELECTED = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)  # as the attention panel
@@ -90,10 +90,12 @@ class ResidualPanel(Panel):
         self.norm_plot = fixed_plot(grid="xy")
         self.norm_plot.setLabel("left", "\u2016x\u2016")
         self.other_lines = pg.PlotDataItem(pen=OTHER_LINES, connect="finite")
-        self.norm_line = pg.PlotDataItem(pen=SELECTED_LINE, symbol="o", symbolSize=6,
-                                         symbolBrush="#ff2d55", symbolPen=None)
+        # the selected token's line and dots: two items (a PlotDataItem restyled its symbols on every switch)
+        self.norm_line = pg.PlotCurveItem(pen=pg.mkPen(SELECTED_LINE))
+        self.norm_dots = pg.ScatterPlotItem(symbol="o", size=6, brush=pg.mkBrush("#ff2d55"), pen=pg.mkPen(None))
         self.norm_plot.addItem(self.other_lines)
         self.norm_plot.addItem(self.norm_line)
+        self.norm_plot.addItem(self.norm_dots)
 
         self.bars_plot = fixed_plot()
         self.bars_plot.setLabel("left", "\u2016output\u2016")
@@ -315,15 +317,17 @@ class ResidualPanel(Panel):
             col = i - self._lens_shown[0] if heatmap is self.lens_map else i
             outline.setVisible(rows > 0)
             outline.setRect(QRectF(col, 0, 1, rows))
-        B = self.norms.shape[0]
-        self.norm_line.setData(np.arange(B, dtype=np.float64), self.norms[:, i].astype(np.float64))
+        x = depths(self.norms.shape[0])
+        y = self.norms[:, i].astype(np.float64)
+        self.norm_line.setData(x, y)
+        self.norm_dots.setData(x, y)
         self.norm_plot.setTitle(f"\u2016x\u2016 of {quoted(tokens[i])} ({i}) by depth (grey: other tokens)")
         self._draw_bars(i)
 
     def _draw_bars(self, i: int) -> None:
         cfg = self.trace.config
         L = cfg.n_layers
-        x = np.arange(L, dtype=np.float64)
+        x = depths(L)
         legend = (self.contributions is not None, cfg.has_ffn)
         if legend != getattr(self, "_legend_for", None):  # rebuilt only when what it names changes
             self._legend_for = legend
@@ -355,7 +359,7 @@ class ResidualPanel(Panel):
             top = finite_extent(attn)[1]
         step = max(1, math.ceil(L / 16))
         self.bars_plot.getAxis("bottom").setTicks([[(layer, str(layer)) for layer in range(0, L, step)]])
-        self.bars_plot.setXRange(-0.6, L - 0.4, padding=0)
+        set_x_range(self.bars_plot, -0.6, L - 0.4)  # (a token switch: the same blocks, kept)
         self._bars_top = top  # headroom so that the legend (top right) sits above the tallest bar, at any size
         self.bars_headroom.fit()
 
