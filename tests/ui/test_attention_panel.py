@@ -319,3 +319,28 @@ def test_sliding_window_and_soft_cap_are_named_where_they_show(qtbot, tmp_path):
     assert "outside its window" in panel.row_plot.getPlotItem().titleLabel.text
     select(qtbot, panel, 1, 1)  # a global layer
     assert "sliding window" not in panel.detail.plot.titleLabel.text and not panel.detail.masked[7, :7].any()
+
+
+def test_the_mosaic_starts_under_its_column_labels_until_zoomed(qtbot, gpt2_trace):
+    """A view taller than the mosaic (the aspect is locked) keeps the spare room below the tiles, not
+    between the column labels and the first row; after a zoom or pan a resize leaves the view alone."""
+    panel = make_panel(qtbot, gpt2_trace, show=True)
+    rows, cols = panel.geometry.shape
+    vb = panel.overview_plot.vb
+    for size in ((400, 900), (1200, 700), (300, 1000)):  # tall and wide overview areas
+        panel.resize(*size)
+        qtbot.waitUntil(lambda: vb.width() > 1, timeout=5_000)
+        qtbot.waitUntil(lambda: abs(vb.viewRange()[1][0] - (-1)) < 1e-6, timeout=5_000)
+        (x0, x1), (y0, y1) = vb.viewRange()
+        assert y1 >= rows + 1 - 1e-6 and x0 <= -1 + 1e-6 and x1 >= cols + 1 - 1e-6  # all of it shown
+        assert abs((x1 - x0) / vb.width() - (y1 - y0) / vb.height()) < 1e-6 * (x1 - x0)  # square cells
+    vb.sigRangeChangedManually.emit([True, True])  # the user zoomed
+    vb.setRange(xRange=(2, 10), yRange=(5, 13), padding=0)
+    zoomed = vb.viewRange()
+    panel.resize(500, 800)
+    qtbot.waitUntil(lambda: vb.width() > 1, timeout=5_000)
+    y0, y1 = vb.viewRange()[1]
+    assert y0 != pytest.approx(-1, abs=0.5)  # not sent back to the top-left fit:
+    assert (y0 + y1) / 2 == pytest.approx(sum(zoomed[1]) / 2, abs=0.5)  # pyqtgraph keeps the zoomed centre
+    panel.selection.set_layer_head(1, 1)  # a selection change does not fit it again either
+    assert vb.viewRange()[1][0] == pytest.approx(y0)

@@ -93,6 +93,9 @@ class AttentionOverview:
         plot.setAspectLocked(True)
         # grows with its space (aspect kept); the wheel zooms, dragging pans, "A" (bottom left) resets
         plot.setMouseEnabled(x=True, y=True)
+        self._home: tuple | None = None  # the ranges the mosaic was fitted to (None once the user zooms or pans)
+        plot.vb.sigResized.connect(self._fit_home)
+        plot.vb.sigRangeChangedManually.connect(self._left_home)
         plot.showAxis("top")
         plot.hideAxis("bottom")
         self.overview_image = cached_image(axisOrder="row-major")
@@ -186,7 +189,8 @@ class AttentionOverview:
         self.overview_image.setImage(self.mosaic, levels=levels, autoLevels=False)
         self.overview_colorbar.setLevels(levels)
         rows, cols = geo.shape
-        self.overview_plot.setRange(xRange=(-1, cols + 1), yRange=(-1, rows + 1), padding=0)  # room for the outline
+        self._home = ((-1, cols + 1), (-1, rows + 1))  # room for the outline
+        self._fit_home()
         step_l = max(1, math.ceil(cfg.n_layers / 24))
         step_h = max(1, math.ceil(cfg.n_heads / 24))
         self.overview_plot.getAxis("left").setTicks(
@@ -199,6 +203,26 @@ class AttentionOverview:
         self.info.setText(shape)
         self.place_outlines()
         self.refresh_marks()  # the crosses follow the tiles (drawn later than the trace on long prompts)
+
+    def _fit_home(self, *_) -> None:
+        """Fit the mosaic to the view (the aspect is locked): the room left over goes below it, not
+        above, so the tiles start under their column labels (pyqtgraph would centre them, leaving a gap
+        between the labels and the tiles in a tall view); centred across. Not after a zoom or pan."""
+        if self._home is None:
+            return
+        (x0, x1), (y0, y1) = self._home
+        vb = self.overview_plot.vb
+        width, height = vb.width(), vb.height()
+        if width <= 1 or height <= 1:  # not laid out yet
+            self.overview_plot.setRange(xRange=(x0, x1), yRange=(y0, y1), padding=0)
+            return
+        per = max((x1 - x0) / width, (y1 - y0) / height)  # data units per pixel, the same both ways
+        middle = (x0 + x1) / 2
+        self.overview_plot.setRange(xRange=(middle - per * width / 2, middle + per * width / 2),
+                                    yRange=(y0, y0 + per * height), padding=0)
+
+    def _left_home(self, *_) -> None:
+        self._home = None
 
     def place_outlines(self) -> None:
         if self.geometry is None:
