@@ -282,3 +282,28 @@ def test_a_failed_edit_leaves_the_shown_lens_completing(qtbot, window, progressi
     qtbot.waitUntil(lambda: not panel.computing() and not window.progressive.busy, timeout=30_000)
     assert window.trace is shown and panel.trace is shown
     assert panel.lens.filled[slice(*panel._lens_shown)].all() and panel._lens_shown[1] > 0
+
+
+def test_a_job_asked_for_during_a_switch_starts_after_the_repaint(qtbot):
+    """Its worker thread would otherwise share the interpreter lock with the switch's handlers and painting."""
+    from PySide6.QtWidgets import QWidget
+
+    log = []
+
+    class Painted(QWidget):
+        def paintEvent(self, event):  # noqa: N802 (Qt override)
+            log.append("paint")
+
+    widget = Painted()
+    qtbot.addWidget(widget)
+    widget.show()
+    qtbot.waitExposed(widget)
+    qtbot.waitUntil(lambda: "paint" in log, timeout=5_000)
+    work, owner = ProgressiveWork(), Owner()
+    owner.trace = "T"
+    log.clear()
+    widget.update()  # a switch: the window is to be repainted, and a view asked for
+    work.submit(Job(owner, "view", "T", lambda check: log.append("started") or 1, lambda v: log.append("applied")))
+    assert work.busy and not work._running  # queued, not started inside the switch
+    qtbot.waitUntil(lambda: "applied" in log, timeout=10_000)
+    assert log.index("paint") < log.index("started")
