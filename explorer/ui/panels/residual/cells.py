@@ -75,17 +75,23 @@ class CellTexts(pg.GraphicsObject):
         font.setPixelSize(int(np.clip(h * 0.6, 9, 14)))
         bold = QFont(font)
         bold.setBold(True)
-        fonts = {False: (font, QFontMetricsF(font)), True: (bold, QFontMetricsF(bold))}
-        colours = {True: QColor("white"), False: QColor("black")}
-        for r, row in enumerate(self.texts):
-            for c, text in enumerate(row):
-                f, metrics = fonts[bool(self.bold[r, c])]
-                centre = transform.map(QPointF(c + 0.5, r + 0.5))
-                rect = QRectF(centre.x() - w / 2 + 2, centre.y() - h / 2, w - 4, h)
-                painter.setFont(f)
-                painter.setPen(colours[bool(self.light[r, c])])
-                painter.drawText(rect, Qt.AlignmentFlag.AlignCenter,
-                                 metrics.elidedText(text, Qt.TextElideMode.ElideRight, rect.width()))
+        dx, dy = corner.x() - origin.x(), corner.y() - origin.y()  # one cell's step on screen (signed: y may be inverted)
+        width = w - 4
+        # the cells grouped by font and colour (one setFont / setPen per group, not per cell); each cell's
+        # centre from the origin and the step, as transform.map would give for this axis-aligned view
+        for is_bold in (False, True):
+            painter.setFont(bold if is_bold else font)
+            metrics = QFontMetricsF(bold if is_bold else font)
+            for is_light in (False, True):
+                cells = np.argwhere((self.bold == is_bold) & (self.light == is_light))
+                if not len(cells):
+                    continue
+                painter.setPen(QColor("white") if is_light else QColor("black"))
+                for r, c in cells.tolist():
+                    x = origin.x() + (c + 0.5) * dx - w / 2 + 2
+                    y = origin.y() + (r + 0.5) * dy - h / 2
+                    painter.drawText(QRectF(x, y, width, h), Qt.AlignmentFlag.AlignCenter,
+                                     metrics.elidedText(self.texts[r][c], Qt.TextElideMode.ElideRight, width))
         painter.restore()
 
 
