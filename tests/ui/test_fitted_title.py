@@ -12,13 +12,19 @@ from explorer.ui.widgets.axis import FittedTitle, readable, thin_axes
 LONG = "L3 neuron #1234: activation at each token (selected: 'word' (17) = 0.1234)"
 
 
-def test_a_resize_to_the_same_width_does_not_fit_again_a_new_one_does(qtbot, monkeypatch):
+def shown_plot(qtbot, width: int) -> tuple[pg.PlotWidget, pg.PlotItem]:
+    """A readable plot (thin axes, a ``FittedTitle``) shown at ``width`` x 200."""
     widget = pg.PlotWidget(axisItems=thin_axes())
     qtbot.addWidget(widget)
     plot = readable(widget)
-    widget.resize(260, 200)
+    widget.resize(width, 200)
     widget.show()
     qtbot.waitExposed(widget)
+    return widget, plot
+
+
+def test_a_resize_to_the_same_width_does_not_fit_again_a_new_one_does(qtbot, monkeypatch):
+    widget, plot = shown_plot(qtbot, 260)
     title = plot.titleLabel
     assert isinstance(title, FittedTitle)
     plot.setTitle(LONG)
@@ -42,12 +48,7 @@ def test_a_resize_to_the_same_width_does_not_fit_again_a_new_one_does(qtbot, mon
 
 
 def test_a_new_title_of_the_same_height_is_drawn_in_place_without_laying_the_plot_out_again(qtbot, monkeypatch):
-    widget = pg.PlotWidget(axisItems=thin_axes())
-    qtbot.addWidget(widget)
-    plot = readable(widget)
-    widget.resize(900, 200)
-    widget.show()
-    qtbot.waitExposed(widget)
+    widget, plot = shown_plot(qtbot, 900)
     title = plot.titleLabel
     plot.setTitle("query 'the' (3): attention weight over the keys")
     qtbot.waitUntil(lambda: title.rect().width() >= 40 and title.rect().height() > 0)
@@ -80,12 +81,7 @@ def test_the_same_tick_spacing_again_keeps_the_axis_drawing(qtbot):
 def test_plain_lines_are_remembered_per_title_the_same_as_a_fresh_document_and_never_stale(qtbot):
     from PySide6.QtGui import QTextDocument
 
-    widget = pg.PlotWidget(axisItems=thin_axes())
-    qtbot.addWidget(widget)
-    plot = readable(widget)
-    widget.resize(300, 200)
-    widget.show()
-    qtbot.waitExposed(widget)
+    widget, plot = shown_plot(qtbot, 300)
     title = plot.titleLabel
     qtbot.waitUntil(lambda: title.rect().width() >= 40)
     rich = ["logit lens: positions 3\u20139; <span style='color:#ff8c00'>\u25a1</span> = the real next token",
@@ -107,12 +103,7 @@ def test_plain_lines_are_remembered_per_title_the_same_as_a_fresh_document_and_n
 
 
 def test_the_styled_html_follows_a_changed_colour_and_the_same_html_is_not_set_again(qtbot, monkeypatch):
-    widget = pg.PlotWidget(axisItems=thin_axes())
-    qtbot.addWidget(widget)
-    plot = readable(widget)
-    widget.resize(600, 200)
-    widget.show()
-    qtbot.waitExposed(widget)
+    widget, plot = shown_plot(qtbot, 600)
     title = plot.titleLabel
     qtbot.waitUntil(lambda: title.rect().width() >= 40)
     plot.setTitle("red title", color="#ff0000")
