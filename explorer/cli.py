@@ -25,6 +25,7 @@ COMMANDS = {
     "train": "train one of the built-in models (shakespeare, induction) from scratch",
     "compare": "two models on the same prompt: residual cosines, attention and next-token divergences to compare.npz",
     "verify": "check a Hugging Face checkpoint or GGUF file against transformers' own model, layer by layer",
+    "get": "download a model from the Hugging Face Hub into its cache (only when asked; resumable)",
 }
 
 
