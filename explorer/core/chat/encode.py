@@ -145,6 +145,8 @@ def encode_chat(tokenizer: Any, template: ChatTemplate | None, messages: Any, ad
         raise ChatTemplateError("the chat template rendered this conversation as no tokens")
     turn, kind = label_chars(plain, ranges, len(messages), bool(add_generation_prompt))
     turns, kinds = token_labels(offsets, turn, kind)
+    control = getattr(tokenizer, "added_ids", frozenset()) | tokenizer.special_ids
+    kinds = ["markup" if token in control else k for token, k in zip(ids, kinds)]  # control tokens are markup
     roles = tuple(m["role"] for m in messages) + (("assistant",) if add_generation_prompt else ())
     spans = ChatSpans(tuple(turns), tuple(kinds), roles, template.describe())
     return ChatEncoding(tuple(ids), plain, tuple(offsets), spans, tuple(messages), bool(add_generation_prompt),

@@ -175,6 +175,8 @@ def label_chars(text: str, ranges: list[tuple[int, int, int, str]], n_messages: 
         turn[:] = 0
     for match in _THINK.finditer(text):
         a, b = match.span(1)
+        kind[match.start():a] = 0  # the tags are markup, wherever they are written
+        kind[b:match.end()] = 0
         kind[a:b] = KINDS.index("thinking")
     for match in _HARMONY.finditer(text):
         a, b = match.span(2)

@@ -65,6 +65,11 @@ class HFTokenizer(Tokenizer):
     def special_ids(self) -> frozenset[int]:
         return self._special | ({self.eos_id} if self.eos_id is not None else frozenset())
 
+    @property
+    def added_ids(self) -> frozenset[int]:
+        """Ids of the added tokens (special or not: ``<|im_end|>``, ``<think>``), matched whole before the model."""
+        return frozenset(self._added)
+
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
             raise TokenizerError(f"a prompt is text, not {type(text).__name__}")
