@@ -144,7 +144,15 @@ def reply_kinds(tokens: Sequence[str], open_thinking: bool = False) -> list[str]
                 pending = None
             else:
                 pending += text
+        elif text == "<|start|>":  # a new message's header: its role (markup) up to the channel or message
+            kinds.append("markup")
+            pending = None
+            state = "header"
         elif text.startswith("<|") and text.endswith("|>"):
+            kinds.append("markup")
+            if text == "<|message|>" and state == "header":
+                state = "content"
+        elif state == "header":
             kinds.append("markup")
         else:
             kinds.append(state)
