@@ -244,3 +244,29 @@ def test_spans_survive_a_json_round_trip(family_dirs):
     assert np.array_equal(again.positions(role="system"), enc.spans.positions(role="system"))
     with pytest.raises(ValueError):
         ChatSpans.from_json(enc.spans.to_json(), enc.spans.n_tokens + 1)
+
+
+def test_loaders_attach_the_template_or_a_note(tmp_path):
+    """A GGUF file with tokenizer.chat_template loads with it; a broken one loads with a note, no template."""
+    import gguf
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gguf_files import write_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from explorer.core.checkpoint import load_checkpoint
+
+    text = "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                         num_attention_heads=4, max_position_embeddings=64)).eval()
+    good = write_model(model, tmp_path / "good.gguf", "llama",
+                       extra={"tokenizer.chat_template": (text, gguf.GGUFValueType.STRING)})
+    loaded = load_checkpoint(str(good))
+    assert loaded.chat_template is not None and loaded.chat_template.text == text
+    assert "GGUF metadata tokenizer.chat_template" in loaded.chat_template.source
+    bad = write_model(model, tmp_path / "bad.gguf", "llama",
+                      extra={"tokenizer.chat_template": ("   ", gguf.GGUFValueType.STRING)})
+    loaded = load_checkpoint(str(bad))
+    assert loaded.chat_template is None and any("chat template cannot be used" in n for n in loaded.notes)
+    with pytest.raises(ChatTemplateError, match="no chat template"):
+        loaded.encode_chat(conversation(1))
