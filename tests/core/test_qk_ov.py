@@ -73,7 +73,8 @@ def test_the_terms_add_up_to_the_recorded_score(name):
                 checked += 1
     assert checked >= 8
     kinds = {p.kind for p in split.query_parts}
-    assert {"embed", "head", "bias"} <= kinds
+    assert {"embed", "head"} <= kinds
+    assert ("bias" in kinds) == (cfg.attn_bias or (cfg.norm == "layernorm" and cfg.norm_affine))
     assert ("pos" in kinds) == (cfg.positions in ("learned", "sinusoidal"))
     assert ("ffn" in kinds) == cfg.has_ffn
     assert len([p for p in split.key_parts if p.kind == "head"]) == cfg.n_heads * layer
@@ -135,20 +136,58 @@ def test_the_sources_add_up_to_the_head_output_and_its_dla(name):
         assert split.dla is None and "pre-norm" in split.dla_note
 
 
-def test_the_ov_circuit_weighted_by_the_pattern_is_the_head_dla():
-    """Layer 0 of a rotary model reads only the token embeddings: each source's row is its whole value's
-    effect, and the pattern-weighted sum over the sources is the head's direct logit attribution."""
+def circuit_rows(circuit) -> list[dict[int, float]]:
+    return [dict(zip(ids.tolist(), values.tolist())) for ids, values in zip(circuit.top_ids, circuit.top_values)]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3", "bloom", "phi"])
+def test_the_ov_circuit_weighted_by_the_pattern_is_the_head_dla(name):
+    """Each row of ``copy="value"`` is one source's value copied with weight 1: weighted by the pattern, the rows
+    add up to the head's direct effect on any token (its direct logit attribution where that applies)."""
+    trace = opened(name).trace_ids(IDS)
+    cfg, n = trace.config, trace.n_tokens
+    layer, head, query = cfg.n_layers - 1, cfg.n_heads - 1, n - 2
+    circuit = ov_circuit(trace, layer, head, query, top=VOCAB, copy="value")
+    pattern = trace[f"blocks.{layer}.attn.pattern"][head, query]
+    assert circuit.sources.tolist() == sorted(range(query + 1), key=lambda j: -pattern[j])
+    assert np.all(np.diff(circuit.top_values, axis=1) <= 0)
+    for target in (7, 42):
+        weighted = sum(w * row[target] for w, row in zip(circuit.weights, circuit_rows(circuit)))
+        reference = direct_logit_attribution(trace, target, query).heads[layer, head]
+        assert weighted == pytest.approx(reference, rel=1e-5, abs=1e-7)
+
+
+def test_the_ov_circuit_of_a_layer0_head_copies_the_embeddings():
+    """Layer 0 of a rotary model reads only the token embeddings: the embedding rows are the whole values, one
+    row per distinct token, and weighted by the pattern they give the head's direct logit attribution."""
     trace = opened("llama").trace_ids(IDS)
     n = trace.n_tokens
     for head, query, target in ((0, n - 1, 7), (3, 6, 42)):
         circuit = ov_circuit(trace, 0, head, query, top=VOCAB)
-        row = {int(t): dict(zip(ids.tolist(), values.tolist()))
-               for t, ids, values in zip(circuit.token_ids, circuit.top_ids, circuit.top_values)}
+        row = {int(t): r for t, r in zip(circuit.token_ids, circuit_rows(circuit))}
         pattern = trace["blocks.0.attn.pattern"][head, query]
         weighted = sum(pattern[j] * row[int(trace.token_ids[j])][target] for j in range(query + 1))
         assert weighted == pytest.approx(direct_logit_attribution(trace, target, query).heads[0, head], rel=1e-5)
         assert len(circuit.sources) == len(set(trace.token_ids[:query + 1].tolist()))  # one row per token
-        assert np.all(np.diff(circuit.top_values, axis=1) <= 0)
+
+
+def test_a_write_is_carried_through_every_later_post_norm():
+    """OPT-350m normalises after each add: what block L adds at position i reaches the un-embedding through
+    its two norms, frozen at i; carried that way, the stream entering the norms plus the FFN's output and the
+    norms' biases give back the model's last stream."""
+    from explorer.core.analysis.frozen import frozen_at
+    from explorer.core.analysis.ov import to_logits
+
+    loaded = opened("opt-350m")
+    trace = loaded.trace_ids(IDS)
+    layer, i = trace.config.n_layers - 1, trace.n_tokens - 1
+    block = loaded.model.blocks[layer]
+    first = frozen_at(trace, block.ln1, f"blocks.{layer}.ln1", i)
+    second = frozen_at(trace, block.ln2, f"blocks.{layer}.ln2", i)
+    written = trace[f"blocks.{layer}.resid_pre"][i] + trace[f"blocks.{layer}.attn.out"][i]
+    rest = second.apply(first.bias + trace[f"blocks.{layer}.mlp.out"][i]) + second.bias
+    carried = to_logits(trace, loaded.model, layer, i, written[None])[0] + rest
+    np.testing.assert_allclose(carried, trace["resid_final"][i], rtol=0, atol=1e-4)
 
 
 def test_the_ov_circuit_of_a_masked_lm_is_refused():

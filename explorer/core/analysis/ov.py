@@ -138,32 +138,41 @@ def to_logits(trace: Trace, model: Transformer, layer: int, position: int, write
     return x if norm is None else norm.apply(x)
 
 
-def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5,
-               model: Transformer | None = None, chunk: int = 64) -> OVCircuit:
-    """For each distinct token the query sees, the ``top`` tokens whose logits it would raise most if head
-    ``layer``.``head`` copied it with weight 1 (its embedding -> W_V -> W_O -> the norms after -> W_U)."""
+def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5, copy: str = "embedding",
+               limit: int | None = None, model: Transformer | None = None, chunk: int = 64) -> OVCircuit:
+    """What each source would add to the logits at ``query`` if head ``layer``.``head`` copied it with weight 1:
+    the ``top`` tokens it raises most. ``copy="embedding"``: one row per distinct token the query sees, its
+    embedding -> W_V -> W_O (the OV circuit on the prompt's tokens); ``copy="value"``: one row per position,
+    the value the head really reads there (the embedding and everything earlier layers added) -> W_O.
+    ``limit``: only the sources the query weighs most."""
     import torch
 
     model = _model(trace, model)
+    if copy not in ("embedding", "value"):
+        raise ValueError("copy must be 'embedding' or 'value'")
     cfg, n, dh = trace.config, trace.n_tokens, trace.config.d_head
     visible, pattern = _check_head(trace, layer, head, query)
     query %= n
     ids = trace.token_ids
-    heaviest: dict[int, int] = {}
-    for j in visible:                                                   # one row per token: its heaviest position
-        if int(ids[j]) not in heaviest or pattern[j] > pattern[heaviest[int(ids[j])]]:
-            heaviest[int(ids[j])] = int(j)
-    sources = np.array(sorted(heaviest.values(), key=lambda j: -pattern[j]), dtype=np.int64)
     kv = head // (cfg.n_heads // cfg.kv_heads)
-    with weights_of(model.blocks[layer].attn.W_V) as W_V:
-        A0 = param(W_V.weight[kv * dh:(kv + 1) * dh]).T                # [d, dh]
-    values = []
-    for j in sources:                                                   # the embedding's part of v_j
-        norm = input_norm(trace, model, layer, int(j))
-        A = A0 if norm is None else norm.pull(A0)
-        parts, read = read_stream(trace, model, layer, int(j), A, by="layer", embed_only=True)
-        values.append(read[0])
-    writes = np.asarray(values).reshape(-1, dh) @ _w_o(model, layer, head).T   # [S, d]
+    if copy == "value":
+        sources = visible[np.argsort(-pattern[visible], kind="stable")][:limit]
+        values = trace[f"blocks.{layer}.attn.v"][kv, sources].astype(np.float64)
+    else:
+        heaviest: dict[int, int] = {}
+        for j in visible:                                               # one row per token: its heaviest position
+            if int(ids[j]) not in heaviest or pattern[j] > pattern[heaviest[int(ids[j])]]:
+                heaviest[int(ids[j])] = int(j)
+        sources = np.array(sorted(heaviest.values(), key=lambda j: -pattern[j]), dtype=np.int64)[:limit]
+        with weights_of(model.blocks[layer].attn.W_V) as W_V:
+            A0 = param(W_V.weight[kv * dh:(kv + 1) * dh]).T            # [d, dh]
+        rows = []
+        for j in sources:                                               # the embedding's part of v_j
+            norm = input_norm(trace, model, layer, int(j))
+            A = A0 if norm is None else norm.pull(A0)
+            rows.append(read_stream(trace, model, layer, int(j), A, by="layer", embed_only=True)[1][0])
+        values = np.asarray(rows).reshape(-1, dh)
+    writes = values @ _w_o(model, layer, head).T                        # [S, d]
     final = to_logits(trace, model, layer, query, writes)
     top_ids, top_values = [], []
     with weights_of(model.unembed) as unembed, torch.inference_mode():
@@ -179,12 +188,14 @@ def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5,
             top_values.append(best.values.cpu().numpy())
     k = min(top, cfg.vocab_size)
     notes = ["Each row copies one source token with weight 1: its embedding as it enters the block (the norm's "
-             "scale frozen at its position) through the head's W_V and W_O.",
+             "scale frozen at its position) through the head's W_V and W_O." if copy == "embedding" else
+             "Each row copies one source position's value with weight 1 (the whole value the head reads there, "
+             "biases included) through the head's W_O.",
              f"On to the logits at #{query}: every norm after the head frozen at #{query} (as direct logit "
              "attribution does), then W_U; biases are left out, since they belong to no token."]
     if cfg.final_softcap is not None:
         notes.append("The values are before the model's logit cap.")
-    if cfg.qkv_clip is not None:
+    if cfg.qkv_clip is not None and copy == "embedding":
         notes.append("OLMo's clamp of the values is left out: a clamp has no per-token form.")
     return OVCircuit(layer, head, query, sources, ids[sources], pattern[sources],
                      np.concatenate(top_ids) if top_ids else np.zeros((0, k), np.int64),

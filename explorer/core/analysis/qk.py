@@ -144,6 +144,9 @@ def side_parts(trace: Trace, model: Transformer, layer: int, head: int, position
         turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
         cos, sin = (t[position:position + 1].cpu() for t in rotary)
         values = turn(torch.from_numpy(values)[:, None], cos, sin)[:, 0].numpy()
+    bias = parts.index(Part("bias"))
+    if not np.any(values[bias]):                                        # a model without biases: no such part
+        parts, values = parts[:bias] + parts[bias + 1:], np.delete(values, bias, axis=0)
     recorded = trace[f"blocks.{layer}.attn.{which}"][head, position].astype(np.float64)
     scale = max(1.0, float(np.abs(recorded).max()))
     if float(np.abs(values.sum(0) - recorded).max()) > tolerance(trace) * scale:
