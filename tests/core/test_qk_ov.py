@@ -229,3 +229,19 @@ def test_induction_head_attends_by_previous_token_key_and_own_token_query(induct
         assert min(key_share) > 0.75 and np.mean(prev_share) > 0.8, (key_share, prev_share)
         assert min(own_share) > 0.65 and np.mean(own_share) > 0.85, own_share
         assert top_pairs == {(True, True)}, top_pairs
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gemma2"])
+def test_a_compact_trace_gives_the_same_split(name):
+    """A GPU's default trace stores only the stream, q, k and the norm statistics: everything else the split
+    reads is derived by re-running blocks, with the same numbers."""
+    from explorer.core.trace import CaptureSpec
+
+    loaded = opened(name)
+    full, compact = loaded.trace_ids(IDS), loaded.trace_ids(IDS, spec=CaptureSpec.compact())
+    assert "blocks.0.attn.z" not in compact.stored_keys()
+    layer, n = full.config.n_layers - 1, full.n_tokens
+    a, b = qk_split(full, layer, 1, n - 1, n - 3), qk_split(compact, layer, 1, n - 1, n - 3)
+    np.testing.assert_allclose(a.table, b.table, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ov_split(full, layer, 1, n - 1).writes, ov_split(compact, layer, 1, n - 1).writes,
+                               rtol=1e-6, atol=1e-7)
