@@ -38,7 +38,8 @@ def section(name: str, loaded: LoadedModel, hf, args: argparse.Namespace) -> Non
     cfg, n = loaded.config, args.tokens
     ids = torch.randint(0, cfg.vocab_size, (n,), generator=torch.Generator().manual_seed(0)).tolist()
     forward = timed(lambda: loaded.trace_ids(ids), args.repeat)
-    line = f"{name}: {n} tokens, device {args.device}, {torch.get_num_threads()} threads; trace (ours) {forward * 1e3:.0f} ms"
+    line = (f"{name}: {n} tokens, device {args.device}, {torch.get_num_threads()} threads; "
+            f"trace (ours) {forward * 1e3:.0f} ms")
     if hf is not None:
         with torch.inference_mode():
             reference = timed(lambda: hf(torch.tensor([ids], device=args.device)), args.repeat)
@@ -53,7 +54,8 @@ def section(name: str, loaded: LoadedModel, hf, args: argparse.Namespace) -> Non
                       ("ov_circuit value, all sources", lambda: ov_circuit(trace, layer, head, query, copy="value"))):
         print(f"  {label}: {timed(fn, args.repeat) * 1e3:.1f} ms")
     split = qk_split(trace, layer, head, query, n // 2)
-    print(f"  table {split.table.shape[0]} x {split.table.shape[1]}, |total - score| = {abs(split.total - split.score):.2e}")
+    error = abs(split.total - split.score)
+    print(f"  table {split.table.shape[0]} x {split.table.shape[1]}, |total - score| = {error:.2e}")
 
 
 def main() -> None:

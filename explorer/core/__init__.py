@@ -40,6 +40,7 @@ _EXPORTS = {
     "qk_split": "explorer.core.analysis.qk",
     "ov_split": "explorer.core.analysis.ov",
     "ov_circuit": "explorer.core.analysis.ov",
+    "what_it_moves": "explorer.core.analysis.ov",
     "SplitError": "explorer.core.analysis.stream_parts",
     "open_sae": "explorer.core.features.sae",
     "feature_intervention": "explorer.core.features.edits",
@@ -76,7 +77,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.generation.generate import GenerationResult, Step, generate, generate_steps
     from explorer.core.generation.sampling import SamplingParams
     from explorer.core.analysis.dla import direct_logit_attribution
-    from explorer.core.analysis.ov import ov_circuit, ov_split
+    from explorer.core.analysis.ov import ov_circuit, ov_split, what_it_moves
     from explorer.core.analysis.qk import qk_split
     from explorer.core.analysis.stream_parts import SplitError
     from explorer.core.features.edits import feature_intervention

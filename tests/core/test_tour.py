@@ -60,7 +60,7 @@ def _check_every_step(loaded, trace, t, layer, head):
     # why it attends there: the largest term of the exact split, whose terms add up to the score before any cap
     split = qk_split(trace, layer, head, t, j)
     top = split.terms(1)[0]
-    assert one.values["why_value"] == top.value and top.sentence in one.lines[-1]
+    assert one.values["why_value"] == top.value and f"{top.label}, {top.value:+.4f}" in one.lines[-1]
     assert one.values["why_total"] == pytest.approx(float(split.score), rel=1e-4, abs=1e-5)
     z = trace[p + "attn.z"][head, t]
     np.testing.assert_allclose([by["values"].values[f"z{i}"] for i in range(min(4, z.size))], z[:4],

@@ -200,3 +200,24 @@ def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5, co
     return OVCircuit(layer, head, query, sources, ids[sources], pattern[sources],
                      np.concatenate(top_ids) if top_ids else np.zeros((0, k), np.int64),
                      np.concatenate(top_values) if top_values else np.zeros((0, k)), tuple(notes))
+
+
+@dataclass(frozen=True)
+class OVView:
+    """What the Attention panel's "What does it move?" shows for one cell: the split of the head's output
+    by source, and its OV circuit on the prompt (None where it has no exact form, ``circuit_note`` says why)."""
+
+    split: OVSplit
+    circuit: OVCircuit | None
+    circuit_note: str
+
+
+def what_it_moves(trace: Trace, layer: int, head: int, query: int, target: int | None = None,
+                  distractor: int | None = None, top: int = 5, copy: str = "embedding", limit: int | None = None,
+                  model: Transformer | None = None) -> OVView:
+    """``ov_split`` and ``ov_circuit`` of one head at one query, in one call."""
+    split = ov_split(trace, layer, head, query, target, distractor, model)
+    try:
+        return OVView(split, ov_circuit(trace, layer, head, query, top, copy, limit, model), "")
+    except SplitError as exc:
+        return OVView(split, None, str(exc))

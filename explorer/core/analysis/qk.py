@@ -195,7 +195,15 @@ def qk_split(trace: Trace, layer: int, head: int, query: int, key: int, by: str 
                    tuple(_name(p, "query", tok[query], query) for p in q_parts),
                    tuple(_name(p, "key", tok[key], key) for p in k_parts),
                    table, alibi, score, recorded if cap else None, cap,
-                   notes(cfg, model, layer, head, kv, score, recorded if cap else None, alibi, q_parts + k_parts))
+                   notes(cfg, model, layer, head, kv, score, recorded if cap else None, alibi, q_parts + k_parts)
+                   + _rounding(trace, total, score))
+
+
+def _rounding(trace: Trace, total: float, score: float) -> tuple[str, ...]:
+    if trace.meta.dtype not in ("float16", "bfloat16"):
+        return ()
+    return (f"This model runs in {trace.meta.dtype}: the terms, computed in float64 from its rounded activations, "
+            f"add up to the score within its rounding (here {abs(total - score):.2g}).",)
 
 
 def notes(cfg, model: Transformer, layer: int, head: int, kv: int, score: float, capped: float | None,

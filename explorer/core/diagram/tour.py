@@ -203,7 +203,8 @@ def _why(trace: Trace, L: int, h: int, t: int, j: int) -> tuple[str, dict[str, f
     top = split.terms(1)[0]
     count = split.table.size + (1 if split.alibi else 0)
     return (f"Why it attends here: the score is {count} terms, one per part of the query's stream against one "
-            f"of the key's; the largest is {top.sentence} (of the terms' total size).",
+            f"of the key's; the largest is {top.label}, {top.value:+.4f} ({top.share:.0%} of the terms' sizes "
+            "added up).",
             {"why_value": top.value, "why_share": top.share, "why_total": split.total})
 
 
