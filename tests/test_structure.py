@@ -3,12 +3,14 @@
 * no import cycle among the modules of ``explorer`` (imports only a type checker sees excluded);
 * every module under ``explorer/core`` imports in a fresh interpreter in which PySide6, shiboken6,
   pyqtgraph and superqt cannot be imported at all (the core is Qt-free);
-* the import-linter contracts in pyproject.toml hold (core never imports Qt; ui never imports torch).
+* the import-linter contracts in pyproject.toml hold (core never imports Qt; ui never imports torch);
+* ARCHITECTURE.md's picture names every package of ``explorer`` and only paths that exist.
 """
 
 from __future__ import annotations
 
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -87,3 +89,38 @@ def test_import_linter_contracts_hold():
                           timeout=300, cwd=str(ROOT))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
+
+
+def picture_paths(text: str) -> list[str]:
+    """The paths ARCHITECTURE.md's picture names: the code block under "## The picture", a tree indented two
+    spaces a level, each line a name (or names, comma-separated) then two or more spaces and what it is."""
+    block = re.search(r"^## The picture\n.*?^```\n(.*?)^```", text, re.S | re.M).group(1)
+    parents: list[str] = []
+    paths = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        level = (len(line) - len(line.lstrip(" "))) // 2
+        names = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+        parent = "".join(parents[:level])
+        for name in names.split(", "):
+            paths.append(parent + name)
+        last = names.split(", ")[-1]
+        parents[level:] = [last if last.endswith("/") else ""]
+    return paths
+
+
+def test_picture_parser_reads_a_tree():
+    block = "## The picture\n\n```\na/  x\n  b.py, c.py  y\n  d/  z\n    e.py  w\nf/, g/  v\n```\n"
+    assert picture_paths(block) == ["a/", "a/b.py", "a/c.py", "a/d/", "a/d/e.py", "f/", "g/"]
+
+
+def test_architecture_picture_names_every_package_and_only_real_paths():
+    paths = picture_paths((ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"ARCHITECTURE.md's picture names paths that do not exist: {missing}"
+    named = {p.rstrip("/") for p in paths}
+    packages = sorted(str(d.relative_to(ROOT)) for d in (ROOT / "explorer").rglob("__init__.py")
+                      for d in [d.parent] if "_bundled" not in d.parts)
+    unnamed = [p for p in packages if p not in named]
+    assert not unnamed, f"packages ARCHITECTURE.md's picture does not name: {unnamed}"

@@ -76,3 +76,61 @@ def load_model(args: argparse.Namespace):
     from explorer.core.checkpoint import load_checkpoint
 
     return load_checkpoint(args.checkpoint, device=args.device, dtype=args.dtype, placement=placement_from(args))
+
+
+def add_prompt_or_chat(parser: argparse.ArgumentParser, prompt_help: str, chat_flag: str = "--chat",
+                       prompt_flags: tuple[str, ...] = ("--prompt", "-p")) -> None:
+    """The text to run: a raw ``--prompt``, or a conversation ``--chat FILE.json`` through the checkpoint's
+    chat template (with ``--chat-option`` and ``--no-generation-prompt``)."""
+    from pathlib import Path
+
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument(*prompt_flags, help=prompt_help)
+    group.add_argument(chat_flag, type=Path, metavar="FILE.json",
+                       help='a conversation: a JSON list of {"role": "system"|"user"|"assistant", "content": TEXT} '
+                            "rendered with the checkpoint's own chat template")
+    if not any(a.dest == "chat_option" for a in parser._actions):
+        parser.add_argument("--chat-option", action="append", default=[], metavar="KEY=VALUE",
+                            help="an option the chat template reads, e.g. enable_thinking=false or "
+                                 "reasoning_effort=low (VALUE is read as JSON when it parses, else as text)")
+        parser.add_argument("--no-generation-prompt", action="store_true",
+                            help="with --chat: do not open the assistant's turn after the last message")
+
+
+def chat_options(args: argparse.Namespace) -> dict:
+    """``--chat-option KEY=VALUE`` as a dict (checked before the model loads)."""
+    import json
+
+    from explorer.core.chat.encode import checked_options
+
+    options = {}
+    for text in getattr(args, "chat_option", []):
+        key, sep, value = text.partition("=")
+        if not sep:
+            from explorer.core.errors import ExplorerError
+
+            raise ExplorerError(f"--chat-option {text!r:.60} should be KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(value)
+        except ValueError:
+            options[key.strip()] = value
+    return checked_options(options)
+
+
+def read_chat(path) -> list | None:
+    """The conversation of ``--chat FILE`` (checked before the model loads), None without one."""
+    if path is None:
+        return None
+    from explorer.core.chat.messages import read_chat_file
+
+    return read_chat_file(path)
+
+
+def encode_chat_args(loaded, messages: list, args: argparse.Namespace):
+    """``messages`` through the model's template with the command's options; prints what was rendered."""
+    import sys
+
+    encoded = loaded.encode_chat(messages, not getattr(args, "no_generation_prompt", False), **chat_options(args))
+    print(f"conversation: {len(messages)} messages through the {encoded.spans.template}: {len(encoded.ids)} tokens",
+          file=sys.stderr)
+    return encoded

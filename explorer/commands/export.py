@@ -6,6 +6,10 @@ import time
 from pathlib import Path
 
 from explorer.commands import (
+    add_prompt_or_chat,
+    chat_options,
+    encode_chat_args,
+    read_chat,
     add_intervention_arguments,
     add_model_arguments,
     add_steer_arguments,
@@ -20,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_intervention_arguments(parser)
     add_steer_arguments(parser)
-    parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
+    add_prompt_or_chat(parser, "the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path,
                         help="the folder to write into: new, empty, or an earlier export (its own files are replaced "
                              "when the new ones are complete; other files in it are kept)")
@@ -46,11 +50,25 @@ def run(args: argparse.Namespace) -> int:
 
     interventions = interventions_from(args)  # a bad spec fails before the model loads
     check_steers(args)
+    messages, _ = read_chat(args.chat), chat_options(args)
     if args.backend == "nnsight":
+        if messages is not None:
+            from explorer.core.errors import ExplorerError
+
+            raise ExplorerError("--backend nnsight takes a raw --prompt, not --chat")
         return _run_nnsight(args, say)
     loaded = load_model(args)
     interventions += steers_from(args, loaded)
-    trace = loaded.trace(args.prompt, interventions=interventions)
+    prompt = args.prompt
+    if messages is None:
+        trace = loaded.trace(args.prompt, interventions=interventions)
+    else:  # the conversation through the model's chat template; the trace knows each token's turn
+        encoded = encode_chat_args(loaded, messages, args)
+        n = len(encoded.ids)
+        trace = loaded.trace_ids(list(encoded.ids)[: loaded.config.n_ctx], None,
+                                 n if n > loaded.config.n_ctx else None, interventions=interventions,
+                                 chat=encoded.spans)
+        prompt = encoded.text
     say(f"traced {trace.n_tokens} tokens (forward pass {trace.meta.forward_seconds:.2f} s)")
     if trace.meta.truncated_from:
         print(f"note: the prompt has {trace.meta.truncated_from} tokens; only the first "
@@ -67,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         written.append("trace.npz")
         from explorer.core.interop import write_trace_safetensors  # the same trace under TransformerLens' names
 
-        write_trace_safetensors(trace, out / "trace.safetensors", args.prompt)
+        write_trace_safetensors(trace, out / "trace.safetensors", prompt)
         written.append("trace.safetensors")
         if args.per_head:
             files = write_attention_files(trace, out / "attention", progress=say)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from explorer.commands import add_model_arguments, load_model
+from explorer.commands import add_model_arguments, add_prompt_or_chat, encode_chat_args, load_model, read_chat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sae", action="append", required=True, type=Path, metavar="SAE_DIR",
                         help="an SAE or transcoder directory in SAELens' format (cfg.json + sae_weights.safetensors); "
                              "repeatable")
-    parser.add_argument("--prompt", "-p", required=True, help="the text to run through the model")
+    add_prompt_or_chat(parser, "the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path, help="the directory to write features.npz into")
     parser.add_argument("--top", type=int, default=10, help="how many of the last token's features to print (10)")
     parser.add_argument("--allow-other-model", action="store_true",
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from explorer.core.features.analysis import reconstruction_error, top_features
     from explorer.core.features.sae import SAEModelMismatch, open_sae
 
+    messages = read_chat(args.chat)
     loaded = load_model(args)
     try:
         saes = [open_sae(path, loaded.config, loaded.name, args.allow_other_model) for path in args.sae]
@@ -43,7 +44,11 @@ def run(args: argparse.Namespace) -> int:
     for sae in saes:
         for warning in sae.warnings:
             print(f"warning: {warning}")
-    trace = loaded.trace(args.prompt)
+    if messages is None:
+        trace = loaded.trace(args.prompt)
+    else:
+        encoded = encode_chat_args(loaded, messages, args)
+        trace = loaded.trace_ids(list(encoded.ids)[: loaded.config.n_ctx], chat=encoded.spans)
     acts = [sae.activations(trace) for sae in saes]
     arrays = {"acts": acts[0], "token_ids": np.asarray(trace.token_ids, dtype=np.int64),
               "tokens": np.asarray(trace.tokens, dtype=str), "hook_name": np.asarray(saes[0].hook.hook_name),

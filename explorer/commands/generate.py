@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from explorer.commands import (
+    add_prompt_or_chat,
+    encode_chat_args,
+    read_chat,
     add_intervention_arguments,
     add_model_arguments,
     add_steer_arguments,
@@ -25,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_intervention_arguments(parser)
     add_steer_arguments(parser)
-    parser.add_argument("--prompt", "-p", required=True, help="the text to continue")
+    add_prompt_or_chat(parser, "the text to continue")
+    parser.add_argument("--save-chat", type=Path, default=None, metavar="FILE.json",
+                        help="with --chat: write the conversation with the reply kept as an assistant turn")
     parser.add_argument("--max-new-tokens", "-n", type=int, default=64, help="at most this many new tokens (64)")
     parser.add_argument("--temperature", "-t", type=float, default=1.0, help="0 is greedy (default 1)")
     parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: off)")
@@ -81,6 +87,11 @@ def run(args: argparse.Namespace) -> int:
     params = sampling_params(args)  # bad controls and specs fail before the model loads
     interventions = interventions_from(args)
     check_steers(args)
+    messages = read_chat(args.chat)
+    if args.save_chat is not None and messages is None:
+        from explorer.core.errors import ExplorerError
+
+        raise ExplorerError("--save-chat needs --chat")
     loaded = load_model(args)
     interventions += steers_from(args, loaded)
     if loaded.generation_blocked:
@@ -88,19 +99,27 @@ def run(args: argparse.Namespace) -> int:
 
         raise ExplorerError(f"cannot generate: {loaded.generation_blocked}")
     tokenizer = loaded.tokenizer
-    prompt_ids = tokenizer.encode(args.prompt) if args.prompt else []
+    encoded = None
+    if messages is not None:  # continue the assistant's turn; stop at the template's end of turn
+        from explorer.core.chat.assistant import end_of_turn_ids
+
+        encoded = encode_chat_args(loaded, messages, args)
+        prompt_ids = list(encoded.ids)
+        params = params.replace(stop_token_ids=tuple(sorted(set(params.stop_token_ids) | set(end_of_turn_ids(loaded)))))
+    else:
+        prompt_ids = tokenizer.encode(args.prompt) if args.prompt else []
     stream = IncrementalText(tokenizer, prompt_ids)
     out = sys.stdout
-    eos = tokenizer.eos_id if params.stop_at_eos else None
+    ends = {i for i in (tokenizer.eos_id, *params.stop_token_ids) if i is not None} if params.stop_at_eos else set()
 
     def on_step(step) -> None:
         if args.show_steps:
             print(format_step(step, tokenizer), file=out, flush=True)
-        elif step.token_id != eos:
+        elif step.token_id not in ends:
             out.write(stream.push(step.token_id))
             out.flush()
 
-    result = generate(loaded, prompt_ids if prompt_ids else args.prompt, params,
+    result = generate(loaded, prompt_ids if prompt_ids else args.prompt or "", params,
                       use_cache=not args.no_cache, on_step=on_step, interventions=interventions)
     if args.show_steps:
         out.write("\n" + result.text)
@@ -110,4 +129,11 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     print(f"stopped: {result.stop_reason} ({result.stop_description}); {result.n_new} tokens in "
           f"{result.elapsed:.2f} s, {result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    if encoded is not None and args.save_chat is not None:
+        from explorer.core.chat.assistant import split_reply, with_reply
+        from explorer.core.chat.messages import write_chat_file
+
+        thinking, answer = split_reply(result.text, encoded.open_thinking, encoded.harmony)
+        write_chat_file(args.save_chat, with_reply(messages, answer, thinking))
+        print(f"wrote the conversation with the reply as turn {len(messages) + 1} to {args.save_chat}", file=sys.stderr)
     return 0

@@ -18,13 +18,16 @@ import json
 import sys
 from pathlib import Path
 
-from explorer.commands import add_model_arguments, load_model
+from explorer.commands import add_model_arguments, add_prompt_or_chat, encode_chat_args, load_model, read_chat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--clean", required=True, help="the prompt whose activations are patched in")
-    parser.add_argument("--corrupt", required=True, help="a prompt of the same length that differs in a few tokens")
+    add_prompt_or_chat(parser, "the prompt whose activations are patched in", "--chat", ("--clean",))
+    corrupt = parser.add_mutually_exclusive_group(required=True)
+    corrupt.add_argument("--corrupt", help="a prompt of the same length that differs in a few tokens")
+    corrupt.add_argument("--corrupt-chat", type=Path, metavar="FILE.json",
+                         help="a conversation that renders to as many tokens as --chat's and differs in a few")
     parser.add_argument("--target", required=True, help="the token whose logit is measured (text of one token)")
     parser.add_argument("--distractor", default=None, help="measure target minus this token's logit")
     parser.add_argument("--position", type=int, default=-1, help="where the logit is read (default: the last token)")
@@ -50,9 +53,16 @@ def run(args: argparse.Namespace) -> int:
     from explorer.core.interventions.patching import activation_patching
     from explorer.core.interventions.spec import InterventionError
 
+    chats = read_chat(args.chat), read_chat(args.corrupt_chat)
     loaded = load_model(args)
     tok = loaded.tokenizer
-    clean, corrupt = tok.encode(args.clean), tok.encode(args.corrupt)
+    spans = None
+    if chats[0] is not None:  # conversations through the model's chat template
+        encoded = encode_chat_args(loaded, chats[0], args)
+        clean, spans = list(encoded.ids), encoded.spans
+    else:
+        clean = tok.encode(args.clean)
+    corrupt = list(encode_chat_args(loaded, chats[1], args).ids) if chats[1] is not None else tok.encode(args.corrupt)
     if not clean or not corrupt:
         raise InterventionError("both prompts need at least one token")
     target = token_id(tok, args.target, "target")
@@ -64,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     result = activation_patching(loaded.model, clean, corrupt, target, distractor, args.position,
                                  batch_size=args.batch_size, progress=progress)
     print(file=sys.stderr)
-    dla = direct_logit_attribution(loaded.trace_ids(clean), target, result.position, distractor)
+    dla = direct_logit_attribution(loaded.trace_ids(clean, chat=spans), target, result.position, distractor)
     cfg = loaded.config
     L, H = cfg.n_layers, cfg.n_heads
     labels = token_labels(tok.displays(clean))
@@ -80,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     write_npy(out / "dla_mlp.npy", dla.mlp)
     write_matrix_csv(out / "dla_mlp.csv", dla.mlp[:, None], layers, ["mlp"], corner="layer")
     summary = {
-        "clean": args.clean, "corrupt": args.corrupt, "tokens": labels,
+        "clean": args.clean if chats[0] is None else chats[0],
+        "corrupt": args.corrupt if chats[1] is None else chats[1], "tokens": labels,
         "corrupt_tokens": token_labels(tok.displays(corrupt)),
         "target": {"id": target, "text": tok.display(target)},
         "distractor": None if distractor is None else {"id": distractor, "text": tok.display(distractor)},

@@ -37,6 +37,11 @@ _EXPORTS = {
     "activation_patching": "explorer.core.interventions.patching",
     "attribution_patching": "explorer.core.interventions.attribution",
     "direct_logit_attribution": "explorer.core.analysis.dla",
+    "qk_split": "explorer.core.analysis.qk",
+    "ov_split": "explorer.core.analysis.ov",
+    "ov_circuit": "explorer.core.analysis.ov",
+    "what_it_moves": "explorer.core.analysis.ov",
+    "SplitError": "explorer.core.analysis.stream_parts",
     "open_sae": "explorer.core.features.sae",
     "feature_intervention": "explorer.core.features.edits",
     "steer": "explorer.core.features.steering",
@@ -72,6 +77,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.generation.generate import GenerationResult, Step, generate, generate_steps
     from explorer.core.generation.sampling import SamplingParams
     from explorer.core.analysis.dla import direct_logit_attribution
+    from explorer.core.analysis.ov import ov_circuit, ov_split, what_it_moves
+    from explorer.core.analysis.qk import qk_split
+    from explorer.core.analysis.stream_parts import SplitError
     from explorer.core.features.edits import feature_intervention
     from explorer.core.features.sae import open_sae
     from explorer.core.features.steering import steer

@@ -147,6 +147,8 @@ def trace_parts(trace: Trace) -> Iterator[tuple[str, ArrayPart]]:
     yield "residual", ArrayPart(shape=(L + 1, n, cfg.d_model), blocks=residual, split=1)
     yield "residual_norms", ArrayPart(norms())
     yield "logits", ArrayPart(_f32(trace["logits"]))
+    if trace.meta.chat is not None:  # a templated conversation: each token's turn, role and kind (JSON text)
+        yield "chat", ArrayPart(np.array(trace.meta.chat.to_json()))
     if trace.interventions:  # the run was changed: say how (JSON text), so the file cannot pass for a clean run
         from explorer.core.interventions.spec import describe_all
 

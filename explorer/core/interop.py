@@ -210,6 +210,7 @@ def trace_metadata(trace: Trace, prompt: str | None = None) -> dict[str, str]:
         "device": meta.device, "dtype": meta.dtype,
         "truncated_from": "" if meta.truncated_from is None else str(meta.truncated_from),
         "exported_dtype": "float32",
+        **({"chat": meta.chat.to_json()} if meta.chat is not None else {}),  # each token's turn, role and kind
     }
 
 
@@ -318,7 +319,8 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
                                  f"of at least {n}")
         trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
                                dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
-                               extra={"source_file": str(path), "prompt": meta.get("prompt", "")})
+                               extra={"source_file": str(path), "prompt": meta.get("prompt", "")},
+                               chat=_chat_spans(path, meta.get("chat"), n))
         return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)
     except ExplorerError as exc:
         if isinstance(exc, TraceFileError):
@@ -327,6 +329,18 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: one line for the user
         raise TraceFileError(shown(f"cannot read {path.name} as a trace: {type(exc).__name__}: {exc}",
                                    MESSAGE_LIMIT)) from None
+
+
+def _chat_spans(path: Path, text: str | None, n: int) -> Any:
+    """The file's chat spans (None for a trace of raw text, and for files written before they existed)."""
+    if not text:
+        return None
+    from explorer.core.chat.spans import ChatSpans
+
+    try:
+        return ChatSpans.from_json(text, n)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise TraceFileError(f"{shown(path.name)}: its chat spans cannot be read: {shown(str(exc), 120)}") from None
 
 
 def _checked_tokens(path: Path, meta: dict[str, str], cfg: ModelConfig) -> tuple[list[int], list[str]]:

@@ -8,7 +8,7 @@ describes itself for ``transformer-explorer info`` and the window's title.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -64,6 +64,7 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)  # what the user should know: caps, stand-ins
     repo_id: str | None = None  # "org/name" when it was opened from the Hugging Face cache
     tensor_types: list[tuple[str, str]] = field(default_factory=list)  # a GGUF file's tensors and their types
+    chat_template: Any = None  # the checkpoint's ChatTemplate (explorer/core/chat/), None when it has none
 
     @property
     def config(self) -> ModelConfig:
@@ -111,13 +112,33 @@ class LoadedModel:
         return self.trace_ids(ids, spec, truncated_from, interventions=interventions)
 
     def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None,
-                  cancel: CancelLike = None, interventions: Sequence[Any] = ()) -> Trace:
+                  cancel: CancelLike = None, interventions: Sequence[Any] = (), chat: Any = None) -> Trace:
         """``cancel``: a callable asked at every layer boundary (see ``capture``); ``interventions``
-        (explorer/core/interventions/) are applied to the run."""
+        (explorer/core/interventions/) are applied to the run; ``chat``: the ids' ``ChatSpans``, kept with the trace."""
         ids = checked_ids(ids, self.config.vocab_size, self.config.n_ctx)
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
                            interventions, host_logits=False)
+        if chat is not None:  # the trace is not shared yet: its record of turns is set once, here
+            trace.meta = replace(trace.meta, chat=chat.cut(len(ids)))
         return trace
+
+    def encode_chat(self, messages: Any, add_generation_prompt: bool = True, **template_options: Any) -> Any:
+        """A conversation (``[{"role", "content"}, ...]``) through the checkpoint's chat template: a
+        ``ChatEncoding`` with ``ids`` (as transformers' ``apply_chat_template(..., tokenize=True)``), the
+        rendered ``text`` and the ``spans`` (each token's turn, role and kind). ``template_options``: what the
+        template reads (``enable_thinking=False``, ``reasoning_effort="low"``, ``date_string=...``)."""
+        from explorer.core.chat.encode import encode_chat
+
+        return encode_chat(self.tokenizer, self.chat_template, messages, add_generation_prompt, **template_options)
+
+    def trace_chat(self, messages: Any, spec: CaptureSpec | None = None, interventions: Sequence[Any] = (),
+                   add_generation_prompt: bool = True, **template_options: Any) -> Trace:
+        """``encode_chat`` then ``trace_ids``: the trace knows each token's turn, role and kind (``trace.meta.chat``)."""
+        encoded = self.encode_chat(messages, add_generation_prompt, **template_options)
+        ids, n = list(encoded.ids), len(encoded.ids)
+        cut = n if n <= self.config.n_ctx else None
+        return self.trace_ids(ids[: self.config.n_ctx], spec, None if cut else n, interventions=interventions,
+                              chat=encoded.spans)
 
     def info(self) -> dict[str, Any]:
         cfg = self.config

@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # torch stays out of the import path of code that only reads 
     import torch
 
     from explorer.core.budget import MemoryBudget
+    from explorer.core.chat.spans import ChatSpans
     from explorer.core.model import Transformer
 
 KINDS = ("embed", "resid", "norm", "qkv", "scores", "pattern", "attn", "mlp", "logits")
@@ -218,6 +219,7 @@ class TraceMeta:
     forward_seconds: float = 0.0
     truncated_from: int | None = None  # the prompt's token count when it was cut to the context
     extra: dict[str, Any] = field(default_factory=dict)
+    chat: ChatSpans | None = None  # each token's turn, role and kind when the text is a templated conversation
 
 
 class Trace:

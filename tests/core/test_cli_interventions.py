@@ -60,14 +60,14 @@ def test_patch_writes_grids_and_attribution(tmp_path, capsys) -> None:
     assert "same length" in capsys.readouterr().err
 
 
-def test_readme_interventions_example_runs(capsys) -> None:
+def test_docs_interventions_example_runs(capsys) -> None:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    code = re.search(r"```python\n(from explorer.core import Intervention.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "interventions.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(from explorer.core import Intervention.*?)```", page, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(code, "interventions.md", "exec"), namespace)  # noqa: S102 - our own docs page
     assert capsys.readouterr().out.splitlines() == ["head 1.0 zero", "(3, 12) (2, 4)", "True", "True"]
     grids = namespace["grids"]
     assert grids.clean_metric > grids.corrupt_metric + 5  # measured: 9.81 vs -0.07

@@ -63,6 +63,8 @@ def assert_same_traces(reference, other, ids=IDS, interventions=()):
 def test_offloaded_model_gives_the_default_numbers(family, how, llama_dir, tiny_gpt2_dir, tmp_path):
     from explorer.core.analysis.dla import direct_logit_attribution
     from explorer.core.analysis.neurons import neuron_output_direction, neuron_vocab_effect
+    from explorer.core.analysis.ov import ov_circuit
+    from explorer.core.analysis.qk import qk_split
     from explorer.core.analysis.residual import logit_lens
     from explorer.core.analysis.vectors import nearest_vocab_neighbours
     from explorer.core.interventions.spec import parse_spec
@@ -79,6 +81,9 @@ def test_offloaded_model_gives_the_default_numbers(family, how, llama_dir, tiny_
     da, db = direct_logit_attribution(a, target=7), direct_logit_attribution(b, target=7)
     np.testing.assert_allclose(da.heads, db.heads, atol=1e-9)
     np.testing.assert_allclose(da.mlp, db.mlp, atol=1e-9)
+    last = a.config.n_layers - 1
+    np.testing.assert_allclose(qk_split(a, last, 1, 5, 2).table, qk_split(b, last, 1, 5, 2).table, atol=1e-9)
+    np.testing.assert_allclose(ov_circuit(a, last, 1, 5).top_values, ov_circuit(b, last, 1, 5).top_values, atol=1e-6)
     la, lb = logit_lens(a, top=3), logit_lens(b, top=3)
     np.testing.assert_array_equal(la.ids, lb.ids)
     np.testing.assert_allclose(la.probs, lb.probs, atol=1e-6)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from explorer.core import worked_example
+from explorer.core.analysis.qk import qk_split
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.diagram.summaries import softmax
 from explorer.core.diagram.tour import tour_steps
@@ -56,6 +57,11 @@ def _check_every_step(loaded, trace, t, layer, head):
     np.testing.assert_allclose(one.values["score"], trace[p + "attn.scores"][head, t, j], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(one.values["weight"], trace[p + "attn.pattern"][head, t, j], rtol=1e-5, atol=1e-7)
     assert (one.panel, one.layer, one.head) == ("AttentionPanel", layer, head)
+    # why it attends there: the largest term of the exact split, whose terms add up to the score before any cap
+    split = qk_split(trace, layer, head, t, j)
+    top = split.terms(1)[0]
+    assert one.values["why_value"] == top.value and f"{top.label}, {top.value:+.4f}" in one.lines[-1]
+    assert one.values["why_total"] == pytest.approx(float(split.score), rel=1e-4, abs=1e-5)
     z = trace[p + "attn.z"][head, t]
     np.testing.assert_allclose([by["values"].values[f"z{i}"] for i in range(min(4, z.size))], z[:4],
                                rtol=1e-5, atol=1e-6)

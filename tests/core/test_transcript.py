@@ -43,8 +43,7 @@ def test_transcript_round_trip_matches_the_steps(loaded, tmp_path):
 
     assert back["format"] == FORMAT and back["version"] == 1 and back["model"] == "tiny"
     assert back["prompt"] == prompt and back["text"] == result.text and back["stop_reason"] == "max_new_tokens"
-    controls = dataclasses.asdict(PARAMS)
-    controls["stop_strings"] = list(controls["stop_strings"])
+    controls = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(PARAMS).items()}
     assert back["controls"] == controls
     assert back["n_steps"] == len(back["steps"]) == 4
     for record, step in zip(back["steps"], result.steps):

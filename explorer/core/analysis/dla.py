@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from explorer.core.analysis.frozen import FrozenNorm, freeze
 from explorer.core.errors import ExplorerError
 from explorer.core.placement import weights_of
 
@@ -58,6 +59,27 @@ class DLA:
 
 def _param(t: object) -> np.ndarray:
     return t.detach().to("cpu").double().numpy()  # type: ignore[attr-defined]
+
+
+def final_norm(trace: Trace, model: Transformer, position: int) -> FrozenNorm | None:
+    """The final norm with its scale frozen at ``position`` (computed from ``resid_final`` in float64), None
+    without one: the linear map every direct effect on the logits goes through."""
+    if model.ln_final is None:
+        return None
+    resid_final = trace["resid_final"][position].astype(np.float64)
+    ln = model.ln_final
+    spread = resid_final.var() if ln.kind == "layernorm" else (resid_final ** 2).mean()
+    return freeze(ln, float(np.sqrt(spread + ln.eps)), what="the final norm")
+
+
+def final_reader(trace: Trace, model: Transformer, position: int, u: np.ndarray) -> tuple[np.ndarray, float]:
+    """(r, norm_bias): a write x into the stream at ``position`` moves the logit direction ``u`` [d] (a row of
+    W_U, or the difference of two, times the logit scale) by x @ r through the frozen final norm; the norm's
+    bias adds norm_bias."""
+    norm = final_norm(trace, model, position)
+    if norm is None:
+        return u, 0.0
+    return norm.pull(u[:, None])[:, 0], float(norm.bias_read(u[:, None])[0])
 
 
 def _head_outputs(W_O, z: np.ndarray) -> np.ndarray:
@@ -96,49 +118,28 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
         W_U = unembed.weight  # only the target's (and distractor's) rows: the whole matrix is V x d
         u = logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))  # [d]
 
-    resid_final = trace["resid_final"][p].astype(np.float64)
-    if model.ln_final is None:
-        def frozen(x: np.ndarray) -> np.ndarray:
-            return x
-        norm_bias = 0.0
-    else:
-        ln = model.ln_final
-        with weights_of(ln):
-            w = _param(ln.weight) if ln.weight is not None else np.ones(cfg.d_model)
-            ln_bias = _param(ln.bias) if getattr(ln, "bias", None) is not None else None
-        w = w + float(getattr(ln, "offset", 0.0) or 0.0) if ln.weight is not None else w  # Gemma: (1 + w)
-        if ln.kind == "layernorm":
-            scale = np.sqrt(resid_final.var() + ln.eps)
-
-            def frozen(x: np.ndarray) -> np.ndarray:
-                return (x - x.mean(-1, keepdims=True)) / scale * w
-        else:
-            scale = np.sqrt((resid_final ** 2).mean() + ln.eps)
-
-            def frozen(x: np.ndarray) -> np.ndarray:
-                return x / scale * w
-        norm_bias = float(ln_bias @ u) if ln_bias is not None else 0.0
+    r, norm_bias = final_reader(trace, model, p, u)  # a write x moves the logit (difference) by x @ r
 
     heads = np.zeros((L, H))
     attn_bias = np.zeros(L)
     mlp = np.zeros(L)
     pieces = trace["blocks.0.resid_pre"][p].astype(np.float64)
-    embed = float(frozen(pieces) @ u)
+    embed = float(pieces @ r)
     for layer in range(L):
         blk = model.blocks[layer]
         with weights_of(blk.attn.W_O) as W_O:
             per_head = residual_scale * _head_outputs(W_O.weight, trace[f"blocks.{layer}.attn.z"][:, p])
             b_O = residual_scale * (_param(W_O.bias) if W_O.bias is not None else np.zeros(cfg.d_model))
-        heads[layer] = frozen(per_head) @ u
-        attn_bias[layer] = float(frozen(b_O) @ u)
+        heads[layer] = per_head @ r
+        attn_bias[layer] = float(b_O @ r)
         attn_out = per_head.sum(0) + b_O
         _check(attn_out, trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
         pieces = pieces + attn_out
         if blk.mlp is not None:
             mlp_out = trace[f"blocks.{layer}.mlp.out"][p].astype(np.float64)
-            mlp[layer] = float(frozen(mlp_out) @ u)
+            mlp[layer] = float(mlp_out @ r)
             pieces = pieces + mlp_out
-    _check(pieces, resid_final, "the residual stream")
+    _check(pieces, trace["resid_final"][p].astype(np.float64), "the residual stream")
     unembed_bias = 0.0
     bias = getattr(model.unembed, "bias", None)
     if bias is not None:

@@ -165,6 +165,10 @@ def load_gguf(path: Path, device: str, dtype: str, name: str | None = None) -> L
     except TokenizerError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     label = name or str(header.metadata.get("general.name") or path.stem)[:120]
+    from explorer.core.chat.template import found, template_from_gguf
+
+    template, problem = found(template_from_gguf, header.metadata)
     return LoadedModel(finish(model, device, dtype), tokenizer, label, str(path), cfg.arch,
-                       notes=[quantisation_note(header)] + notes + tok_notes,
+                       notes=[quantisation_note(header)] + notes + tok_notes + ([problem] if problem else []),
+                       chat_template=template,
                        tensor_types=[(t.name, t.type_name) for t in header.tensors])

@@ -49,4 +49,8 @@ def load_family(family: Family, directory: Path, hf: HFConfig, device: str, dtyp
         cfg, notes, ours = convert(family, text, cfg, notes, read_weights(directory))
         model = finish(build_model(cfg, ours, str(directory)), device, dtype)
     tokenizer, tok_notes = family.tokenizer(directory, cfg, text)
-    return LoadedModel(model, tokenizer, directory.name, str(directory), family.arch, notes=notes + tok_notes)
+    from explorer.core.chat.template import found, template_from_directory
+
+    template, problem = found(template_from_directory, directory)
+    return LoadedModel(model, tokenizer, directory.name, str(directory), family.arch,
+                       notes=notes + tok_notes + ([problem] if problem else []), chat_template=template)

@@ -166,13 +166,15 @@ def _attention(trace: Trace, t: int, L: int, h: int) -> list[TourStep]:
               f"score = {score:+.5f}   (the Trace: {float(scores[j]):+.5f})",
               f"softmax: exp({score:.3f} − max) / Σ exp(… − max) = {weight:.5f}"
               f"   (the Trace: {float(pattern[j]):.5f})"]
+    why, why_values = _why(trace, L, h, t, j)
+    lines.append(why)
     one = TourStep(
         "score", "5. One score, computed in full",
         "Here is the largest score worked out by hand: the dot product, times the scale that keeps scores from "
         "growing with the head size, then the mask. The softmax turns the visible scores into weights that are "
         "positive and add up to 1.", tuple(lines),
         {"j": float(j), "dot": dot, "scale": scale, "score": score, "weight": weight,
-         "trace_score": float(scores[j]), "trace_weight": float(pattern[j])}, ATTN, L, h, t)
+         "trace_score": float(scores[j]), "trace_weight": float(pattern[j]), **why_values}, ATTN, L, h, t)
     z = (pattern[seen, None].astype(np.float64) * v[h // g, seen].astype(np.float64)).sum(axis=0)
     values = TourStep(
         "values", "6. The weighted sum of values",
@@ -184,6 +186,26 @@ def _attention(trace: Trace, t: int, L: int, h: int) -> list[TourStep]:
         {"z_norm": _norm(z), "trace_z_norm": _norm(trace[p + "z"][h, t]),
          **{f"z{i}": float(z[i]) for i in range(min(4, z.size))}}, ATTN, L, h, t)
     return [query, one, values]
+
+
+def _why(trace: Trace, L: int, h: int, t: int, j: int) -> tuple[str, dict[str, float]]:
+    """The score's largest term in the exact split of why the head attends (explorer/core/analysis/qk.py)."""
+    from explorer.core.errors import ExplorerError
+
+    if not trace.has_model:
+        return "Why it attends here: splitting the score needs the model's weights, which this trace lacks.", {}
+    from explorer.core.analysis.qk import qk_split
+
+    try:
+        split = qk_split(trace, L, h, t, j)
+    except ExplorerError as exc:
+        return f"Why it attends here: {exc}.", {}
+    top = split.terms(1)[0]
+    count = split.table.size + (1 if split.alibi else 0)
+    return (f"Why it attends here: the score is {count} terms, one per part of the query's stream against one "
+            f"of the key's; the largest is {top.label}, {top.value:+.4f} ({top.share:.0%} of the terms' sizes "
+            "added up).",
+            {"why_value": top.value, "why_share": top.share, "why_total": split.total})
 
 
 def _residual(trace: Trace, t: int, L: int) -> TourStep:

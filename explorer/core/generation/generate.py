@@ -352,7 +352,7 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
     n_ctx = cfg.n_ctx
     use_cache = use_cache and cfg.causal
     vocab_limit = tokenizer.vocab_size if tokenizer.vocab_size < cfg.vocab_size else None
-    eos = tokenizer.eos_id if params.stop_at_eos else None
+    ends = {i for i in (tokenizer.eos_id, *params.stop_token_ids) if i is not None} if params.stop_at_eos else set()
     stops = params.stop_strings
     prompt_text = tokenizer.decode(prompt) if stops else ""
     rng = make_rng(params.seed)
@@ -400,7 +400,7 @@ def _loop(loaded: LoadedModel, prompt: list[int], params: SamplingParams, cancel
         steps.append(step)
         yield step
 
-        if eos is not None and token == eos:
+        if token in ends:
             reason = "eos"
         elif stops and _contains_any(continuation_text(tokenizer, prompt, ids[len(prompt):], prompt_text), stops):
             reason = "stop_string"

@@ -87,6 +87,9 @@ class SamplingParams:
         Stop when the end-of-text token is produced.
     stop_strings
         Stop when the generated text contains one of these (non-empty) strings.
+    stop_token_ids
+        Token ids that end the text like the end-of-text token (a chat template's end-of-turn tokens),
+        with the same ``stop_at_eos`` switch.
     """
 
     temperature: float = 1.0
@@ -98,6 +101,7 @@ class SamplingParams:
     max_new_tokens: int = 64
     stop_at_eos: bool = True
     stop_strings: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
@@ -148,6 +152,10 @@ class SamplingParams:
         for stop in stops:
             if not isinstance(stop, str) or not stop:
                 raise ValueError(f"stop_strings must hold non-empty strings, got {stop!r}")
+        if isinstance(self.stop_token_ids, (str, bytes)) or not all(
+                _is_int(i) and i >= 0 for i in tuple(self.stop_token_ids)):
+            raise ValueError(f"stop_token_ids must hold token ids (whole numbers >= 0), got {self.stop_token_ids!r}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
         object.__setattr__(self, "stop_strings", stops)
 
     @property

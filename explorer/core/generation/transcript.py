@@ -8,7 +8,7 @@ dicts, lists, strings, numbers and None, so that ``json.dumps`` writes it as it 
     {"format": "transformer-explorer.transcript", "version": 1,
      "model": ..., "prompt": "...", "text": "...", "stop_reason": ..., "n_steps": N,
      "controls": {temperature, top_k, top_p, min_p, repetition_penalty, seed, max_new_tokens,
-                  stop_at_eos, stop_strings},
+                  stop_at_eos, stop_strings, stop_token_ids},
      "steps": [{"index", "token_id", "text",
                 "prob", "rank",                     # of the chosen token under the controls
                 "raw_prob", "raw_rank",             # of the chosen token with no controls

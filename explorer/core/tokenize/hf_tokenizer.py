@@ -65,6 +65,11 @@ class HFTokenizer(Tokenizer):
     def special_ids(self) -> frozenset[int]:
         return self._special | ({self.eos_id} if self.eos_id is not None else frozenset())
 
+    @property
+    def added_ids(self) -> frozenset[int]:
+        """Ids of the added tokens (special or not: ``<|im_end|>``, ``<think>``), matched whole before the model."""
+        return frozenset(self._added)
+
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
             raise TokenizerError(f"a prompt is text, not {type(text).__name__}")
@@ -75,6 +80,18 @@ class HFTokenizer(Tokenizer):
                                  "character and cannot be tokenized") from None
         return list(guarded(lambda: self.backend.encode(text, add_special_tokens=True).ids,
                              f"{self.name} cannot encode this text"))
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and character offsets of ``text`` without the special tokens the pipeline adds (what transformers'
+        ``apply_chat_template`` encodes a rendered conversation with: ``add_special_tokens=False``)."""
+        if not isinstance(text, str):
+            raise TokenizerError(f"a prompt is text, not {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TokenizerError("the text contains a lone surrogate, which cannot be tokenized") from None
+        done = guarded(lambda: self.backend.encode(text, add_special_tokens=False), f"{self.name} cannot encode this text")
+        return list(done.ids), [(int(a), int(b)) for a, b in done.offsets]
 
     def decode(self, ids: list[int]) -> str:
         ids = [int(i) for i in ids]

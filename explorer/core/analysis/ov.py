@@ -1,0 +1,223 @@
+"""What a head moves: its output at one query split by source position, and its OV circuit on the prompt.
+
+Head h's output at query i is W_O,h z_i with z_i = sum_j p_ij v_j, so it is exactly a sum over the
+source positions j it sees: p_ij x W_O,h v_j (the pattern weight times the value's write). ``ov_split``
+returns those writes, each one's share of the output (its projection on the output, so the shares add
+up to 1) and of the head's direct effect on a target logit (direct logit attribution's convention,
+explorer/core/analysis/dla.py: through the final norm with its scale frozen at i, onto W_U's row of the
+target, or target minus distractor), which add up to the head's DLA term.
+
+``ov_circuit`` asks what each source token would add to the logits if the head copied it with weight 1:
+the token's embedding as it enters block L at its own position (norms frozen there, like every split
+here), through the head's W_V and W_O, on to the logits at the query through every norm after it
+(frozen at i) and W_U. Gemma 2's logit cap is left out (the values are before the cap); a masked-LM head
+(BERT) is not linear, so there it is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from explorer.core.analysis.dla import DLAError, direct_logit_attribution, final_norm, final_reader
+from explorer.core.analysis.frozen import frozen_at, param
+from explorer.core.analysis.stream_parts import SplitError, input_norm, read_stream, tolerance
+from explorer.core.placement import weights_of
+
+if TYPE_CHECKING:
+    from explorer.core.model import Transformer
+    from explorer.core.trace import Trace
+
+
+@dataclass(frozen=True)
+class OVSplit:
+    layer: int
+    head: int
+    query: int
+    sources: np.ndarray          # [m] the positions the query sees
+    weights: np.ndarray          # [m] the pattern's weight on each
+    writes: np.ndarray           # [m, d] p_ij x W_O,h v_j: what each source adds to the head's output
+    output: np.ndarray           # [d] the head's output W_O,h z_i (before any output norm, residual scale)
+    shares: np.ndarray           # [m] each write's projection on the output / |output|^2: they add up to 1
+    target: int | None
+    distractor: int | None
+    dla: np.ndarray | None       # [m] each source's direct effect on the target's logit (minus the distractor's)
+    dla_total: float | None      # the head's direct logit attribution term: dla sums to it
+    dla_note: str                # why there is no DLA split ("" where there is)
+
+
+@dataclass(frozen=True)
+class OVCircuit:
+    layer: int
+    head: int
+    query: int
+    sources: np.ndarray          # [S] one position per distinct token the query sees (its heaviest)
+    token_ids: np.ndarray        # [S]
+    weights: np.ndarray          # [S] the pattern's weight on that position
+    top_ids: np.ndarray          # [S, top] the tokens each source would push up most, if copied with weight 1
+    top_values: np.ndarray       # [S, top] by how much (logit units, before any logit cap)
+    notes: tuple[str, ...]
+
+
+def _model(trace: Trace, model: Transformer | None) -> Transformer:
+    model = model if model is not None else trace._model
+    if model is None:
+        raise SplitError("this needs the model's weights: the trace was opened without them")
+    return model
+
+
+def _w_o(model: Transformer, layer: int, head: int) -> np.ndarray:
+    dh = model.cfg.d_head
+    with weights_of(model.blocks[layer].attn.W_O) as W_O:
+        return param(W_O.weight[:, head * dh:(head + 1) * dh])        # [d, dh]
+
+
+def _check_head(trace: Trace, layer: int, head: int, query: int) -> tuple[np.ndarray, np.ndarray]:
+    cfg, n = trace.config, trace.n_tokens
+    if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads and -n <= query < n):
+        raise SplitError(f"no head {layer}.{head} or query #{query} in this trace")
+    scores = trace.head(layer, head, "scores")[query % n]
+    return np.flatnonzero(np.isfinite(scores)), trace.head(layer, head, "pattern")[query % n].astype(np.float64)
+
+
+def ov_split(trace: Trace, layer: int, head: int, query: int, target: int | None = None,
+             distractor: int | None = None, model: Transformer | None = None) -> OVSplit:
+    """Head ``layer``.``head``'s output at ``query`` split by source position, with each source's share of the
+    output and of the head's direct effect on ``target`` (default: the model's top prediction at ``query``)."""
+    model = _model(trace, model)
+    cfg, n = trace.config, trace.n_tokens
+    sources, pattern = _check_head(trace, layer, head, query)
+    query %= n
+    kv = head // (cfg.n_heads // cfg.kv_heads)
+    W = _w_o(model, layer, head)
+    v = trace[f"blocks.{layer}.attn.v"][kv].astype(np.float64)       # [n, dh]
+    writes = (pattern[sources, None] * v[sources]) @ W.T               # [m, d]
+    output = W @ trace[f"blocks.{layer}.attn.z"][head, query].astype(np.float64)
+    if float(np.abs(writes.sum(0) - output).max()) > tolerance(trace) * max(1.0, float(np.abs(output).max())):
+        raise SplitError("the sources do not add up to the head's output: this run edited the head's output")
+    size = float(output @ output)
+    shares = writes @ output / size if size > 0 else np.zeros(len(sources))
+    if target is None:
+        target = int(np.argmax(trace["logits"][query]))
+    dla = dla_total = None
+    note = ""
+    try:
+        attribution = direct_logit_attribution(trace, target, query, distractor, model)
+        with weights_of(model.unembed) as unembed:
+            W_U = unembed.weight
+            u = cfg.logit_scale * (param(W_U[target]) - (param(W_U[distractor]) if distractor is not None else 0.0))
+        r, _ = final_reader(trace, model, query, u)
+        dla = cfg.residual_scale * (writes @ r)
+        dla_total = float(attribution.heads[layer, head])
+    except DLAError as exc:
+        note = str(exc)
+    return OVSplit(layer, head, query, sources, pattern[sources], writes, output, shares,
+                   target, distractor, dla, dla_total, note)
+
+
+def to_logits(trace: Trace, model: Transformer, layer: int, position: int, writes: np.ndarray) -> np.ndarray:
+    """Writes [S, d] of a head of block ``layer`` at ``position`` carried to the last stream before the
+    un-embedding, every norm on the way frozen at ``position`` (biases left out: they are no token's).  [S, d]"""
+    cfg = model.cfg
+    if model.mlm is not None:
+        raise SplitError("a masked-LM head (dense, activation, norm) sits before the un-embedding: it is not "
+                         "linear, so what a head adds to the logits has no exact form here")
+    x = cfg.residual_scale * np.asarray(writes, dtype=np.float64)
+    blk = model.blocks[layer]
+    if blk.ln1_out is not None:
+        x = cfg.residual_scale * frozen_at(trace, blk.ln1_out, f"blocks.{layer}.ln1_out", position).apply(writes)
+    for layer_ in range(layer, cfg.n_layers):                          # post-norm: every later norm rescales it
+        b = model.blocks[layer_]
+        if input_norm(trace, model, layer_, position) is None and b.ln1 is not None:
+            x = frozen_at(trace, b.ln1, f"blocks.{layer_}.ln1", position).apply(x)
+            if b.ln2 is not None:
+                x = frozen_at(trace, b.ln2, f"blocks.{layer_}.ln2", position).apply(x)
+    norm = final_norm(trace, model, position)
+    return x if norm is None else norm.apply(x)
+
+
+def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5, copy: str = "embedding",
+               limit: int | None = None, model: Transformer | None = None, chunk: int = 64) -> OVCircuit:
+    """What each source would add to the logits at ``query`` if head ``layer``.``head`` copied it with weight 1:
+    the ``top`` tokens it raises most. ``copy="embedding"``: one row per distinct token the query sees, its
+    embedding -> W_V -> W_O (the OV circuit on the prompt's tokens); ``copy="value"``: one row per position,
+    the value the head really reads there (the embedding and everything earlier layers added) -> W_O.
+    ``limit``: only the sources the query weighs most."""
+    import torch
+
+    model = _model(trace, model)
+    if copy not in ("embedding", "value"):
+        raise ValueError("copy must be 'embedding' or 'value'")
+    cfg, n, dh = trace.config, trace.n_tokens, trace.config.d_head
+    visible, pattern = _check_head(trace, layer, head, query)
+    query %= n
+    ids = trace.token_ids
+    kv = head // (cfg.n_heads // cfg.kv_heads)
+    if copy == "value":
+        sources = visible[np.argsort(-pattern[visible], kind="stable")][:limit]
+        values = trace[f"blocks.{layer}.attn.v"][kv, sources].astype(np.float64)
+    else:
+        heaviest: dict[int, int] = {}
+        for j in visible:                                               # one row per token: its heaviest position
+            if int(ids[j]) not in heaviest or pattern[j] > pattern[heaviest[int(ids[j])]]:
+                heaviest[int(ids[j])] = int(j)
+        sources = np.array(sorted(heaviest.values(), key=lambda j: -pattern[j]), dtype=np.int64)[:limit]
+        with weights_of(model.blocks[layer].attn.W_V) as W_V:
+            A0 = param(W_V.weight[kv * dh:(kv + 1) * dh]).T            # [d, dh]
+        rows = []
+        for j in sources:                                               # the embedding's part of v_j
+            norm = input_norm(trace, model, layer, int(j))
+            A = A0 if norm is None else norm.pull(A0)
+            rows.append(read_stream(trace, model, layer, int(j), A, by="layer", embed_only=True)[1][0])
+        values = np.asarray(rows).reshape(-1, dh)
+    writes = values @ _w_o(model, layer, head).T                        # [S, d]
+    final = to_logits(trace, model, layer, query, writes)
+    top_ids, top_values = [], []
+    with weights_of(model.unembed) as unembed, torch.inference_mode():
+        W_U = unembed.weight
+        for start in range(0, len(sources), chunk):
+            x = torch.as_tensor(final[start:start + chunk], device=W_U.device)
+            if model.project_out is not None:
+                with weights_of(model.project_out) as proj:
+                    x = x @ proj.weight.double().T
+            logits = (x.to(W_U.dtype) @ W_U.T).double() * cfg.logit_scale   # [s, V]
+            best = torch.topk(logits, min(top, logits.shape[-1]), dim=-1)
+            top_ids.append(best.indices.cpu().numpy())
+            top_values.append(best.values.cpu().numpy())
+    k = min(top, cfg.vocab_size)
+    notes = ["Each row copies one source token with weight 1: its embedding as it enters the block (the norm's "
+             "scale frozen at its position) through the head's W_V and W_O." if copy == "embedding" else
+             "Each row copies one source position's value with weight 1 (the whole value the head reads there, "
+             "biases included) through the head's W_O.",
+             f"On to the logits at #{query}: every norm after the head frozen at #{query} (as direct logit "
+             "attribution does), then W_U; biases are left out, since they belong to no token."]
+    if cfg.final_softcap is not None:
+        notes.append("The values are before the model's logit cap.")
+    if cfg.qkv_clip is not None and copy == "embedding":
+        notes.append("OLMo's clamp of the values is left out: a clamp has no per-token form.")
+    return OVCircuit(layer, head, query, sources, ids[sources], pattern[sources],
+                     np.concatenate(top_ids) if top_ids else np.zeros((0, k), np.int64),
+                     np.concatenate(top_values) if top_values else np.zeros((0, k)), tuple(notes))
+
+
+@dataclass(frozen=True)
+class OVView:
+    """What the Attention panel's "What does it move?" shows for one cell: the split of the head's output
+    by source, and its OV circuit on the prompt (None where it has no exact form, ``circuit_note`` says why)."""
+
+    split: OVSplit
+    circuit: OVCircuit | None
+    circuit_note: str
+
+
+def what_it_moves(trace: Trace, layer: int, head: int, query: int, target: int | None = None,
+                  distractor: int | None = None, top: int = 5, copy: str = "embedding", limit: int | None = None,
+                  model: Transformer | None = None) -> OVView:
+    """``ov_split`` and ``ov_circuit`` of one head at one query, in one call."""
+    split = ov_split(trace, layer, head, query, target, distractor, model)
+    try:
+        return OVView(split, ov_circuit(trace, layer, head, query, top, copy, limit, model), "")
+    except SplitError as exc:
+        return OVView(split, None, str(exc))

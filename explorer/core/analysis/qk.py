@@ -1,0 +1,243 @@
+"""Why a head attends: one attention score split into (query part) x (key part) terms that add up exactly.
+
+The score of head h from query i to key j is q_i . k_j x scale (+ ALiBi's bias). The query is a linear
+read of the stream at i once the norm's scale is frozen (explorer/core/analysis/frozen.py), and so is the
+key at j; the stream at each is a sum of parts (explorer/core/analysis/stream_parts.py). So
+
+    score = sum over query parts a, key parts b of  scale x Q_a . K_b   (+ ALiBi)
+
+where Q_a is part a's share of q_i after everything the model does to the query: the norm before
+attention, W_Q's rows of the head, OLMo's clamp (what it changed is a part of its own), the q/k norm
+(its scale frozen as computed), rotary (a rotation by i's angle: linear). The terms add up to the
+score the model recorded before any soft cap; ``qk_split`` checks it and refuses rather than show terms
+that do not add up.
+
+``qk_split(trace, layer, head, query, key)`` -> ``QKSplit``: the table (query parts x key parts), the ALiBi
+term, the recorded score (and the capped value where the model caps), plain notes, and ``terms()``: the
+ranked list with shares and labels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from explorer.core.analysis.frozen import frozen_at, param
+from explorer.core.analysis.stream_parts import Part, SplitError, input_norm, read_stream, tolerance
+from explorer.core.display.tokens import quoted
+from explorer.core.placement import weights_of
+
+if TYPE_CHECKING:
+    from explorer.core.model import Transformer
+    from explorer.core.trace import Trace
+
+
+@dataclass(frozen=True)
+class Term:
+    """One cell of the table (or ALiBi's bias, with no parts): its value, its share and the words for it."""
+
+    query_part: Part | None
+    key_part: Part | None
+    value: float
+    share: float   # value / the sum of every term's size: between -1 and 1, the sizes add up to 1
+    label: str
+
+    @property
+    def sentence(self) -> str:
+        return f"{self.label}: {self.share:.0%}"
+
+
+@dataclass(frozen=True)
+class QKSplit:
+    layer: int
+    head: int
+    kv_head: int                     # the key head this query head reads (grouped K/V heads)
+    query: int
+    key: int
+    query_parts: tuple[Part, ...]
+    key_parts: tuple[Part, ...]
+    query_names: tuple[str, ...]     # "the query's embedding of '·Mary'", "head 0.1's output at the key"
+    key_names: tuple[str, ...]
+    table: np.ndarray                # [Pq, Pk]: scale x Q_a . K_b
+    alibi: float                     # ALiBi's -m (i - j) (scaled where the model scales it); 0 without
+    score: float                     # the score the model computed, before any soft cap
+    capped: float | None             # after the cap: what entered the softmax (Gemma 2); None uncapped
+    cap: float | None
+    notes: tuple[str, ...]
+
+    @property
+    def total(self) -> float:
+        """The sum of the terms: equals ``score`` up to float rounding."""
+        return float(self.table.sum() + self.alibi)
+
+    def terms(self, top: int | None = None) -> list[Term]:
+        """Every term, largest first (``top``: the first ``top``)."""
+        size = float(np.abs(self.table).sum() + abs(self.alibi)) or 1.0
+        flat = np.argsort(-np.abs(self.table), axis=None, kind="stable")
+        cells = [(int(c) // self.table.shape[1], int(c) % self.table.shape[1]) for c in flat[: top or None]]
+        out = [Term(self.query_parts[a], self.key_parts[b], float(self.table[a, b]),
+                    float(self.table[a, b]) / size, f"{self.query_names[a]} against {self.key_names[b]}")
+               for a, b in cells]
+        if self.alibi:
+            out.append(Term(None, None, self.alibi, self.alibi / size,
+                            f"ALiBi's distance penalty ({self.query - self.key} steps back)"))
+            out.sort(key=lambda t: -abs(t.value))
+        return out[: top or None]
+
+    def by_part(self, side: str) -> np.ndarray:
+        """Each query part's (``side="query"``) or key part's total over the other side."""
+        return self.table.sum(1) if side == "query" else self.table.sum(0)
+
+
+def _name(part: Part, side: str, token: str, position: int) -> str:
+    if part.kind in ("head", "attn", "ffn"):
+        return f"{part.name()} at the {side}"
+    if part.kind == "embed":
+        return f"the {side}'s embedding of {quoted(token)}"
+    if part.kind == "pos":
+        return f"the {side}'s position ({position})"
+    if part.kind == "bias":
+        return f"the biases at the {side}"
+    if part.kind == "clip":
+        return f"the clamp at the {side}"
+    return f"the {side}'s {part.name()}"
+
+
+def side_parts(trace: Trace, model: Transformer, layer: int, head: int, position: int, which: str,
+               by: str = "head") -> tuple[list[Part], np.ndarray]:
+    """Each part's share of head ``head``'s query (``which="q"``; a key head's key: ``"k"``) at ``position``,
+    as the model computes it up to the dot product: [P, d_head]; they add up to the recorded q (k)."""
+    import torch
+
+    from explorer.core.model import apply_rotary, apply_rotary_interleaved
+
+    cfg, blk, dh = model.cfg, model.blocks[layer], model.cfg.d_head
+    full = cfg.qk_norm == "full"
+    with weights_of(blk.attn.W_Q if which == "q" else blk.attn.W_K) as proj:
+        rows = slice(None) if full else slice(head * dh, (head + 1) * dh)
+        A = param(proj.weight[rows]).T                   # [d, k]: the head's rows (every head's: a full q/k norm)
+        const = param(proj.bias[rows]) if proj.bias is not None else np.zeros(A.shape[1])
+    norm = input_norm(trace, model, layer, position)
+    if norm is not None:
+        const = const + norm.bias_read(A)
+        A = norm.pull(A)
+    parts, values = read_stream(trace, model, layer, position, A, by)
+    values[-1] += const                                                 # the bias part comes last
+    if cfg.qkv_clip is not None:                                        # OLMo: clamp(q) = q + (what it changed)
+        total = values.sum(0)
+        changed = np.clip(total, -cfg.qkv_clip, cfg.qkv_clip) - total
+        if np.any(changed):
+            parts, values = parts + [Part("clip")], np.vstack([values, changed])
+    qk_norm = blk.attn.q_norm if which == "q" else blk.attn.k_norm
+    if qk_norm is not None:
+        frozen = frozen_at(trace, qk_norm, f"blocks.{layer}.attn.{which}_norm", position, None if full else head)
+        values = frozen.apply(values)
+        if frozen.bias is not None:
+            values[parts.index(Part("bias"))] += frozen.bias
+        if full:
+            values = values[:, head * dh:(head + 1) * dh]
+    rotary = model.rotary_for(trace.n_tokens, "cpu", layer)
+    if rotary is not None:
+        turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
+        cos, sin = (t[position:position + 1].cpu() for t in rotary)
+        values = turn(torch.from_numpy(values)[:, None], cos, sin)[:, 0].numpy()
+    bias = parts.index(Part("bias"))
+    if not np.any(values[bias]):                                        # a model without biases: no such part
+        parts, values = parts[:bias] + parts[bias + 1:], np.delete(values, bias, axis=0)
+    recorded = trace[f"blocks.{layer}.attn.{which}"][head, position].astype(np.float64)
+    scale = max(1.0, float(np.abs(recorded).max()))
+    if float(np.abs(values.sum(0) - recorded).max()) > tolerance(trace) * scale:
+        what = "query" if which == "q" else "key"
+        raise SplitError(f"the parts of the {what} do not add up to the {what} the model computed at #{position} "
+                         "(the run was edited, or this model's attention is not linear in its input here)")
+    return parts, values
+
+
+def _index(value: int, size: int, what: str) -> int:
+    value = int(value)
+    if not -size <= value < size:
+        raise SplitError(f"{what} {value} is out of range (0..{size - 1})")
+    return value % size
+
+
+def qk_split(trace: Trace, layer: int, head: int, query: int, key: int, by: str = "head",
+             model: Transformer | None = None) -> QKSplit:
+    """Split the score of ``head`` in block ``layer`` from position ``query`` to ``key`` into query part x key
+    part terms (``by="layer"``: each block's heads together, for models with many heads)."""
+    from explorer.core.model import score_bias
+
+    model = model if model is not None else trace._model
+    if model is None:
+        raise SplitError("splitting a score needs the model's weights: this trace was opened without them")
+    cfg, n = trace.config, trace.n_tokens
+    layer, head = _index(layer, cfg.n_layers, "layer"), _index(head, cfg.n_heads, "head")
+    query, key = _index(query, n, "query position"), _index(key, n, "key position")
+    recorded = float(trace.head(layer, head, "scores")[query, key])
+    if not math.isfinite(recorded):
+        raise SplitError(f"key #{key} is hidden from query #{query} in block {layer} (the mask): it has no score")
+    kv = head // (cfg.n_heads // cfg.kv_heads)
+    q_parts, Q = side_parts(trace, model, layer, head, query, "q", by)
+    k_parts, K = side_parts(trace, model, layer, kv, key, "k", by)
+    scale = 1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else float(cfg.attn_scale)
+    table = scale * (Q @ K.T)
+    bias = score_bias(cfg, n, n, "cpu", slice(head, head + 1))
+    alibi = float(bias[0, query, key]) if bias is not None else 0.0
+    cap = cfg.attn_softcap
+    score = float(trace[f"blocks.{layer}.attn.scores_precap"][head, query, key]) if cap else recorded
+    total = float(table.sum() + alibi)
+    if abs(total - score) > tolerance(trace) * max(1.0, abs(score)):
+        raise SplitError(f"the terms add up to {total:.6g}, not to the score {score:.6g} the model computed")
+    tok = trace.tokens
+    return QKSplit(layer, head, kv, query, key, tuple(q_parts), tuple(k_parts),
+                   tuple(_name(p, "query", tok[query], query) for p in q_parts),
+                   tuple(_name(p, "key", tok[key], key) for p in k_parts),
+                   table, alibi, score, recorded if cap else None, cap,
+                   notes(cfg, model, layer, head, kv, score, recorded if cap else None, alibi, q_parts + k_parts)
+                   + _rounding(trace, total, score))
+
+
+def _rounding(trace: Trace, total: float, score: float) -> tuple[str, ...]:
+    if trace.meta.dtype not in ("float16", "bfloat16"):
+        return ()
+    return (f"This model runs in {trace.meta.dtype}: the terms, computed in float64 from its rounded activations, "
+            f"add up to the score within its rounding (here {abs(total - score):.2g}).",)
+
+
+def notes(cfg, model: Transformer, layer: int, head: int, kv: int, score: float, capped: float | None,
+          alibi: float, parts: list[Part]) -> tuple[str, ...]:
+    """What the split assumes and where it stops, in plain sentences."""
+    out = []
+    if cfg.norm != "none":
+        out.append("Each norm's scale is taken as the model computed it on this prompt (LayerNorm: the standard "
+                   "deviation; RMSNorm: the root mean square), so each norm is a fixed linear map here and the "
+                   "parts add up exactly.")
+    if cfg.norm_placement == "post":
+        out.append("This model normalises after each residual add (post-norm): every part written before a norm "
+                   "was centred and rescaled by it, with that norm's scale on this prompt.")
+    if cfg.norm_placement in ("sandwich", "output"):
+        out.append("Each head's and FFN's output passes through its block's output norm (scale frozen) before "
+                   "it is added to the stream.")
+    if cfg.parallel_residual:
+        out.append("Attention and the FFN of a block read the same input, so block "
+                   f"{layer}'s own FFN is not among the parts.")
+    if cfg.qk_norm != "none":
+        out.append("The q/k norm is frozen too: its scale depends on the whole query (key), so each part is "
+                   "measured at the scale the full query (key) had.")
+    if any(p.kind == "clip" for p in parts):
+        out.append(f"The model clamps q and k to ±{cfg.qkv_clip:g}; what the clamp changed is its own part.")
+    if cfg.positions == "rotary":
+        out.append("Rotary positions turn each part of the query by the query's angle and each part of the key "
+                   "by the key's: a rotation is linear, so the parts still add up.")
+    if cfg.kv_heads != cfg.n_heads:
+        out.append(f"Key and value heads are shared: query head {head} reads key head {kv} "
+                   f"(of {cfg.kv_heads}).")
+    if alibi:
+        out.append(f"ALiBi adds {alibi:+.4g} to the score for the distance: its own term, not part of the stream.")
+    if capped is not None:
+        out.append(f"The model soft-caps scores: the terms split the score before the cap, {score:+.4f}; "
+                   f"{cfg.attn_softcap:g}·tanh(s/{cfg.attn_softcap:g}) = {capped:+.4f} is what enters the softmax "
+                   "(a tanh is not a sum, so the capped value has no exact split).")
+    return tuple(out)
