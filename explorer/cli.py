@@ -27,6 +27,7 @@ COMMANDS = {
     "verify": "check a Hugging Face checkpoint or GGUF file against transformers' own model, layer by layer",
     "qk": "why a head attends from one token to another: its score split exactly into query part x key part terms",
     "ov": "what a head moves: its output split by source token, and what each token would add to the logits",
+    "get": "download a model from the Hugging Face Hub into its cache (only when asked; resumable)",
 }
 
 

@@ -39,3 +39,28 @@ def tiny_gpt2(tiny_gpt2_dir):
 
     reference = GPT2LMHeadModel.from_pretrained(tiny_gpt2_dir, attn_implementation="eager").eval()
     return load_checkpoint(tiny_gpt2_dir, device="cpu"), reference
+
+
+@pytest.fixture(scope="session")
+def hub_repo_files(tiny_gpt2_dir):
+    """A tiny GPT-2 repository's files as the Hub holds them (tests/fake_hub.py)."""
+    from fake_hub import gpt2_repo_files
+
+    return gpt2_repo_files(tiny_gpt2_dir)
+
+
+@pytest.fixture()
+def fake_hub(monkeypatch, tmp_path, hub_repo_files):
+    """A local Hub on 127.0.0.1 holding ``fake_hub.REPO``; HF_ENDPOINT points at it, the cache is in tmp_path."""
+    from fake_hub import REPO, FakeHub
+
+    server = FakeHub()
+    server.add(REPO, hub_repo_files)
+    server.start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no token of the machine's user
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    yield server
+    server.stop()

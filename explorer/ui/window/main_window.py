@@ -270,6 +270,14 @@ class MainWindow(QMainWindow):
         if dialog.exec() and dialog.chosen:
             self.open_checkpoint(dialog.chosen)
 
+    def open_get_dialog(self) -> None:
+        """File > Get a model…: download from the Hub on request, then open it (its sample prompt analysed)."""
+        from explorer.ui.window.get_model import GetModelDialog
+
+        dialog = GetModelDialog(self.settings, self)
+        if dialog.exec() and dialog.chosen:
+            self.open_checkpoint(dialog.chosen)
+
     def open_folder_dialog(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", self._dialog_dir())
         if path:

@@ -58,6 +58,8 @@ def build_menus(window: MainWindow) -> MenuActions:
     add_action(file, "Open checkpoint &folder…", window.open_folder_dialog, "Ctrl+Shift+O")
     open_trace = add_action(file, "Open &trace…", window.trace_files.dialog, None,
                             "Open a trace.safetensors exported by this app (no model needed)")
+    add_action(file, "&Get a model…", window.open_get_dialog, None,
+               "Download a real model from the Hugging Face Hub (only when you press Download), then open it")
     hub = add_action(file, "Open from &Hugging Face cache…", window.open_hub_dialog, None,
                      "Pick a model already downloaded to the Hugging Face cache (offline)")
     add_action(file, "Open &SAE…", window.feature_tools.opener.dialog, None,

@@ -19,6 +19,7 @@ from PySide6.QtCore import QSettings
 
 LEGACY_KEY = "remote/api_key"  # where earlier versions kept the key, in plain text
 SERVICE, USER = "transformer-explorer", "ndif-api-key"  # the key's entry in the system's key store
+HF_TOKEN_USER = "huggingface-token"  # File > Get a model…'s token for gated repositories
 
 
 def keyring_or_why() -> tuple[Any | None, str]:
@@ -38,10 +39,12 @@ def keyring_or_why() -> tuple[Any | None, str]:
 
 
 class KeyStore:
-    """The NDIF API key of one window: in memory, in the system's key store when asked, never in ``settings``."""
+    """A secret of one window (the NDIF API key by default; a Hugging Face token with ``user=HF_TOKEN_USER``):
+    in memory, in the system's key store when asked, never in ``settings``."""
 
-    def __init__(self, settings: QSettings) -> None:
+    def __init__(self, settings: QSettings, user: str = USER, legacy_key: str | None = LEGACY_KEY) -> None:
         self.settings = settings
+        self.user, self.legacy_key = user, legacy_key  # its entry in the key store; an old settings entry
         self.session = ""  # the key typed or moved during this session
 
     @staticmethod
@@ -55,13 +58,15 @@ class KeyStore:
         if keyring is None:
             return ""
         try:
-            return keyring.get_password(SERVICE, USER) or ""
+            return keyring.get_password(SERVICE, self.user) or ""
         except Exception:  # noqa: BLE001 - a locked or broken key store: as if nothing were stored
             return ""
 
     def legacy(self) -> str:
         """A key an earlier version left in plain text in the settings file ("" when none)."""
-        return str(self.settings.value(LEGACY_KEY, "") or "")
+        if self.legacy_key is None:
+            return ""
+        return str(self.settings.value(self.legacy_key, "") or "")
 
     def initial(self) -> str:
         """The key the dialog's field starts with: this session's, else the stored one, else an old settings one."""
@@ -76,9 +81,9 @@ class KeyStore:
             return why if remember else ""
         try:
             if remember and key:
-                keyring.set_password(SERVICE, USER, key)
+                keyring.set_password(SERVICE, self.user, key)
             elif not remember and self.stored():
-                keyring.delete_password(SERVICE, USER)
+                keyring.delete_password(SERVICE, self.user)
         except Exception as exc:  # noqa: BLE001 - a locked key store: the run goes on with the key in memory
             return "The key store refused the key (kept for this session only): " + " ".join(str(exc).split())
         return ""
@@ -93,7 +98,7 @@ class KeyStore:
         problem = self.keep(key, remember=keyring is not None)
         if problem:  # the key store refused it: the settings entry stays, nothing is lost
             return problem + "; the settings file still holds it."
-        self.settings.remove(LEGACY_KEY)
+        self.settings.remove(self.legacy_key or LEGACY_KEY)
         self.settings.sync()
         if keyring is not None:
             return "The key was moved to the system's key store and removed from the settings file."

@@ -39,9 +39,9 @@ class HubCacheDialog(QDialog):
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.info.setText(f"Models already downloaded to {root}, then Ollama's and LM Studio's GGUF models "
                           "(nothing is downloaded here)." if self.models or self.local else
-                          f"No model is cached in {root}. Download one first, e.g. "
-                          "<code>huggingface-cli download EleutherAI/pythia-70m</code>, or set HF_HUB_CACHE / "
-                          "HF_HOME to where your cache is.")
+                          f"No model is cached in {root}. Get one with File ▸ Get a model… (or "
+                          "<code>transformer-explorer get HuggingFaceTB/SmolLM2-135M-Instruct</code>), or set "
+                          "HF_HUB_CACHE / HF_HOME to where your cache is.")
         layout.addWidget(self.info)
         self.tree = QTreeWidget(self)
         self.tree.setHeaderLabels(["model", "size", "snapshot or store"])
