@@ -76,7 +76,9 @@ class LoadedModel:
 
     @property
     def n_params(self) -> int:
-        return self.model.num_parameters()
+        from explorer.core.quant.packed import packed_weights
+
+        return self.model.num_parameters() + sum(p.numel() for p in packed_weights(self.model))  # packed: no Parameters
 
     @property
     def device(self) -> torch.device:
@@ -117,6 +119,7 @@ class LoadedModel:
         ids = checked_ids(ids, self.config.vocab_size, self.config.n_ctx)
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
                            interventions, host_logits=False)
+        trace.meta.extra["weights"] = self.weights  # what the weights were stored in (meta.dtype: computed in)
         return trace
 
     def info(self) -> dict[str, Any]:
@@ -124,4 +127,13 @@ class LoadedModel:
         return {"name": self.name, "source": self.source, "architecture": self.arch, "description": cfg.describe(),
                 "parameters": self.n_params, "vocabulary": f"{self.tokenizer.vocab_size} ({self.tokenizer.name})",
                 "context_length": cfg.n_ctx, "device": str(self.device), "layers": self.placement,
-                "dtype": str(self.dtype).replace("torch.", ""), **({"notes": " ".join(self.notes)} if self.notes else {})}
+                "dtype": str(self.dtype).replace("torch.", ""), "weights": self.weights,
+                **({"notes": " ".join(self.notes)} if self.notes else {})}
+
+    @property
+    def weights(self) -> str:
+        """What the weights are stored in ('float32', or 'matrices kept as in the file: Q4_K (112) ...');
+        ``dtype`` is what the numbers are computed in (core/quant/packed.py)."""
+        from explorer.core.quant.packed import storage
+
+        return storage(self.model)
