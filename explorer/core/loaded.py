@@ -127,7 +127,7 @@ class LoadedModel:
         return {"name": self.name, "source": self.source, "architecture": self.arch, "description": cfg.describe(),
                 "parameters": self.n_params, "vocabulary": f"{self.tokenizer.vocab_size} ({self.tokenizer.name})",
                 "context_length": cfg.n_ctx, "device": str(self.device), "layers": self.placement,
-                "dtype": str(self.dtype).replace("torch.", ""), "weights": self.weights,
+                "dtype": str(self.dtype).replace("torch.", ""), "weights": self.weights, "stored": self.stored,
                 **({"notes": " ".join(self.notes)} if self.notes else {})}
 
     @property
@@ -137,3 +137,10 @@ class LoadedModel:
         from explorer.core.quant.packed import storage
 
         return storage(self.model)
+
+    @property
+    def stored(self) -> str:
+        """The weights' storage in a word or two: 'float32', 'Q4_K', 'Q4_K+Q6_K', 'BF16'."""
+        from explorer.core.quant.packed import storage_short
+
+        return storage_short(self.model)

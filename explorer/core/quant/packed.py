@@ -218,6 +218,18 @@ def storage(model: nn.Module) -> str:
     return f"{lead} {kinds}; the rest {compute}"
 
 
+def storage_short(model: nn.Module) -> str:
+    """The storage in a word or two for the status bar: 'float32', 'Q4_K', 'Q4_K+Q6_K', 'BF16'."""
+    from explorer.core.placement import model_dtype
+
+    kinds: dict[str, int] = {}
+    for p in packed_weights(model):
+        kinds[p.type_name] = kinds.get(p.type_name, 0) + p.nbytes
+    if not kinds:
+        return str(model_dtype(model)).removeprefix("torch.")
+    return "+".join(sorted(kinds, key=lambda k: -kinds[k])[:2])
+
+
 def stored_bytes(model: nn.Module) -> int:
     """Bytes the weights take as stored (packed bytes, plus every parameter), each storage once."""
     from explorer.core.placement import resident_bytes

@@ -114,11 +114,14 @@ def memory_options(source: str | Path, device: str = "auto", dtype: str = "float
     dev = resolve_device(device)
     compute = resolve_dtype(dtype, dev)
     path = Path(source).expanduser()
-    if not path.exists():  # an Ollama or LM Studio model name
+    if not path.exists():  # a built-in model, an Ollama or LM Studio model name
         from explorer.core.checkpoint.local_stores import resolve
+        from explorer.core.paths import models_dir
 
         local = resolve(str(source))
-        path = local.path if local is not None else path
+        path = local.path if local is not None else models_dir() / str(source)
+        if not path.exists():
+            return []
     free = available_memory(dev)
     if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
         return gguf_options(read_header(path).tensors, compute, free)
