@@ -24,6 +24,7 @@ from gguf_files import write_model  # noqa: E402
 
 from explorer.core.budget import global_budget  # noqa: E402
 from explorer.core.checkpoint import load_checkpoint  # noqa: E402
+from explorer.core.interop import trace_metadata  # noqa: E402
 from explorer.core.interventions.attribution import attribution_patching  # noqa: E402
 from explorer.core.interventions.spec import parse_spec  # noqa: E402
 from explorer.core.quant.packed import PackedEmbedding, PackedLinear, packed_weights  # noqa: E402
@@ -113,6 +114,9 @@ def test_auto_keeps_a_quantised_file_and_dequantises_a_float_one(tmp_path):
     f32 = load_checkpoint(llama_file(tmp_path, "F32"), device="cpu")
     assert packed_weights(q8.model) and "held as stored" in q8.notes[0]
     assert not packed_weights(f32.model) and f32.info()["weights"] == "float32"
+    meta = trace_metadata(q8.trace_ids(IDS[:4]))  # what an export records: computed in, stored in
+    assert meta["dtype"] == "float32" and "Q8_0" in meta["weights"]
+    assert trace_metadata(f32.trace_ids(IDS[:4]))["weights"] == "float32"
 
 
 def test_bfloat16_storage_of_a_gguf_file(tmp_path):
