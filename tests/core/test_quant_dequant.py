@@ -76,7 +76,7 @@ def test_rows_chunks_and_target_precision(qtype, monkeypatch):
     raw = random_blocks(qtype, 24 * 4, 3, valid=True).reshape(24, 4 * nbytes)  # 24 rows of 4 blocks
     whole = dequant.dequantize(torch.from_numpy(raw), type_id)
     assert whole.shape == (24, 4 * block)
-    monkeypatch.setattr(dequant, "CHUNK_BLOCKS", 7)
+    monkeypatch.setattr(dequant, "CHUNK_ELEMENTS", 7 * block)  # seven blocks at a time
     chunked = dequant.dequantize(torch.from_numpy(raw), type_id)
     half = dequant.dequantize(torch.from_numpy(raw), type_id, torch.bfloat16)
     assert torch.equal(whole, chunked)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 QK = 256  # elements of a K-quant super-block
-CHUNK_BLOCKS = 1 << 15  # blocks dequantised at a time (8M elements of a K-quant, 1M of a 32-element type)
+CHUNK_ELEMENTS = 1 << 18  # numbers dequantised at a time: 1 MB of float32, so the temporaries stay in the cache
 
 # ggml type -> (elements per block, bytes per block) for the types this module and gguf read
 SIZES: dict[int, tuple[int, int]] = {
@@ -43,9 +43,16 @@ def _shifts(values: tuple[int, ...], device: torch.device, shape: tuple[int, ...
 
 
 def _split(qs: Tensor, group: int, shifts: tuple[int, ...], mask: int) -> Tensor:
-    """numpy's ``qs.reshape((n, -1, 1, group)) >> shifts.reshape((1, 1, S, 1)) & mask``: [n, G, S, group]"""
+    """numpy's ``qs.reshape((n, -1, 1, group)) >> shifts.reshape((1, 1, S, 1)) & mask``: [n, G, S, group]
+    (one scalar shift per slice: torch's shifts by a broadcast tensor are several times slower)."""
     n = qs.shape[0]
-    return (qs.reshape(n, -1, 1, group) >> _shifts(shifts, qs.device, (1, 1, len(shifts), 1))) & mask
+    x = qs.reshape(n, -1, 1, group)
+    out = torch.empty((n, x.shape[1], len(shifts), group), dtype=torch.uint8, device=qs.device)
+    for i, shift in enumerate(shifts):
+        part = out[:, :, i:i + 1]
+        torch.bitwise_right_shift(x, shift, out=part) if shift else part.copy_(x)
+        part &= mask
+    return out
 
 
 def _bits(b: Tensor) -> Tensor:
@@ -224,8 +231,9 @@ def dequantize(raw: Tensor, type_id: int, dtype: torch.dtype = torch.float32, ou
     flat_out = out.view(-1, block)
     blocks = raw.reshape(-1, nbytes)
     fn = BLOCKS.get(type_id)
-    for start in range(0, blocks.shape[0], CHUNK_BLOCKS):
-        part = blocks[start:start + CHUNK_BLOCKS]
+    step = max(1, CHUNK_ELEMENTS // block)
+    for start in range(0, blocks.shape[0], step):
+        part = blocks[start:start + step]
         values = fn(part) if fn is not None else _numpy(part, type_id).view(-1, block)
         flat_out[start:start + part.shape[0]] = values
     return out
