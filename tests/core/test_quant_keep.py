@@ -130,3 +130,20 @@ def test_bfloat16_storage_of_a_gguf_file(tmp_path):
     assert W.dtype == torch.float32 and torch.equal(W, V.to(torch.bfloat16).float())
     logits = half.trace_ids(IDS, CaptureSpec.compact())["logits"]
     assert np.abs(logits - full.trace_ids(IDS, CaptureSpec.compact())["logits"]).max() < 0.05
+
+
+def test_an_expert_bank_expands_one_expert_at_a_time():
+    """The hook for mixture-of-experts layers: a 3-D GGUF tensor [experts, rows, cols] held as blocks, one expert's
+    matrix expanded alone, equal to gguf's dequantiser of that expert's bytes."""
+    from gguf import GGMLQuantizationType, quants
+
+    from explorer.core.quant.packed import Packed
+
+    raw = np.random.default_rng(0).integers(0, 256, size=(4, 64, 128 // 32 * 17), dtype=np.uint8)
+    raw[..., ::17] = np.random.default_rng(1).integers(110, 130, size=raw[..., ::17].shape)  # ordinary exponents
+    bank = Packed(torch.from_numpy(raw), int(GGMLQuantizationType.MXFP4), (4, 64, 128))
+    for expert in range(4):
+        expected = quants.dequantize(raw[expert], GGMLQuantizationType.MXFP4)
+        assert bank.expert(expert).shape == (64, 128)
+        assert np.array_equal(bank.expert(expert).numpy().view(np.uint32), expected.view(np.uint32))
+    assert torch.equal(bank.dense()[2], bank.expert(2)) and bank.numel() == 4 * 64 * 128
