@@ -105,10 +105,9 @@ def check_config(cfg: ModelConfig) -> None:
             ctx.weights = "dequantize"
             if not fits(cfg, ctx.dtype, device) and ctx.dtype == torch.float32 and fits(cfg, torch.bfloat16, device):
                 ctx.weights = "keep"
-        half = getattr(torch, ctx.weights) if ctx.weights in ("bfloat16", "float16") else \
-            torch.bfloat16 if ctx.weights == "keep" and ctx.held_bytes is None else None
-        need = ctx.held_bytes if ctx.held_bytes is not None else \
-            implied_bytes(cfg, half) if half is not None and half.itemsize < ctx.dtype.itemsize else None
+        need = ctx.held_bytes  # a GGUF file's, from its header (quant/plan.py)
+        if need is None and ctx.weights != "dequantize" and ctx.dtype.itemsize > 2:  # matrices held in half precision
+            need = implied_bytes(cfg, torch.bfloat16)  # (keep: a half-precision file assumed; a float32 one stays so)
         check_fits(cfg, ctx.dtype, device, hint=not placed, need=need)
     ctx.config = cfg
 

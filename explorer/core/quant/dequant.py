@@ -22,13 +22,16 @@ from torch import Tensor
 QK = 256  # elements of a K-quant super-block
 CHUNK_ELEMENTS = 1 << 18  # numbers dequantised at a time: 1 MB of float32, so the temporaries stay in the cache
 
-# ggml type -> (elements per block, bytes per block) for the types this module and gguf read
-SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4), 1: (1, 2), 30: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-    10: (QK, 84), 11: (QK, 110), 12: (QK, 144), 13: (QK, 176), 14: (QK, 210), 16: (QK, 66), 17: (QK, 74),
-    18: (QK, 98), 19: (QK, 50), 20: (32, 18), 21: (QK, 110), 22: (QK, 82), 23: (QK, 136), 29: (QK, 56),
-    34: (QK, 54), 35: (QK, 66), 39: (32, 17),
+# ggml types gguf.quants.dequantize reads: (name, elements per block, bytes per block); F64/integers are no weights
+TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 30: ("BF16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 10: ("Q2_K", QK, 84), 11: ("Q3_K", QK, 110),
+    12: ("Q4_K", QK, 144), 13: ("Q5_K", QK, 176), 14: ("Q6_K", QK, 210), 16: ("IQ2_XXS", QK, 66),
+    17: ("IQ2_XS", QK, 74), 18: ("IQ3_XXS", QK, 98), 19: ("IQ1_S", QK, 50), 20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", QK, 110), 22: ("IQ2_S", QK, 82), 23: ("IQ4_XS", QK, 136), 29: ("IQ1_M", QK, 56),
+    34: ("TQ1_0", QK, 54), 35: ("TQ2_0", QK, 66), 39: ("MXFP4", 32, 17),
 }
+SIZES: dict[int, tuple[int, int]] = {k: (block, nbytes) for k, (_, block, nbytes) in TYPES.items()}
 MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)  # e2m1, doubled
 IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 

@@ -26,12 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from explorer.core.quant.dequant import FLOATS, SIZES, dequantize
+from explorer.core.quant.dequant import FLOATS, SIZES, TYPES, dequantize
 
-TYPE_NAMES = {0: "F32", 1: "F16", 30: "BF16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K",
-              11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
-              19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M", 34: "TQ1_0",
-              35: "TQ2_0", 39: "MXFP4"}
+TYPE_NAMES = {k: name for k, (name, _, _) in TYPES.items()}
 HALF_TYPES = {torch.bfloat16: 30, torch.float16: 1}
 
 _tokens = itertools.count()

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from explorer.core.errors import CheckpointError
-from explorer.core.quant.packed import HALF_TYPES, Packed, install, packable
+from explorer.core.quant.packed import Packed, install, packable
 
 WEIGHTS = ("auto", "keep", "dequantize", "bfloat16", "float16")
 HALF = (torch.bfloat16, torch.float16)
@@ -44,7 +44,7 @@ def held_dtype(ctx: Any, tensor: torch.Tensor) -> torch.dtype:
     precision (``keep``) or converted into the chosen one (``bfloat16``/``float16``); else the compute precision."""
     if ctx is None:
         return tensor.dtype
-    if tensor.dim() >= 2:
+    if tensor.dim() == 2:  # a matrix (a linear layer's or an embedding's, once converted)
         half = half_storage(ctx)
         if half is not None and half != ctx.dtype:
             return half
@@ -99,7 +99,3 @@ def identity_names(convert: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
     except (RuntimeError, NotImplementedError, ValueError, TypeError):
         return set()
     return {ids[id(t)] for name, t in ours.items() if id(t) in ids and name in targets}
-
-
-def half_type(dtype: torch.dtype) -> int:
-    return HALF_TYPES[dtype]
