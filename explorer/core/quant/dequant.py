@@ -15,6 +15,7 @@ number of blocks at a time so the temporaries stay small.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -41,8 +42,14 @@ def _f16(b: Tensor) -> Tensor:
     return b.contiguous().view(torch.float16).float()
 
 
+@lru_cache(maxsize=64)
+def _constant(values: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A small table, made once per device (not copied to a GPU at every chunk)."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
 def _shifts(values: tuple[int, ...], device: torch.device, shape: tuple[int, ...]) -> Tensor:
-    return torch.tensor(values, dtype=torch.uint8, device=device).view(shape)
+    return _constant(values, torch.uint8, device).view(shape)
 
 
 def _split(qs: Tensor, group: int, shifts: tuple[int, ...], mask: int) -> Tensor:
@@ -64,7 +71,7 @@ def _bits(b: Tensor) -> Tensor:
 
 
 def _table(values: tuple[int, ...], index: Tensor) -> Tensor:
-    return torch.tensor(values, dtype=torch.float32, device=index.device)[index.long()]
+    return _constant(values, torch.float32, index.device)[index.long()]
 
 
 def q4_0(b: Tensor) -> Tensor:
@@ -179,7 +186,7 @@ def iq4_xs(b: Tensor) -> Tensor:
     d = _f16(b[:, :2])
     high_word = b[:, 2].int() | (b[:, 3].int() << 8)  # the 16-bit word of the scales' high bits
     low = (b[:, 4:8].reshape(n, -1, 1) >> _shifts((0, 4), b.device, (1, 1, 2))).reshape(n, -1) & 0x0F
-    shifts = torch.arange(0, 16, 2, dtype=torch.int32, device=b.device).view(1, -1)
+    shifts = _constant(tuple(range(0, 16, 2)), torch.int32, b.device).view(1, -1)
     high = ((high_word.view(n, 1) >> shifts) & 0x03).to(torch.uint8)
     sc = (low | (high << 4)).view(torch.int8) - 32
     dl = (d * sc.float()).reshape(n, -1, 1)
