@@ -166,15 +166,102 @@ def keep_q4k(tmp: Path) -> None:
     _report(f"Llama-3.2-1B-shaped GGUF, Q4_K ({shape}){note}", path, tokens, steps)
 
 
+def random_raw(shape: tuple[int, ...], qtype: str, seed: int) -> np.ndarray:
+    """Random blocks of ``qtype`` for a tensor of ``shape`` whose scales are ordinary small numbers."""
+    from explorer.core.quant.dequant import TYPES
+
+    type_id = next(k for k, v in TYPES.items() if v[0] == qtype)
+    _, block, nbytes = TYPES[type_id]
+    n = int(np.prod(shape)) // block
+    gen = np.random.default_rng(seed)
+    raw = gen.integers(0, 256, size=(n, nbytes), dtype=np.uint8)
+    if qtype == "MXFP4":
+        raw[:, 0] = gen.integers(118, 123, size=n, dtype=np.uint8)  # e8m0 exponents: scales of 2^-9 to 2^-5
+    else:  # Q8_0: the float16 scale first
+        raw[:, :2] = (np.abs(gen.standard_normal(n)) * 2e-4 + 5e-5).astype(np.float16).view(np.uint8).reshape(n, 2)
+    return raw.reshape(*shape[:-1], shape[-1] // block * nbytes)
+
+
+def write_gpt_oss(path: Path, layers: int | None, scale: float) -> dict:
+    """A gpt-oss-20b-shaped file as llama.cpp's converter lays it out: experts MXFP4 ([experts, rows, cols]), the
+    other matrices Q8_0, norms, biases and the attention sinks F32 (random weights, written tensor by tensor)."""
+    import gguf
+
+    s = GPT_OSS_20B
+    d, ff = _round(s["d"] * scale, 32), _round(s["ff"] * scale, 32)
+    heads, kv, dh = max(2, int(s["heads"] * scale) // 2 * 2), max(1, int(s["kv"] * scale)), s["head_dim"]
+    experts, vocab, L = max(s["used"], int(s["experts"] * scale)), max(256, int(s["vocab"] * scale)), \
+        min(layers or s["layers"], s["layers"])
+    shapes: dict[str, tuple[tuple[int, ...], str]] = {"token_embd.weight": ((vocab, d), "Q8_0"),
+                                                       "output_norm.weight": ((d,), "F32"),
+                                                       "output.weight": ((vocab, d), "Q8_0")}
+    for i in range(L):
+        p = f"blk.{i}."
+        for name, rows in (("attn_q", heads * dh), ("attn_k", kv * dh), ("attn_v", kv * dh)):
+            shapes[p + name + ".weight"], shapes[p + name + ".bias"] = ((rows, d), "Q8_0"), ((rows,), "F32")
+        shapes.update({p + "attn_norm.weight": ((d,), "F32"), p + "post_attention_norm.weight": ((d,), "F32"),
+                       p + "attn_output.weight": ((d, heads * dh), "Q8_0"), p + "attn_output.bias": ((d,), "F32"),
+                       p + "attn_sinks.weight": ((heads,), "F32"), p + "ffn_gate_inp.weight": ((experts, d), "F32"),
+                       p + "ffn_gate_inp.bias": ((experts,), "F32")})
+        for name, (rows, cols) in (("ffn_gate_exps", (ff, d)), ("ffn_up_exps", (ff, d)), ("ffn_down_exps", (d, ff))):
+            shapes[p + name + ".weight"] = ((experts, rows, cols), "MXFP4")
+            shapes[p + name + ".bias"] = ((experts, rows), "F32")
+    w = gguf.GGUFWriter(str(path), "gpt-oss")
+    for key, value in (("context_length", 131072), ("embedding_length", d), ("block_count", L),
+                       ("feed_forward_length", ff), ("expert_feed_forward_length", ff), ("attention.head_count", heads),
+                       ("attention.head_count_kv", kv), ("attention.key_length", dh), ("attention.value_length", dh),
+                       ("expert_count", experts), ("expert_used_count", s["used"]), ("attention.sliding_window", 128),
+                       ("rope.scaling.original_context_length", 4096), ("vocab_size", vocab)):
+        w.add_uint32(f"gpt-oss.{key}", value)
+    for key, value in (("rope.freq_base", 150000.0), ("attention.layer_norm_rms_epsilon", 1e-5),
+                       ("rope.scaling.factor", 32.0)):
+        w.add_float32(f"gpt-oss.{key}", value)
+    w.add_string("gpt-oss.rope.scaling.type", "yarn")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(vocab)])
+    for name, (shape, qtype) in shapes.items():
+        if qtype == "F32":
+            w.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+        else:
+            raw_shape = shape[:-1] + (shape[-1] // 32 * (17 if qtype == "MXFP4" else 34),)
+            w.add_tensor_info(name, raw_shape, np.dtype(np.uint8), int(np.prod(raw_shape)),
+                              raw_dtype=gguf.GGMLQuantizationType[qtype])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    gen = np.random.default_rng(1)
+    for i, (name, (shape, qtype)) in enumerate(shapes.items()):
+        if qtype != "F32":
+            w.write_tensor_data(random_raw(shape, qtype, i))
+        elif "norm" in name:
+            w.write_tensor_data(np.ones(shape, dtype=np.float32))
+        else:
+            w.write_tensor_data((gen.standard_normal(shape) * 0.02).astype(np.float32))
+    w.close()
+    return {"d_model": d, "layers": L, "experts": experts, "vocab": vocab, "d_ff": ff}
+
+
 def gpt_oss(tmp: Path) -> None:
     from explorer.core.checkpoint.gguf_config import ARCHS
 
-    if "gpt-oss" not in ARCHS:
+    layers, scale = reduced()
+    if "gpt-oss" not in ARCHS and "--write-anyway" not in sys.argv:
         print("== gpt-oss-20b-shaped MXFP4 file: NOT RUN: this build has no gpt-oss family (it comes with the "
-              "mixture-of-experts work, issue 35); when it has, this section writes a gpt-oss-20b-shaped file "
-              f"({GPT_OSS_20B}) with MXFP4 experts and measures it as the Q4_K section does")
+              "mixture-of-experts work, issue 35); with it, this section writes a gpt-oss-20b-shaped file "
+              f"({GPT_OSS_20B}; experts MXFP4, other matrices Q8_0) and measures it as the Q4_K section does")
         return
-    raise NotImplementedError("the gpt-oss writer: see the MoE hook in core/quant/packed.py (Packed.expert)")
+    path = tmp / "gpt-oss.gguf"
+    shape = write_gpt_oss(path, layers, scale)
+    note = "" if layers is None and scale == 1.0 else f" [REDUCED RUN: {shape['layers']} layers, scale {scale}]"
+    if "gpt-oss" not in ARCHS:  # --write-anyway: the writer checked against our header reader only
+        from explorer.core.checkpoint.gguf_validate import read_header
+
+        header = read_header(path)
+        print(f"== gpt-oss-shaped file written{note}: {path.stat().st_size / 1e6:,.0f} MB, "
+              f"{len(header.tensors)} tensors, {header.tensor_types()}; not loaded (no gpt-oss family here)")
+        return
+    tokens, steps = int(_arg("--tokens", 64)), int(_arg("--steps", 16))
+    _report(f"gpt-oss-20b-shaped GGUF, MXFP4 experts ({shape}){note}", path, tokens, steps)
 
 
 def dequant_speed() -> None:
