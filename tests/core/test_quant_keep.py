@@ -109,6 +109,27 @@ def test_the_expanded_weights_are_cached_within_the_budget(tmp_path):
         budget.set_limit(limit, explicit=False)
 
 
+def test_a_budget_for_part_of_the_weights_keeps_the_first_layers(tmp_path):
+    """Expanded weights that cannot all fit: the layers that fit the free room stay cached, forward after forward
+    (least-recently-used eviction over a pass of the layers would evict each just before it is needed again)."""
+    path = llama_file(tmp_path, "Q8_0")
+    kept = load_checkpoint(path, device="cpu", weights="keep")
+    full = load_checkpoint(path, device="cpu", weights="dequantize")
+    budget = global_budget()
+    limit = budget.limit
+    try:
+        half = sum(p.numel() * 4 for p in packed_weights(kept.model)) // 2
+        budget.set_limit(half)
+        for _ in range(2):
+            logits = kept.trace_ids(IDS, CaptureSpec.compact())["logits"]
+        assert 0 < budget.cached <= half
+        first, last = kept.model.blocks[0].attn.W_Q, kept.model.blocks[1].mlp.W_out
+        assert first.weight is first.weight and last.weight is not last.weight  # layer 0 cached, the last not
+        assert np.array_equal(logits, full.trace_ids(IDS, CaptureSpec.compact())["logits"])
+    finally:
+        budget.set_limit(limit, explicit=False)
+
+
 def test_auto_keeps_a_quantised_file_and_dequantises_a_float_one(tmp_path):
     q8 = load_checkpoint(llama_file(tmp_path, "Q8_0"), device="cpu")
     f32 = load_checkpoint(llama_file(tmp_path, "F32"), device="cpu")

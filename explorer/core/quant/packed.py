@@ -6,8 +6,8 @@ llama.cpp reordered the rows (Llama's q/k, Falcon's q/k/v), the row order that u
 expands it with ``dequant.dequantize`` (on the bytes' device) into the compute precision: the same
 numbers as dequantising the whole file at load, bit for bit. Expanded weights are kept in one
 ``LRUCache`` inside the memory budget (core/budget.py), so a model whose expanded weights fit runs its
-second forward as fast as a fully dequantised one; when they do not fit, each layer is expanded as it
-runs and dropped after.
+second forward as fast as a fully dequantised one; when they do not all fit, the layers that fit in the
+budget's free room stay cached and the others are expanded as they run and dropped after.
 
 ``PackedLinear`` and ``PackedEmbedding`` take the place of ``nn.Linear`` and ``nn.Embedding``; their
 ``weight`` is the expanded tensor, so code that reads a weight directly (DLA, neurons, vectors) is
@@ -67,6 +67,7 @@ class Packed(nn.Module):
         self.register_buffer("rows", rows, persistent=False)  # None, or the row order that undoes the file's
         self.register_buffer("probe", torch.empty(0), persistent=False)  # follows model.to(dtype): the compute dtype
         self.token = next(_tokens)
+        self.group_numel = self.numel()  # the numbers of every Packed of its model (``install`` sets it)
         self._keys: set = set()
         weakref.finalize(self, _forget, self._keys)
 
@@ -108,8 +109,19 @@ class Packed(nn.Module):
         hit = cache.get(key)
         if hit is not None:
             return hit
+        return self._remember(key, self._expand(self.raw, dtype, self.rows).reshape(self.shape))
+
+    def _remember(self, key: tuple, value: Tensor) -> Tensor:
+        """Into the cache: with eviction (least recently used first) when the model's expanded weights can all fit
+        the budget; otherwise only into free room, evicting nothing, so the layers that fit stay cached (a pass
+        over the layers evicting each other, least recently used first, would keep none of them for the next)."""
+        cache = dense_cache()
+        budget = cache.budget
+        if self.group_numel * value.element_size() > budget.limit - budget.held and \
+                budget.in_use + value.nbytes > budget.limit:
+            return value
         self._keys.add(key)
-        return cache.put(key, self._expand(self.raw, dtype, self.rows).reshape(self.shape))
+        return cache.put(key, value)
 
     def expert(self, index: int, dtype: torch.dtype | None = None) -> Tensor:
         """One matrix of an expert bank ``[experts, rows, cols]`` (the hook for mixture-of-experts layers)."""
@@ -119,8 +131,7 @@ class Packed(nn.Module):
         hit = cache.get(key)
         if hit is not None:
             return hit
-        self._keys.add(key)
-        return cache.put(key, self._expand(self.raw[index], dtype, self.rows).reshape(self.shape[1:]))
+        return self._remember(key, self._expand(self.raw[index], dtype, self.rows).reshape(self.shape[1:]))
 
     def lookup(self, ids: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """Rows ``ids`` of a 2-D weight (an embedding): only those rows are expanded unless the whole is cached."""
@@ -180,7 +191,9 @@ def packable(model: nn.Module) -> dict[str, type]:
 def install(model: nn.Module, packed: dict[str, Packed]) -> None:
     """Put ``PackedLinear``/``PackedEmbedding`` in place of the modules whose weights are ``packed``
     (a meta model: their biases stay meta parameters until the state dict is assigned)."""
+    total = sum(p.numel() for p in {id(p): p for p in packed.values()}.values())
     for name, weight in packed.items():
+        weight.group_numel = total
         path = name.removesuffix(".weight")
         parent_name, _, leaf = path.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
