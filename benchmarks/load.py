@@ -7,7 +7,12 @@ a temporary directory tensor by tensor, then a fresh Python process loads the ch
 its load time, its resident memory before the load and its peak (VmHWM) after it. The target
 (issue 11): peak resident memory while loading <= 1.3x the loaded model's size.
 
-    python benchmarks/load.py [--only gpt2|llama|gguf-q8_0|gguf-q4_0|offload]
+    python benchmarks/load.py [--only gpt2|llama|gguf-q8_0|gguf-q4_0|offload|keep-q4_k|gpt-oss|dequant]
+                              [--layers N] [--scale F] [--tokens N] [--steps N]   (a reduced run of issue 37's sections)
+
+Issue 37 (``_quant_sections.py``): a Llama-3.2-1B-shaped Q4_K file loaded with its weights kept as stored
+(``--weights keep``, with and without room to cache the expanded layers) beside ``--weights dequantize``;
+a gpt-oss-20b-shaped MXFP4 file (when the gpt-oss family is there); the dequantisers' MB/s beside gguf's.
 
 The offload section (issue 22) loads the same Llama-3.2-1B-shaped model with ``--max-memory cpu=`` half its
 size (``--device-map sequential``, the rest offloaded to disk, one safetensors file per block): load time,
@@ -37,6 +42,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 _DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 
@@ -231,9 +237,15 @@ def main() -> None:
               "llama": ("Llama-3.2-1B-shaped (native, bfloat16 file -> float32)", llama_1b),
               "gguf-q8_0": ("Llama-3.2-1B-shaped GGUF, Q8_0 -> float32", lambda p: llama_1b_gguf(p, "Q8_0")),
               "gguf-q4_0": ("Llama-3.2-1B-shaped GGUF, Q4_0 -> float32", lambda p: llama_1b_gguf(p, "Q4_0"))}
+    from _quant_sections import SECTIONS, dequant_speed
+
+    if only == "dequant":
+        return dequant_speed()
     with tempfile.TemporaryDirectory(prefix="load-bench-") as tmp:
         if only == "offload":
             return offload(tmp)
+        if only in SECTIONS:
+            return SECTIONS[only](Path(tmp))
         for key, (title, write) in models.items():
             if only and key != only:
                 continue
@@ -252,6 +264,9 @@ def main() -> None:
                       f"{file_mb / r['seconds']:,.0f} MB/s of file")
         if only is None:
             offload(tmp)
+            for section in SECTIONS.values():
+                section(Path(tmp))
+            dequant_speed()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 ``write_model`` takes a ``transformers`` model and writes its configuration as ``{arch}.*``
 metadata and its tensors under GGUF names (``gguf``'s name map), changed as llama.cpp changes them:
 Llama's q/k rows permuted, Gemma's norm weights stored as 1 + w, GPT-2's Conv1D weights
-transposed; 2-D weights in the chosen type (F32, F16, BF16, Q8_0, Q5_0, Q4_0), 1-D ones in F32.
+transposed; 2-D weights in the chosen type (F32, F16, BF16, Q8_0, Q5_0, Q4_0, MXFP4; a K-quant or IQ4 type as
+random blocks of the tensor's shape, which gguf cannot quantise into), 1-D ones in F32.
 ``tokenizer_fields`` adds a ``tokenizer.ggml.*`` vocabulary.
 """
 
@@ -99,6 +100,24 @@ def metadata(w: gguf.GGUFWriter, arch: str, c: Any) -> None:
             w.add_final_logit_softcapping(c.final_logit_softcapping)
 
 
+# byte offsets of the float16 scales in a block of the types gguf cannot write (random_blocks sets them)
+F16_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,),
+              "IQ4_XS": (0,)}
+
+
+def random_blocks(shape: tuple[int, ...], qtype: str, seed: int, scale: float = 1e-3) -> np.ndarray:
+    """Random blocks of a type gguf cannot quantise into, their float16 scales small ordinary numbers
+    (the weights they hold are random: a file to compare two ways of loading it, not a model)."""
+    block, nbytes = gguf.GGML_QUANT_SIZES[Q[qtype]]
+    n = int(np.prod(shape)) // block
+    gen = np.random.default_rng(seed)
+    raw = gen.integers(0, 256, size=(n, nbytes), dtype=np.uint8)
+    for at in F16_SCALES[qtype]:
+        raw[:, at:at + 2] = (np.abs(gen.standard_normal(n)) * scale + scale / 4).astype(np.float16).view(
+            np.uint8).reshape(n, 2)
+    return raw.reshape(*shape[:-1], shape[-1] // block * nbytes)
+
+
 def _stored(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> None:
     data = np.ascontiguousarray(data, dtype=np.float32)
     kind = Q[qtype] if data.ndim == 2 and not name.endswith("norm.weight") else Q.F32
@@ -106,6 +125,8 @@ def _stored(w: gguf.GGUFWriter, name: str, data: np.ndarray, qtype: str) -> None
         w.add_tensor(name, data)
     elif kind == Q.F16:
         w.add_tensor(name, data.astype(np.float16))
+    elif qtype in F16_SCALES:  # a K-quant: random blocks of the tensor's shape (gguf cannot quantise into it)
+        w.add_tensor(name, random_blocks(data.shape, qtype, len(name) * 7 + data.size), raw_dtype=kind)
     else:
         w.add_tensor(name, gguf.quants.quantize(data, kind), raw_dtype=kind)
 

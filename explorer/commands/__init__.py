@@ -12,7 +12,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "(llama3.2:1b), or a built-in model name "
                              "(default: the bundled default model)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="the precision the numbers are computed in (the CPU: float32 or bfloat16)")
+    parser.add_argument("--weights", default="auto", choices=["auto", "keep", "dequantize", "bfloat16", "float16"],
+                        help="how the weights are held: keep = as the file stores them (GGUF blocks, half "
+                             "precision), dequantised as each layer runs, the same numbers in less memory; "
+                             "dequantize = all in --dtype at load (the fastest); bfloat16/float16 = matrices in "
+                             "that precision, computed in --dtype; auto (default) = keep for a quantised GGUF "
+                             "file, else dequantize when it fits")
     place = parser.add_argument_group("models bigger than the machine (needs accelerate: pip install "
                                       "'transformer-explorer[offload]')")
     place.add_argument("--device-map", choices=["auto", "balanced", "sequential"], default=None,
@@ -75,7 +82,8 @@ def placement_from(args: argparse.Namespace):
 def load_model(args: argparse.Namespace):
     from explorer.core.checkpoint import load_checkpoint
 
-    return load_checkpoint(args.checkpoint, device=args.device, dtype=args.dtype, placement=placement_from(args))
+    return load_checkpoint(args.checkpoint, device=args.device, dtype=args.dtype, placement=placement_from(args),
+                           weights=getattr(args, "weights", "auto"))
 
 
 def add_prompt_or_chat(parser: argparse.ArgumentParser, prompt_help: str, chat_flag: str = "--chat",

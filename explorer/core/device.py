@@ -32,15 +32,18 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def supported_dtypes(device: torch.device) -> list[str]:
-    """float32 everywhere; half precisions only on accelerators, where they are fast."""
-    return ["float32"] if device.type == "cpu" else list(DTYPES)
+    """The precisions the numbers are computed in: every one on accelerators; float32 and bfloat16 on the CPU,
+    where float16 arithmetic is slow (float16 *weights* are offered there: ``weights="float16"``, computed in
+    float32, core/quant/storage.py)."""
+    return ["float32", "bfloat16"] if device.type == "cpu" else list(DTYPES)
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in DTYPES:
         raise ExplorerError(f"unknown precision {name!r}; choose one of {', '.join(DTYPES)}")
     if name not in supported_dtypes(device):
-        raise ExplorerError(f"{name} is not offered on {device.type}; use float32 there")
+        raise ExplorerError(f"computing in {name} is not offered on {device.type}; compute in float32 or bfloat16 "
+                            f"there (the weights can be held in {name}: --weights {name})")
     return getattr(torch, name)
 
 

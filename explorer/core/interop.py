@@ -207,7 +207,7 @@ def trace_metadata(trace: Trace, prompt: str | None = None) -> dict[str, str]:
         "tokens": json.dumps(list(trace.tokens), ensure_ascii=False),
         "config": json.dumps(trace.config.to_dict()),
         "capture": json.dumps({**capture_settings(trace), "kinds": list(KINDS)}),
-        "device": meta.device, "dtype": meta.dtype,
+        "device": meta.device, "dtype": meta.dtype, "weights": str(meta.extra.get("weights") or meta.dtype),
         "truncated_from": "" if meta.truncated_from is None else str(meta.truncated_from),
         "exported_dtype": "float32",
         **({"chat": meta.chat.to_json()} if meta.chat is not None else {}),  # each token's turn, role and kind
@@ -319,7 +319,8 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
                                  f"of at least {n}")
         trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
                                dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
-                               extra={"source_file": str(path), "prompt": meta.get("prompt", "")},
+                               extra={"source_file": str(path), "prompt": meta.get("prompt", ""),
+                                      "weights": meta.get("weights", "")},
                                chat=_chat_spans(path, meta.get("chat"), n))
         return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)
     except ExplorerError as exc:

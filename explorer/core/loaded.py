@@ -77,7 +77,9 @@ class LoadedModel:
 
     @property
     def n_params(self) -> int:
-        return self.model.num_parameters()
+        from explorer.core.quant.packed import packed_weights
+
+        return self.model.num_parameters() + sum(p.numel() for p in packed_weights(self.model))  # packed: no Parameters
 
     @property
     def device(self) -> torch.device:
@@ -118,6 +120,7 @@ class LoadedModel:
         ids = checked_ids(ids, self.config.vocab_size, self.config.n_ctx)
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
                            interventions, host_logits=False)
+        trace.meta.extra["weights"] = self.weights  # what the weights were stored in (meta.dtype: computed in)
         if chat is not None:  # the trace is not shared yet: its record of turns is set once, here
             trace.meta = replace(trace.meta, chat=chat.cut(len(ids)))
         return trace
@@ -145,4 +148,20 @@ class LoadedModel:
         return {"name": self.name, "source": self.source, "architecture": self.arch, "description": cfg.describe(),
                 "parameters": self.n_params, "vocabulary": f"{self.tokenizer.vocab_size} ({self.tokenizer.name})",
                 "context_length": cfg.n_ctx, "device": str(self.device), "layers": self.placement,
-                "dtype": str(self.dtype).replace("torch.", ""), **({"notes": " ".join(self.notes)} if self.notes else {})}
+                "dtype": str(self.dtype).replace("torch.", ""), "weights": self.weights, "stored": self.stored,
+                **({"notes": " ".join(self.notes)} if self.notes else {})}
+
+    @property
+    def weights(self) -> str:
+        """What the weights are stored in ('float32', or 'matrices kept as in the file: Q4_K (112) ...');
+        ``dtype`` is what the numbers are computed in (core/quant/packed.py)."""
+        from explorer.core.quant.packed import storage
+
+        return storage(self.model)
+
+    @property
+    def stored(self) -> str:
+        """The weights' storage in a word or two: 'float32', 'Q4_K', 'Q4_K+Q6_K', 'BF16'."""
+        from explorer.core.quant.packed import storage_short
+
+        return storage_short(self.model)

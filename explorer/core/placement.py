@@ -136,9 +136,13 @@ def tail_device(model: torch.nn.Module) -> torch.device:
 
 
 def model_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The model's precision (a meta parameter still has its dtype)."""
+    """The model's precision (a meta parameter still has its dtype; a model whose every weight is packed: its
+    floating buffers', which follow ``model.to(dtype)``)."""
     for p in model.parameters():
         return p.dtype
+    for b in model.buffers():
+        if b.is_floating_point():
+            return b.dtype
     return torch.float32
 
 

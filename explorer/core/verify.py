@@ -80,6 +80,7 @@ class VerifyReport:
     prompt_ids_equal: bool | None     # our tokenization == transformers' (None: not compared)
     notes: tuple[str, ...] = ()
     reference_ids: tuple[int, ...] | None = None  # transformers' tokenization of the prompt, where compared
+    runtime: Any = None               # a GGUF file run in llama.cpp beside ours (verify_llamacpp.RuntimeComparison)
 
     @property
     def logits_ok(self) -> bool:
@@ -123,7 +124,9 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         head = f"{self.checkpoint}: against transformers' {self.reference} on {len(self.ids)} tokens"
-        return [head, *(f"note: {n}" for n in self.notes), *(row.line() for row in self.layers), self.last_line()]
+        runtime = self.runtime.lines() if self.runtime is not None else []
+        return [head, *(f"note: {n}" for n in self.notes), *(row.line() for row in self.layers), *runtime,
+                self.last_line()]
 
 
 # --- what the reference can read -----------------------------------------------------------------
@@ -312,5 +315,13 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
         logits, differ = _max_diff(mine, theirs), next_ids_differ(mine, theirs)
     else:
         notes.append("the reference has no output head: logits not compared")
+    runtime = None
+    if ref.gguf_file is not None and "logits" in trace:  # what the user's runtime computes (verify_llamacpp.py)
+        from explorer.core.verify_llamacpp import compare_with_llamacpp
+
+        check()
+        found = compare_with_llamacpp(ref.ours, np.asarray(trace["logits"]), ids)
+        runtime = None if isinstance(found, str) else found
+        notes.append(found if isinstance(found, str) else found.summary())
     return VerifyReport(str(ref.ours), type(reference).__name__, tuple(ids), tuple(rows), logits, differ,
-                        prompt_equal, tuple(notes), reference_ids)
+                        prompt_equal, tuple(notes), reference_ids, runtime)

@@ -1,8 +1,9 @@
 """Half-precision compute (bfloat16, float16) on accelerators, against transformers in the same dtype.
 
-Half precision is offered on CUDA and MPS only; on the CPU it is refused in one line (torch's CPU
-half-precision kernels are slow and the numbers would differ from the float32 ones users compare
-with). The GPU tests skip elsewhere with their reason: this repository's CI has no GPU.
+Every precision is offered on CUDA and MPS; on the CPU, float32 and bfloat16 compute (float16 compute is
+refused in one line: torch's CPU float16 kernels are slow; float16 *weights* are offered there, computed in
+float32: tests/core/test_half_precision_cpu.py). The GPU tests skip elsewhere with their reason: this
+repository's CI has no GPU.
 
 In half precision neither implementation equals the float32 result; the test asks that ours is as
 close to transformers' float32 model as transformers' own half-precision model is (same weights,
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from explorer.core.checkpoint import load_checkpoint
-from explorer.core.device import available_devices, resolve_dtype
+from explorer.core.device import available_devices, resolve_dtype, supported_dtypes
 from explorer.core.errors import ExplorerError
 from explorer.core.trace import CaptureSpec
 
@@ -23,13 +24,14 @@ ACCELERATORS = [d for d in ("cuda", "mps") if d in available_devices()]
 PROMPT_IDS = list(range(5, 69))
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_half_precision_is_refused_on_the_cpu_in_one_line(tiny_gpt2_dir, dtype):
+def test_float16_compute_is_refused_on_the_cpu_in_one_line(tiny_gpt2_dir):
     with pytest.raises(ExplorerError) as error:
-        load_checkpoint(tiny_gpt2_dir, device="cpu", dtype=dtype)
+        load_checkpoint(tiny_gpt2_dir, device="cpu", dtype="float16")
     message = str(error.value)
-    assert message == f"{dtype} is not offered on cpu; use float32 there" and "\n" not in message
-    assert resolve_dtype("float32", torch.device("cpu")) == torch.float32
+    assert message.startswith("computing in float16 is not offered on cpu") and "--weights float16" in message
+    assert "\n" not in message
+    assert supported_dtypes(torch.device("cpu")) == ["float32", "bfloat16"]
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
 
 
 def _hf(path, kind: str):
@@ -65,16 +67,16 @@ def _compare(path, kind: str, device: str, dtype: str) -> None:
             assert diff < 0.05, (layer, head, diff)
 
 
-@pytest.mark.skipif(not ACCELERATORS, reason="needs a CUDA or MPS device: half-precision compute is offered "
-                                             "only there (the CPU refuses it, see the test above)")
+@pytest.mark.skipif(not ACCELERATORS, reason="needs a CUDA or MPS device (half precision "
+                                             "on the CPU: test_half_precision_cpu.py)")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("device", ACCELERATORS or ["cuda"])
 def test_half_precision_gpt2_matches_transformers_in_the_same_dtype(tiny_gpt2_dir, device, dtype):
     _compare(tiny_gpt2_dir, "gpt2", device, dtype)
 
 
-@pytest.mark.skipif(not ACCELERATORS, reason="needs a CUDA or MPS device: half-precision compute is offered "
-                                             "only there (the CPU refuses it, see the test above)")
+@pytest.mark.skipif(not ACCELERATORS, reason="needs a CUDA or MPS device (half precision "
+                                             "on the CPU: test_half_precision_cpu.py)")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("device", ACCELERATORS or ["cuda"])
 def test_half_precision_llama_matches_transformers_in_the_same_dtype(llama, device, dtype):

@@ -68,7 +68,7 @@ def supported_formats() -> str:
 
 def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32",
                     progress: Progress | None = None, cancel: CancelLike = None,
-                    placement: Placement | None = None) -> LoadedModel:
+                    placement: Placement | None = None, weights: str = "auto") -> LoadedModel:
     """Load a built-in model by name, or a checkpoint directory (or a file inside one).
 
     Everything is checked before it is allocated (``validate``); tensors are read one at a time in
@@ -76,19 +76,28 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
     ``threading.Event``) stops the load between tensors with ``LoadCancelled``. Every failure is an
     ``ExplorerError`` whose message is one line (an unexpected one is an ``InternalError``).
     ``placement`` (core/placement.py, needs accelerate) lays the model out across devices and offloads
-    what does not fit to CPU memory or disk.
+    what does not fit to CPU memory or disk. ``weights`` says how the weights are held (core/quant/storage.py):
+    ``auto`` (default), ``keep`` (as the file stores them: GGUF blocks, half precision), ``dequantize`` (in
+    ``dtype``), ``bfloat16`` or ``float16`` (matrices in that precision, computed in ``dtype``).
     """
+    from explorer.core.quant.storage import check_weights
+
+    check_weights(weights)
     if placement is not None:
         from explorer.core.placement import require_accelerate
 
         require_accelerate()
+        if weights not in ("auto", "dequantize"):
+            raise CheckpointError(f"--weights {weights} cannot be combined with a device map: a placed model's "
+                                  "weights are converted into its precision (--weights dequantize)")
+        weights = "dequantize"
     source = default_model_name() if source is None else source
     if not isinstance(source, (str, os.PathLike)):
         raise CheckpointError(f"a checkpoint is a folder, a file or a built-in model name, not a "
                               f"{type(source).__name__} ({shown(repr(source), 60)})")
     ctx = None
     try:
-        with loading(str(source), device, dtype, progress, cancel, placement) as ctx:
+        with loading(str(source), device, dtype, progress, cancel, placement, weights) as ctx:
             return _load(source, device, dtype)
     except CheckpointError as exc:
         text = str(exc)

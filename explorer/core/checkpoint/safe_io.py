@@ -131,10 +131,13 @@ def _entry(path: Path, name: str, spec: Any, base: int, size: int) -> Entry:
 
 
 def _target(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor read from a file, in the precision being loaded (floating tensors only)."""
+    """A tensor read from a file, in the precision being loaded (floating tensors only; a matrix kept in half
+    precision stays or becomes half precision: core/quant/storage.py)."""
+    from explorer.core.quant.storage import held_dtype
+
     ctx = current()
-    if ctx is not None and tensor.is_floating_point() and tensor.dtype != ctx.dtype:
-        return tensor.to(ctx.dtype)
+    if ctx is not None and tensor.is_floating_point() and tensor.dtype != (held := held_dtype(ctx, tensor)):
+        return tensor.to(held)
     return tensor
 
 
@@ -317,7 +320,11 @@ def _check_names(expected: dict[str, torch.Tensor], weights: dict[str, torch.Ten
         raise CheckpointError(f"{source}: missing tensors: {', '.join(missing[:6])}" + (" ..." if len(missing) > 6 else ""))
     if extra:
         raise CheckpointError(f"{source}: unexpected tensors: {', '.join(extra[:6])}" + (" ..." if len(extra) > 6 else ""))
+    from explorer.core.quant.packed import Packed
+
     for name, tensor in weights.items():
+        if isinstance(tensor, Packed) and tuple(tensor.shape) == tuple(expected[name].shape):
+            continue  # a weight kept as the file stores it (core/quant/packed.py)
         if not isinstance(tensor, torch.Tensor):
             raise CheckpointError(f"{source}: {name} is not a tensor")
         if tuple(tensor.shape) != tuple(expected[name].shape):
@@ -339,17 +346,23 @@ def assign_weights(model: Transformer, weights: dict[str, torch.Tensor], source:
 def build_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: str) -> Transformer:
     """A ``Transformer`` whose parameters ARE ``weights`` (checked by name, shape and dtype): it is built on the
     meta device and the tensors are assigned, so no memory is allocated or initialised twice."""
+    from explorer.core.quant.packed import PackedLinear
+    from explorer.core.quant.storage import split
+
     model = meta_model(cfg)
     _check_names(model.state_dict(), weights, source)
+    weights = split(model, weights, current())  # matrices held as stored are installed as Packed modules
     dtypes = {t.dtype for t in weights.values()}
     if len(dtypes) > 1:  # one precision for the whole model
         target = torch.float32 if torch.float32 in dtypes else next(iter(dtypes))
         weights = {k: v.to(target) for k, v in weights.items()}
     model.load_state_dict(weights, strict=True, assign=True)
-    if cfg.tie_embeddings:
+    if cfg.tie_embeddings and isinstance(model.unembed, PackedLinear):
+        model.unembed.packed = model.embed.packed
+    elif cfg.tie_embeddings:
         model.unembed.weight = model.embed.weight
     if cfg.positions == "sinusoidal":
-        model.sinusoid = sinusoidal_positions(cfg.n_ctx, cfg.d_model).to(model.embed.weight.dtype)
+        model.sinusoid = sinusoidal_positions(cfg.n_ctx, cfg.d_model).to(next(iter(dtypes), torch.float32))
     return model
 def finish(model: Transformer, device: str, dtype: str) -> Transformer:
     dev = resolve_device(device)

@@ -57,6 +57,8 @@ class LoadContext:
     done: int = 0  # tensors read so far, across shards
     placement: Any = None  # core/placement.Placement: finish() lays the model out with accelerate
     streamed: bool = False  # a placed load read block by block, straight to each block's device (streamed.py)
+    weights: str = "dequantize"  # how the weights are held (core/quant/storage.py); "auto" is settled by the loader
+    held_bytes: int | None = None  # the weights' memory as they will be held, where not the config's in ``dtype``
 
     def cancelled(self) -> bool:
         return asker(self.cancel)()
@@ -79,9 +81,10 @@ def current() -> LoadContext | None:
 
 @contextmanager
 def loading(source: str, device: str = "auto", dtype: str = "float32", progress: Progress | None = None,
-            cancel: CancelLike = None, placement: Any = None) -> Iterator[LoadContext]:
+            cancel: CancelLike = None, placement: Any = None, weights: str = "dequantize") -> Iterator[LoadContext]:
     dev = resolve_device(device)
-    ctx = LoadContext(str(source), dev, resolve_dtype(dtype, dev), progress, cancel, placement=placement)
+    ctx = LoadContext(str(source), dev, resolve_dtype(dtype, dev), progress, cancel, placement=placement,
+                      weights=weights)
     token = CONTEXT.set(ctx)
     try:
         yield ctx
@@ -97,7 +100,15 @@ def check_config(cfg: ModelConfig) -> None:
         return
     placed = ctx.placement is not None  # a placed model is read into CPU memory, then laid out ...
     if not (placed and ctx.streamed):  # ... unless it streams, block by block (streamed.py): accelerate plans it
-        check_fits(cfg, ctx.dtype, torch.device("cpu") if placed else ctx.device, hint=not placed)
+        device = torch.device("cpu") if placed else ctx.device
+        if ctx.weights == "auto":  # a checkpoint that does not fit in the compute precision keeps its half precision
+            ctx.weights = "dequantize"
+            if not fits(cfg, ctx.dtype, device) and ctx.dtype == torch.float32 and fits(cfg, torch.bfloat16, device):
+                ctx.weights = "keep"
+        need = ctx.held_bytes  # a GGUF file's, from its header (quant/plan.py)
+        if need is None and ctx.weights != "dequantize" and ctx.dtype.itemsize > 2:  # matrices held in half precision
+            need = implied_bytes(cfg, torch.bfloat16)  # (keep: a half-precision file assumed; a float32 one stays so)
+        check_fits(cfg, ctx.dtype, device, hint=not placed, need=need)
     ctx.config = cfg
 
 
@@ -230,13 +241,23 @@ FIT_HINT = ("; to run it on this machine anyway, place its layers: --device-map 
             "(with --max-memory and --offload-dir), or Models > Fit to this machine")
 
 
-def check_fits(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, hint: bool = False) -> None:
-    need = implied_bytes(cfg, dtype)
+def fits(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> bool:
+    free = available_memory(device)
+    return free is None or implied_bytes(cfg, dtype) * MEMORY_MARGIN + SPARE_BYTES <= free
+
+
+def check_fits(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, hint: bool = False,
+               need: int | None = None) -> None:
+    """``need``: the weights' bytes as they will be held (kept quantised, half precision), else the config's
+    parameters in ``dtype``."""
+    held = need is not None
+    need = implied_bytes(cfg, dtype) if need is None else need
     free = available_memory(device)
     if free is not None and need * MEMORY_MARGIN + SPARE_BYTES > free:
         where = "this GPU" if device.type == "cuda" else "this machine"
-        raise CheckpointError(f"the config implies {_human(parameter_count(cfg))} parameters = {_mb(need)} in "
-                              f"{str(dtype).removeprefix('torch.')} ({cfg.n_layers} layers, d_model {cfg.d_model}, "
+        how = "as the weights are held" if held else f"in {str(dtype).removeprefix('torch.')}"
+        raise CheckpointError(f"the config implies {_human(parameter_count(cfg))} parameters = {_mb(need)} {how} ("
+                              f"{cfg.n_layers} layers, d_model {cfg.d_model}, "
                               f"vocabulary {cfg.vocab_size:,}); {where} has {free / 1e9:,.1f} GB available"
                               + (FIT_HINT if hint and device.type != "cpu" else ""))
 

@@ -56,6 +56,10 @@ def report_rows(report: VerifyReport) -> list[tuple[str, ...]]:
     ids = {None: "not compared", True: "equal", False: "DIFFER"}[report.prompt_ids_equal]
     rows.append(("token ids", f"prompt ids {ids}", "", f"top tokens: {report.next_ids_differ} differ", "",
                  "yes" if report.ids_ok else "FAIL"))
+    runtime = report.runtime  # the file run in llama.cpp (quantised activations): shown beside, never a failure
+    for i, (same, delta, kl) in enumerate(zip(runtime.top1_same, runtime.max_delta, runtime.kl)) if runtime else ():
+        rows.append((f"llama.cpp pos {i}", f"max |Δ logit| {delta:.2e}", "", f"KL {kl:.2e}", "",
+                     "top-1 same" if same else "top-1 differs"))
     return rows
 
 

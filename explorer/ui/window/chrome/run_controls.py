@@ -40,7 +40,8 @@ class DeviceControls(QWidget):
         self.device_combo.setToolTip("Where the model runs (reloads the model)")
         self.dtype_combo = QComboBox(self)
         self.dtype_combo.addItems(DTYPES)
-        self.dtype_combo.setToolTip("Numeric precision of the weights (reloads the model)")
+        self.dtype_combo.setToolTip("The precision the numbers are computed in (reloads the model); the weights may "
+                                    "be stored in less: the status bar says in what")
         self.set_values(device, dtype)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 0, 4, 0)

@@ -92,8 +92,10 @@ class StatusBar(QStatusBar):
                                         + (f"\n{info['notes']}" if info.get("notes") else ""))
         layers = str(info.get("layers") or "")  # a placed model: "layers 0–17 cuda:0, 18–31 cpu"
         self.fields["device"].setText(layers if layers.startswith("layers ") else str(info["device"]))
-        self.fields["dtype"].setText(str(info["dtype"]))
-        self.fields["dtype"].setToolTip(f"the numbers shown were computed in {info['dtype']}")
+        stored = str(info.get("stored") or info["dtype"])  # what the weights are stored in: Q4_K, BF16, float32
+        self.fields["dtype"].setText(str(info["dtype"]) if stored == info["dtype"] else f"{info['dtype']} · {stored}")
+        self.fields["dtype"].setToolTip(f"the numbers shown were computed in {info['dtype']}; weights: "
+                                        f"{info.get('weights') or info['dtype']}")
         self.fields["params"].setText(f"{human_count(int(info['parameters']))} parameters")
         self.fields["params"].setToolTip(f"{int(info['parameters']):,} parameters")
 
