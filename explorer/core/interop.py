@@ -36,6 +36,7 @@ from explorer.core.config import ModelConfig
 from explorer.core.errors import ExplorerError
 from explorer.core.text import MESSAGE_LIMIT, shown
 from explorer.core.trace import Trace, TraceMeta
+from explorer.core.trace_keys import site_shape
 
 FORMAT = "transformer-explorer-trace"
 FORMAT_VERSION = "1"
@@ -103,28 +104,11 @@ def _site(key: str) -> str:
 
 
 def _shape_of(key: str, cfg: ModelConfig, n: int) -> tuple[int, ...]:
-    """Our shape of ``key`` for n tokens (from the configuration, without computing anything)."""
-    site = _site(key)
-    if site in ("attn.q", "attn.z"):
-        return (cfg.n_heads, n, cfg.d_head)
-    if site in ("attn.k", "attn.v"):
-        return (cfg.kv_heads, n, cfg.d_head)
-    if site in ("attn.scores", "attn.pattern"):
-        return (cfg.n_heads, n, n)
-    if site in ("mlp.pre", "mlp.post"):
-        return (n, cfg.d_ff)
-    if site == "logits":
-        return (n, cfg.vocab_size)
-    if site.split(".")[-1] in _STATS:
-        return _stat_shape(site, cfg, n)
-    return (n, cfg.d_model)
-
-
-def _stat_shape(site: str, cfg: ModelConfig, n: int) -> tuple[int, ...]:
-    """A norm statistic: one per position, or per head and position for per-head q/k norms (Qwen3, Gemma 3)."""
-    if cfg.qk_norm in ("head", "per_head") and site.startswith(("attn.q_norm.", "attn.k_norm.")):
-        return (cfg.n_heads if site.startswith("attn.q_norm.") else cfg.kv_heads, n)
-    return (n,)
+    """Our shape of ``key`` for n tokens (from the configuration and its per-layer plan, without computing anything)."""
+    match = re.match(r"^blocks\.(\d+)\.(.+)$", key)
+    if match:
+        return site_shape(cfg, match.group(2), n, int(match.group(1)))
+    return site_shape(cfg, key, n)
 
 
 def _tl_shape(site: str, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ Family modules get all of this without doing anything: the generic loader (``loa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -156,21 +157,27 @@ def meta_model(cfg: ModelConfig) -> Transformer:
 
 
 def parameter_count(cfg: ModelConfig) -> int:
-    """The weights ``Transformer(cfg)`` holds (tied embeddings once), from the shapes: one block is built on the
-    meta device and counted, so every architecture switch is counted as the model builds it."""
+    """The weights ``Transformer(cfg)`` holds (tied embeddings once), from the shapes: one block of each kind the
+    per-layer plan names is built on the meta device and counted, so every architecture switch is counted as the
+    model builds it."""
     def count(module: torch.nn.Module) -> int:
         return sum(p.numel() for p in module.parameters())
 
     d = cfg.d_model
     with torch.device("meta"), _NoInit():
-        block = count(Block(cfg))
+        kinds: dict = {}
+        for plan in cfg.plan:  # layers of the same plan (but their number) weigh the same
+            kind = dataclasses.replace(plan, layer=0)
+            if kind not in kinds:
+                kinds[kind] = count(Block(cfg, plan))
+        blocks = sum(kinds[dataclasses.replace(plan, layer=0)] for plan in cfg.plan)
         extra = count(make_norm(cfg, d)) if cfg.final_norm and cfg.norm != "none" else 0
         extra += count(make_norm(cfg, d)) if getattr(cfg, "embed_norm", False) else 0
         extra += count(MLMHead(cfg)) if getattr(cfg, "mlm_head", False) else 0
     extra += getattr(cfg, "token_types", 0) * d
     embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
     positions = cfg.n_ctx * d if cfg.positions == "learned" else 0
-    return embeddings + positions + cfg.n_layers * block + extra
+    return embeddings + positions + blocks + extra
 
 
 # --- memory ----------------------------------------------------------------------------------

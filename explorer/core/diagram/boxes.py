@@ -92,28 +92,37 @@ def _shape(names: str, values: tuple[int, ...]) -> str:
 
 def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
     """What this layer's attention does besides q·k: heads, K/V heads, positions, mask, window, scale, cap."""
-    kv = cfg.kv_heads
-    lines = [f"{cfg.n_heads} head{'s' if cfg.n_heads > 1 else ''} of d_head {cfg.d_head}"
-             + ("" if kv == cfg.n_heads else f", {kv} K/V head{'s' if kv > 1 else ''} "
-                f"({'multi-query' if kv == 1 else 'grouped-query'}: {cfg.n_heads // kv} queries share one)")]
-    if cfg.qk_norm != "none":
-        lines.append(f"q/k norms ({norm_name(cfg)}, {cfg.qk_norm})")
+    plan = cfg.layer(layer)
+    H, kv = plan.n_heads, plan.n_kv_heads
+    lines = [f"{H} head{'s' if H > 1 else ''} of d_head {plan.d_head}"
+             + ("" if kv == H else f", {kv} K/V head{'s' if kv > 1 else ''} "
+                f"({'multi-query' if kv == 1 else 'grouped-query'}: {H // kv} queries share one)")]
+    if cfg.kv_lora_rank is not None:
+        lines.append(f"latent attention: K/V from a {cfg.kv_lora_rank}-number latent per token"
+                     + (f", q from a {cfg.q_lora_rank}-number one" if cfg.q_lora_rank else "")
+                     + f"; values of d {plan.d_head_v}")
+    if plan.qk_norm != "none":
+        lines.append(f"q/k norms ({norm_name(cfg)}, {plan.qk_norm})")
     if cfg.alibi:
         lines.append("ALiBi: a per-head penalty −m·(i − j) on the scores"
                      + (" (before the scale)" if cfg.alibi_before_scale else ""))
-    elif cfg.positions == "rotary":
-        dims = cfg.rotary_dim or cfg.d_head
-        base = cfg.rotary_base_local if cfg.rotary_base_local and layer in cfg.sliding_layers else cfg.rotary_base
-        lines.append(f"rotary: q, k turned by position ({dims} of {cfg.d_head} dims, base {base:g}"
+    elif plan.rotary:
+        dims = cfg.rotary_dim or plan.d_head
+        base = cfg.rotary_base_local if plan.local_rope else cfg.rotary_base
+        lines.append(f"rotary: q, k turned by position ({dims} of {plan.d_head} dims, base {base:g}"
                      + (", interleaved" if cfg.rotary_interleaved else "")
                      + (f", {cfg.rope.get('rope_type')} scaling" if cfg.rope else "") + ")")
+    elif cfg.positions == "rotary":
+        lines.append("no rotary on this layer (NoPE)" + (": q sharpened by position" if plan.temperature else ""))
     scale = "1/√d_head" if cfg.attn_scale is None else f"{cfg.attn_scale:g}"
     lines.append(f"scale {scale}")
-    window = cfg.sliding_window if layer in cfg.sliding_layers else None
     mask = "causal" if cfg.causal else "bidirectional (no mask)"
-    lines.append(mask + (f", sliding window {window}" if window else ""))
+    reach = {"sliding": f", sliding window {plan.window}", "chunked": f", within chunks of {plan.window}"}
+    lines.append(mask + reach.get(plan.attention, ""))
     if cfg.attn_softcap is not None:
         lines.append(f"soft cap {cfg.attn_softcap:g}·tanh(s/{cfg.attn_softcap:g})")
+    if cfg.attn_sinks:
+        lines.append("a learned sink per head takes a share of each row's softmax")
     return tuple(lines)
 
 
