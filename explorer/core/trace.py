@@ -418,6 +418,8 @@ class Trace:
 
     def _sinks(self, layer: int, device: Any) -> torch.Tensor:
         """gpt-oss's sink logits of a layer [H] (weights: only a trace with its model derives patterns there)."""
+        import torch
+
         from explorer.core.placement import weights_of
 
         if self._model is None:

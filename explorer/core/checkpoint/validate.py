@@ -274,7 +274,8 @@ def check_headers(file: Path, shapes: dict[str, tuple[int, ...]]) -> None:
             raise CheckpointError(f"{file}: tensor {name} belongs to block {block}, but the config has "
                                   f"{cfg.n_layers} layer{'s' if cfg.n_layers != 1 else ''}")
     d, ff = cfg.d_model, max(cfg.d_ff, 1)
-    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d)
+    experts = cfg.n_experts * d * cfg.d_expert * 2  # a mixture of experts' bank, gate and up fused in one tensor
+    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts)
     for name, n in counts.items():
         if n > largest:
             raise CheckpointError(f"{file}: tensor {name} has {n:,} elements, more than any tensor the config "
