@@ -197,3 +197,14 @@ def test_llama4_moe_between_dense_chunked_nope_layers(tmp_path):
     assert [p.temperature for p in cfg.plan] == [False, True, False, True] and cfg.qk_norm_layers == (0, 2)
     check_moe(loaded, model)
     check_moe(from_memory(model), model)
+
+
+def test_phimoe_longrope_with_its_own_scales(tmp_path):
+    rope = dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0 + 0.1 * i for i in range(8)],
+                long_factor=[2.0 + 0.3 * i for i in range(8)], short_mscale=1.1, long_mscale=1.3,
+                original_max_position_embeddings=8)
+    model = build("PhimoeConfig", "PhimoeForCausalLM", num_key_value_heads=2, num_local_experts=4,
+                  num_experts_per_tok=2, rope_parameters=rope, **EAGER)
+    loaded = save_and_open(model, tmp_path)
+    assert loaded.config.rope["long_mscale"] == 1.3
+    check_moe(loaded, model)                    # 14 tokens: past the original context, the long scale

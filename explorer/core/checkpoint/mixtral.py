@@ -42,6 +42,8 @@ def mixtral_config(hf: dict[str, Any], family: str = "mixtral") -> tuple[ModelCo
     cfg = dataclasses.replace(base, arch=family, **switches)
     if family == "phimoe" and cfg.rope.get("rope_type") not in (None, "longrope"):
         raise CheckpointError(f"phimoe: RoPE scaling {cfg.rope.get('rope_type')!r} is not one PhiMoE uses")
+    if family == "phimoe" and cfg.rope and not {"short_mscale", "long_mscale"} <= set(cfg.rope):
+        raise CheckpointError("phimoe: LongRoPE scaling needs short_mscale and long_mscale")
     notes.append(moe_note(L, L, cfg.n_experts, cfg.experts_per_token, False))
     return cfg, notes
 
