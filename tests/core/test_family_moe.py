@@ -208,3 +208,22 @@ def test_phimoe_longrope_with_its_own_scales(tmp_path):
     loaded = save_and_open(model, tmp_path)
     assert loaded.config.rope["long_mscale"] == 1.3
     check_moe(loaded, model)                    # 14 tokens: past the original context, the long scale
+
+
+@pytest.mark.parametrize("config, cls, kw", [
+    ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2)),
+    ("GptOssConfig", "GptOssForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16,
+                                               sliding_window=4)),
+    ("DeepseekV3Config", "DeepseekV3ForCausalLM", dict(n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+                                                       moe_intermediate_size=24, n_group=2, topk_group=1, **MLA)),
+    ("Llama4TextConfig", "Llama4ForCausalLM", dict(num_local_experts=4, num_experts_per_tok=1, intermediate_size_mlp=40,
+                                                   interleave_moe_layer_step=2, attention_chunk_size=4)),
+])
+def test_verify_passes_on_moe_directories(tmp_path, config, cls, kw):
+    from explorer.core.verify import verify_checkpoint
+
+    model = build(config, cls, **kw)               # the reference runs transformers' default experts kernel
+    model.save_pretrained(tmp_path)
+    report = verify_checkpoint(tmp_path, ids=IDS)
+    assert report.passed, report.lines()
+    assert report.logits is not None and all(row.pattern is not None for row in report.layers[1:])

@@ -275,7 +275,8 @@ def check_headers(file: Path, shapes: dict[str, tuple[int, ...]]) -> None:
                                   f"{cfg.n_layers} layer{'s' if cfg.n_layers != 1 else ''}")
     d, ff = cfg.d_model, max(cfg.d_ff, 1)
     experts = cfg.n_experts * d * cfg.d_expert * 2  # a mixture of experts' bank, gate and up fused in one tensor
-    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts)
+    latent = max(cfg.q_lora_rank or 0, cfg.kv_lora_rank or 0) * max(d, cfg.n_heads * 2 * cfg.d_head)  # MLA's
+    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts, latent)
     for name, n in counts.items():
         if n > largest:
             raise CheckpointError(f"{file}: tensor {name} has {n:,} elements, more than any tensor the config "

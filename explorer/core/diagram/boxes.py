@@ -16,6 +16,12 @@ from explorer.core.config import ModelConfig
 
 TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = ("TokenizationPanel", "EmbeddingsPanel", "AttentionPanel",
                                                "NeuronsPanel", "ResidualPanel", "MaskedTokensPanel")
+EXPERTS = "ExpertsPanel"  # the mixture-of-experts boxes (router, experts, shared expert)
+ROUTERS = {"softmax_topk": "softmax over every expert, then its top {k}",
+           "topk_softmax": "its top {k} logits, then a softmax over those",
+           "sigmoid_topk": "sigmoid of every logit; the top {k} (with a bias for choosing)",
+           "sparsemixer": "sparsemixer: the best and the next best, each weighted within its band",
+           "topk_sigmoid": "its top {k} logits; sigmoid of each scales the token into that expert"}
 ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU"}
 
 
@@ -126,11 +132,12 @@ def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def ffn_details(cfg: ModelConfig) -> tuple[str, ...]:
+def ffn_details(cfg: ModelConfig, d_ff: int | None = None) -> tuple[str, ...]:
     act = ACTIVATION_NAMES[cfg.activation]
+    d_ff = cfg.d_ff if d_ff is None else d_ff
     if cfg.gated_ffn:
-        return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {cfg.d_ff}")
-    return (f"{act}(x·W_in)", f"d_ff {cfg.d_ff}")
+        return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {d_ff}")
+    return (f"{act}(x·W_in)", f"d_ff {d_ff}")
 
 
 class _Builder:
@@ -212,23 +219,63 @@ def _norm(b: _Builder, layer: int, site: str, title: str, column: int, after: st
 
 
 def _attention(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
-    cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
-    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections", (cfg.n_heads, n, cfg.d_head),
-                "heads × n × d_head", p + "attn.q", ATTN, layer, column,
-                details=(f"q: {cfg.n_heads} × {n} × {cfg.d_head}, k and v: {cfg.kv_heads} × {n} × {cfg.d_head}",),
+    cfg, n, p, plan = b.cfg, b.n, f"blocks.{layer}.", b.cfg.layer(layer)
+    H, dh, dv = plan.n_heads, plan.d_head, plan.d_head_v
+    kv = H if cfg.kv_lora_rank is not None else plan.n_kv_heads
+    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections", (H, n, dh), "heads × n × d_head",
+                p + "attn.q", ATTN, layer, column,
+                details=(f"q: {H} × {n} × {dh}, " + (f"k and v: {kv} × {n} × {dh}" if dv == dh else
+                                                     f"k: {kv} × {n} × {dh}, v: {kv} × {n} × {dv}"),),
                 after=after, same_row=same_row)
-    scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (cfg.n_heads, n, n), "heads × n × n",
+    scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (H, n, n), "heads × n × n",
                    p + "attn.pattern", ATTN, layer, column, details=attention_details(cfg, layer), after=qkv)
     return b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
                  "n × d_model", p + "attn.out", RESID, layer, column,
-                 details=(f"each head: pattern @ v ({cfg.n_heads} × {n} × {cfg.d_head}), then concatenated",),
-                 after=scores)
+                 details=(f"each head: pattern @ v ({H} × {n} × {dv}), then concatenated",), after=scores)
+
+
+def moe_details(cfg: ModelConfig) -> tuple[str, ...]:
+    """What a mixture of experts does: its router's rule, its experts, the shared expert."""
+    lines = [f"router: one logit per expert ({cfg.n_experts}); "
+             + ROUTERS[cfg.moe_router].format(k=cfg.experts_per_token)]
+    if cfg.moe_groups > 1:
+        lines.append(f"only the experts of the token's best {cfg.moe_topk_groups} of {cfg.moe_groups} groups")
+    if cfg.moe_norm_topk:
+        lines.append("the chosen weights renormalised to sum to 1")
+    if cfg.moe_scale != 1.0:
+        lines.append(f"weights times {cfg.moe_scale:g}")
+    act = "clamped SwiGLU with biases" if cfg.moe_glu_limit is not None else f"gated {ACTIVATION_NAMES[cfg.activation]}"
+    lines.append(f"each expert: {act}, d_model → {cfg.d_expert} → d_model; it runs only on its tokens")
+    return tuple(lines)
+
+
+def _experts(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
+    """A mixture of experts: the router, the chosen experts (and the shared expert beside them), their sum."""
+    cfg, n, p = b.cfg, b.n, f"blocks.{layer}.moe."
+    E, k = cfg.n_experts, cfg.experts_per_token
+    router = b.add(f"L{layer}.moe.router", "router", f"Router → top {k} of {E} experts", (n, E), "n × experts",
+                   p + "probs", EXPERTS, layer, column, details=moe_details(cfg)[:-1], after=after, same_row=same_row)
+    experts = b.add(f"L{layer}.moe.experts", "experts", f"{k} experts per token", (n, k, cfg.d_expert),
+                    "n × k × d_expert", p + "weights", EXPERTS, layer, column, details=moe_details(cfg)[-1:],
+                    after=router)
+    ends = [experts]
+    if cfg.d_shared:
+        gate = " × sigmoid gate" if cfg.moe_shared_gate else ""
+        ends.append(b.add(f"L{layer}.moe.shared", "shared_expert", "Shared expert" + gate, (n, cfg.d_shared),
+                          "n × d_shared", p + "shared_out", EXPERTS, layer, column + 1,
+                          details=(f"every token: gated {ACTIVATION_NAMES[cfg.activation]}, d_model → {cfg.d_shared} "
+                                   "→ d_model",), after=after, same_row=True))
+    return b.add(f"L{layer}.ffn.out", "ffn_out", "Experts' weighted sum" + (" + shared" if cfg.d_shared else ""),
+                 (n, cfg.d_model), "n × d_model", f"blocks.{layer}.mlp.out", RESID, layer, column, after=tuple(ends))
 
 
 def _ffn(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
     cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
+    if cfg.layer(layer).is_moe:
+        return _experts(b, layer, column, after, same_row)
+    d_ff = cfg.layer(layer).d_ff
     neurons = b.add(f"L{layer}.ffn.in", "ffn_in", "FFN neurons" + (" (gated)" if cfg.gated_ffn else ""),
-                    (n, cfg.d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column, details=ffn_details(cfg),
+                    (n, d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column, details=ffn_details(cfg, d_ff),
                     after=after, same_row=same_row)
     return b.add(f"L{layer}.ffn.out", "ffn_out", "FFN down", (n, cfg.d_model), "n × d_model", p + "mlp.out",
                  RESID, layer, column, after=neurons)
@@ -269,7 +316,7 @@ def _block(b: _Builder, layer: int, stream: str) -> str:
     b.residual(stream, mid)
     if post:
         mid = _norm(b, layer, "ln1", f"{name} (after the add)", 0, mid)
-    if not cfg.has_ffn:
+    if not cfg.layer(layer).has_ffn:
         return mid
     into = _norm(b, layer, "ln2", name, 1, mid) if pre else mid
     ffn = _ffn(b, layer, 1, into)
