@@ -97,7 +97,10 @@ def _experts(t: Tensors, cfg: ModelConfig, base: str, layout: MoELayout, ours: s
             found[mine] = torch.stack([t.take(f"{base}.experts.{e}.{theirs}.weight", shape) for e in range(E)])
     else:
         raise CheckpointError(f"{t.family} checkpoint lacks the experts of {base} ({base}.experts.gate_up_proj)")
-    return {f"{ours}.experts.{name}": tensor.contiguous() for name, tensor in found.items()}
+    # the gate and up halves of a [E, 2f, d] tensor stay views (each expert's [f, d] rows are contiguous: no copy
+    # of the largest tensors); transposed or interleaved ones are laid out once, as the forward pass reads them
+    keep = layout.fused == "concat" and "W_gate" in found and found["W_gate"][0].is_contiguous()
+    return {f"{ours}.experts.{name}": tensor if keep else tensor.contiguous() for name, tensor in found.items()}
 
 
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")  # families (and versions) differ
