@@ -82,3 +82,16 @@ def test_the_export_names_the_routing_as_transformerlens_does(qwen2, tmp_path):
     for key in ("blocks.0.moe.router_logits", "blocks.0.moe.weights", "blocks.0.moe.experts", "blocks.0.moe.probs",
                 "blocks.2.moe.shared_out"):
         assert np.array_equal(back[key], trace[key]), key
+
+
+def test_trace_npz_carries_the_routing_and_no_neurons_for_expert_layers(qwen2, tmp_path):
+    from explorer.core.export import write_trace_npz
+
+    trace = qwen2.trace_ids(IDS)
+    write_trace_npz(trace, tmp_path / "trace.npz")
+    data = np.load(tmp_path / "trace.npz")
+    assert data["mlp_activations"].shape == (3, len(IDS), qwen2.config.d_ff)
+    assert np.isnan(data["mlp_activations"][0]).all() and np.isfinite(data["mlp_activations"][1]).all()
+    assert list(data["moe_layers"]) == [0, 2] and data["moe_experts"].shape == (2, len(IDS), 2)
+    assert np.array_equal(data["moe_experts"][1], trace["blocks.2.moe.experts"])
+    assert np.allclose(data["moe_weights"][0], trace["blocks.0.moe.weights"])
