@@ -20,7 +20,6 @@ logit the model computed and raises :class:`DLAError` otherwise, rather than sho
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,43 +77,6 @@ def _head_outputs(W_O, z: np.ndarray) -> np.ndarray:
     return out.double().cpu().numpy()
 
 
-@dataclass(frozen=True)
-class Readout:
-    """How a piece of the final stream reaches the logit: the final norm with its scale frozen, then the
-    target's un-embedding row (minus the distractor's): ``term(piece) = frozen(piece) . u``."""
-
-    frozen: Callable[[np.ndarray], np.ndarray]
-    u: np.ndarray            # [d] the (scaled) direction in the un-embedding
-    norm_bias: float         # the final LayerNorm's bias term (0 for RMSNorm)
-
-    def term(self, piece: np.ndarray) -> np.ndarray:
-        """The direct effect of ``piece`` ([..., d], float64) on the logit."""
-        return self.frozen(piece) @ self.u
-
-
-def readout(trace: Trace, model: Transformer, target: int, position: int, distractor: int | None = None) -> Readout:
-    """The ``Readout`` of ``trace``'s final stream at ``position`` (the one the DLA below uses)."""
-    cfg = trace.config
-    logit_scale = float(getattr(cfg, "logit_scale", 1.0))       # Granite: logits times a constant
-    with weights_of(model.unembed) as unembed:  # (real even when offloaded: core/placement.py)
-        W_U = unembed.weight  # only the target's (and distractor's) rows: the whole matrix is V x d
-        u = logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))  # [d]
-    resid_final = trace["resid_final"][position].astype(np.float64)
-    if model.ln_final is None:
-        return Readout(lambda x: x, u, 0.0)
-    ln = model.ln_final
-    with weights_of(ln):
-        w = _param(ln.weight) if ln.weight is not None else np.ones(cfg.d_model)
-        ln_bias = _param(ln.bias) if getattr(ln, "bias", None) is not None else None
-    w = w + float(getattr(ln, "offset", 0.0) or 0.0) if ln.weight is not None else w  # Gemma: (1 + w)
-    norm_bias = float(ln_bias @ u) if ln_bias is not None else 0.0
-    if ln.kind == "layernorm":
-        scale = np.sqrt(resid_final.var() + ln.eps)
-        return Readout(lambda x: (x - x.mean(-1, keepdims=True)) / scale * w, u, norm_bias)
-    scale = np.sqrt((resid_final ** 2).mean() + ln.eps)
-    return Readout(lambda x: x / scale * w, u, norm_bias)
-
-
 def direct_logit_attribution(trace: Trace, target: int, position: int = -1, distractor: int | None = None,
                              model: Transformer | None = None) -> DLA:
     model = model if model is not None else trace._model
@@ -130,9 +92,32 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     n = trace.n_tokens
     p = position % n
     L, H = cfg.n_layers, cfg.n_heads
-    read = readout(trace, model, target, p, distractor)
-    frozen, u, norm_bias = read.frozen, read.u, read.norm_bias
+    with weights_of(model.unembed) as unembed:  # (real even when offloaded: core/placement.py)
+        W_U = unembed.weight  # only the target's (and distractor's) rows: the whole matrix is V x d
+        u = logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))  # [d]
+
     resid_final = trace["resid_final"][p].astype(np.float64)
+    if model.ln_final is None:
+        def frozen(x: np.ndarray) -> np.ndarray:
+            return x
+        norm_bias = 0.0
+    else:
+        ln = model.ln_final
+        with weights_of(ln):
+            w = _param(ln.weight) if ln.weight is not None else np.ones(cfg.d_model)
+            ln_bias = _param(ln.bias) if getattr(ln, "bias", None) is not None else None
+        w = w + float(getattr(ln, "offset", 0.0) or 0.0) if ln.weight is not None else w  # Gemma: (1 + w)
+        if ln.kind == "layernorm":
+            scale = np.sqrt(resid_final.var() + ln.eps)
+
+            def frozen(x: np.ndarray) -> np.ndarray:
+                return (x - x.mean(-1, keepdims=True)) / scale * w
+        else:
+            scale = np.sqrt((resid_final ** 2).mean() + ln.eps)
+
+            def frozen(x: np.ndarray) -> np.ndarray:
+                return x / scale * w
+        norm_bias = float(ln_bias @ u) if ln_bias is not None else 0.0
 
     heads = np.zeros((L, H))
     attn_bias = np.zeros(L)

@@ -24,11 +24,32 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from explorer.core.analysis.dla import DLAError, readout
+from explorer.core.analysis.dla import DLAError, _param
+from explorer.core.placement import weights_of
 
 if TYPE_CHECKING:
     from explorer.core.config import ModelConfig
     from explorer.core.trace import Trace
+
+
+def _reader(trace: Trace, model, target: int, p: int, distractor: int | None) -> np.ndarray:
+    """r [d]: a write x into the final stream at ``p`` moves the target's logit (minus the distractor's) by
+    x . r, the final norm's scale frozen at this position, as the DLA reads every piece (analysis/dla.py; its
+    ``final_reader`` on main computes the same r: use it here when the branches meet)."""
+    cfg = trace.config
+    with weights_of(model.unembed) as unembed:
+        W_U = unembed.weight
+        u = cfg.logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))
+    ln = model.ln_final
+    if ln is None:
+        return u
+    x = trace["resid_final"][p].astype(np.float64)
+    with weights_of(ln):
+        w = _param(ln.weight) + float(ln.offset or 0.0) if ln.weight is not None else np.ones(cfg.d_model)
+    if ln.kind == "layernorm":                       # (x - mean x) / s * w . u = x . (wu - mean(wu)) / s
+        wu = w * u
+        return (wu - wu.mean()) / np.sqrt(x.var() + ln.eps)
+    return w * u / np.sqrt((x ** 2).mean() + ln.eps)
 
 
 def moe_layers(config: ModelConfig) -> tuple[int, ...]:
@@ -167,14 +188,13 @@ def expert_logit_effects(trace: Trace, target: int, position: int = -1, distract
     if cfg.norm != "none" and cfg.norm_placement != "pre":
         raise DLAError("direct effects need a pre-norm model: here each block normalises its output")
     p = position % trace.n_tokens
-    read = readout(trace, model, target, p, distractor)
+    r = _reader(trace, model, target, p, distractor)
     scale = float(cfg.residual_scale)
     out = []
     for layer in cfg.moe_layers:
         key = f"blocks.{layer}.moe"
-        per_expert = scale * np.asarray(trace[f"{key}.expert_out"][p], dtype=np.float64)      # [k, d]
-        effects = read.term(per_expert)
-        shared = float(read.term(scale * np.asarray(trace[f"{key}.shared_out"][p], np.float64))) if cfg.d_shared else 0.0
-        total = float(read.term(np.asarray(trace[f"blocks.{layer}.mlp.out"][p], dtype=np.float64)))
+        effects = scale * np.asarray(trace[f"{key}.expert_out"][p], dtype=np.float64) @ r     # [k]
+        shared = float(scale * np.asarray(trace[f"{key}.shared_out"][p], np.float64) @ r) if cfg.d_shared else 0.0
+        total = float(np.asarray(trace[f"blocks.{layer}.mlp.out"][p], dtype=np.float64) @ r)
         out.append(ExpertEffects(layer, tuple(int(e) for e in trace[f"{key}.experts"][p]), effects, shared, total))
     return out

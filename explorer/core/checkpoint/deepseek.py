@@ -78,6 +78,10 @@ def _routing(hf: dict[str, Any], family: str, base: ModelConfig) -> dict[str, An
 
 
 def deepseek_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str]]:
+    if isinstance(hf.get("quantization_config"), dict):  # DeepSeek-V3/R1's hub files: FP8 blocks with scales
+        method = hf["quantization_config"].get("quant_method", "quantised")
+        raise CheckpointError(f"{family}: this directory holds {str(method)[:20]} weights; open a dequantised "
+                              "(bfloat16) copy")
     if family == "glm4_moe":
         base, notes = llama_config(hf, family)
         _, partial = rope(hf, family, ("rope_theta",), scaled_ok=True)
