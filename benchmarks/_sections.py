@@ -11,7 +11,14 @@ gpt2-1024          GPT-2 small (12 layers, d_model 768, 12 heads, vocabulary 50,
 llama1b-1024/8192  Llama-3.2-1B (16 layers, d_model 2048, 32/8 heads, SwiGLU 8192, vocab 128,256, tied)
 llama8b-1024/8192  Llama-3.1-8B (32 layers, d_model 4096, 32/8 heads, SwiGLU 14336, vocab 128,256)
 smollm2-4096       SmolLM2-135M (30 layers, d_model 576, 9/3 heads, SwiGLU 1536, vocab 49,152, tied)  4096
+olmoe-1024         OLMoE-1B-7B, 4 of its 16 layers (d_model 2048, 16 heads, 64 experts of 1024, top 8,  1024
+                   vocab 50,304): a mixture of experts on the CPU
+qwen3moe-1024      Qwen3-30B-A3B (48 layers, d_model 2048, 32/4 heads of 128, 128 experts of 768, top 8, 1024
+                   vocab 151,936): a mixture of experts on a GPU (bfloat16: 61 GB of weights)
 =================  ===========================================================================  ======
+
+The mixtures of experts' transformers baseline runs its default experts kernel (``grouped_mm`` where torch
+has it), ours runs each expert on its own tokens (core/moe.py).
 
 (RoPE without the llama3 frequency scaling: the cost is the same, and TransformerLens 3 takes the plain
 one.) ``--max-layers N`` and ``--tokens N`` make a *reduced run* (said in every header line) so that the
@@ -35,11 +42,21 @@ from dataclasses import dataclass
 import torch
 
 CONTEXT_MARGIN = 256  # room after the longest prompt for generate.py's new tokens
-GPU_SECTIONS = ["gpt2-1024", "llama1b-1024", "llama1b-8192", "llama8b-1024", "llama8b-8192"]
-CPU_SECTIONS = ["smollm2-4096"]
+GPU_SECTIONS = ["gpt2-1024", "llama1b-1024", "llama1b-8192", "llama8b-1024", "llama8b-8192", "qwen3moe-1024"]
+CPU_SECTIONS = ["smollm2-4096", "olmoe-1024"]
 SECTIONS = {"gpt2-1024": ("gpt2-small", 1024), "llama1b-1024": ("llama-3.2-1b", 1024),
             "llama1b-8192": ("llama-3.2-1b", 8192), "llama8b-1024": ("llama-3.1-8b", 1024),
-            "llama8b-8192": ("llama-3.1-8b", 8192), "smollm2-4096": ("smollm2-135m", 4096)}
+            "llama8b-8192": ("llama-3.1-8b", 8192), "smollm2-4096": ("smollm2-135m", 4096),
+            "olmoe-1024": ("olmoe-1b-7b", 1024), "qwen3moe-1024": ("qwen3-30b-a3b", 1024)}
+MOE_SHAPES = {  # (transformers' config class, model class, our family, the shape; full layers: the section's)
+    "olmoe-1b-7b": ("OlmoeConfig", "OlmoeForCausalLM", "olmoe", 4, dict(
+        vocab_size=50304, hidden_size=2048, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=16,
+        num_key_value_heads=16, num_experts=64, num_experts_per_tok=8, rope_theta=10000.0, clip_qkv=None)),
+    "qwen3-30b-a3b": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", "qwen3_moe", 48, dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, rope_theta=1000000.0, tie_word_embeddings=False)),
+}
 LLAMA_SHAPES = {
     "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                          num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True),
@@ -128,6 +145,15 @@ def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = N
                 hf = tf.GPT2LMHeadModel(config).eval()
                 cfg = gpt2_config(hf.config.to_dict())
                 weights = convert_gpt2(dict(hf.state_dict()), cfg)
+            elif shape in MOE_SHAPES:
+                from explorer.core.checkpoint.qwen_moe import convert_qwen_moe, qwen_moe_config
+
+                config_name, model_name, family, full_layers, shape_kw = MOE_SHAPES[shape]
+                shape_kw = dict(shape_kw, num_hidden_layers=min(full_layers, max_layers or full_layers))
+                config = getattr(tf, config_name)(**shape_kw, max_position_embeddings=max(4096, n) + CONTEXT_MARGIN)
+                hf = getattr(tf, model_name)(config).eval()
+                cfg, _ = qwen_moe_config(hf.config.to_dict(), family)
+                weights = convert_qwen_moe(dict(hf.state_dict()), cfg, family)
             else:
                 from explorer.core.checkpoint.llama import convert_llama, llama_config
 
@@ -204,6 +230,8 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
     api = "TransformerBridge.run_with_cache" if tlh.is_bridge(v) else "HookedTransformer.run_with_cache"
     c = section.loaded.config
     n = ids.shape[1]
+    if section.shape in MOE_SHAPES and not tlh.is_bridge(v):
+        return f"  TransformerLens {v} {api}: this script converts no mixture of experts for 3.x: skipped", None
     if tlh.is_bridge(v):  # every hook point (measured): per layer ~13 d_model-wide and 3 d_ff-wide tensors
         per_token = c.n_layers * (c.n_heads * n * 2 + 13 * c.d_model + 3 * c.d_ff)
     else:

@@ -24,6 +24,9 @@ same transformers model, default mode; TL 3.x: ``HookedTransformer``), its logit
 transformers' first. ``--max-layers`` / ``--tokens`` make a reduced run (said in the header), e.g. to
 show that the GPU sections run end to end on a CPU.
 
+Mixtures of experts (sections olmoe-1024 on the CPU, qwen3moe-1024 on a GPU): the same lines, transformers'
+experts kernel named beside its time.
+
 Usage: python benchmarks/capture.py [--lengths 128 512 1024] [--repeats 3] [--no-memory]
        python benchmarks/capture.py --device cuda --dtype bfloat16 [--sections llama1b-8192 ...]
        python benchmarks/capture.py --device cpu --sections gpt2-1024 llama8b-8192 --max-layers 2 --tokens 256
@@ -194,7 +197,9 @@ def run_sections(args, names: list[str]) -> None:
         trace.head(last, 0, "pattern")  # derived where the trace lives, then copied to the host
         t_head = time.perf_counter() - t0
         where = f"{spec.storage} ({'compact' if spec == CaptureSpec.compact(storage=spec.storage) else 'full'})"
-        print(f"  transformers {transformers_version()} plain forward  {t_hf:8.3f}s")
+        kernel = getattr(hf.config, "_experts_implementation", None) if ours.cfg.is_moe else None
+        print(f"  transformers {transformers_version()} plain forward  {t_hf:8.3f}s"
+              + (f"   (its experts kernel: {kernel}; ours runs each expert on its tokens)" if kernel else ""))
         print(f"  ours plain forward                 {t_ours:8.3f}s   ratio {t_ours / t_hf:5.2f}")
         print(f"  ours recording, {where:<18} {t_rec:8.3f}s   ratio {t_rec / t_hf:5.2f}   (target <= 1.2)")
         print(f"  ours capture() -> Trace            {t_cap:8.3f}s   ratio {t_cap / t_hf:5.2f}")

@@ -35,7 +35,8 @@ def add_intervention_arguments(parser: argparse.ArgumentParser) -> None:
     """--ablate SPEC (repeatable) and --ablate-mode: run the model with components switched off."""
     parser.add_argument("--ablate", action="append", default=[], metavar="SPEC",
                         help="switch a component off (repeatable): L.H a head, mlpL:N a neuron, attnL / mlpL a "
-                             "whole sublayer")
+                             "whole sublayer; expertL:E an expert (expertL:E:force into the top-k, expertL:E:x0.5 "
+                             "its router logit scaled; @P,Q at those tokens only)")
     parser.add_argument("--ablate-mode", default="zero", choices=["zero", "mean"],
                         help="zero, or the mean over the prompt's positions (default zero)")
 

@@ -8,19 +8,26 @@ enter, the FFN's activation and whether it is gated, and whether attention is ca
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from explorer.core.errors import CheckpointError
+from explorer.core.plan import LayerPlan, layer_plans, plan_problems
 
 Norm = Literal["layernorm", "rmsnorm", "none"]
 NormPlacement = Literal["pre", "post", "sandwich", "output"]  # sandwich: pre and output norms; output: OLMo 2
-QKNorm = Literal["none", "head", "per_head", "full"]
+QKNorm = Literal["none", "head", "per_head", "full", "head_unscaled"]  # head_unscaled: Llama 4 (no weight)
 Positions = Literal["learned", "sinusoidal", "rotary", "none"]
 Activation = Literal["gelu_tanh", "gelu", "relu", "silu"]
+# how a mixture of experts routes (core/moe.py): softmax then top-k (Mixtral, Qwen, OLMoE, DeepSeek-V2); top-k of the
+# logits then softmax (gpt-oss, GraniteMoE); sigmoid, top-k of sigmoid + bias (DeepSeek-V3, GLM-4.5); PhiMoE's
+# sparsemixer; top-k of the logits then sigmoid (Llama 4)
+Router = Literal["softmax_topk", "topk_softmax", "sigmoid_topk", "sparsemixer", "topk_sigmoid"]
 NORMS, NORM_PLACEMENTS, QK_NORMS = get_args(Norm), get_args(NormPlacement), get_args(QKNorm)
+ROUTERS = get_args(Router)
 # RoPE scaling types (explorer/core/rope.py computes them) and the keys each needs
 ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor", "max_position_embeddings"),
                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
@@ -34,15 +41,24 @@ POSITIONS, ACTIVATIONS = get_args(Positions), get_args(Activation)
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "vocab_size": (1, 1 << 22), "n_ctx": (1, 1 << 24), "d_model": (1, 1 << 16), "n_layers": (1, 1024),
     "n_heads": (1, 1024), "d_head": (1, 1 << 14), "d_ff": (0, 1 << 20), "n_kv_heads": (1, 1024),
-    "rotary_dim": (2, 1 << 14), "sliding_window": (1, 1 << 24), "token_types": (0, 1 << 16)}
+    "rotary_dim": (2, 1 << 14), "sliding_window": (1, 1 << 24), "token_types": (0, 1 << 16),
+    "attention_chunk": (1, 1 << 24), "d_head_v": (1, 1 << 14), "kv_lora_rank": (1, 1 << 16),
+    "q_lora_rank": (1, 1 << 16), "n_experts": (0, 1 << 16), "experts_per_token": (0, 1 << 10),
+    "d_expert": (0, 1 << 20), "d_shared": (0, 1 << 20), "moe_groups": (1, 1 << 16), "moe_topk_groups": (1, 1 << 16)}
 FLOAT_BOUNDS: dict[str, tuple[float, float]] = {"norm_eps": (0.0, 1.0), "rotary_base": (0.0, 1e15)}  # (low, high]
-_CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "positions": POSITIONS, "activation": ACTIVATIONS}
+_CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "positions": POSITIONS, "activation": ACTIVATIONS,
+            "moe_router": ROUTERS}
 _BOOLS = ("final_norm", "gated_ffn", "attn_only", "parallel_residual", "causal", "attn_bias", "mlp_bias",
-          "tie_embeddings", "norm_affine", "embed_norm", "mlm_head")
+          "tie_embeddings", "norm_affine", "embed_norm", "mlm_head", "attn_sinks", "moe_norm_topk",
+          "moe_router_bias", "moe_choice_bias", "moe_shared_gate", "moe_expert_bias", "moe_input_weight")
 _OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "attn_scale", "attn_softcap",
-             "final_softcap", "qkv_clip", "rotary_base_local")
+             "final_softcap", "qkv_clip", "rotary_base_local", "attention_chunk", "d_head_v", "kv_lora_rank",
+             "q_lora_rank", "attn_temperature", "moe_glu_limit")
 _FINITE = ("norm_offset", "embed_scale", "residual_scale", "logit_scale", "attn_scale", "attn_softcap",
-           "final_softcap", "qkv_clip", "rotary_base_local")  # finite numbers (or None where optional)
+           "final_softcap", "qkv_clip", "rotary_base_local", "attn_temperature", "attn_temperature_floor",
+           "moe_scale", "moe_jitter", "moe_glu_limit", "moe_glu_alpha")  # finite numbers (or None where optional)
+# per-layer lists (config.json gives lists; kept as tuples): layer numbers, or (layer_mixers) one name per layer
+_LAYER_LISTS = ("sliding_layers", "chunked_layers", "nope_layers", "moe_layers", "qk_norm_layers")
 
 
 def _type_problems(cfg: ModelConfig) -> list[str]:
@@ -73,9 +89,16 @@ def _type_problems(cfg: ModelConfig) -> list[str]:
         problems.append(f"attn_out_bias must be true, false or null (got {cfg.attn_out_bias!r:.60})")
     if not isinstance(cfg.qk_norm, str):
         problems.append(f"qk_norm must be a string (got {cfg.qk_norm!r:.60})")
-    layers = cfg.sliding_layers
-    if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
-        problems.append(f"sliding_layers must be a list of layer numbers (got {layers!r:.60})")
+    for name in _LAYER_LISTS:
+        layers = getattr(cfg, name)
+        if layers is None and name == "qk_norm_layers":
+            continue
+        if not isinstance(layers, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                            for i in layers):
+            problems.append(f"{name} must be a list of layer numbers (got {layers!r:.60})")
+    mixers = cfg.layer_mixers
+    if not isinstance(mixers, (list, tuple)) or not all(isinstance(m, str) for m in mixers):
+        problems.append(f"layer_mixers must be a list of mixer names (got {mixers!r:.60})")
     scaling = cfg.rope_scaling
     pairs = list(scaling.items()) if isinstance(scaling, dict) else scaling
     if not isinstance(pairs, (list, tuple)) or not all(
@@ -151,6 +174,7 @@ class ModelConfig:
     rotary_interleaved: bool = False  # GPT-J: rotary turns pairs (x_2i, x_2i+1), not (x_i, x_i+r/2)
     alibi: bool = False  # BLOOM: ALiBi, a per-head penalty -m_h * (i - j) on the scores instead of positions
     alibi_before_scale: bool = False  # Falcon-RW: the penalty is added before the scale, (q.k + bias) / sqrt(d_head)
+    nope_layers: tuple[int, ...] = ()  # layers without rotary positions (Llama 4's, SmolLM3's NoPE layers)
     # --- 3. attention: projections, q/k norms, scores (scale, bias, mask, cap), pattern, output
     causal: bool = True
     n_kv_heads: int | None = None  # grouped-query attention: fewer K/V heads than Q heads
@@ -163,6 +187,16 @@ class ModelConfig:
     attn_softcap: float | None = None  # Gemma 2: scores -> cap * tanh(scores / cap) before the mask
     sliding_window: int | None = None  # a sliding layer's query sees only the last W keys (itself included)
     sliding_layers: tuple[int, ...] = ()  # which layers slide (Gemma 2: every other one)
+    attention_chunk: int | None = None  # Llama 4: a chunked layer's query sees the keys of its own block of C
+    chunked_layers: tuple[int, ...] = ()  # which layers attend within chunks
+    qk_norm_layers: tuple[int, ...] | None = None  # the layers with the q/k norm (None: every layer; Llama 4: rotary ones)
+    attn_temperature: float | None = None  # Llama 4's NoPE layers: q x (1 + t * log1p(floor((pos + 1) / floor)))
+    attn_temperature_floor: float = 8192.0
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head joins every softmax row (the "sink"), then is dropped
+    d_head_v: int | None = None  # each head's v (and z) width where it differs from d_head (MLA)
+    kv_lora_rank: int | None = None  # multi-head latent attention (DeepSeek): K/V through a rank-r latent, rotary
+    q_lora_rank: int | None = None  #   on a separate slice of rotary_dim dimensions (d_head = no-rope + rotary_dim)
+    layer_mixers: tuple[str, ...] = ()  # one token mixer per layer (plan.Mixer); () = attention everywhere
     # --- 4. norms and the residual stream: where each sublayer's norm sits and how its output is added
     norm: Norm = "layernorm"
     norm_placement: NormPlacement = "pre"
@@ -178,6 +212,26 @@ class ModelConfig:
     activation: Activation = "gelu_tanh"
     gated_ffn: bool = False
     mlp_bias: bool = True
+    # mixtures of experts (core/moe.py): the blocks in moe_layers route each token to experts_per_token of
+    # n_experts gated FFNs of width d_expert (plus a shared expert of width d_shared where the family has one)
+    moe_layers: tuple[int, ...] = ()
+    n_experts: int = 0
+    experts_per_token: int = 0
+    d_expert: int = 0
+    moe_router: Router = "softmax_topk"
+    moe_norm_topk: bool = False  # the chosen experts' weights renormalised to sum to 1
+    moe_scale: float = 1.0  # the routed experts' weights times this (DeepSeek's routed_scaling_factor)
+    moe_groups: int = 1  # group-limited routing: experts in groups, the token's experts drawn from its best groups
+    moe_topk_groups: int = 1
+    moe_router_bias: bool = False  # gpt-oss: the router adds a bias per expert
+    moe_choice_bias: bool = False  # DeepSeek-V3: a bias per expert added for choosing only (not to the weights)
+    moe_jitter: float = 0.0  # PhiMoE's sparsemixer: experts within 2 x this (relative) of the chosen one share the softmax
+    d_shared: int = 0  # the shared expert's width (0: none)
+    moe_shared_gate: bool = False  # Qwen2-MoE: the shared expert's output times sigmoid(x . w_gate)
+    moe_expert_bias: bool = False  # gpt-oss: the experts' projections have biases
+    moe_input_weight: bool = False  # Llama 4: the routing weight multiplies the expert's input, not its output
+    moe_glu_limit: float | None = None  # gpt-oss: the clamped GLU (up + 1) * g * sigmoid(alpha * g), g and up clamped
+    moe_glu_alpha: float = 1.702
     # --- 6. output: the masked-LM head (encoders), the un-embedding, the logits' scale and cap
     mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
     tie_embeddings: bool = True
@@ -189,11 +243,14 @@ class ModelConfig:
         problems = _type_problems(self) or _range_problems(self)
         if not problems:
             # JSON gives lists: keep the frozen config hashable and comparable
-            object.__setattr__(self, "sliding_layers", tuple(int(i) for i in self.sliding_layers))
+            for name in _LAYER_LISTS:  # JSON gives lists: keep the frozen config hashable and comparable
+                if getattr(self, name) is not None:
+                    object.__setattr__(self, name, tuple(int(i) for i in getattr(self, name)))
+            object.__setattr__(self, "layer_mixers", tuple(self.layer_mixers))
             scaling = self.rope_scaling.items() if isinstance(self.rope_scaling, dict) else self.rope_scaling
             object.__setattr__(self, "rope_scaling", tuple(sorted(  # LongRoPE's per-frequency factors: tuples
                 (str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling)))
-            problems = self._attention_problems() + self._layout_problems()
+            problems = self._attention_problems() + self._layout_problems() + plan_problems(self)
         if problems:
             raise CheckpointError("invalid model configuration: " + "; ".join(problems))
 
@@ -235,6 +292,20 @@ class ModelConfig:
     def rope(self) -> dict[str, Any]:
         """The RoPE scaling parameters as a mapping (empty: plain rotary positions)."""
         return dict(self.rope_scaling)
+
+    @functools.cached_property
+    def plan(self) -> tuple[LayerPlan, ...]:
+        """One ``LayerPlan`` per block: its mixer, attention reach, rotary, head shapes, FFN (core/plan.py)."""
+        return layer_plans(self)
+
+    def layer(self, layer: int) -> LayerPlan:
+        """Block ``layer``'s plan (``cfg.plan[layer]``)."""
+        return self.plan[layer]
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any block is a mixture of experts."""
+        return bool(self.moe_layers)
 
     @property
     def kv_heads(self) -> int:
@@ -279,6 +350,18 @@ class ModelConfig:
         if self.attn_softcap or self.final_softcap:
             extras.append("soft-capped " + " and ".join(
                 name for name, cap in (("scores", self.attn_softcap), ("logits", self.final_softcap)) if cap))
+        if self.chunked_layers:
+            extras.append(f"chunked attention ({self.attention_chunk}) on {len(self.chunked_layers)} layers")
+        if self.nope_layers:
+            extras.append(f"no rotary on {len(self.nope_layers)} layers")
+        if self.attn_sinks:
+            extras.append("attention sinks")
+        if self.kv_lora_rank is not None:
+            extras.append(f"latent attention (rank {self.kv_lora_rank})")
+        if self.moe_layers:
+            shared = " + a shared expert" if self.d_shared else ""
+            extras.append(f"{self.n_experts} experts (top {self.experts_per_token}){shared} on "
+                          f"{len(self.moe_layers)} of {self.n_layers} layers")
         if self.qk_norm != "none":
             extras.append("q/k norms")
         if self.rope:

@@ -153,11 +153,18 @@ def trace_parts(trace: Trace) -> Iterator[tuple[str, ArrayPart]]:
         from explorer.core.interventions.spec import describe_all
 
         yield "interventions", ArrayPart(np.array(json.dumps(describe_all(trace.interventions))))
-    if cfg.has_ffn:
+    if cfg.has_ffn:  # a mixture-of-experts layer has no d_ff neurons of its own: NaN rows (its routing below)
         yield "mlp_activations", ArrayPart(shape=(L, n, cfg.d_ff), split=1, blocks=lambda: (
-            _f32(trace[f"blocks.{layer}.mlp.post"]) for layer in range(L)))
+            np.full((n, cfg.d_ff), np.nan, np.float32) if cfg.layer(layer).is_moe
+            else _f32(trace[f"blocks.{layer}.mlp.post"]) for layer in range(L)))
     else:  # attention-only models have no neurons: an empty axis keeps the documented rank
         yield "mlp_activations", ArrayPart(np.zeros((L, n, 0), dtype=np.float32))
+    if cfg.moe_layers:  # each MoE layer's routing: which experts each token went to, with what weight
+        moe = list(cfg.moe_layers)
+        yield "moe_layers", ArrayPart(np.array(moe, dtype=np.int64))
+        yield "moe_experts", ArrayPart(np.stack([trace[f"blocks.{la}.moe.experts"] for la in moe]).astype(np.int64))
+        yield "moe_weights", ArrayPart(np.stack([_f32(trace[f"blocks.{la}.moe.weights"]) for la in moe]))
+        yield "moe_router_logits", ArrayPart(np.stack([_f32(trace[f"blocks.{la}.moe.router_logits"]) for la in moe]))
 
 
 Progress = Callable[[str], None]

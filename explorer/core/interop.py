@@ -36,6 +36,7 @@ from explorer.core.config import ModelConfig
 from explorer.core.errors import ExplorerError
 from explorer.core.text import MESSAGE_LIMIT, shown
 from explorer.core.trace import Trace, TraceMeta
+from explorer.core.trace_keys import INTEGER_SITES, site_shape
 
 FORMAT = "transformer-explorer-trace"
 FORMAT_VERSION = "1"
@@ -55,7 +56,14 @@ TL_NAMES: dict[str, str] = {
     "mlp.pre": "mlp.hook_pre",
     "mlp.post": "mlp.hook_post",
     "mlp.out": "hook_mlp_out",
+    # mixtures of experts (TransformerLens 4's MoE bridge: the router is the block's gate, its output the logits)
+    "moe.router_logits": "mlp.gate.hook_out",
+    "moe.weights": "mlp.hook_expert_weights",     # [batch, pos, k]: what multiplies each chosen expert
+    "moe.experts": "mlp.hook_expert_indices",     # [batch, pos, k]: the chosen experts (int64)
+    "moe.shared_out": "mlp.shared_experts.hook_out",
 }
+# what TransformerLens has no hook for is written under our own key, prefixed (EXTRA), in our layout
+OWN_SITES = ("attn.sink", "attn.scores_precap", "moe.probs", "moe.choice", "moe.expert_out")
 _HEAD_MAJOR = ("attn.q", "attn.k", "attn.v", "attn.z")  # ours [H, n, dh] -> TL [batch, pos, H, dh]
 _STATS = ("mean", "var", "mean_square")
 _FLOAT = np.dtype(np.float32)
@@ -94,7 +102,19 @@ def tl_name(key: str, cfg: ModelConfig) -> str | None:
 def _tl_layout(site: str, array: np.ndarray) -> np.ndarray:
     if site in _HEAD_MAJOR:
         array = array.transpose(1, 0, 2)
-    return np.ascontiguousarray(array[None], dtype=_FLOAT)
+    return np.ascontiguousarray(array[None], dtype=_dtype(site))
+
+
+def _dtype(site: str) -> np.dtype:
+    return np.dtype(np.int64) if site in INTEGER_SITES else _FLOAT
+
+
+def router_scores(trace: Trace, layer: int) -> np.ndarray:
+    """TransformerLens 4's ``hook_router_scores`` [1, n, E]: each chosen expert's weight at its expert, 0 elsewhere."""
+    experts, weights = trace[f"blocks.{layer}.moe.experts"], trace[f"blocks.{layer}.moe.weights"]
+    scores = np.zeros((len(experts), trace.config.n_experts), dtype=_FLOAT)
+    np.put_along_axis(scores, experts, weights.astype(_FLOAT), axis=-1)
+    return scores[None]
 
 
 def _site(key: str) -> str:
@@ -103,28 +123,11 @@ def _site(key: str) -> str:
 
 
 def _shape_of(key: str, cfg: ModelConfig, n: int) -> tuple[int, ...]:
-    """Our shape of ``key`` for n tokens (from the configuration, without computing anything)."""
-    site = _site(key)
-    if site in ("attn.q", "attn.z"):
-        return (cfg.n_heads, n, cfg.d_head)
-    if site in ("attn.k", "attn.v"):
-        return (cfg.kv_heads, n, cfg.d_head)
-    if site in ("attn.scores", "attn.pattern"):
-        return (cfg.n_heads, n, n)
-    if site in ("mlp.pre", "mlp.post"):
-        return (n, cfg.d_ff)
-    if site == "logits":
-        return (n, cfg.vocab_size)
-    if site.split(".")[-1] in _STATS:
-        return _stat_shape(site, cfg, n)
-    return (n, cfg.d_model)
-
-
-def _stat_shape(site: str, cfg: ModelConfig, n: int) -> tuple[int, ...]:
-    """A norm statistic: one per position, or per head and position for per-head q/k norms (Qwen3, Gemma 3)."""
-    if cfg.qk_norm in ("head", "per_head") and site.startswith(("attn.q_norm.", "attn.k_norm.")):
-        return (cfg.n_heads if site.startswith("attn.q_norm.") else cfg.kv_heads, n)
-    return (n,)
+    """Our shape of ``key`` for n tokens (from the configuration and its per-layer plan, without computing anything)."""
+    match = re.match(r"^blocks\.(\d+)\.(.+)$", key)
+    if match:
+        return site_shape(cfg, match.group(2), n, int(match.group(1)))
+    return site_shape(cfg, key, n)
 
 
 def _tl_shape(site: str, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -154,8 +157,15 @@ def trace_entries(trace: Trace) -> list[Entry]:
         name = tl_name(key, cfg)
         site = _site(key)
         if name is not None:
-            entries.append(Entry(name, _tl_shape(site, _shape_of(key, cfg, n)), _FLOAT,
+            entries.append(Entry(name, _tl_shape(site, _shape_of(key, cfg, n)), _dtype(site),
                                  lambda k=key, s=site: _tl_layout(s, trace[k])))
+            if site == "moe.weights":
+                layer = int(key.split(".")[1])
+                entries.append(Entry(f"blocks.{layer}.mlp.hook_router_scores", (1, n, cfg.n_experts), _FLOAT,
+                                     lambda la=layer: router_scores(trace, la)))
+        elif site in OWN_SITES:
+            entries.append(Entry(EXTRA + key, _shape_of(key, cfg, n), _FLOAT,
+                                 lambda k=key: np.ascontiguousarray(trace[k], dtype=_FLOAT)))
         elif site.split(".")[-1] in _STATS:  # a norm statistic: TL's hook_scale once, ours kept as extras
             prefix = key.rsplit(".", 1)[0]
             shape = _shape_of(key, cfg, n)
@@ -270,8 +280,9 @@ def _our_key(name: str, cfg: ModelConfig) -> tuple[str, str] | None:
 
 
 def _from_file(site: str, array: np.ndarray) -> np.ndarray:
-    """Our layout of a tensor in the file: TL's layout less the batch axis (norm statistics are ours already)."""
-    if site.split(".")[-1] in _STATS:
+    """Our layout of a tensor in the file: TL's layout less the batch axis (norm statistics and our own
+    keys are ours already)."""
+    if site.split(".")[-1] in _STATS or site in OWN_SITES:
         return np.ascontiguousarray(array)
     if array.ndim < 2 or array.shape[0] != 1:
         raise ValueError(f"expected a leading batch axis of 1, got shape {tuple(array.shape)}")

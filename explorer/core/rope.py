@@ -14,7 +14,8 @@ angles agree to the last bit or two:
 * ``yarn``: a per-frequency blend of interpolated and original frequencies, and an
   ``attention_factor`` that scales cos and sin (and so the attention scores);
 * ``longrope`` (Phi-3/3.5/4-mini): a factor per frequency, short or long by the sequence length,
-  and an attention factor like YaRN's.
+  and an attention factor like YaRN's (PhiMoE: the short factors at every length, and its own
+  ``short_mscale`` / ``long_mscale`` by the sequence length, as its transformers code computes them).
 
 ``scaling`` is a plain mapping with the checkpoint's keys (``rope_type``, ``factor``,
 ``low_freq_factor``, ``original_max_position_embeddings``, ``beta_fast``, ...), plus
@@ -91,12 +92,15 @@ def _longrope(rotary_dim: int, base: float, s: Mapping[str, Any], seq_len: int |
     cache a token keeps the rotation it got when computed, as in transformers); cos and sin are scaled by
     sqrt(1 + ln(factor) / ln(original context)) unless the config gives ``attention_factor``."""
     original = s["original_max_position_embeddings"]
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim
+    if "short_mscale" in s and "long_mscale" in s:  # PhiMoE: the short factors always, its own scale by length
+        scale = s["long_mscale"] if seq_len and seq_len > original else s["short_mscale"]
+        return 1.0 / (torch.tensor(s["short_factor"], dtype=torch.float32) * base ** exponents), float(scale)
     factor = s.get("factor") or s["max_position_embeddings"] / original
     attention_factor = s.get("attention_factor")
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     ext = torch.tensor(s["long_factor"] if seq_len and seq_len > original else s["short_factor"], dtype=torch.float32)
-    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim
     return 1.0 / (ext * base ** exponents), float(attention_factor)
 
 

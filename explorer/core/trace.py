@@ -17,14 +17,21 @@ key                             shape               what
                                                     config says) + ALiBi bias (BLOOM), soft-capped if capped; masked (causal,
                                                     sliding window) entries -inf
 ``blocks.{l}.attn.scores_precap`` [H, n, n]         the scores before the soft cap (soft-capped models only)
-``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1
+``blocks.{l}.attn.pattern``     [H, n, n]           softmax of the scores, rows sum to 1 (with sinks: 1 - sink)
+``blocks.{l}.attn.sink``        [H, n]              gpt-oss: each row's weight on its head's sink
 ``blocks.{l}.attn.z``           [H, n, dh]          each head's output (pattern @ v)
 ``blocks.{l}.attn.out``         [n, d]              heads concatenated, times W_O (then output norm, residual
                                                     scale where the family has them): what is added
 ``blocks.{l}.resid_mid``        [n, d]              residual stream between attention and FFN
 ``blocks.{l}.ln2.mean/var``     [n]                 (``ln1_out``, ``ln2_out``: the sublayer output norms)
 ``blocks.{l}.mlp.pre/post``     [n, d_ff]           FFN neurons before / after the non-linearity
-``blocks.{l}.mlp.out``          [n, d]              FFN output added to the residual stream
+``blocks.{l}.mlp.out``          [n, d]              FFN output added to the residual stream (experts + shared)
+``blocks.{l}.moe.router_logits`` [n, E]             a mixture of experts' router logits (core/moe.py)
+``blocks.{l}.moe.probs/choice`` [n, E]              every expert's score; what the top-k is taken over
+``blocks.{l}.moe.experts``      [n, k] int64        each token's chosen experts, best first
+``blocks.{l}.moe.weights``      [n, k]              what multiplies each chosen expert's output
+``blocks.{l}.moe.expert_out``   [n, k, d]           each chosen expert's weighted output (derived on demand)
+``blocks.{l}.moe.shared_out``   [n, d]              the shared expert's output (after its gate)
 ``resid_final``                 [n, d]              after the last block, before the final norm
 ``ln_final.mean/var``           [n]
 ``logits``                      [n, V]
@@ -51,6 +58,7 @@ import numpy as np
 
 from explorer.core.cancel import CancelLike, checker
 from explorer.core.config import ModelConfig
+from explorer.core.trace_keys import KINDS, ON_DEMAND, block_sites, estimate_nbytes, kind_of  # noqa: F401
 
 if TYPE_CHECKING:  # torch stays out of the import path of code that only reads traces
     import torch
@@ -59,33 +67,9 @@ if TYPE_CHECKING:  # torch stays out of the import path of code that only reads 
     from explorer.core.chat.spans import ChatSpans
     from explorer.core.model import Transformer
 
-KINDS = ("embed", "resid", "norm", "qkv", "scores", "pattern", "attn", "mlp", "logits")
 STORAGE_DTYPES = ("float32", "float16")
 STORAGES = ("host", "device")
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.(.+)$")
-
-
-def kind_of(site: str) -> str:
-    """The capture kind a recording site belongs to."""
-    if site in ("embed", "pos_embed", "type_embed"):
-        return "embed"
-    if site.startswith("resid"):
-        return "resid"
-    if site.startswith(("ln1", "ln2", "ln_final", "ln_embed", "attn.q_norm.", "attn.k_norm.")):
-        return "norm"
-    if site in ("attn.q", "attn.k", "attn.v"):
-        return "qkv"
-    if site in ("attn.scores", "attn.scores_precap"):
-        return "scores"
-    if site == "attn.pattern":
-        return "pattern"
-    if site.startswith("attn."):
-        return "attn"
-    if site.startswith("mlp."):
-        return "mlp"
-    if site == "logits":
-        return "logits"
-    raise KeyError(site)
 
 
 @dataclass(frozen=True)
@@ -97,7 +81,7 @@ class CaptureSpec:
     with ``trace[key]`` crosses to the host.
     """
 
-    kinds: frozenset[str] = frozenset(k for k in KINDS if k not in ("scores", "pattern"))
+    kinds: frozenset[str] = frozenset(k for k in KINDS if k not in ON_DEMAND)
     layers: frozenset[int] | None = None
     dtype: str = "float32"
     storage: str = "host"
@@ -113,7 +97,8 @@ class CaptureSpec:
 
     @classmethod
     def full(cls, dtype: str = "float32", storage: str = "host") -> CaptureSpec:
-        """Everything except the n x n scores and patterns, which are derived per head on demand."""
+        """Everything except the n x n scores and patterns (derived per head on demand) and each chosen
+        expert's own output (n x k x d per MoE layer, derived by re-running the block)."""
         return cls(dtype=dtype, storage=storage)
 
     @classmethod
@@ -394,28 +379,15 @@ class Trace:
     def _layers_with(self, key_suffix: str) -> list[int]:
         return [layer for layer in range(self.config.n_layers) if f"blocks.{layer}.{key_suffix}" in self._arrays]
 
-    def _block_sites(self) -> list[str]:
-        cfg = self.config
-        sites = ["attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z", "attn.out", "resid_mid"]
-        if cfg.attn_softcap is not None:
-            sites.append("attn.scores_precap")
-        if cfg.norm != "none":
-            stats = ("mean", "var") if cfg.norm == "layernorm" else ("mean_square",)
-            sites += [f"{ln}.{s}" for ln in _norm_sites(cfg) for s in stats]
-        if cfg.has_ffn:
-            sites += ["mlp.pre", "mlp.post", "mlp.out"]
-        return sites
-
     def _derivable_keys(self) -> list[str]:
         keys = []
         with_qk = set(self._layers_with("attn.q")) & set(self._layers_with("attn.k"))
         rerun = set(self._layers_with("resid_pre")) if self._model is not None else set()
         for layer in range(self.config.n_layers):
             if layer in rerun:
-                keys += [f"blocks.{layer}.{site}" for site in self._block_sites()]
+                keys += [f"blocks.{layer}.{site}" for site in block_sites(self.config, layer)]
             elif layer in with_qk:
-                keys += [f"blocks.{layer}.attn.{kind}" for kind in _SCORE_KINDS if kind != "scores_precap"
-                         or self.config.attn_softcap is not None]
+                keys += [f"blocks.{layer}.attn.{kind}" for kind in _score_kinds(self.config)]
         if self._model is not None and "resid_final" in self._arrays:
             keys.append("logits")
         return keys
@@ -430,17 +402,34 @@ class Trace:
         computed where q and k are."""
         import torch
 
-        from explorer.core.model import attention_pattern, layer_scores, layer_window
+        from explorer.core.model import attention_pattern, layer_scores, pattern_and_sink
 
         cfg, n, m = self.config, q.shape[-2], k.shape[-2]
         q, k = _as_t(q), _as_t(k)
-        mask = _causal_mask(n, m, layer_window(cfg, layer), str(q.device)) if cfg.causal else None
+        mask = _layer_mask(cfg, layer, n, m, str(q.device))
         with torch.inference_mode():
             scores, precap = layer_scores(cfg, q, k, mask, heads)
-            views = {"scores": scores, "pattern": attention_pattern(scores)}
+            if cfg.attn_sinks:  # gpt-oss: the pattern shares each row with the head's sink
+                pattern, sink = pattern_and_sink(scores, self._sinks(layer, q.device)[heads])
+                views = {"scores": scores, "pattern": pattern, "sink": sink}
+            else:
+                views = {"scores": scores, "pattern": attention_pattern(scores)}
             if precap is not None:
                 views["scores_precap"] = precap
         return {name: self._native(t) for name, t in views.items()}
+
+    def _sinks(self, layer: int, device: Any) -> torch.Tensor:
+        """gpt-oss's sink logits of a layer [H] (weights: only a trace with its model derives patterns there)."""
+        import torch
+
+        from explorer.core.placement import weights_of
+
+        if self._model is None:
+            raise KeyError(f"deriving layer {layer}'s attention pattern needs the sinks' weights, which this trace "
+                           "does not have (it was opened from a file)")
+        attn = self._model.blocks[layer].attn
+        with weights_of(attn):
+            return attn.sinks.detach().to(device=device, dtype=torch.float32)
 
     def _remember(self, key: str, value: Any) -> Any:
         return self._cache.put(key, _readonly(value) if isinstance(value, np.ndarray) else value)
@@ -469,12 +458,12 @@ class Trace:
     def _rerun_block(self, layer: int, wanted: str) -> Any:
         import torch
 
-        from explorer.core.model import causal_mask, layer_window
+        from explorer.core.model import layer_mask
 
         model = self._model
         x = self._model_input(self._arrays[f"blocks.{layer}.resid_pre"], layer)
         n = x.shape[1]
-        mask = causal_mask(n, n, x.device, layer_window(self.config, layer)) if self.config.causal else None
+        mask = layer_mask(self.config, layer, n, n, x.device)
         recorder = Recorder(CaptureSpec(kinds=frozenset(KINDS) - {"scores", "pattern"}, layers=frozenset({layer}),
                                         dtype="float32", storage=self.storage))
         rec = recorder
@@ -508,54 +497,20 @@ def _as_t(value: Any) -> torch.Tensor:
 
 
 @lru_cache(maxsize=4)
-def _causal_mask(n: int, m: int, window: int | None = None, device: str = "cpu") -> torch.Tensor:
+def _layer_mask(cfg: ModelConfig, layer: int, n: int, m: int, device: str = "cpu") -> torch.Tensor | None:
     """The same mask as the forward pass's, kept for the per-head views (a trace asks for it often)."""
-    from explorer.core.model import causal_mask
+    from explorer.core.model import layer_mask
 
-    return causal_mask(n, m, device, window=window)
-
-
-_SCORE_KINDS = ("scores", "pattern", "scores_precap")
+    return layer_mask(cfg, layer, n, m, device)
 
 
-def _norm_sites(cfg: ModelConfig) -> list[str]:
-    """The norms inside a block whose statistics a trace records (explorer/core/model.py's Block)."""
-    if cfg.norm == "none":
-        return []
-    sites = []
-    if cfg.norm_placement != "output":
-        sites += ["ln1"] + (["ln2"] if cfg.has_ffn and not cfg.shared_norm else [])  # shared: one norm
-    if cfg.norm_placement in ("sandwich", "output"):
-        sites += ["ln1_out"] + (["ln2_out"] if cfg.has_ffn else [])
-    if cfg.qk_norm != "none":
-        sites += ["attn.q_norm", "attn.k_norm"]
-    return sites
+_SCORE_KINDS = ("scores", "pattern", "scores_precap", "sink")  # what q and k give (with the layer's recipe)
 
 
-def estimate_nbytes(config: ModelConfig, n: int, spec: CaptureSpec) -> int:
-    """How many bytes a trace of n tokens will store under ``spec`` (before running anything)."""
-    c = config
-    stats = {"layernorm": 2, "rmsnorm": 1, "none": 0}[c.norm]  # statistics recorded per norm
-    block_norms = [s for s in _norm_sites(c) if not s.startswith("attn.")]
-    qk_rows = {"none": 0, "full": 2, "head": c.n_heads + c.kv_heads, "per_head": c.n_heads + c.kv_heads}[c.qk_norm]
-    per_layer = {
-        "resid": 2 * n * c.d_model, "norm": stats * n * (len(block_norms) + qk_rows),
-        "qkv": (c.n_heads + 2 * c.kv_heads) * n * c.d_head,
-        "scores": c.n_heads * n * n * (1 if c.attn_softcap is None else 2), "pattern": c.n_heads * n * n,
-        "attn": c.n_heads * n * c.d_head + n * c.d_model,
-        "mlp": (2 * n * c.d_ff + n * c.d_model) if c.has_ffn else 0,
-    }
-    layers = c.n_layers if spec.layers is None else len(spec.layers)
-    total = sum(per_layer[k] for k in spec.kinds if k in per_layer) * layers
-    if "embed" in spec.kinds:  # the token rows, and the position rows where positions are added
-        total += n * c.d_model * (2 if c.positions in ("learned", "sinusoidal") else 1)
-    if "resid" in spec.kinds:
-        total += n * c.d_model
-    if "norm" in spec.kinds and c.final_norm:
-        total += stats * n
-    if "logits" in spec.kinds:
-        total += n * c.vocab_size
-    return total * np.dtype(spec.dtype).itemsize
+def _score_kinds(cfg: ModelConfig) -> list[str]:
+    """The views of a layer q and k give: scores and pattern, the scores before a soft cap, the sinks' weights."""
+    return [kind for kind in _SCORE_KINDS if (kind != "scores_precap" or cfg.attn_softcap is not None)
+            and (kind != "sink" or cfg.attn_sinks)]
 
 
 def capture(model: Transformer, token_ids: Sequence[int], tokens: Sequence[str],

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from explorer.core import attention as attention_module
 from explorer.core import model as model_module
 from explorer.core.config import ModelConfig
 from explorer.core.model import KVCache, Transformer, fusable, fused_attention, records_attention
@@ -89,7 +90,7 @@ def test_a_recorder_that_stores_scores_gets_the_explicit_path_and_the_same_trace
 def test_an_unfusable_mechanism_falls_back_to_the_explicit_math(monkeypatch):
     cfg = ModelConfig(**SHAPES["gpt2"])
     assert fusable(cfg)
-    monkeypatch.setattr(model_module, "UNFUSABLE_ATTENTION", ("causal",))  # any switch that is on
+    monkeypatch.setattr(attention_module, "UNFUSABLE_ATTENTION", ("causal",))  # any switch that is on
     assert not fusable(cfg)
     calls = []
     monkeypatch.setattr(model_module, "fused_attention", lambda *a: calls.append(a))

@@ -20,6 +20,9 @@ from explorer.core.tokenize.base import VocabTokenizer
 transformers = pytest.importorskip("transformers")
 
 GEMMA3_LAYERS = ["sliding_attention", "full_attention", "sliding_attention"]
+MOE = dict(num_experts_per_tok=2, experts_implementation="eager")
+MLA = dict(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12, q_lora_rank=24)
+
 # model_type -> (Config class, model class, overrides of decoder_reference.SMALL)
 TINY: dict[str, tuple[str, str, dict]] = {
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=64)),
@@ -55,6 +58,25 @@ TINY: dict[str, tuple[str, str, dict]] = {
     "falcon": ("FalconConfig", "FalconForCausalLM", dict(new_decoder_architecture=True, num_kv_heads=2,
                                                          pad_token_id=0)),
     "gptj": ("GPTJConfig", "GPTJForCausalLM", dict(rotary_dim=8, pad_token_id=0)),
+    # mixtures of experts (the full checks: test_family_moe.py)
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, **MOE)),
+    "phimoe": ("PhimoeConfig", "PhimoeForCausalLM", dict(num_local_experts=4, **MOE)),
+    "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM", dict(num_local_experts=4, **MOE)),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(num_experts=4, moe_intermediate_size=32,
+                                                                shared_expert_intermediate_size=48, **MOE)),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(num_experts=4, moe_intermediate_size=32, **MOE)),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(num_experts=4, **MOE)),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(num_local_experts=4, head_dim=16, sliding_window=4, **MOE)),
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM", dict(n_routed_experts=4, moe_intermediate_size=32,
+                                                                      first_k_dense_replace=1,
+                                                                      **MLA, **MOE)),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", dict(n_routed_experts=4, moe_intermediate_size=32,
+                                                                      first_k_dense_replace=1, n_group=2,
+                                                                      topk_group=1, **MLA, **MOE)),
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM", dict(n_routed_experts=4, moe_intermediate_size=32,
+                                                             first_k_dense_replace=1, **MOE)),
+    "llama4_text": ("Llama4TextConfig", "Llama4ForCausalLM", dict(num_local_experts=4, intermediate_size_mlp=80,
+                                                                  interleave_moe_layer_step=2, **MOE)),
 }
 
 

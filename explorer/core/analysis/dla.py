@@ -135,7 +135,7 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
         attn_out = per_head.sum(0) + b_O
         _check(attn_out, trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
         pieces = pieces + attn_out
-        if blk.mlp is not None:
+        if cfg.layer(layer).has_ffn:  # a dense FFN or a mixture of experts (its experts: analysis/experts.py)
             mlp_out = trace[f"blocks.{layer}.mlp.out"][p].astype(np.float64)
             mlp[layer] = float(mlp_out @ r)
             pieces = pieces + mlp_out

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from explorer.core.trace import Trace
 
 LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
-_PER_HEAD = ("attn.q", "attn.k", "attn.v", "attn.z")                     # [H, n, dh]
+_PER_HEAD = ("attn.q", "attn.k", "attn.v", "attn.z", "attn.sink")        # [H, n, dh] (a sink: [H, n])
 _SQUARE = ("attn.scores", "attn.scores_precap", "attn.pattern")          # [H, n, n]
 _HEAD_STATS = ("attn.q_norm.", "attn.k_norm.")                           # [H, n] or [n]
 

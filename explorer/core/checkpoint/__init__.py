@@ -60,10 +60,11 @@ def default_model_name() -> str:
 
 
 def supported_formats() -> str:
-    return ("native transformer-explorer directories; Hugging Face directories with model_type "
-            + ", ".join(repr(k) for k in FAMILIES) + "; nanoGPT ckpt.pt files"
+    # the long list of model types last: a message capped at its length loses its tail, not the other formats
+    return ("native transformer-explorer directories; nanoGPT ckpt.pt files"
             + "; GGUF files (" + ", ".join(gguf_config.ARCHS) + ")"
-            + f"; built-in models: {', '.join(builtin_names())}")
+            + f"; built-in models: {', '.join(builtin_names())}"
+            + "; Hugging Face directories with model_type " + ", ".join(repr(k) for k in FAMILIES))
 
 
 def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtype: str = "float32",

@@ -11,19 +11,24 @@ from __future__ import annotations
 from explorer.core.checkpoint import (
     bert,
     bloom,
+    deepseek,
     falcon,
     gemma,
     gpt2,
     gpt_neo,
+    gpt_oss,
     gptj,
     granite,
     llama,
+    llama4,
+    mixtral,
     neox,
     olmo,
     opt,
     phi,
     phi3,
     qwen,
+    qwen_moe,
     stablelm,
 )
 from explorer.core.checkpoint.family import Family
@@ -45,6 +50,11 @@ _MODULES = (
     bloom,     # BLOOM
     falcon,    # Falcon
     gptj,      # GPT-J
+    mixtral,   # mixtures of experts: Mixtral, PhiMoE, GraniteMoE
+    qwen_moe,  # Qwen2-MoE, Qwen3-MoE, OLMoE
+    gpt_oss,   # gpt-oss (attention sinks, experts)
+    deepseek,  # DeepSeek-V2, DeepSeek-V3 / R1 (latent attention, experts), GLM-4.5 (experts)
+    llama4,    # Llama 4 (experts between dense layers, chunked and NoPE layers)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}

@@ -17,8 +17,7 @@ from explorer.core.checkpoint.llama import llama_config, llama_family
 from explorer.core.config import ModelConfig
 
 
-def granite_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
-    family = "granite"
+def granite_config(hf: dict[str, Any], family: str = "granite") -> tuple[ModelConfig, list[str]]:
     base, notes = llama_config(hf, family)
     cfg = dataclasses.replace(
         base, arch=family, attn_bias=get_bool(hf, family, "attention_bias", False), mlp_bias=get_bool(hf, family, "mlp_bias", False),

@@ -15,6 +15,7 @@ Dynamic NTK scaling exists to run past the trained context, so its context is ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,6 +35,9 @@ from explorer.core.config import ModelConfig
 from explorer.core.errors import CheckpointError
 
 
+WINDOWED = ("mistral", "mixtral", "qwen3_moe", "phimoe")  # an optional sliding window on every layer
+
+
 def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig, list[str]]:
     """Llama or Mistral config.json -> (ModelConfig, notes)."""
     notes: list[str] = []
@@ -50,7 +54,7 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
         notes.append(f"Dynamic NTK RoPE scaling: beyond {scaling['max_position_embeddings']} tokens the rotary "
                      "frequencies depend on the sequence length, so a token's keys are rotated as they were when "
                      "it was computed (with the KV cache, as transformers does).")
-    window = hf.get("sliding_window") if family == "mistral" else None
+    window = hf.get("sliding_window") if family in WINDOWED else None
     if hf.get("use_sliding_window", True) is False:
         window = None
     if window is not None:
@@ -59,7 +63,7 @@ def llama_config(hf: dict[str, Any], family: str = "llama") -> tuple[ModelConfig
         if window >= n_ctx:  # a window as long as the context changes nothing
             window = None
         else:
-            notes.append(f"Mistral's sliding window: each token attends to itself and the {window - 1} tokens "
+            notes.append(f"A sliding window: each token attends to itself and the {window - 1} tokens "
                          "before it, in every layer (shown in the attention masks).")
     cfg = ModelConfig(
         arch=family, vocab_size=get_int(hf, family, "vocab_size"), n_ctx=n_ctx, d_model=d,
@@ -82,12 +86,14 @@ LLAMA_NAMES = {"self_attn.q_proj": "attn.W_Q", "self_attn.k_proj": "attn.W_K", "
 
 
 def convert_llama(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: str = "llama",
-                  names: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+                  names: dict[str, str] | None = None,
+                  rest: Callable[[Tensors, dict[str, torch.Tensor]], None] | None = None) -> dict[str, torch.Tensor]:
     """``model.layers.{i}.self_attn.q_proj`` ... -> ``blocks.{i}.attn.W_Q`` ...; nn.Linear layouts agree.
 
     ``names`` (theirs inside a layer -> ours) serves the families with Llama's layout (Qwen, Gemma,
-    OLMo, Granite, StableLM); a tensor is taken only where our model has it (norms without
-    parameters, absent biases)."""
+    OLMo, Granite, StableLM, the mixtures of experts); a tensor is taken only where our model has it (norms
+    without parameters, absent biases, the dense FFN of a dense layer only). ``rest(tensors, ours)`` takes
+    what the names do not (a mixture of experts' router and expert bank: checkpoint/experts.py)."""
     shapes, t = expected_shapes(cfg), Tensors(weights, family)
     out = {"embed.weight": t.take("model.embed_tokens.weight", shapes["embed.weight"])}
     names = LLAMA_NAMES if names is None else names
@@ -101,6 +107,8 @@ def convert_llama(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: st
         if f"ln_final.{kind}" in shapes:
             out[f"ln_final.{kind}"] = t.take(f"model.norm.{kind}", shapes[f"ln_final.{kind}"])
     out["unembed.weight"] = t.unembedding(out, cfg, shapes)
+    if rest is not None:
+        rest(t, out)
     t.finish()
     return out
 

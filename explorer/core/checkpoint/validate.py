@@ -17,6 +17,7 @@ Family modules get all of this without doing anything: the generic loader (``loa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -167,21 +168,27 @@ def meta_model(cfg: ModelConfig) -> Transformer:
 
 
 def parameter_count(cfg: ModelConfig) -> int:
-    """The weights ``Transformer(cfg)`` holds (tied embeddings once), from the shapes: one block is built on the
-    meta device and counted, so every architecture switch is counted as the model builds it."""
+    """The weights ``Transformer(cfg)`` holds (tied embeddings once), from the shapes: one block of each kind the
+    per-layer plan names is built on the meta device and counted, so every architecture switch is counted as the
+    model builds it."""
     def count(module: torch.nn.Module) -> int:
         return sum(p.numel() for p in module.parameters())
 
     d = cfg.d_model
     with torch.device("meta"), _NoInit():
-        block = count(Block(cfg))
+        kinds: dict = {}
+        for plan in cfg.plan:  # layers of the same plan (but their number) weigh the same
+            kind = dataclasses.replace(plan, layer=0)
+            if kind not in kinds:
+                kinds[kind] = count(Block(cfg, plan))
+        blocks = sum(kinds[dataclasses.replace(plan, layer=0)] for plan in cfg.plan)
         extra = count(make_norm(cfg, d)) if cfg.final_norm and cfg.norm != "none" else 0
         extra += count(make_norm(cfg, d)) if getattr(cfg, "embed_norm", False) else 0
         extra += count(MLMHead(cfg)) if getattr(cfg, "mlm_head", False) else 0
     extra += getattr(cfg, "token_types", 0) * d
     embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
     positions = cfg.n_ctx * d if cfg.positions == "learned" else 0
-    return embeddings + positions + cfg.n_layers * block + extra
+    return embeddings + positions + blocks + extra
 
 
 # --- memory ----------------------------------------------------------------------------------
@@ -288,7 +295,9 @@ def check_headers(file: Path, shapes: dict[str, tuple[int, ...]]) -> None:
             raise CheckpointError(f"{file}: tensor {name} belongs to block {block}, but the config has "
                                   f"{cfg.n_layers} layer{'s' if cfg.n_layers != 1 else ''}")
     d, ff = cfg.d_model, max(cfg.d_ff, 1)
-    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d)
+    experts = cfg.n_experts * d * cfg.d_expert * 2  # a mixture of experts' bank, gate and up fused in one tensor
+    latent = max(cfg.q_lora_rank or 0, cfg.kv_lora_rank or 0) * max(d, cfg.n_heads * 2 * cfg.d_head)  # MLA's
+    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts, latent)
     for name, n in counts.items():
         if n > largest:
             raise CheckpointError(f"{file}: tensor {name} has {n:,} elements, more than any tensor the config "

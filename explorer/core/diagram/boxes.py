@@ -16,6 +16,12 @@ from explorer.core.config import ModelConfig
 
 TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = ("TokenizationPanel", "EmbeddingsPanel", "AttentionPanel",
                                                "NeuronsPanel", "ResidualPanel", "MaskedTokensPanel")
+EXPERTS = "ExpertsPanel"  # the mixture-of-experts boxes (router, experts, shared expert)
+ROUTERS = {"softmax_topk": "softmax over every expert, then its top {k}",
+           "topk_softmax": "its top {k} logits, then a softmax over those",
+           "sigmoid_topk": "sigmoid of every logit; the top {k} (with a bias for choosing)",
+           "sparsemixer": "sparsemixer: the best and the next best, each weighted within its band",
+           "topk_sigmoid": "its top {k} logits; sigmoid of each scales the token into that expert"}
 ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU"}
 
 
@@ -92,36 +98,46 @@ def _shape(names: str, values: tuple[int, ...]) -> str:
 
 def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
     """What this layer's attention does besides q·k: heads, K/V heads, positions, mask, window, scale, cap."""
-    kv = cfg.kv_heads
-    lines = [f"{cfg.n_heads} head{'s' if cfg.n_heads > 1 else ''} of d_head {cfg.d_head}"
-             + ("" if kv == cfg.n_heads else f", {kv} K/V head{'s' if kv > 1 else ''} "
-                f"({'multi-query' if kv == 1 else 'grouped-query'}: {cfg.n_heads // kv} queries share one)")]
-    if cfg.qk_norm != "none":
-        lines.append(f"q/k norms ({norm_name(cfg)}, {cfg.qk_norm})")
+    plan = cfg.layer(layer)
+    H, kv = plan.n_heads, plan.n_kv_heads
+    lines = [f"{H} head{'s' if H > 1 else ''} of d_head {plan.d_head}"
+             + ("" if kv == H else f", {kv} K/V head{'s' if kv > 1 else ''} "
+                f"({'multi-query' if kv == 1 else 'grouped-query'}: {H // kv} queries share one)")]
+    if cfg.kv_lora_rank is not None:
+        lines.append(f"latent attention: K/V from a {cfg.kv_lora_rank}-number latent per token"
+                     + (f", q from a {cfg.q_lora_rank}-number one" if cfg.q_lora_rank else "")
+                     + f"; values of d {plan.d_head_v}")
+    if plan.qk_norm != "none":
+        lines.append(f"q/k norms ({norm_name(cfg)}, {plan.qk_norm})")
     if cfg.alibi:
         lines.append("ALiBi: a per-head penalty −m·(i − j) on the scores"
                      + (" (before the scale)" if cfg.alibi_before_scale else ""))
-    elif cfg.positions == "rotary":
-        dims = cfg.rotary_dim or cfg.d_head
-        base = cfg.rotary_base_local if cfg.rotary_base_local and layer in cfg.sliding_layers else cfg.rotary_base
-        lines.append(f"rotary: q, k turned by position ({dims} of {cfg.d_head} dims, base {base:g}"
+    elif plan.rotary:
+        dims = cfg.rotary_dim or plan.d_head
+        base = cfg.rotary_base_local if plan.local_rope else cfg.rotary_base
+        lines.append(f"rotary: q, k turned by position ({dims} of {plan.d_head} dims, base {base:g}"
                      + (", interleaved" if cfg.rotary_interleaved else "")
                      + (f", {cfg.rope.get('rope_type')} scaling" if cfg.rope else "") + ")")
+    elif cfg.positions == "rotary":
+        lines.append("no rotary on this layer (NoPE)" + (": q sharpened by position" if plan.temperature else ""))
     scale = "1/√d_head" if cfg.attn_scale is None else f"{cfg.attn_scale:g}"
     lines.append(f"scale {scale}")
-    window = cfg.sliding_window if layer in cfg.sliding_layers else None
     mask = "causal" if cfg.causal else "bidirectional (no mask)"
-    lines.append(mask + (f", sliding window {window}" if window else ""))
+    reach = {"sliding": f", sliding window {plan.window}", "chunked": f", within chunks of {plan.window}"}
+    lines.append(mask + reach.get(plan.attention, ""))
     if cfg.attn_softcap is not None:
         lines.append(f"soft cap {cfg.attn_softcap:g}·tanh(s/{cfg.attn_softcap:g})")
+    if cfg.attn_sinks:
+        lines.append("a learned sink per head takes a share of each row's softmax")
     return tuple(lines)
 
 
-def ffn_details(cfg: ModelConfig) -> tuple[str, ...]:
+def ffn_details(cfg: ModelConfig, d_ff: int | None = None) -> tuple[str, ...]:
     act = ACTIVATION_NAMES[cfg.activation]
+    d_ff = cfg.d_ff if d_ff is None else d_ff
     if cfg.gated_ffn:
-        return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {cfg.d_ff}")
-    return (f"{act}(x·W_in)", f"d_ff {cfg.d_ff}")
+        return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {d_ff}")
+    return (f"{act}(x·W_in)", f"d_ff {d_ff}")
 
 
 class _Builder:
@@ -203,23 +219,63 @@ def _norm(b: _Builder, layer: int, site: str, title: str, column: int, after: st
 
 
 def _attention(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
-    cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
-    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections", (cfg.n_heads, n, cfg.d_head),
-                "heads × n × d_head", p + "attn.q", ATTN, layer, column,
-                details=(f"q: {cfg.n_heads} × {n} × {cfg.d_head}, k and v: {cfg.kv_heads} × {n} × {cfg.d_head}",),
+    cfg, n, p, plan = b.cfg, b.n, f"blocks.{layer}.", b.cfg.layer(layer)
+    H, dh, dv = plan.n_heads, plan.d_head, plan.d_head_v
+    kv = H if cfg.kv_lora_rank is not None else plan.n_kv_heads
+    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections", (H, n, dh), "heads × n × d_head",
+                p + "attn.q", ATTN, layer, column,
+                details=(f"q: {H} × {n} × {dh}, " + (f"k and v: {kv} × {n} × {dh}" if dv == dh else
+                                                     f"k: {kv} × {n} × {dh}, v: {kv} × {n} × {dv}"),),
                 after=after, same_row=same_row)
-    scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (cfg.n_heads, n, n), "heads × n × n",
+    scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (H, n, n), "heads × n × n",
                    p + "attn.pattern", ATTN, layer, column, details=attention_details(cfg, layer), after=qkv)
     return b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
                  "n × d_model", p + "attn.out", RESID, layer, column,
-                 details=(f"each head: pattern @ v ({cfg.n_heads} × {n} × {cfg.d_head}), then concatenated",),
-                 after=scores)
+                 details=(f"each head: pattern @ v ({H} × {n} × {dv}), then concatenated",), after=scores)
+
+
+def moe_details(cfg: ModelConfig) -> tuple[str, ...]:
+    """What a mixture of experts does: its router's rule, its experts, the shared expert."""
+    lines = [f"router: one logit per expert ({cfg.n_experts}); "
+             + ROUTERS[cfg.moe_router].format(k=cfg.experts_per_token)]
+    if cfg.moe_groups > 1:
+        lines.append(f"only the experts of the token's best {cfg.moe_topk_groups} of {cfg.moe_groups} groups")
+    if cfg.moe_norm_topk:
+        lines.append("the chosen weights renormalised to sum to 1")
+    if cfg.moe_scale != 1.0:
+        lines.append(f"weights times {cfg.moe_scale:g}")
+    act = "clamped SwiGLU with biases" if cfg.moe_glu_limit is not None else f"gated {ACTIVATION_NAMES[cfg.activation]}"
+    lines.append(f"each expert: {act}, d_model → {cfg.d_expert} → d_model; it runs only on its tokens")
+    return tuple(lines)
+
+
+def _experts(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
+    """A mixture of experts: the router, the chosen experts (and the shared expert beside them), their sum."""
+    cfg, n, p = b.cfg, b.n, f"blocks.{layer}.moe."
+    E, k = cfg.n_experts, cfg.experts_per_token
+    router = b.add(f"L{layer}.moe.router", "router", f"Router → top {k} of {E} experts", (n, E), "n × experts",
+                   p + "probs", EXPERTS, layer, column, details=moe_details(cfg)[:-1], after=after, same_row=same_row)
+    experts = b.add(f"L{layer}.moe.experts", "experts", f"{k} experts per token", (n, k, cfg.d_expert),
+                    "n × k × d_expert", p + "weights", EXPERTS, layer, column, details=moe_details(cfg)[-1:],
+                    after=router)
+    ends = [experts]
+    if cfg.d_shared:
+        gate = " × sigmoid gate" if cfg.moe_shared_gate else ""
+        ends.append(b.add(f"L{layer}.moe.shared", "shared_expert", "Shared expert" + gate, (n, cfg.d_shared),
+                          "n × d_shared", p + "shared_out", EXPERTS, layer, column + 1,
+                          details=(f"every token: gated {ACTIVATION_NAMES[cfg.activation]}, d_model → {cfg.d_shared} "
+                                   "→ d_model",), after=after, same_row=True))
+    return b.add(f"L{layer}.ffn.out", "ffn_out", "Experts' weighted sum" + (" + shared" if cfg.d_shared else ""),
+                 (n, cfg.d_model), "n × d_model", f"blocks.{layer}.mlp.out", RESID, layer, column, after=tuple(ends))
 
 
 def _ffn(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
     cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
+    if cfg.layer(layer).is_moe:
+        return _experts(b, layer, column, after, same_row)
+    d_ff = cfg.layer(layer).d_ff
     neurons = b.add(f"L{layer}.ffn.in", "ffn_in", "FFN neurons" + (" (gated)" if cfg.gated_ffn else ""),
-                    (n, cfg.d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column, details=ffn_details(cfg),
+                    (n, d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column, details=ffn_details(cfg, d_ff),
                     after=after, same_row=same_row)
     return b.add(f"L{layer}.ffn.out", "ffn_out", "FFN down", (n, cfg.d_model), "n × d_model", p + "mlp.out",
                  RESID, layer, column, after=neurons)
@@ -260,7 +316,7 @@ def _block(b: _Builder, layer: int, stream: str) -> str:
     b.residual(stream, mid)
     if post:
         mid = _norm(b, layer, "ln1", f"{name} (after the add)", 0, mid)
-    if not cfg.has_ffn:
+    if not cfg.layer(layer).has_ffn:
         return mid
     into = _norm(b, layer, "ln2", name, 1, mid) if pre else mid
     ffn = _ffn(b, layer, 1, into)

@@ -99,6 +99,14 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
         row = np.asarray(a[t], dtype=np.float64)
         i = int(np.argmax(row))
         return Summary(f"strongest neuron {i}: {row[i]:.3g}", float(row[i]), _series(np.sort(row)[::-1][:16]))
+    if box.kind in ("router", "experts") and layer is not None:   # a mixture of experts: the token's routing
+        experts = trace[f"blocks.{layer}.moe.experts"][t]
+        weights = trace[f"blocks.{layer}.moe.weights"][t]
+        chosen = ", ".join(f"{int(e)} ({w:.2f})" for e, w in zip(experts, weights))
+        if box.kind == "router":
+            probs = np.sort(np.asarray(a[t], dtype=np.float64))[::-1][:16]
+            return Summary(f"experts {chosen}", float(weights[0]), _series(probs))
+        return Summary(f"ran experts {chosen}", float(np.sum(weights)), _series(np.asarray(weights, np.float64)))
     if box.kind == "unembed":
         top, p = unembed_top(trace, box.key, t)
         return Summary(f"next: {vocab_quoted(tokenizer, int(top[0]), 10)} {p[0]:.0%}", float(p[0]), _series(p))

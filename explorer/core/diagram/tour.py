@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from explorer.core.diagram.boxes import ATTN, EMBED, NEURONS, RESID, TOKENS, norm_name
+from explorer.core.diagram.boxes import ATTN, EMBED, EXPERTS, NEURONS, RESID, TOKENS, norm_name
 from explorer.core.diagram.summaries import softmax
 from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.trace import Trace
@@ -259,6 +259,8 @@ def _ffn(trace: Trace, t: int, L: int) -> TourStep:
         return TourStep("ffn", "9. The FFN", "This model has no FFN: its blocks are attention only. In most models, "
                         "each block's second half is a small network applied to every token on its own.",
                         (), {}, RESID, L, token=t)
+    if cfg.layer(L).is_moe:
+        return _experts(trace, t, L)
     post = trace[f"blocks.{L}.mlp.post"][t]
     top = np.argsort(-post, kind="stable")[:3]
     gate = "gate times up" if cfg.gated_ffn else "after the activation"
@@ -268,6 +270,30 @@ def _ffn(trace: Trace, t: int, L: int) -> TourStep:
         f"FFN output added to the stream: ‖·‖ = {_norm(trace[f'blocks.{L}.mlp.out'][t]):.4g}",)
     return TourStep("ffn", "9. The FFN's strongest neurons", text, lines,
                     {f"neuron_{int(i)}": float(post[i]) for i in top}, NEURONS, L, token=t)
+
+
+def _experts(trace: Trace, t: int, L: int) -> TourStep:
+    """A mixture of experts: the router's choice for this token, each chosen expert's weighted output."""
+    from explorer.core.analysis.experts import topk_margin
+
+    cfg, key = trace.config, f"blocks.{L}.moe"
+    experts, weights = trace[f"{key}.experts"][t], trace[f"{key}.weights"][t]
+    outputs = trace[f"{key}.expert_out"][t]
+    margin = topk_margin(trace, L)
+    text = (f"Here the FFN is a mixture of {cfg.n_experts} experts. The router scored every expert for this token "
+            f"and sent it to {cfg.experts_per_token} of them; each ran on the token alone, and their outputs, each "
+            "times its weight, were added" + (" with the shared expert's, which every token gets." if cfg.d_shared
+                                               else "."))
+    lines = tuple(f"expert {int(e)}: weight {float(w):.4f}, weighted output ‖·‖ = {_norm(o):.4g}"
+                  for e, w, o in zip(experts, weights, outputs))
+    gap = float(margin.margin[t])
+    if math.isfinite(gap):
+        lines += (f"the last expert in ({int(margin.kth[t])}) beat the best left out ({int(margin.next[t])}) "
+                  f"by {gap:.3g} in the router's scores",)
+    if cfg.d_shared:
+        lines += (f"shared expert's output: ‖·‖ = {_norm(trace[f'{key}.shared_out'][t]):.4g}",)
+    values = {f"expert_{int(e)}": float(w) for e, w in zip(experts, weights)}
+    return TourStep("ffn", "9. The experts this token went to", text, lines, values, EXPERTS, L, token=t)
 
 
 def _lens(trace: Trace, t: int, tokenizer: Any) -> TourStep:

@@ -20,6 +20,11 @@ def scores_formula(config: ModelConfig, layer: int) -> str:
     text = f"scores {scale}" + (" + ALiBi bias" if config.alibi else "")
     if config.attn_softcap:
         text += f", capped at \u00b1{config.attn_softcap:g}"
-    if config.sliding_window is not None and layer in config.sliding_layers:
-        text += f", sliding window {config.sliding_window}"
+    plan = config.layer(layer)
+    if plan.attention == "sliding":
+        text += f", sliding window {plan.window}"
+    elif plan.attention == "chunked":
+        text += f", within chunks of {plan.window}"
+    if config.attn_sinks:
+        text += ", with a sink per head"
     return text

@@ -57,5 +57,8 @@ def hook_point(hook_name: str, cfg: ModelConfig) -> HookPoint:
                        "it has no stream between them")
     if site in ("mlp.post", "mlp.out") and not cfg.has_ffn:
         raise SAEError(f"the SAE reads {hook_name}, but this model has no FFN sublayers")
+    if site == "mlp.post" and layer in getattr(cfg, "moe_layers", ()):
+        raise SAEError(f"the SAE reads {hook_name}, but layer {layer} is a mixture of experts: it has no d_ff "
+                       "neurons of its own (its experts have theirs)")
     width = {"attn.z": cfg.n_heads * cfg.d_head, "mlp.post": cfg.d_ff}.get(site, cfg.d_model)
     return HookPoint(hook_name, f"blocks.{layer}.{site}", site, layer, width, layer)

@@ -46,7 +46,7 @@ def feature_vector(sae: SAE, model: Any, feature: int) -> np.ndarray:
 def neuron_vector(model: Any, layer: int, neuron: int) -> np.ndarray:
     """Neuron ``neuron`` of block ``layer``'s FFN: its output weights (what one unit of it writes), [d_model]."""
     cfg = model.cfg
-    if not cfg.has_ffn or not 0 <= layer < cfg.n_layers or not 0 <= neuron < cfg.d_ff:
+    if not cfg.has_ffn or not 0 <= layer < cfg.n_layers or not 0 <= neuron < cfg.d_ff or layer in cfg.moe_layers:
         raise InterventionError(f"there is no neuron {layer}:{neuron} in this model")
     return model.blocks[layer].mlp.W_out.weight[:, neuron].detach().float().cpu().numpy().copy()
 

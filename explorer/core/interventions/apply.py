@@ -34,12 +34,22 @@ Interventions = Sequence[Intervention]
 
 
 def site_of(iv: Intervention, n_layers: int) -> tuple[str, int | None]:
-    """The (site, layer) of the forward pass where ``iv`` acts."""
+    """The (site, layer) of the forward pass where ``iv`` acts (an expert: its router's logits)."""
     if iv.target == "feature":
         return iv.value.hook.site, iv.value.hook.layer
     if iv.target in ("resid", "steer") and iv.layer == n_layers:
         return "resid_final", None
     return iv.site, iv.layer
+
+
+def sites_of(iv: Intervention, n_layers: int) -> list[tuple[str, int | None]]:
+    """Every site where ``iv`` acts: an expert switched off is -inf in its router's logits (its weight) and in
+    the scores the top-k is taken over (its choice: a sigmoid router's bias would otherwise still pick it);
+    forced, +inf in the choice; scaled, its logit."""
+    if iv.target != "expert":
+        return [site_of(iv, n_layers)]
+    return {"zero": [("moe.router_logits", iv.layer), ("moe.choice", iv.layer)],
+            "force": [("moe.choice", iv.layer)], "scale": [("moe.router_logits", iv.layer)]}[iv.mode]
 
 
 class Intervener:
@@ -57,8 +67,9 @@ class Intervener:
             for iv in group:
                 if iv.mode == "mean" and iv.value is None:
                     raise InterventionError(f"{iv.label}: resolve() the mean before running")
-                if site_of(iv, n_layers) not in skip:
-                    self._by_site[site_of(iv, n_layers)].append((b, iv))
+                for site in sites_of(iv, n_layers):
+                    if site not in skip:
+                        self._by_site[site].append((b, iv))
         self._values: dict[int, Tensor] = {}
 
     def __bool__(self) -> bool:
@@ -78,7 +89,7 @@ class Intervener:
         if todo:
             tensor = tensor.clone()
             for b, iv in todo:
-                self._apply(tensor, slice(None) if self.broadcast else slice(b, b + 1), iv)
+                self._apply(tensor, slice(None) if self.broadcast else slice(b, b + 1), iv, site)
         if self.inner is not None:
             out = self.inner(site, layer, tensor)
             return tensor if out is None else out
@@ -92,7 +103,7 @@ class Intervener:
             self._values[id(iv)] = cached
         return cached
 
-    def _apply(self, t: Tensor, rows: slice, iv: Intervention) -> None:
+    def _apply(self, t: Tensor, rows: slice, iv: Intervention, site: str = "") -> None:
         pos_dim = 2 if iv.site == "attn.z" else 1          # z: [B, H, n, dh]; the rest [B, n, ...]
         n = t.shape[pos_dim]
         wanted = range(self.start, self.start + n) if iv.positions is None else iv.positions
@@ -107,6 +118,12 @@ class Intervener:
             return
         if iv.target == "feature":                         # the SAE edits its own term (core/features/sae.py)
             iv.value.edit(t, rows, local, iv)
+            return
+        if iv.target == "expert":                          # router logits or choice scores [B, n, E]
+            if iv.mode == "scale":
+                t[rows, local, iv.index] *= float(iv.amount)
+            else:
+                t[rows, local, iv.index] = float("inf") if (iv.mode, site) == ("force", "moe.choice") else float("-inf")
             return
         if iv.mode == "zero":
             value: Tensor | float = 0.0

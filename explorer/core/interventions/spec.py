@@ -8,12 +8,16 @@ An :class:`Intervention` names
   stream after the last block, before the final norm);
   ``"feature"`` (one learned feature of an SAE at the SAE's hook point; ``value`` is the SAE, see
   ``core/features/edits.py``), ``"steer"`` (``amount`` times the vector ``value`` added to the residual
-  stream entering block ``layer``, at every position it names);
+  stream entering block ``layer``, at every position it names); ``"expert"`` (expert ``index`` of the
+  mixture of experts in block ``layer``: what its router makes of it, for the tokens ``positions`` names);
 * **how** (``mode``): ``"zero"``; ``"mean"`` (the mean over the prompt's positions of the same
   activation in the run without interventions, see :func:`~explorer.core.interventions.apply.resolve`);
   ``"patch"`` (the value the same site had in another run, position by position); for a feature
   ``"zero"`` (off), ``"clamp"`` (its activation set to ``amount``) or ``"scale"`` (multiplied by
-  ``amount``); a steer is ``"add"``;
+  ``amount``); a steer is ``"add"``; an expert ``"zero"`` (switched off: its router logit -inf, so the
+  token's experts are drawn from the rest and their weights renormalise as the family's do), ``"force"``
+  (into the token's top-k, with the weight the family gives it) or ``"scale"`` (its router logit times
+  ``amount``);
 * **where**: ``layer``, ``index`` (the head or the neuron), ``positions`` (None: every position).
 
 ``value`` holds the numbers a mode needs: for ``"patch"`` the other run's activation indexed by
@@ -31,10 +35,10 @@ import numpy as np
 
 from explorer.core.errors import ExplorerError
 
-TARGETS = ("head", "neuron", "attn", "mlp", "resid", "feature", "steer")
-MODES = ("zero", "mean", "patch", "clamp", "scale", "add")
-_INDEXED = ("head", "neuron", "feature")
-_MODES_OF = {"feature": ("zero", "clamp", "scale"), "steer": ("add",)}
+TARGETS = ("head", "neuron", "attn", "mlp", "resid", "feature", "steer", "expert")
+MODES = ("zero", "mean", "patch", "clamp", "scale", "add", "force")
+_INDEXED = ("head", "neuron", "feature", "expert")
+_MODES_OF = {"feature": ("zero", "clamp", "scale"), "steer": ("add",), "expert": ("zero", "force", "scale")}
 
 
 class InterventionError(ExplorerError):
@@ -61,7 +65,7 @@ class Intervention:
             raise InterventionError(f"a {self.target} intervention cannot be {self.mode!r}")
         if self.mode in ("clamp", "scale", "add") and self.amount is None:
             raise InterventionError(f"a {self.mode} needs an amount")
-        if self.target in _MODES_OF and self.value is None:
+        if self.target in ("feature", "steer") and self.value is None:
             what = "SAE" if self.target == "feature" else "vector"
             raise InterventionError(f"a {self.target} intervention needs its {what}")
         if (self.index is None) != (self.target not in _INDEXED):
@@ -75,13 +79,13 @@ class Intervention:
     def key(self) -> tuple:
         """Identity without the values: two interventions with equal keys change the same numbers alike."""
         base = (self.target, self.layer, self.index, self.mode, self.positions)
-        return base + (self.amount, self.source) if self.target in _MODES_OF else base
+        return base + (self.amount, self.source) if self.target in _MODES_OF else base  # (an expert's scale)
 
     @property
     def component(self) -> tuple:
         """What is changed (not how): the UI marks a component once whatever the mode."""
         base = (self.target, self.layer, self.index, self.positions)
-        return base + (self.source,) if self.target in _MODES_OF else base
+        return base + (self.source,) if self.target in ("feature", "steer") else base
 
     @property
     def site(self) -> str:
@@ -98,10 +102,12 @@ class Intervention:
         what = {"head": f"head {self.layer}.{self.index}", "neuron": f"neuron {self.layer}:{self.index}",
                 "attn": f"attn {self.layer}", "mlp": f"mlp {self.layer}", "resid": f"resid {self.layer}",
                 "feature": f"feature {self.index} ({self.source})", "steer": f"steer {self.layer} ({self.source})",
-                }[self.target]
+                "expert": f"expert {self.layer}:{self.index}"}[self.target]
         if self.positions is not None:
             what += "@" + ",".join(str(p) for p in self.positions)
-        how = "off" if (self.target, self.mode) == ("feature", "zero") else self.mode
+        how = "off" if self.mode == "zero" and self.target in ("feature", "expert") else self.mode
+        if (self.target, self.mode) == ("expert", "scale"):
+            return f"{what} logit x{self.amount:g}"
         if self.amount is not None and self.mode in ("clamp", "scale", "add"):
             how = {"clamp": f"clamp {self.amount:g}", "scale": f"x{self.amount:g}",
                    "add": f"{self.amount:+g}"}[self.mode]
@@ -122,17 +128,34 @@ class Intervention:
 
 
 SITES = {"head": "attn.z", "neuron": "mlp.post", "attn": "attn.out", "mlp": "mlp.out", "resid": "resid_pre",
-         "steer": "resid_pre"}
+         "steer": "resid_pre", "expert": "moe.router_logits"}  # an expert: also moe.choice (apply.sites_of)
 
 _SPEC = re.compile(r"^(?:(?P<layer>\d+)\.(?P<head>\d+)|mlp(?P<nl>\d+):(?P<neuron>\d+)|(?P<sub>attn|mlp)(?P<sl>\d+))$")
+_EXPERT = re.compile(r"^expert(?P<layer>\d+):(?P<expert>\d+)(?::(?P<how>off|force|x(?P<factor>[-+0-9.eE]+)))?"
+                     r"(?:@(?P<positions>\d+(?:,\d+)*))?$")
+SPEC_HELP = ("L.H (a head), mlpL:N (a neuron), attnL or mlpL (a whole sublayer), expertL:E (expert E of layer L "
+             "off; expertL:E:force into the top-k, expertL:E:x0.5 its router logit scaled; @P,Q at those tokens only)")
 
 
 def parse_spec(text: str, mode: str = "zero") -> Intervention:
-    """``L.H`` head H of layer L; ``mlpL:N`` neuron N of layer L's FFN; ``attnL`` / ``mlpL`` a sublayer."""
+    """``L.H`` head H of layer L; ``mlpL:N`` neuron N of layer L's FFN; ``attnL`` / ``mlpL`` a sublayer;
+    ``expertL:E[:off|:force|:xF][@P,Q]`` expert E of layer L's mixture of experts."""
+    e = _EXPERT.match(text.strip())
+    if e is not None:
+        how = e["how"] or "off"
+        if mode != "zero":
+            raise InterventionError(f"{text!r}: an expert is switched off, forced or scaled, not {mode}-ablated")
+        positions = tuple(int(p) for p in e["positions"].split(",")) if e["positions"] else None
+        if how.startswith("x"):
+            try:
+                amount = float(e["factor"])
+            except ValueError:
+                raise InterventionError(f"cannot read the factor in {text!r} (write e.g. expert3:5:x0.5)") from None
+            return Intervention("expert", int(e["layer"]), int(e["expert"]), "scale", positions, amount=amount)
+        return Intervention("expert", int(e["layer"]), int(e["expert"]), "zero" if how == "off" else "force", positions)
     m = _SPEC.match(text.strip())
     if m is None:
-        raise InterventionError(f"cannot read the intervention {text!r}: use L.H (a head), mlpL:N (a neuron), "
-                                "attnL or mlpL (a whole sublayer)")
+        raise InterventionError(f"cannot read the intervention {text!r}: use {SPEC_HELP}")
     if m["layer"] is not None:
         return Intervention("head", int(m["layer"]), int(m["head"]), mode)
     if m["neuron"] is not None:
@@ -150,8 +173,16 @@ def check(interventions: tuple[Intervention, ...] | list[Intervention], cfg: Any
             raise InterventionError(f"{iv.label}: this model has no FFN sublayers")
         if iv.target == "head" and not 0 <= iv.index < cfg.n_heads:
             raise InterventionError(f"{iv.label}: head {iv.index} is outside 0-{cfg.n_heads - 1}")
-        if iv.target == "neuron" and not 0 <= iv.index < cfg.d_ff:
+        if iv.target in ("neuron", "mlp") and iv.layer in getattr(cfg, "moe_layers", ()):
+            if iv.target == "neuron":
+                raise InterventionError(f"{iv.label}: layer {iv.layer} is a mixture of experts (its neurons are its "
+                                        f"experts'; switch an expert off instead: expert{iv.layer}:E)")
+        elif iv.target == "neuron" and not 0 <= iv.index < cfg.d_ff:
             raise InterventionError(f"{iv.label}: neuron {iv.index} is outside 0-{cfg.d_ff - 1}")
+        if iv.target == "expert" and iv.layer not in getattr(cfg, "moe_layers", ()):
+            raise InterventionError(f"{iv.label}: layer {iv.layer} has no experts")
+        if iv.target == "expert" and not 0 <= iv.index < cfg.n_experts:
+            raise InterventionError(f"{iv.label}: expert {iv.index} is outside 0-{cfg.n_experts - 1}")
         if iv.target == "feature" and not 0 <= iv.index < iv.value.d_sae:
             raise InterventionError(f"{iv.label}: feature {iv.index} is outside 0-{iv.value.d_sae - 1}")
         if iv.target == "steer" and np.shape(iv.value) != (cfg.d_model,):

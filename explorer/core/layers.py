@@ -1,0 +1,186 @@
+"""The modules a block is built from: norms, attention projections, the dense FFN, the KV cache.
+
+A ``Block`` is built from its ``LayerPlan`` (core/plan.py): its heads' shapes, its q/k norm, whether its
+attention is multi-head latent attention (core/mla.py), whether its FFN is dense or a mixture of experts
+(core/moe.py). The arithmetic is in ``model.Transformer.block_forward``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from explorer.core.attention import Rec, _no_capture, soft_cap
+from explorer.core.config import ModelConfig
+from explorer.core.errors import CheckpointError
+from explorer.core.plan import IMPLEMENTED_MIXERS, LayerPlan
+
+
+def activation(name: str) -> Callable[[Tensor], Tensor]:
+    return {
+        "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu": F.gelu,
+        "relu": F.relu,
+        "silu": F.silu,
+    }[name]
+
+
+class Norm(nn.Module):
+    """LayerNorm ((x - mean) / sqrt(var + eps) * w + b) or RMSNorm (x / sqrt(mean(x^2) + eps) * w).
+
+    Variants: ``offset`` (Gemma: RMSNorm times (1 + w)), ``affine=False`` (no w, b: OLMo),
+    ``heads`` (one weight per head, shape [heads, 1, d]: StableLM's q/k norms), ``bias=False``.
+    """
+
+    def __init__(self, kind: str, d: int, eps: float, offset: float = 0.0, affine: bool = True,
+                 heads: int | None = None, bias: bool = True) -> None:
+        super().__init__()
+        self.kind, self.eps, self.offset = kind, eps, offset
+        shape = (d,) if heads is None else (heads, 1, d)
+        self.weight = nn.Parameter(torch.full(shape, 1.0 - offset)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(shape)) if kind == "layernorm" and affine and bias else None
+
+    def forward(self, x: Tensor, rec: Rec = _no_capture, site: str = "", layer: int | None = None) -> Tensor:
+        if rec is not _no_capture:  # statistics cost a pass over x: only when someone looks
+            if self.kind == "layernorm":
+                var, mean = torch.var_mean(x.float(), dim=-1, unbiased=False)
+                rec(site + ".mean", layer, mean)
+                rec(site + ".var", layer, var)
+            else:
+                rec(site + ".mean_square", layer, x.float().pow(2).mean(-1))
+        if self.kind == "layernorm":
+            if self.weight is None or self.weight.dim() == 1:
+                return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+            y = F.layer_norm(x, x.shape[-1:], None, None, self.eps) * self.weight  # a weight per head
+            return y if self.bias is None else y + self.bias
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        if self.weight is None:
+            return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
+        if self.offset:  # Gemma: the factor (1 + w) in float32
+            return (x.float() * torch.rsqrt(variance + self.eps) * (self.offset + self.weight.float())).to(x.dtype)
+        return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+
+
+    def gain(self) -> Tensor | None:
+        """What the norm multiplies each dimension by after normalising: w, Gemma's (1 + w), or None
+        for a norm without weights (OLMo).  [d]"""
+        if self.weight is None:
+            return None
+        return self.weight + self.offset if self.offset else self.weight
+
+
+def make_norm(cfg: ModelConfig, d: int, heads: int | None = None, bias: bool = True) -> Norm:
+    return Norm(cfg.norm, d, cfg.norm_eps, cfg.norm_offset, cfg.norm_affine, heads, bias)
+
+
+class Attention(nn.Module):
+    """A block's attention projections for its plan: W_Q, W_K, W_V, W_O (and the q/k norms, the sinks), or
+    multi-head latent attention's (``kv_lora_rank``: DeepSeek; see core/mla.py)."""
+
+    def __init__(self, cfg: ModelConfig, plan: LayerPlan) -> None:
+        super().__init__()
+        H, Hkv, dh, dv, d = plan.n_heads, plan.n_kv_heads, plan.d_head, plan.d_head_v, cfg.d_model
+        out_bias = cfg.attn_bias if cfg.attn_out_bias is None else cfg.attn_out_bias
+        self.W_Q = self.W_K = self.W_V = None
+        if cfg.kv_lora_rank is not None:  # MLA: queries (maybe through a rank-q latent), K/V through a latent
+            from explorer.core.mla import add_latent_projections
+
+            add_latent_projections(self, cfg, plan)
+        else:
+            self.W_Q = nn.Linear(d, H * dh, bias=cfg.attn_bias)
+            self.W_K = nn.Linear(d, Hkv * dh, bias=cfg.attn_bias)
+            self.W_V = nn.Linear(d, Hkv * dv, bias=cfg.attn_bias)
+        self.W_O = nn.Linear(H * dv, d, bias=out_bias)
+        self.q_norm = self.k_norm = None
+        if plan.qk_norm in ("head", "per_head", "head_unscaled"):  # over each head's d_head numbers
+            per = plan.qk_norm == "per_head"
+            if plan.qk_norm == "head_unscaled":  # Llama 4: no weight
+                self.q_norm = Norm("rmsnorm", dh, cfg.norm_eps, affine=False)
+                self.k_norm = Norm("rmsnorm", dh, cfg.norm_eps, affine=False)
+            else:
+                self.q_norm = make_norm(cfg, dh, H if per else None, bias=not per)
+                self.k_norm = make_norm(cfg, dh, Hkv if per else None, bias=not per)
+        elif plan.qk_norm == "full":  # over all heads' numbers at once
+            self.q_norm, self.k_norm = make_norm(cfg, H * dh), make_norm(cfg, Hkv * dh)
+        # gpt-oss: one learned logit per head that joins every row of its scores in the softmax
+        self.sinks = nn.Parameter(torch.zeros(H)) if cfg.attn_sinks else None
+
+
+class FFN(nn.Module):
+    """A dense FFN: W_in (and W_gate when gated) d -> d_ff, the activation, W_out d_ff -> d."""
+
+    def __init__(self, cfg: ModelConfig, d_ff: int, bias: bool | None = None, gated: bool | None = None) -> None:
+        super().__init__()
+        bias = cfg.mlp_bias if bias is None else bias
+        self.W_in = nn.Linear(cfg.d_model, d_ff, bias=bias)
+        self.W_gate = nn.Linear(cfg.d_model, d_ff, bias=bias) if (cfg.gated_ffn if gated is None else gated) else None
+        self.W_out = nn.Linear(d_ff, cfg.d_model, bias=bias)
+
+
+class Block(nn.Module):
+    """One block as its plan says: norms, the attention, and a dense FFN or a mixture of experts (``moe``)."""
+
+    def __init__(self, cfg: ModelConfig, plan: LayerPlan) -> None:
+        super().__init__()
+        if plan.mixer not in IMPLEMENTED_MIXERS:
+            raise CheckpointError(f"layer {plan.layer}: its {plan.mixer} mixer is not one this app runs yet")
+        has_norm = cfg.norm != "none"
+        norm_in = has_norm and cfg.norm_placement != "output"  # pre-, post- or sandwich norms
+        norm_out = has_norm and cfg.norm_placement in ("sandwich", "output")  # on each sublayer's output
+        self.ln1 = make_norm(cfg, cfg.d_model) if norm_in else None
+        self.attn = Attention(cfg, plan)
+        self.ln2 = make_norm(cfg, cfg.d_model) if norm_in and plan.has_ffn and not cfg.shared_norm else None
+        self.mlp = FFN(cfg, plan.d_ff) if plan.ffn == "dense" else None
+        self.moe = None
+        if plan.is_moe:
+            from explorer.core.moe import MoE
+
+            self.moe = MoE(cfg)
+        self.ln1_out = make_norm(cfg, cfg.d_model) if norm_out else None
+        self.ln2_out = make_norm(cfg, cfg.d_model) if norm_out and plan.has_ffn else None
+
+
+class MLMHead(nn.Module):
+    """BERT's masked-LM head before the un-embedding: dense d -> d, activation, norm; and the output bias."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.norm = make_norm(cfg, cfg.d_model)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, per layer, so each new token costs one position."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.keys: list[Tensor | None] = [None] * n_layers
+        self.values: list[Tensor | None] = [None] * n_layers
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
+
+    def seen(self, layer: int) -> int:
+        """How many positions block ``layer`` holds (before this step's are added)."""
+        keys = self.keys[layer]
+        return 0 if keys is None else keys.shape[-2]
+
+    def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=-2)
+            v = torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+def output_logits(cfg: ModelConfig, logits: Tensor) -> Tensor:
+    """The un-embedding's output as the model reports it: Granite scales it, Gemma 2 soft-caps it."""
+    if cfg.logit_scale != 1.0:
+        logits = logits * cfg.logit_scale
+    if cfg.final_softcap is not None:
+        logits = soft_cap(logits, cfg.final_softcap)
+    return logits
