@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from explorer.core.analysis.dla import DLAError, _param
+from explorer.core.analysis.dla import DLAError, _param, final_reader
 from explorer.core.placement import weights_of
 
 if TYPE_CHECKING:
@@ -34,22 +34,12 @@ if TYPE_CHECKING:
 
 def _reader(trace: Trace, model, target: int, p: int, distractor: int | None) -> np.ndarray:
     """r [d]: a write x into the final stream at ``p`` moves the target's logit (minus the distractor's) by
-    x . r, the final norm's scale frozen at this position, as the DLA reads every piece (analysis/dla.py; its
-    ``final_reader`` on main computes the same r: use it here when the branches meet)."""
+    x . r, the final norm's scale frozen at this position: the DLA's own reader (``dla.final_reader``)."""
     cfg = trace.config
     with weights_of(model.unembed) as unembed:
         W_U = unembed.weight
         u = cfg.logit_scale * (_param(W_U[target]) - (_param(W_U[distractor]) if distractor is not None else 0.0))
-    ln = model.ln_final
-    if ln is None:
-        return u
-    x = trace["resid_final"][p].astype(np.float64)
-    with weights_of(ln):
-        w = _param(ln.weight) + float(ln.offset or 0.0) if ln.weight is not None else np.ones(cfg.d_model)
-    if ln.kind == "layernorm":                       # (x - mean x) / s * w . u = x . (wu - mean(wu)) / s
-        wu = w * u
-        return (wu - wu.mean()) / np.sqrt(x.var() + ln.eps)
-    return w * u / np.sqrt((x ** 2).mean() + ln.eps)
+    return final_reader(trace, model, p, u)[0]
 
 
 def moe_layers(config: ModelConfig) -> tuple[int, ...]:

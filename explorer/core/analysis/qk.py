@@ -115,6 +115,9 @@ def side_parts(trace: Trace, model: Transformer, layer: int, head: int, position
     from explorer.core.model import apply_rotary, apply_rotary_interleaved
 
     cfg, blk, dh = model.cfg, model.blocks[layer], model.cfg.d_head
+    if getattr(cfg, "kv_lora_rank", None) is not None:
+        raise SplitError("latent attention (DeepSeek's MLA): q and k come through compressed projections, each "
+                         "with its own norm, and a separate rotary slice; their split is not written yet")
     full = cfg.qk_norm == "full"
     with weights_of(blk.attn.W_Q if which == "q" else blk.attn.W_K) as proj:
         rows = slice(None) if full else slice(head * dh, (head + 1) * dh)

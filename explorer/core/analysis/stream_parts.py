@@ -137,7 +137,7 @@ def read_stream(trace: Trace, model: Transformer, layer: int, position: int, rea
             raise SplitError("a parallel block with post-norms: no model here has one, so its split is not written")
         parts: list[Part] = []
         values: list[np.ndarray] = []
-        if blk.mlp is not None:
+        if cfg.layer(layer_).has_ffn:  # a dense FFN or a mixture of experts: its mlp.out is what it added
             if post and blk.ln2 is not None:
                 n2 = frozen_at(trace, blk.ln2, f"blocks.{layer_}.ln2", position)
                 bias = bias + n2.bias_read(A)
