@@ -25,6 +25,7 @@ COMMANDS = {
     "train": "train one of the built-in models (shakespeare, induction) from scratch",
     "compare": "two models on the same prompt: residual cosines, attention and next-token divergences to compare.npz",
     "verify": "check a Hugging Face checkpoint or GGUF file against transformers' own model, layer by layer",
+    "corpus": "run a model over a corpus: every neuron's, feature's and head's evidence in a database (merge, info)",
 }
 
 
