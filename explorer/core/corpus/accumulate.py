@@ -5,7 +5,7 @@
   first, then the smaller id, so any split of the corpus into batches or runs gives the same top k.
   A batch's candidates come from ``torch.topk`` over the batch; where the k-th and the (k+1)-th value
   tie, those rows are ranked again on a 64-bit key (value bits, then position), still on the device.
-* ``UnitStats``: per unit, the sum and the sum of squares of its activations (float64), and a
+* ``UnitStats``: per unit, the sum and the sum of squares of its activations (summed in float64), and a
   histogram over ``BIN_EDGES``: fixed bins shared by every unit and every run (so runs add up),
   symmetric and logarithmic, four per decade from 1e-4 to 1e4 in magnitude, with a bin for exact 0;
   how often a unit fires (value > 0) is the count of the positive bins.
@@ -118,8 +118,8 @@ class UnitStats:
     def add(self, acts: torch.Tensor, g: torch.Tensor) -> None:
         """Activations [N, units] of the tokens numbered ``g`` [N] (increasing)."""
         acts = acts.float()
-        self.total += acts.sum(0).double()
-        self.total_sq += torch.linalg.vector_norm(acts, dim=0).double().square()
+        self.total += acts.sum(0, dtype=torch.float64)
+        self.total_sq += (acts * acts).sum(0, dtype=torch.float64)
         bins = torch.bucketize(acts, self.edges, out_int32=True) + self.offsets   # [N, units]
         self.hist += torch.bincount(bins.flatten(), minlength=self.hist.numel()).view_as(self.hist)
         self.top.add(acts.T, g)
