@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from explorer.core.analysis.attention import NAMES
-from explorer.core.cancel import CancelLike, Cancelled, checker
+from explorer.core.cancel import CancelLike, Cancelled, asker, checker
 from explorer.core.corpus import store
 from explorer.core.corpus.accumulate import BIN_EDGES
 from explorer.core.corpus.reading import Corpus, CorpusError
@@ -208,12 +208,13 @@ def _run(con: sqlite3.Connection, out: Path, meta: dict[str, Any], skip: int, lo
     state = RunState([g for s in sources for g in s.groups()], meta["k"],
                      (cfg.n_layers, cfg.n_heads) if meta["heads"] else None, cfg.causal, con if old else None)
     probe = Probe(sources, state, cfg.n_layers, cancel)
-    check = checker(cancel)
+    stop = asker(cancel)
     dtype = store.token_dtype(cfg.vocab_size)
     start = done["resume"] or Resume(tokens=0, window=0)
     t0, base, session = time.perf_counter(), done["seconds"], 0
     for b in batches(corpus, loaded.tokenizer, meta["window"], batch, start, skip, tokens):
-        check()
+        if stop():
+            return RunSummary(out, done["tokens"], done["windows"], False, True, done["seconds"])
         try:
             _forward(model, b, probe, state, loaded.device)
         except Cancelled:
