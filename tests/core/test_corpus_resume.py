@@ -42,8 +42,8 @@ def shakespeare():
 @pytest.fixture()
 def text(tmp_path) -> Path:
     path = tmp_path / "plays.txt"
-    path.write_text((ROOT / "models" / "shakespeare" / "heldout_sample.txt").read_text(encoding="utf-8"),
-                    encoding="utf-8")
+    path.write_text((ROOT / "models" / "shakespeare" / "heldout_sample.txt").read_text(encoding="utf-8")[:3000],
+                    encoding="utf-8")  # about 1,000 tokens: 21 batches
     return path
 
 
@@ -129,7 +129,7 @@ def test_hostile_corpus_files_end_in_one_line_without_losing_earlier_results(bad
             run_corpus(shakespeare, folder, out, window=W, batch=B, k=4)
         assert "\n" not in str(info.value)
         kept = tokens_kept(out)
-        assert kept >= 2000 if attempt == 0 else kept == first
+        assert kept >= 900 if attempt == 0 else kept == first
         first = kept
     args = ["corpus", "--checkpoint", "shakespeare", "--device", "cpu", "--corpus", str(folder), "--out", str(out),
             "--window", str(W), "--batch", str(B), "--top", "4"]
@@ -142,12 +142,12 @@ def test_hostile_corpus_files_end_in_one_line_without_losing_earlier_results(bad
 def test_a_huge_line_in_a_text_file_is_read_a_piece_at_a_time(shakespeare, tmp_path, monkeypatch):
     monkeypatch.setattr(reading, "CHUNK_BYTES", 1000)
     path = tmp_path / "line.txt"
-    path.write_text(("word " * 3000).strip() + "é" * 600, encoding="utf-8")  # one line, no newline, 2-byte chars
+    path.write_text(("word " * 1500).strip() + "é" * 600, encoding="utf-8")  # one line, no newline, 2-byte chars
     pieces = list(Corpus(path).pieces())
     assert len(pieces) > 10 and "".join(p.text for p in pieces) == path.read_text(encoding="utf-8")
     assert [p.last for p in pieces].count(True) == 1 and pieces[0].first
     summary = run_corpus(shakespeare, path, tmp_path / "run.db", window=W, batch=8, k=4, heads=False)
-    assert summary.complete and summary.tokens > 3000
+    assert summary.complete and summary.tokens > 1500
 
 
 def test_a_locked_database_ends_in_one_line_and_keeps_what_it_holds(shakespeare, text, tmp_path, capsys):

@@ -29,7 +29,7 @@ from explorer.core.cancel import CancelLike, Cancelled, asker, checker
 from explorer.core.corpus import store
 from explorer.core.corpus.accumulate import BIN_EDGES
 from explorer.core.corpus.reading import Corpus, CorpusError
-from explorer.core.corpus.state import RunState, load_progress, save_progress
+from explorer.core.corpus.state import RunState, Writer, load_progress, save_progress
 from explorer.core.corpus.units import UnitSource, unit_sources
 from explorer.core.corpus.windows import Batch, Resume, batches
 from explorer.core.text import shown
@@ -133,10 +133,15 @@ def fingerprint_sae(sae: Any) -> str:
 
 
 def default_batch(cfg: Any, window: int, device: torch.device) -> int:
-    """Windows per batch: about 16k tokens on an accelerator (4k on the CPU), and every layer's patterns of
-    a batch within 512 MB."""
-    tokens = 4096 if device.type == "cpu" else 16384
-    patterns = max(1, (512 << 20) // max(1, 4 * cfg.n_heads * window * window))
+    """Windows per batch: about 4k tokens on the CPU; on an accelerator about 32k, with one layer's patterns of a
+    batch within 1/32 of its memory (2.5 GB on an 80 GB GPU: a commit per batch is then a small share of the time)."""
+    from explorer.core.budget import device_memory
+
+    if device.type == "cpu":
+        tokens, room = 4096, 512 << 20
+    else:
+        tokens, room = 32768, max(256 << 20, device_memory(device) // 32)
+    patterns = max(1, room // max(1, 4 * cfg.n_heads * window * window))
     return max(1, min(tokens // window, patterns))
 
 
@@ -212,20 +217,26 @@ def _run(con: sqlite3.Connection, out: Path, meta: dict[str, Any], skip: int, lo
     dtype = store.token_dtype(cfg.vocab_size)
     start = done["resume"] or Resume(tokens=0, window=0)
     t0, base, session = time.perf_counter(), done["seconds"], 0
-    for b in batches(corpus, loaded.tokenizer, meta["window"], batch, start, skip, tokens):
-        if stop():
-            return RunSummary(out, done["tokens"], done["windows"], False, True, done["seconds"])
-        try:
-            _forward(model, b, probe, state, loaded.device)
-        except Cancelled:
-            return RunSummary(out, done["tokens"], done["windows"], False, True, done["seconds"])
-        elapsed = time.perf_counter() - t0
-        session += b.tokens
-        done = {"tokens": done["tokens"] + b.tokens, "windows": done["windows"] + b.ids.shape[0],
-                "batches": done["batches"] + 1, "seconds": base + elapsed, "resume": b.resume, "done": False}
-        state.save(con, b, dtype, done)
-        if progress is not None:
-            progress(_progress(done, session, elapsed, tokens, b.fraction))
+    writer = Writer(con)  # a batch's commit overlaps the next batch's forward pass
+    try:
+        for b in batches(corpus, loaded.tokenizer, meta["window"], batch, start, skip, tokens):
+            if stop():
+                writer.wait()
+                return RunSummary(out, done["tokens"], done["windows"], False, True, done["seconds"])
+            try:
+                _forward(model, b, probe, state, loaded.device)
+            except Cancelled:
+                writer.wait()
+                return RunSummary(out, done["tokens"], done["windows"], False, True, done["seconds"])
+            elapsed = time.perf_counter() - t0
+            session += b.tokens
+            done = {"tokens": done["tokens"] + b.tokens, "windows": done["windows"] + b.ids.shape[0],
+                    "batches": done["batches"] + 1, "seconds": base + elapsed, "resume": b.resume, "done": False}
+            writer.submit(state.snapshot(b, dtype, done))
+            if progress is not None:
+                progress(_progress(done, session, elapsed, tokens, b.fraction))
+    finally:
+        writer.wait()
     # the corpus is read to its end unless the asked-for tokens stopped it (a later run may ask for more)
     done = {**done, "resume": done["resume"] or start, "done": tokens is None or done["tokens"] < tokens}
     con.execute("BEGIN IMMEDIATE")

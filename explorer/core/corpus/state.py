@@ -9,6 +9,7 @@ and the place the stream continues; a crash between two commits loses only the b
 from __future__ import annotations
 
 import sqlite3
+import threading
 from typing import Any
 
 import numpy as np
@@ -53,42 +54,74 @@ class RunState:
             stats = self.units[key] = UnitStats(self.groups[key].units, self.k, device, self._saved.pop(key, None))
         return stats
 
-    def save(self, con: sqlite3.Connection, batch: Batch, token_dtype: str, progress: dict[str, Any]) -> None:
-        """Write the batch's windows and documents, what changed, and where to continue: one transaction."""
-        rows_top, rows_stats = [], []
-        for (source, layer), stats in self.units.items():
-            rows_top += _changed(source, layer, stats.top)
-            rows_stats.append((source, layer, store.blob(stats.total.cpu().numpy(), "float64"),
-                               store.blob(stats.total_sq.cpu().numpy(), "float64"),
-                               store.blob(stats.hist.cpu().numpy(), "int64")))
-        rows_heads, rows_chance = [], []
+    def snapshot(self, batch: Batch, token_dtype: str, progress: dict[str, Any]) -> dict[str, Any]:
+        """Host copies of what this batch changed (the accumulators go on changing on the device), for ``write``."""
+        top, stats = [], []
+        for (source, layer), unit in self.units.items():
+            top.append(_changed(source, layer, unit.top))
+            stats.append((source, layer, unit.total.cpu().numpy(), unit.total_sq.cpu().numpy(), unit.hist.cpu().numpy()))
+        heads, chance = [], []
         if self.heads is not None:
             h = self.heads
-            for layer, top in h.pairs.items():
-                rows_top += _changed("heads", layer, top)
-            rows_heads = [(layer, store.blob(h.sums[layer], "float64"), store.blob(h.counts[layer], "int64"))
-                          for layer in range(h.n_layers)]
-            rows_chance = [(name, float(h.chance_sums[s]), int(h.chance_counts[s])) for s, name in enumerate(NAMES)]
-        windows = store.window_rows(batch.first_window, batch.ids, batch.doc, batch.pos, token_dtype)
+            top += [_changed("heads", layer, pairs) for layer, pairs in h.pairs.items()]
+            heads = [(layer, h.sums[layer].copy(), h.counts[layer].copy()) for layer in range(h.n_layers)]
+            chance = [(name, float(h.chance_sums[s]), int(h.chance_counts[s])) for s, name in enumerate(NAMES)]
+        return {"batch": batch, "dtype": token_dtype, "top": [t for t in top if t is not None], "stats": stats,
+                "heads": heads, "chance": chance, "progress": dict(progress)}
+
+
+def write(con: sqlite3.Connection, commit: dict[str, Any]) -> None:
+    """A ``snapshot`` to the database: the batch's windows and documents, what changed, where to continue, in one
+    transaction (all or nothing)."""
+    batch = commit["batch"]
+    windows = store.window_rows(batch.first_window, batch.ids, batch.doc, batch.pos, commit["dtype"])
+    top = [row for args in commit["top"] for row in store.top_rows(*args)]
+    stats = [(s, layer, store.blob(t, "float64"), store.blob(q, "float64"), store.blob(h, "int64"))
+             for s, layer, t, q, h in commit["stats"]]
+    heads = [(layer, store.blob(s, "float64"), store.blob(c, "int64")) for layer, s, c in commit["heads"]]
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.executemany("INSERT OR REPLACE INTO windows VALUES (?, ?, ?)", windows)
+        con.executemany("INSERT OR IGNORE INTO documents VALUES (?, ?)", batch.documents)
+        con.executemany("INSERT OR REPLACE INTO top VALUES (?, ?, ?, ?, ?)", top)
+        con.executemany("INSERT OR REPLACE INTO stats VALUES (?, ?, ?, ?, ?)", stats)
+        con.executemany("INSERT OR REPLACE INTO heads VALUES (?, ?, ?)", heads)
+        con.executemany("INSERT OR REPLACE INTO chance VALUES (?, ?, ?)", commit["chance"])
+        save_progress(con, commit["progress"])
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+
+
+class Writer:
+    """Commits on a thread of its own, one at a time, while the model computes the next batch: ``submit`` waits for
+    the previous commit first, ``wait`` for the last (and raises what a commit raised)."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, commit: dict[str, Any]) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=self._write, args=(commit,), name="corpus-commit", daemon=True)
+        self._thread.start()
+
+    def _write(self, commit: dict[str, Any]) -> None:
         try:
-            con.execute("BEGIN IMMEDIATE")
-            con.executemany("INSERT OR REPLACE INTO windows VALUES (?, ?, ?)", windows)
-            con.executemany("INSERT OR IGNORE INTO documents VALUES (?, ?)", batch.documents)
-            con.executemany("INSERT OR REPLACE INTO top VALUES (?, ?, ?, ?, ?)", rows_top)
-            con.executemany("INSERT OR REPLACE INTO stats VALUES (?, ?, ?, ?, ?)", rows_stats)
-            con.executemany("INSERT OR REPLACE INTO heads VALUES (?, ?, ?)", rows_heads)
-            con.executemany("INSERT OR REPLACE INTO chance VALUES (?, ?, ?)", rows_chance)
-            save_progress(con, progress)
-            con.execute("COMMIT")
-        except BaseException:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            raise
-        for stats in self.units.values():
-            stats.top.changed.zero_()
-        if self.heads is not None:
-            for top in self.heads.pairs.values():
-                top.changed.zero_()
+            write(self.con, commit)
+        except BaseException as exc:  # noqa: BLE001 - handed to the run's thread by wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
 
 def save_progress(con: sqlite3.Connection, progress: dict[str, Any]) -> None:
@@ -111,12 +144,13 @@ def load_progress(con: sqlite3.Connection) -> dict[str, Any] | None:
             "resume": Resume.from_json(resume) if resume else None, "done": bool(row[5])}
 
 
-def _changed(source: str, layer: int, top: Any) -> list[tuple]:
+def _changed(source: str, layer: int, top: Any) -> tuple | None:
+    """(source, layer, units, values, ids) of the rows whose top list changed since the last call, or None."""
     rows = torch.nonzero(top.changed).flatten()
+    top.changed.zero_()
     if len(rows) == 0:
-        return []
-    return store.top_rows(source, layer, rows.cpu().numpy(), top.values[rows].cpu().numpy(),
-                          top.ids[rows].cpu().numpy())
+        return None
+    return source, layer, rows.cpu().numpy(), top.values[rows].cpu().numpy(), top.ids[rows].cpu().numpy()
 
 
 def _load_top(con: sqlite3.Connection, source: str, layer: int, units: int, k: int
