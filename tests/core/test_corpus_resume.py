@@ -144,7 +144,7 @@ def test_a_huge_line_in_a_text_file_is_read_a_piece_at_a_time(shakespeare, tmp_p
     path = tmp_path / "line.txt"
     path.write_text(("word " * 1500).strip() + "é" * 600, encoding="utf-8")  # one line, no newline, 2-byte chars
     pieces = list(Corpus(path).pieces())
-    assert len(pieces) > 10 and "".join(p.text for p in pieces) == path.read_text(encoding="utf-8")
+    assert len(pieces) >= 9 and "".join(p.text for p in pieces) == path.read_text(encoding="utf-8")
     assert [p.last for p in pieces].count(True) == 1 and pieces[0].first
     summary = run_corpus(shakespeare, path, tmp_path / "run.db", window=W, batch=8, k=4, heads=False)
     assert summary.complete and summary.tokens > 1500

@@ -5,6 +5,10 @@ two half-runs merged, and the command line. (tests/core/test_corpus.py is the tr
 from __future__ import annotations
 
 import json
+import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +92,9 @@ def test_neuron_top_k_and_distribution_equal_a_brute_force_scan(shakespeare, tex
             np.testing.assert_allclose(table["firing_rate"], (post > 0).mean(axis=0))
         first = run.top_examples("neurons", 0, 0)[0]
         assert first.doc_name.startswith("docs.jsonl:") and first.doc in (0, 1, 2)
+        prompt = run.prompt_ids(first)
+        assert prompt == windows[first.window][:first.index + 1].tolist()
+        assert run.token_text(prompt) == shakespeare.tokenizer.decode(prompt)
 
 
 def test_smaller_batches_give_the_same_top_lists(shakespeare, texts, tmp_path):
@@ -234,3 +241,21 @@ def test_command_line_runs_reads_and_merges(tmp_path, capsys, texts):
                  str(tmp_path / "e.db")]) == 2
     assert capsys.readouterr().err.strip().startswith("error: no corpus at")
     assert main(["corpus", "info", str(tmp_path / "missing.db")]) == 2
+    reader = ("import sys; from explorer.core.corpus import open_run; run = open_run(sys.argv[1]); "
+              "run.top_examples('neurons', 1, 2); run.head_ranking('induction'); print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", reader, str(tmp_path / "c.db")], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.strip() == "False"  # a panel or a notebook reads a run without torch
+
+
+def test_duplicate_token_and_induction_by_hand():
+    from explorer.core.analysis.attention import duplicate_token_score, induction_score
+
+    p = np.array([[1.0, 0, 0], [0.4, 0.6, 0], [0.5, 0.2, 0.3]])
+    ids = [5, 7, 5]  # query 2 repeats token 0: duplicate looks at key 0, induction at key 1 (what followed it)
+    assert duplicate_token_score(p, ids) == pytest.approx(0.5)
+    assert induction_score(p, ids) == pytest.approx(0.2)
+    assert chance_level("duplicate_token", ids) == pytest.approx(1 / 3)
+    assert chance_level("duplicate_token", [5, 5, 7]) == pytest.approx(1 / 2)  # query 1 sees 2 keys, one a repeat
+    assert math.isnan(chance_level("induction", [5, 5, 7]))  # its earlier occurrence is the previous token
+    assert math.isnan(duplicate_token_score(p, [1, 2, 3]))

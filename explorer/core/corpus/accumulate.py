@@ -140,7 +140,7 @@ class HeadStats:
         self._batch: tuple[np.ndarray, tuple, int, torch.Tensor] | None = None
         self._pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
 
-    def begin(self, ids: np.ndarray, g: np.ndarray, window: int) -> None:
+    def begin(self, ids: np.ndarray, g: np.ndarray, window: int, device: torch.device | str = "cpu") -> None:
         """A new batch of windows ``ids`` [B, n] whose tokens are numbered ``g`` [B, n]: chance levels now
         (they depend on the tokens only), the repeat pairs once for every layer."""
         for s, name in enumerate(NAMES):
@@ -148,7 +148,7 @@ class HeadStats:
             ok = ~np.isnan(chance)
             self.chance_sums[s] += chance[ok].sum()
             self.chance_counts[s] += int(ok.sum())
-        self._batch = (ids, repeat_pairs(ids), window, torch.as_tensor(g))
+        self._batch = (ids, repeat_pairs(ids), window, torch.as_tensor(g, device=device))
 
     def add(self, layer: int, pattern: torch.Tensor) -> None:
         """One layer's patterns [B, H, n, n] for the batch begun."""

@@ -274,6 +274,12 @@ class CorpusRun:
         """The token ids of a window, as the model read them."""
         return self._windows([int(window)])[int(window)][0]
 
+    def prompt_ids(self, example: Example | PairExample) -> list[int]:
+        """What the model had read when a top example happened: its window's tokens up to that token (the query's,
+        for a pair). A panel's "make it the prompt" runs these ids (``LoadedModel.trace_ids``)."""
+        index = example.index if isinstance(example, Example) else example.query_index
+        return self.window_ids(example.window)[:index + 1].tolist()
+
     def token_text(self, ids: list[int] | tuple[int, ...]) -> str:
         """The text of token ids (their bytes joined; invalid UTF-8 shown as U+FFFD)."""
         if not ids:

@@ -45,11 +45,12 @@ class Progress:
     tokens_per_second: float       # in this session
     seconds_left: float | None
     batches: int
+    estimated: bool = False        # the target is an estimate (no --tokens: the corpus's size in tokens is not known)
 
     def line(self) -> str:
         rate = f"{self.tokens_per_second:,.0f} tokens/s"
         left = "" if self.seconds_left is None else f", about {_duration(self.seconds_left)} left"
-        of = f" of {'about ' if self.target and self.target % 1 else ''}{self.target:,}" if self.target else ""
+        of = f" of {'about ' if self.estimated else ''}{self.target:,}" if self.target else ""
         return f"{self.tokens:,}{of} tokens, {rate}{left}"
 
 
@@ -105,7 +106,7 @@ class Probe:
             for group_layer, acts in source.activations(site, layer, tensor):
                 B, n, units = acts.shape
                 stats = self.state.unit(source.name, group_layer, acts.device)
-                stats.add(acts.reshape(B * n, units), self.g.to(acts.device))
+                stats.add(acts.reshape(B * n, units), self.g.to(acts.device))  # a no-op but on a placed model
         if site == "resid_final":
             raise _Enough
         return tensor
@@ -248,9 +249,9 @@ def _run(con: sqlite3.Connection, out: Path, meta: dict[str, Any], skip: int, lo
 def _forward(model: Any, b: Batch, probe: Probe, state: RunState, device: torch.device) -> None:
     ids = torch.as_tensor(b.ids, device=device)
     g = b.global_ids()
-    probe.g = torch.as_tensor(g.reshape(-1))
+    probe.g = torch.as_tensor(g.reshape(-1), device=device)  # the tokens' numbers, where the model computes
     if state.heads is not None:
-        state.heads.begin(b.ids, g, b.window)
+        state.heads.begin(b.ids, g, b.window, device)
     try:
         model(ids, probe)
     except _Enough:
@@ -265,4 +266,5 @@ def _progress(done: dict[str, Any], session: int, elapsed: float, limit: int | N
     if target is None and fraction > 0:
         target = int(done["tokens"] / min(1.0, fraction))  # the tokens so far scaled by the bytes read
     left = (target - done["tokens"]) / rate if rate > 0 and target else None
-    return Progress(done["tokens"], target, rate, max(0.0, left) if left is not None else None, done["batches"])
+    return Progress(done["tokens"], target, rate, max(0.0, left) if left is not None else None, done["batches"],
+                    limit is None)
