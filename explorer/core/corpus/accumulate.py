@@ -74,7 +74,7 @@ class TopK:
             rows = torch.nonzero(top[:, self.k - 1] == top[:, self.k]).flatten()
             top, where = top[:, :self.k], where[:, :self.k]
             if len(rows):
-                sub = values[rows]
+                sub = values[rows] + 0.0  # -0.0 becomes 0.0: equal floats, equal keys
                 key = (_ordered(sub) << 32) | (0xFFFFFFFF - torch.arange(M, device=sub.device, dtype=torch.int64))
                 exact = key.topk(self.k, dim=1).indices
                 top[rows], where[rows] = sub.gather(1, exact), exact
