@@ -234,6 +234,9 @@ def test_command_line_runs_reads_and_merges(tmp_path, capsys, texts):
     assert "(the whole corpus)" in capsys.readouterr().out
     assert main(["corpus", "info", str(tmp_path / "c.db")]) == 0
     assert "neurons: layers 0-3, 512 each" in capsys.readouterr().out
+    assert main(["corpus", "--checkpoint", "shakespeare", "--device", "cpu", "--corpus", str(corpus), "--window", "32",
+                 "--out", str(tmp_path / "a.db")]) == 2
+    assert "holds a run with another --window: give another --out" in capsys.readouterr().err
     assert main(args + ["--out", str(tmp_path / "d.db"), "--skip", "100"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "whole number of windows" in err

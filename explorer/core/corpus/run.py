@@ -72,6 +72,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+_WORDS = {"model_fingerprint": "model weights", "corpus_fingerprint": "corpus content", "sae_fingerprint": "SAE weights",
+          "window": "--window", "k": "--top", "sources": "set of units (--units, --sae)", "heads": "--no-heads"}
+
+
 class _Enough(Exception):
     """Raised by the probe once the last layer anything needs has run: the rest of the pass is not needed."""
 
@@ -198,7 +202,8 @@ def _run(con: sqlite3.Connection, out: Path, meta: dict[str, Any], skip: int, lo
     if old.get("merged_from"):
         raise CorpusError(f"{shown(str(out), 200)} is a merge of runs: it cannot be resumed; run into another --out")
     if old:
-        differ = [key for key in meta if old.get(key) != meta[key]] + (["skip"] if old.get("skip") != skip else [])
+        differ = [_WORDS.get(key, key) for key in meta if old.get(key) != meta[key]]
+        differ += ["--skip"] if old.get("skip") != skip else []
         if differ:
             raise CorpusError(f"{shown(str(out), 200)} holds a run with another {', '.join(differ)}: "
                               "give another --out to start a new run")

@@ -141,7 +141,7 @@ def batches(corpus: Corpus, tokenizer: Any, window: int, batch: int, start: Resu
         take(n)
         stream += n
         next_window = stream // window
-    del names[:-1]  # the document the run starts in keeps its name
+        del names[:-1]  # only the document the run starts in keeps its name (memory stays flat)
     while True:
         rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         first = next_window
