@@ -262,3 +262,24 @@ def test_duplicate_token_and_induction_by_hand():
     assert chance_level("duplicate_token", [5, 5, 7]) == pytest.approx(1 / 2)  # query 1 sees 2 keys, one a repeat
     assert math.isnan(chance_level("induction", [5, 5, 7]))  # its earlier occurrence is the previous token
     assert math.isnan(duplicate_token_score(p, [1, 2, 3]))
+
+
+def test_another_kind_of_unit_is_one_more_source(shakespeare, texts, tmp_path, monkeypatch):
+    """What a mixture of experts adds (the router's probability per expert at a site of its own) is a SiteSource
+    offered by one more factory; here a stand-in reads mlp.pre, and its top-k equal brute force."""
+    from explorer.core.corpus import units
+
+    monkeypatch.setattr(units, "SOURCE_FACTORIES", units.SOURCE_FACTORIES + [
+        lambda cfg, sae: units.SiteSource("experts", "expert", "mlp.pre", [0, 2], cfg.d_ff)])
+    corpus = write_jsonl(tmp_path / "docs.jsonl", texts)
+    summary = run_corpus(shakespeare, corpus, tmp_path / "run.db", window=W, batch=1000, k=K, heads=False,
+                         units={"experts"})
+    windows = pack(shakespeare.tokenizer, texts, W)
+    arrays = run_windows(shakespeare.model, windows)
+    g = token_numbers(windows)
+    with open_run(summary.path) as run:
+        assert [(grp.source, grp.layer) for grp in run.groups()] == [("experts", 0), ("experts", 2)]
+        pre = np.concatenate([a["blocks.2.mlp.pre"].reshape(-1, 512) for a in arrays])
+        for unit in (0, 77, 511):
+            values, ids = brute_top(pre[:, unit], g, K)
+            assert [e.window * W + e.index for e in run.top_examples("experts", 2, unit)] == ids.tolist()
