@@ -189,3 +189,20 @@ def test_parquet_without_pyarrow_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(CorpusError, match=r"reading Parquet needs pyarrow: pip install 'transformer-explorer\[parquet\]'"):
         Corpus(tmp_path / "d.parquet")
+
+
+def test_an_out_file_that_is_not_a_run_is_left_as_it_is(shakespeare, text, tmp_path):
+    note = tmp_path / "notes.db"
+    note.write_text("my notes, not a database\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match="is not a corpus run database"):
+        run_corpus(shakespeare, text, note, window=W, batch=B, k=4)
+    assert note.read_text(encoding="utf-8") == "my notes, not a database\n"
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE mine (x)")
+    con.commit()
+    con.close()
+    before = other.read_bytes()
+    with pytest.raises(CorpusError, match="is a database of another program"):
+        run_corpus(shakespeare, text, other, window=W, batch=B, k=4)
+    assert other.read_bytes() == before

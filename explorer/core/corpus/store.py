@@ -62,6 +62,11 @@ def connect(path: str | Path, readonly: bool = False, timeout: float = BUSY_SECO
                                   check_same_thread=False)
         else:
             con = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:  # another program's database: never written into
+                con.close()
+                raise CorpusError(f"{shown(str(path), 200)} is a database of another program, not a corpus run: "
+                                  "give another --out")
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=NORMAL")
             con.executescript(SCHEMA)
