@@ -28,6 +28,7 @@ COMMANDS = {
     "qk": "why a head attends from one token to another: its score split exactly into query part x key part terms",
     "ov": "what a head moves: its output split by source token, and what each token would add to the logits",
     "get": "download a model from the Hugging Face Hub into its cache (only when asked; resumable)",
+    "corpus": "run a model over a corpus: every neuron's, feature's and head's evidence in a database (merge, info)",
 }
 
 

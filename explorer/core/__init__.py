@@ -45,6 +45,10 @@ _EXPORTS = {
     "open_sae": "explorer.core.features.sae",
     "feature_intervention": "explorer.core.features.edits",
     "steer": "explorer.core.features.steering",
+    "run_corpus": "explorer.core.corpus.run",
+    "merge_runs": "explorer.core.corpus.merge",
+    "open_run": "explorer.core.corpus.read",
+    "CorpusRun": "explorer.core.corpus.read",
     "ExplorerError": "explorer.core.errors",
     "CheckpointError": "explorer.core.errors",
     "TokenizerError": "explorer.core.errors",
@@ -73,6 +77,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from explorer.core.interop import read_trace_safetensors, write_trace_safetensors
     from explorer.core.checkpoint.native import save_native
     from explorer.core.config import ModelConfig
+    from explorer.core.corpus.merge import merge_runs
+    from explorer.core.corpus.read import CorpusRun, open_run
+    from explorer.core.corpus.run import run_corpus
     from explorer.core.errors import CheckpointError, ExplorerError, PromptError, TokenizerError
     from explorer.core.generation.generate import GenerationResult, Step, generate, generate_steps
     from explorer.core.generation.sampling import SamplingParams

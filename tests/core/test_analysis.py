@@ -155,7 +155,7 @@ def test_head_statistics_on_fake_trace() -> None:
     ent = head_statistics(trace, "entropy")
     assert ent[0, 0] == 0.0 and ent[0, 1] > 0
     assert head_statistics(trace, lambda p, t: float(p.shape[0] + len(t)))[1, 1] == 2 * n
-    assert set(STATISTICS) == {"entropy", "first_token", "previous_token", "induction"}
+    assert set(STATISTICS) == {"entropy", "first_token", "previous_token", "duplicate_token", "induction"}
     with pytest.raises(ValueError):
         head_statistics(trace, "nonsense")
 

@@ -348,12 +348,15 @@ def layer_pooled_patterns(trace: Trace, layer: int, pixels: int, check: Callable
 def head_statistic(trace: Trace, layer: int, head: int, name: str,
                    check: Callable[[], None] | None = None) -> float:
     """One of ``analysis.attention.STATISTICS`` for one head, from its pattern's rows a chunk at a time
-    (the same numbers as the statistic of the whole [n, n] pattern, which is never built)."""
+    (the same numbers as the statistic of the whole [n, n] pattern, which is never built): the sums of
+    ``attention.statistic_sums`` over the chunks, divided by their counted rows."""
+    from explorer.core.analysis.attention import statistic_sums
+
     q, k = head_qk(trace, layer, head)
     n, m = q.shape[0], k.shape[0]
     if n != m:
         raise ValueError("head statistics need a square pattern")
-    ids = np.asarray(trace.token_ids).reshape(-1)
+    ids = np.asarray(trace.token_ids).reshape(1, -1)
     total, rows = 0.0, 0
     for r0 in range(0, n, CHUNK_ROWS):
         if check is not None:
@@ -361,25 +364,7 @@ def head_statistic(trace: Trace, layer: int, head: int, name: str,
         r1 = min(n, r0 + CHUNK_ROWS)
         scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, m)).double()
         p = torch.softmax(scores, dim=-1).numpy()  # [r, n], exact rows
-        i = np.arange(r0, r1)
-        if name == "entropy":
-            safe = np.where(p > 0, p, 1.0)
-            total += float(np.sum(-np.sum(p * np.log(safe), axis=-1)))
-            rows += r1 - r0
-        elif name == "first_token":
-            keep = i >= 1
-            total += float(p[keep, 0].sum())
-            rows += int(keep.sum())
-        elif name == "previous_token":
-            keep = i >= 1
-            total += float(p[keep, i[keep] - 1].sum())
-            rows += int(keep.sum())
-        elif name == "induction":
-            # after[i, c]: key c + 1 follows an earlier occurrence (c <= i - 2) of query i's token
-            after = (ids[None, :-1] == ids[r0:r1, None]) & (np.arange(n - 1)[None, :] <= i[:, None] - 2)
-            has = after.any(axis=1)
-            total += float(np.where(after, p[:, 1:], 0.0).sum(axis=1)[has].sum())
-            rows += int(has.sum())
-        else:
-            raise ValueError(f"unknown head statistic {name!r}")
+        sums, counted = statistic_sums(p[None, None], ids, r0, (name,))[name]
+        total += float(sums[0, 0])
+        rows += int(counted[0])
     return total / rows if rows else float("nan")
