@@ -283,3 +283,38 @@ def test_another_kind_of_unit_is_one_more_source(shakespeare, texts, tmp_path, m
         for unit in (0, 77, 511):
             values, ids = brute_top(pre[:, unit], g, K)
             assert [e.window * W + e.index for e in run.top_examples("experts", 2, unit)] == ids.tolist()
+
+
+def test_experts_of_a_mixture_of_experts_model_equal_a_brute_force_scan(tmp_path):
+    """A real MoE model (a tiny Qwen3-MoE with one dense layer): each expert's router score along the corpus is
+    a unit whose top contexts equal brute force; the dense layer's neurons are units, the MoE layers have none."""
+    import random
+
+    from decoder_reference import build
+    from moe_reference import EAGER
+
+    from explorer.core.checkpoint.in_memory import from_transformers
+    from explorer.core.tokenize.base import VocabTokenizer
+
+    model = build("Qwen3MoeConfig", "Qwen3MoeForCausalLM", num_experts=6, num_experts_per_tok=2, mlp_only_layers=[1],
+                  **EAGER)
+    loaded = from_transformers(model, VocabTokenizer([f"w{i}" for i in range(100)], split="words", name="words"),
+                               device="cpu")
+    rng = random.Random(0)
+    texts = [" ".join(f"w{rng.randrange(100)}" for _ in range(rng.randrange(20, 90))) for _ in range(6)]
+    corpus = write_jsonl(tmp_path / "docs.jsonl", texts)
+    summary = run_corpus(loaded, corpus, tmp_path / "moe.db", window=W, batch=1000, k=K, heads=False,
+                         units={"experts", "neurons"})
+    windows = pack(loaded.tokenizer, texts, W)
+    arrays = run_windows(loaded.model, windows)
+    g = token_numbers(windows)
+    moe = [layer for layer in range(loaded.config.n_layers) if loaded.config.layer(layer).is_moe]
+    with open_run(summary.path) as run:
+        groups = {(grp.source, grp.layer): grp.units for grp in run.groups()}
+        assert groups == {**{("experts", layer): 6 for layer in moe}, ("neurons", 1): loaded.config.layer(1).d_ff}
+        for layer in moe:
+            probs = np.concatenate([a[f"blocks.{layer}.moe.probs"].reshape(-1, 6) for a in arrays])
+            for expert in range(6):
+                values, ids = brute_top(probs[:, expert], g, K)
+                top = run.top_examples("experts", layer, expert)
+                assert_same_top([e.value for e in top], [e.window * W + e.index for e in top], values, ids)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from explorer.core.config import ModelConfig
     from explorer.core.features.sae import SAE
 
-EXPERT_SITE = "moe.router_probs"  # [B, n, n_experts]: the router's probability of every expert (MoE models)
+EXPERT_SITE = "moe.probs"  # [B, n, n_experts]: the router's score of every expert (MoE layers, core/moe.py)
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,13 @@ class SiteSource(UnitSource):
 
 
 class NeuronSource(SiteSource):
+    """The neurons of every dense FFN (a mixture of experts' layers have none of their own)."""
+
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__("neurons", "neuron", "mlp.post", list(range(cfg.n_layers)), cfg.d_ff)
+        dense = [layer for layer in range(cfg.n_layers) if cfg.layer(layer).ffn == "dense"]
+        width = max((cfg.layer(layer).d_ff for layer in dense), default=0)  # one width per source (every family
+        super().__init__("neurons", "neuron", "mlp.post",          # here has one width for its dense layers)
+                         [layer for layer in dense if cfg.layer(layer).d_ff == width], width)
 
 
 class FeatureSource(UnitSource):
@@ -105,7 +110,8 @@ class FeatureSource(UnitSource):
 
 
 def _neurons(cfg: ModelConfig, sae: SAE | None) -> UnitSource | None:
-    return NeuronSource(cfg) if cfg.has_ffn and cfg.d_ff > 0 else None
+    source = NeuronSource(cfg)
+    return source if source.layers and source.units > 0 else None
 
 
 def _features(cfg: ModelConfig, sae: SAE | None) -> UnitSource | None:
@@ -121,8 +127,7 @@ def _experts(cfg: ModelConfig, sae: SAE | None) -> UnitSource | None:
 
 
 def _is_moe(cfg: ModelConfig, layer: int) -> bool:
-    test = getattr(cfg, "is_moe_layer", None)
-    return bool(test(layer)) if callable(test) else True
+    return cfg.layer(layer).is_moe
 
 
 SOURCE_FACTORIES: list[Callable[[Any, Any], UnitSource | None]] = [_neurons, _features, _experts]
