@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from explorer.core.attention import apply_rotary, apply_rotary_interleaved
-from explorer.core.layers import Norm
+from explorer.core.modules import Norm
 
 if TYPE_CHECKING:
     from explorer.core.config import ModelConfig

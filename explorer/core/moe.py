@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from explorer.core.attention import Rec, _no_capture
-from explorer.core.layers import FFN, activation
+from explorer.core.modules import FFN, activation
 
 if TYPE_CHECKING:
     from explorer.core.config import ModelConfig

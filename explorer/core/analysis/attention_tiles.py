@@ -350,7 +350,7 @@ def head_statistic(trace: Trace, layer: int, head: int, name: str,
     """One of ``analysis.attention.STATISTICS`` for one head, from its pattern's rows a chunk at a time
     (the same numbers as the statistic of the whole [n, n] pattern, which is never built): the sums of
     ``attention.statistic_sums`` over the chunks, divided by their counted rows."""
-    from explorer.core.analysis.attention import statistic_sums
+    from explorer.core.analysis.head_sums import statistic_sums
 
     q, k = head_qk(trace, layer, head)
     n, m = q.shape[0], k.shape[0]

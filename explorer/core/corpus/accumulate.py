@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from explorer.core.analysis.attention import NAMES, repeat_pairs, statistic_sums
+from explorer.core.analysis.head_sums import NAMES, repeat_pairs, statistic_sums
 from explorer.core.analysis.chance import chance_levels
 
 _NEG = np.float32(-np.nextafter(np.float32(0), np.float32(1)))  # the negative float32 closest to 0

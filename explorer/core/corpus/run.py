@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from explorer.core.analysis.attention import NAMES
+from explorer.core.analysis.head_sums import NAMES
 from explorer.core.cancel import CancelLike, Cancelled, asker, checker
 from explorer.core.corpus import store
 from explorer.core.corpus.accumulate import BIN_EDGES

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from explorer.core.analysis.attention import NAMES
+from explorer.core.analysis.head_sums import NAMES
 from explorer.core.corpus import store
 from explorer.core.corpus.accumulate import N_BINS, HeadStats, UnitStats
 from explorer.core.corpus.units import Group
