@@ -95,7 +95,7 @@ def test_an_empty_cache_says_how_to_fill_it(qtbot, monkeypatch, tmp_path):
     dialog = HubCacheDialog()
     qtbot.addWidget(dialog)
     assert dialog.tree.topLevelItemCount() == 0 and not dialog.open_button.isEnabled()
-    assert "huggingface-cli download" in dialog.info.text()
+    assert "Get a model" in dialog.info.text() and "transformer-explorer get" in dialog.info.text()
 
 
 def test_file_menu_opens_a_cached_model_by_repo_id(qtbot, window, monkeypatch, tmp_path, tiny_checkpoint, settings):
