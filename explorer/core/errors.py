@@ -41,3 +41,8 @@ class VerifyRefused(ExplorerError):
 
 class ExportError(ExplorerError):
     """An export cannot be written where asked (a folder that is not an earlier export, a user's file in the way)."""
+
+
+class ArgumentError(ExplorerError, TypeError, ValueError):
+    """An argument of the Python API (or a command-line value) of the wrong type or out of range; the message
+    names the argument. Also a ``TypeError`` and a ``ValueError``, so code that caught those still does."""

@@ -119,6 +119,13 @@ class LoadedModel:
                            interventions, host_logits=False)
         return trace
 
+    def close(self) -> None:
+        """Let go of what the model keeps outside memory now: its offloaded blocks on disk (their subfolder of
+        ``--offload-dir``, core/offload_dir.py). The model cannot run offloaded blocks after this."""
+        from explorer.core.offload_dir import release_offload
+
+        release_offload(self.model)
+
     def info(self) -> dict[str, Any]:
         cfg = self.config
         return {"name": self.name, "source": self.source, "architecture": self.arch, "description": cfg.describe(),

@@ -37,6 +37,7 @@ def disk_offloaded(path, tmp_path, keep_blocks: int = 1):
     loaded = load_checkpoint(path, device="cpu")
     total = resident_bytes(loaded.model)
     budget = total - (len(loaded.model.blocks) - keep_blocks) * _block_bytes(loaded)
+    (tmp_path / "offload").mkdir(exist_ok=True)
     place(loaded.model, Placement("sequential", {"cpu": budget}, str(tmp_path / "offload")))
     return loaded, budget
 
@@ -152,6 +153,7 @@ def test_export_with_offload_writes_the_same_trace(llama_dir, tmp_path, capsys):
     size = resident_bytes(plain.model) // 2
     prompt = " ".join(str(i) for i in IDS)
     assert main(["export", "--checkpoint", str(llama_dir), "--prompt", prompt, "--out", str(tmp_path / "a")]) == 0
+    (tmp_path / "d").mkdir()
     flags = ["--device-map", "auto", "--max-memory", f"cpu={size}", "--offload-dir", str(tmp_path / "d")]
     assert main(["export", "--checkpoint", str(llama_dir), "--prompt", prompt, "--out", str(tmp_path / "b"),
                  *flags]) == 0
