@@ -34,7 +34,7 @@ import numpy as np
 
 from explorer.core.config import ModelConfig
 from explorer.core.errors import ExplorerError
-from explorer.core.text import MESSAGE_LIMIT, shown
+from explorer.core.text import MESSAGE_LIMIT, TOKEN_LIMIT, capped_text, capped_token, shown
 from explorer.core.trace import Trace, TraceMeta
 
 FORMAT = "transformer-explorer-trace"
@@ -316,10 +316,12 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
         if truncated is not None and (not str(truncated).isdigit() or not n <= int(truncated) <= 1 << 40):
             raise TraceFileError(f"{shown(path.name)}: truncated_from {shown(truncated, 40)!r} is not a token count "
                                  f"of at least {n}")
-        trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
-                               dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
-                               extra={"source_file": str(path), "prompt": meta.get("prompt", "")})
-        return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)
+        trace_meta = TraceMeta(model_name=shown(meta.get("model_name", "")), device=shown(meta.get("device", "cpu"), 40),
+                               dtype=shown(meta.get("dtype", "float32"), 40),
+                               truncated_from=int(truncated) if truncated else None,
+                               extra={"source_file": str(path), "prompt": capped_text(meta.get("prompt", ""), "prompt"),
+                                      "notes": _cut_notes(meta, tokens)})
+        return Trace(token_ids, [capped_token(t) for t in tokens], cfg, arrays, trace_meta, model=None)
     except ExplorerError as exc:
         if isinstance(exc, TraceFileError):
             raise TraceFileError(shown(str(exc), MESSAGE_LIMIT)) from None
@@ -327,6 +329,21 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
     except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: one line for the user
         raise TraceFileError(shown(f"cannot read {path.name} as a trace: {type(exc).__name__}: {exc}",
                                    MESSAGE_LIMIT)) from None
+
+
+def _cut_notes(meta: dict[str, str], tokens: list[str]) -> list[str]:
+    """What of the file's text was cut before it is shown (``explorer.core.text``): the prompt, the model's
+    name, tokens."""
+    notes = []
+    prompt, name = meta.get("prompt", ""), meta.get("model_name", "")
+    if capped_text(prompt) != prompt:
+        notes.append(f"the prompt in the file has {len(prompt):,} characters: only its start is shown")
+    if shown(name) != name:
+        notes.append(f"the model's name in the file has {len(name):,} characters: it is shown cut or escaped")
+    long_tokens = sum(len(t) > TOKEN_LIMIT for t in tokens)
+    if long_tokens:
+        notes.append(f"{long_tokens} token(s) longer than {TOKEN_LIMIT:,} characters are shown cut")
+    return notes
 
 
 def _checked_tokens(path: Path, meta: dict[str, str], cfg: ModelConfig) -> tuple[list[int], list[str]]:

@@ -24,6 +24,7 @@ from explorer.core.trace import CaptureSpec, Trace, capture
 
 
 ENCODERS = ("bert", "roberta", "distilbert")
+NOTE_LIMIT = 2_000  # one note about a model (a line of `info`, a tooltip)
 ENCODER_REASON = "this model is an encoder: it fills in masked tokens rather than continuing text"
 
 
@@ -64,6 +65,13 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)  # what the user should know: caps, stand-ins
     repo_id: str | None = None  # "org/name" when it was opened from the Hugging Face cache
     tensor_types: list[tuple[str, str]] = field(default_factory=list)  # a GGUF file's tensors and their types
+
+    def __post_init__(self) -> None:
+        # the name comes from the file (a config's "name", a GGUF's general.name): one line, escaped and capped
+        # before any widget or terminal shows it (a 50 MB name froze a label); each note capped likewise
+        name = self.name if isinstance(self.name, str) else str(self.name)
+        self.name = shown(name)
+        self.notes = [note if len(note) <= NOTE_LIMIT else shown(note, NOTE_LIMIT) for note in map(str, self.notes)]
 
     @property
     def config(self) -> ModelConfig:

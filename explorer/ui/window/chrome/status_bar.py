@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 NOTICE_MS = 8000
+NAME_CAP = 200  # characters of a model's name in the bar (the name is read from a file)
 
 
 def human_count(n: int) -> str:
@@ -86,7 +88,8 @@ class StatusBar(QStatusBar):
         self.warning.setVisible(bool(text))
 
     def show_model(self, info: dict[str, Any]) -> None:
-        self.fields["model"].setText(f"<b>{info['name']}</b>")
+        name = str(info["name"])  # capped in core (LoadedModel, the trace reader); capped again here, and escaped
+        self.fields["model"].setText(f"<b>{html.escape(name if len(name) <= NAME_CAP else name[:NAME_CAP] + '…')}</b>")
         self.fields["model"].setToolTip(f"{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
                                         f"context {info['context_length']}"
                                         + (f"\n{info['notes']}" if info.get("notes") else ""))
