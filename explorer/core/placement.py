@@ -104,7 +104,7 @@ def checked_budgets(budgets: object) -> dict[int | str, int]:
                             f"'cuda:0=20GiB,cpu=48GiB', not a {type(budgets).__name__}")
     checked: dict[int | str, int] = {}
     for key, size in budgets.items():
-        name = f"cuda:{key}" if isinstance(key, int) and not isinstance(key, bool) else shown(repr(key), 40)
+        name = f"cuda:{key}" if isinstance(key, int) and not isinstance(key, bool) else shown(key, 40)
         problem = _device_problem(key)
         if problem is not None:
             raise ArgumentError(f"--max-memory names {name}, but {problem}")
@@ -120,14 +120,14 @@ def checked_budgets(budgets: object) -> dict[int | str, int]:
     return checked
 
 
-def parse_size(text: str) -> int:
-    """'20GiB', '512MB', '3e9' -> bytes (at most 1 EiB)."""
+def parse_size(text: str, what: str = "") -> int:
+    """'20GiB', '512MB', '3e9' -> bytes (at most 1 EiB); ``what`` starts the message ("--max-memory cpu: ")."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]?I?B?)\s*", text, re.IGNORECASE)
     if not match or match.group(2).upper() not in _UNITS:
-        raise ArgumentError(f"cannot read the size {shown(repr(text), 60)}: write it like 20GiB, 512MB or 1000000")
+        raise ArgumentError(f"{what}cannot read the size {shown(repr(text), 60)}: write it like 20GiB, 512MB or 1000000")
     size = float(match.group(1)) * _UNITS[match.group(2).upper()]
     if not math.isfinite(size) or size > MAX_BUDGET:
-        raise ArgumentError(f"the size {shown(repr(text), 60)} is more than any machine has (at most 1 EiB)")
+        raise ArgumentError(f"{what}the size {shown(repr(text), 60)} is more than any machine has (at most 1 EiB)")
     return int(size)
 
 
@@ -148,7 +148,7 @@ def parse_max_memory(text: str | None) -> dict[int | str, int] | None:
             key = 0 if name == "cuda" else name
         else:
             raise ArgumentError(f"unknown device {shown(repr(name), 40)} in --max-memory: use cuda:N, cpu or mps")
-        budgets[key] = parse_size(size)
+        budgets[key] = parse_size(size, f"--max-memory {shown(name, 40)}: ")
     return budgets
 
 
