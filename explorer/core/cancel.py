@@ -59,7 +59,10 @@ def asker(cancel: CancelLike) -> Callable[[], bool]:
         return cancel.is_set  # type: ignore[union-attr]
     if callable(cancel):
         return lambda: bool(cancel())
-    raise TypeError(f"cancel must be a Cancel, a threading.Event, a callable or None, got {type(cancel).__name__}")
+    from explorer.core.errors import ArgumentError  # (errors imports this module)
+
+    raise ArgumentError(f"cancel must be a Cancel, a threading.Event, a callable or None, not a "
+                        f"{type(cancel).__name__}")
 
 
 def checker(cancel: CancelLike) -> Callable[[], None]:

@@ -46,3 +46,10 @@ class ExportError(ExplorerError):
 class ArgumentError(ExplorerError, TypeError, ValueError):
     """An argument of the Python API (or a command-line value) of the wrong type or out of range; the message
     names the argument. Also a ``TypeError`` and a ``ValueError``, so code that caught those still does."""
+
+
+class TraceKeyError(ExplorerError, KeyError):
+    """A key that a trace neither holds nor can derive. Also a ``KeyError`` (a trace reads like a mapping)."""
+
+    def __str__(self) -> str:  # KeyError's own str() would quote the message
+        return str(self.args[0]) if self.args else ""

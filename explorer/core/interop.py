@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from explorer.core import arguments
 from explorer.core.config import ModelConfig
 from explorer.core.errors import ExplorerError
 from explorer.core.text import MESSAGE_LIMIT, TOKEN_LIMIT, capped_text, capped_token, shown
@@ -231,6 +232,9 @@ def write_trace_safetensors(trace: Trace, target: str | os.PathLike[str], prompt
     """Write ``trace`` as safetensors under TransformerLens' names (atomically; one array in memory at a time)."""
     from explorer.core.export import atomic_path
 
+    arguments.instance(trace, Trace, "trace", "a Trace (LoadedModel.trace)")
+    arguments.path(target, "target")
+    arguments.instance(prompt, str, "prompt", "text (a str) or None", none=True)
     entries = trace_entries(trace)
     header = _header(entries, trace_metadata(trace, prompt))
     target = Path(target)
@@ -288,7 +292,7 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
     """
     from safetensors import safe_open
 
-    path = Path(path)
+    path = arguments.path(path, "path")
     try:
         with safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}

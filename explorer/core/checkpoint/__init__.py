@@ -78,9 +78,15 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
     ``placement`` (core/placement.py, needs accelerate) lays the model out across devices and offloads
     what does not fit to CPU memory or disk.
     """
-    if placement is not None:
-        from explorer.core.placement import require_accelerate
+    from explorer.core import arguments
+    from explorer.core.cancel import asker
 
+    arguments.function(progress, "progress")
+    asker(cancel)  # a wrong kind of cancel is one line now, not at the first tensor
+    if placement is not None:
+        from explorer.core.placement import Placement, require_accelerate
+
+        arguments.instance(placement, Placement, "placement", "a Placement")
         require_accelerate()
     source = default_model_name() if source is None else source
     if not isinstance(source, (str, os.PathLike)):
