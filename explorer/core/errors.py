@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from explorer.core.cancel import Cancelled
+
+class Cancelled(Exception):
+    """Raised inside a computation whose result is no longer wanted (not an error for the user); also
+    importable from ``explorer.core.cancel``, beside ``Cancel``."""
 
 
 class ExplorerError(Exception):
@@ -23,7 +26,7 @@ class PromptError(ExplorerError):
 
 class LoadCancelled(ExplorerError, Cancelled):
     """Loading a checkpoint was stopped by the user (between two tensors); nothing was replaced.
-    A ``Cancelled`` (explorer.core.cancel) that carries a message for the user."""
+    A ``Cancelled`` that carries a message for the user."""
 
 
 class InternalError(ExplorerError):
