@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 NOTICE_MS = 8000
-NAME_CAP = 200  # characters of a model's name in the bar (the name is read from a file)
+NAME_CAP = 60  # characters of a model's name in the bar (read from a file; longer ones widened the window)
 
 
 def human_count(n: int) -> str:
@@ -90,7 +90,7 @@ class StatusBar(QStatusBar):
     def show_model(self, info: dict[str, Any]) -> None:
         name = str(info["name"])  # capped in core (LoadedModel, the trace reader); capped again here, and escaped
         self.fields["model"].setText(f"<b>{html.escape(name if len(name) <= NAME_CAP else name[:NAME_CAP] + '…')}</b>")
-        self.fields["model"].setToolTip(f"{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
+        self.fields["model"].setToolTip(f"{name}\n{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
                                         f"context {info['context_length']}"
                                         + (f"\n{info['notes']}" if info.get("notes") else ""))
         layers = str(info.get("layers") or "")  # a placed model: "layers 0–17 cuda:0, 18–31 cpu"
