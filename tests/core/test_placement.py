@@ -185,3 +185,23 @@ def test_placement_options_need_accelerate(llama_dir, monkeypatch, capsys):
     assert main(["info", "--checkpoint", str(llama_dir), "--device-map", "auto"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install 'transformer-explorer[offload]'" in err
+
+
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.parametrize("value, names", [
+    (f"cuda:{max(7, _gpus())}=1GiB", f"no CUDA GPU {max(7, _gpus())}"), ("mps=1GiB", "no MPS device"),
+    ("disk=1GiB", "--offload-dir"), ("cpu=1e400GiB", "more than any machine has"),
+    (",".join(f"cuda:{i}=1GiB" for i in range(200)), f"cuda:{_gpus()}"),
+])
+def test_max_memory_for_what_this_machine_lacks_is_one_line(llama_dir, capsys, value, names):
+    """Issue 34: each of these was an internal error (accelerate's, or an overflow)."""
+    from explorer.cli import main
+
+    if value.startswith("mps") and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        value, names = "mps=1e30", "more than any machine has"  # a Mac: the device is there, the size is not
+    assert main(["info", "--checkpoint", str(llama_dir), "--max-memory", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and names in err[0] and "internal" not in err[0], err
