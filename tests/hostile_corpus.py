@@ -550,6 +550,10 @@ def check(case: Case) -> str | None:
     r = case.result
     # progress lines ("[   0.0 s] traced 3 tokens ...", `export` on stderr) are not messages about the input
     lines = [line for line in r["stderr"].splitlines() if line.strip() and not PROGRESS_LINE.match(line)]
+    from hostile_corpus_safety import lost
+
+    if lost(case):  # first: a case that lost data is counted as data loss, whatever else it did
+        return lost(case)
     if r["hung"]:
         return f"hung for {HANG_LIMIT_S} s"
     if r["exit"] != case.exit_ok:
@@ -565,9 +569,8 @@ def check(case: Case) -> str | None:
     if r["extra_rss_mb"] >= case.extra_rss_limit_mb:
         return f"used {r['extra_rss_mb']} MB more"
     from hostile_corpus_more import extra_problem
-    from hostile_corpus_safety import extra_problem as safety_problem
 
-    return extra_problem(case, r["stderr"]) or safety_problem(case)
+    return extra_problem(case, r["stderr"])
 
 
 def main() -> int:

@@ -96,20 +96,21 @@ def build_safety(root: Path, case, hc) -> list:
     # train: never over a folder it did not write, the seed checked first
     model = hc.gpt2_dir(root, "s34-hub-model")
     (model / "README.md").write_bytes(b"the model card")
+    cache = _corpus_cache(root / "s34-cache")  # prepared: nothing is downloaded, even by a train that would run
     add("train: --out over a downloaded model folder",
-        ["train", "induction", "--steps", "1", "--threads", "1", "--cache", str(root / "s34-no-cache"), "--out",
-         str(model)], "--out", {str(p): p.read_bytes() for p in model.iterdir()}, [root / "s34-no-cache"])
+        ["train", "induction", "--steps", "1", "--threads", "1", "--cache", str(cache), "--out", str(model)], "--out",
+        {str(p): p.read_bytes() for p in model.iterdir()}, [model / ".explorer-train.json"])
     for seed in ("-1", str(2**70)):
-        add(f"train: --seed {seed}", ["train", "induction", "--seed", seed, "--steps", "1", "--cache",
-                                      str(root / "s34-no-cache"), "--out", str(root / "s34-train-out")], "--seed",
-            absent=[root / "s34-no-cache", root / "s34-train-out"])
+        add(f"train: --seed {seed}", ["train", "induction", "--seed", seed, "--steps", "1", "--threads", "1",
+                                      "--cache", str(cache), "--out", str(root / "s34-train-out")], "--seed",
+            absent=[root / "s34-train-out"])
 
     # placement: devices and folders this machine does not have
     llama = _llama_dir(root / "s34-llama", hc)
     missing = root / "s34-typo" / "offload"
     add("info: --offload-dir that does not exist", ["info", "-c", str(llama), "--device-map", "sequential",
-                                                    "--offload-dir", str(missing)], "--offload-dir",
-        absent=[root / "s34-typo"])
+                                                    "--max-memory", "cpu=1KB", "--offload-dir", str(missing)],
+        "--offload-dir", absent=[root / "s34-typo"])
     many = ",".join(f"cuda:{i}=1GiB" for i in range(200))
     for value, names in (("cuda:7=1GiB", "cuda:7"), ("mps=1GiB", "mps"), ("disk=1GiB", "disk"),
                          ("cpu=1e400GiB", "--max-memory"), (many, "cuda:0")):
@@ -173,6 +174,18 @@ def _export_of_ours(folder: Path, native: Path) -> Path:
     with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         assert main(["export", "-c", str(native), "--device", "cpu", "-p", "abc", "-o", str(folder)]) == 0
     return folder
+
+
+def _corpus_cache(cache: Path) -> Path:
+    """A prepared training corpus (random words in four 'plays'): train finds it and downloads nothing."""
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 8))) for _ in range(300)]
+    plays = ["\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(60)) for _ in range(4)]
+    cache.mkdir()
+    (cache / "shakespeare.txt").write_text("\n\n\n".join(plays), encoding="utf-8")
+    return cache
 
 
 def _llama_dir(path: Path, hc) -> Path:
@@ -290,8 +303,12 @@ def run_kind(argv: list[str]) -> int | None:
     return 0
 
 
-def extra_problem(case) -> str | None:
-    """Files that must not have been made (nothing written through a link, no folder made from a typo)."""
+def lost(case) -> str | None:
+    """Data loss, looked at before anything else about a case: a file in ``keep`` changed or gone, or a path in
+    ``absent`` made (nothing written through a link, no folder made from a typo)."""
+    for path, data in getattr(case, "keep", {}).items():
+        if not os.path.isfile(path) or Path(path).read_bytes() != data:
+            return f"data loss: {os.path.basename(path)} changed or went"
     for path in getattr(case, "absent", []):
         if os.path.lexists(path):
             return f"data loss: {os.path.basename(path)} was made"

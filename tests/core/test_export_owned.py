@@ -38,11 +38,15 @@ def export(folder: Path, files: dict[str, str]) -> None:
             (d / rel).write_text(text)
 
 
-def one_line_refusal(capsys, argv: list[str]) -> str:
-    assert main(argv) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]
-    assert len(err) == 1 and err[0].startswith("error: ") and "internal" not in err[0], err
-    return err[0]
+def refusal(capsys, argv: list[str]) -> tuple[int, list[str]]:
+    """The exit status and the lines on stderr (progress lines left out)."""
+    code = main(argv)
+    return code, [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]
+
+
+def assert_one_line(code: int, err: list[str], *names: str) -> None:
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and "internal" not in err[0], err
+    assert any(name in err[0] for name in names), err
 
 
 @pytest.fixture
@@ -60,18 +64,19 @@ def received(tmp_path):
     (folder / "results.csv").write_text("a,b\n1,2\n")
     (folder / "README.md").write_text("read me")
     (folder / "thesis-link.tex").symlink_to(outside / "thesis.tex")
+    (folder / "drafts").symlink_to(outside)  # a folder link out of it
     (folder / BACKUP).symlink_to(outside / "evil")
-    (folder / JOURNAL).write_text(json.dumps({"old": ["results.csv"], "new": ["README.md", "thesis-link.tex"],
-                                              "new_dirs": []}))
+    (folder / JOURNAL).write_text(json.dumps({"old": ["results.csv"], "new_dirs": [],
+                                              "new": ["README.md", "thesis-link.tex", "drafts/thesis.tex"]}))
     return folder, outside
 
 
 def test_a_journal_planted_in_a_received_folder_deletes_nothing(received, capsys, tiny_gpt2_dir):
     folder, outside = received
     before = snapshot(folder, outside)
-    line = one_line_refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(folder)])
-    assert "not from an export of ours" in line or "not from an interrupted export of ours" in line
+    code, err = refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(folder)])
     assert snapshot(folder, outside) == before  # the files the journal named, the link's target, the sender's folder
+    assert_one_line(code, err, "not from an export of ours", "not from an interrupted export of ours")
 
 
 def test_a_forged_journal_of_our_format_cannot_reach_outside_or_through_links(tmp_path):
@@ -109,9 +114,9 @@ def test_a_users_own_backup_folder_is_refused_and_kept(tmp_path, capsys, tiny_gp
     mine.mkdir()
     (mine / "my-backup.txt").write_text("mine")
     before = snapshot(out)
-    line = one_line_refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(out)])
-    assert BACKUP in line and "not from an export of ours" in line
+    code, err = refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(out)])
     assert snapshot(out) == before
+    assert_one_line(code, err, f"{BACKUP} is not from an export of ours")
 
 
 def test_a_folder_holding_only_a_users_folder_under_our_name_is_not_empty(tmp_path, capsys, tiny_gpt2_dir):
@@ -120,9 +125,9 @@ def test_a_folder_holding_only_a_users_folder_under_our_name_is_not_empty(tmp_pa
         (folder / name).mkdir(parents=True)
         (folder / name / "notes.txt").write_text("mine")
         before = snapshot(folder)
-        line = one_line_refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(folder)])
-        assert name in line
+        code, err = refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(folder)])
         assert snapshot(folder) == before and sorted(p.name for p in folder.iterdir()) == [name]
+        assert_one_line(code, err, name)
 
 
 def test_a_marked_staging_folder_in_a_users_folder_stays_when_the_export_is_refused(tmp_path, capsys,
@@ -134,6 +139,6 @@ def test_a_marked_staging_folder_in_a_users_folder_stays_when_the_export_is_refu
     (staging / "figure.svg").write_text("<svg/>")
     (folder / "data.csv").write_text("1,2")
     before = snapshot(folder)
-    line = one_line_refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(folder)])
-    assert "not an earlier export" in line
+    code, err = refusal(capsys, ["export", "-c", str(tiny_gpt2_dir), "-p", "Hello", "-o", str(folder)])
     assert snapshot(folder) == before
+    assert_one_line(code, err, "not an earlier export")
