@@ -39,7 +39,7 @@ CALLS = {  # what the call names in its message: the argument
     "generate(params=dict)": (lambda m: api.generate(m, "abc", {"temperature": 0}), "params"),
     "generate(on_step=5)": (lambda m: api.generate(m, "abc", on_step=5), "on_step"),
     "generate(on_overflow='x')": (lambda m: api.generate(m, "abc", on_overflow="x"), "on_overflow"),
-    "generate_steps(m, 'abc')": (lambda m: next(api.generate_steps(m, "abc")), "prompt_ids"),
+    "generate_steps(m, 'abc')": (lambda m: next(api.generate_steps(m, "abc")), "token ids"),
     "SamplingParams(temperature='hot')": (lambda m: api.SamplingParams(temperature="hot"), "temperature"),
     "SamplingParams(seed=-1)": (lambda m: api.SamplingParams(seed=-1), "seed"),
     "CaptureSpec(kinds='resid')": (lambda m: api.CaptureSpec(kinds="resid"), "kinds"),

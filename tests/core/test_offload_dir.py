@@ -16,18 +16,10 @@ import pytest
 from explorer.cli import main
 from explorer.core.checkpoint import load_checkpoint
 from explorer.core.placement import Placement, resident_bytes
-from tests.core.decoder_reference import build
+from tests.core.test_placement import llama_dir  # noqa: F401  (the fixture: a 4-layer Llama)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("accelerate", reason="offloading needs the optional accelerate package")
-
-
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory):
-    model = build("LlamaConfig", "LlamaForCausalLM", num_hidden_layers=4, num_key_value_heads=2)
-    path = tmp_path_factory.mktemp("tiny-llama-offload")
-    model.save_pretrained(path)
-    return path
 
 
 def budget(llama_dir: Path) -> int:

@@ -310,19 +310,10 @@ def _check_loaded(loaded: object) -> None:
 
 
 def _check_prompt(loaded: LoadedModel, prompt_ids: Sequence[int]) -> list[int]:
-    from explorer.core.loaded import checked_ids
-
-    if isinstance(prompt_ids, (str, bytes)) or not hasattr(prompt_ids, "__iter__"):
-        raise ArgumentError(f"prompt_ids must be a list of token ids, not a {type(prompt_ids).__name__}")
-    ids = list(prompt_ids)
-    if ids:  # whole numbers in the vocabulary (1.5 or 'a' is refused, never rounded or read as a number)
-        ids = checked_ids(ids, loaded.config.vocab_size, max(len(ids), 1))
-    if not ids:
+    """The ids as ints in the vocabulary (1.5 or 'a' refused, never rounded), leaving room in the context."""
+    if isinstance(prompt_ids, (list, tuple)) and not prompt_ids:
         raise PromptError("the prompt is empty: give at least one token to continue")
-    vocab = loaded.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise PromptError(f"the prompt holds token id {bad[0]}, outside the model's vocabulary [0, {vocab})")
+    ids = arguments.checked_ids(prompt_ids, loaded.config.vocab_size, 1 << 62)  # the context's own line below
     n_ctx = loaded.config.n_ctx
     if len(ids) > n_ctx:
         raise PromptError(f"the prompt has {len(ids)} tokens but the model's context holds {n_ctx}: "

@@ -11,10 +11,10 @@ refused with one line and left exactly as it was.
 from __future__ import annotations
 
 import json
-import operator
 import os
 from pathlib import Path
 
+from explorer.core.arguments import whole
 from explorer.core.errors import ExplorerError
 from explorer.core.text import shown
 
@@ -29,12 +29,7 @@ class TrainOutputError(ExplorerError):
 
 def checked_seed(seed: object) -> int:
     """``seed`` as a whole number from 0 to ``SEED_MAX``, else one line naming ``--seed``."""
-    try:
-        if isinstance(seed, bool):
-            raise TypeError
-        value = operator.index(seed)
-    except TypeError:
-        raise TrainOutputError(f"--seed must be a whole number, not {shown(repr(seed), 40)}") from None
+    value = whole(seed, "--seed")
     if not 0 <= value <= SEED_MAX:
         raise TrainOutputError(f"--seed must be between 0 and {SEED_MAX} (got {shown(value, 40)}); "
                                "nothing was trained")
