@@ -213,6 +213,7 @@ def offload(tmp: str) -> None:
     llama_1b(directory)
     plain = measure(directory)
     budget = plain["model_bytes"] // 2
+    (Path(tmp) / "offload").mkdir(exist_ok=True)  # --offload-dir must exist
     out = subprocess.run([sys.executable, "-c", OFFLOAD_CHILD.format(root=str(ROOT), path=str(directory), budget=budget,
                                                                      offload=str(Path(tmp) / "offload"))],
                          capture_output=True, text=True)

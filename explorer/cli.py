@@ -8,12 +8,15 @@ Each subcommand lives in ``explorer/commands/<name>.py`` with ``add_arguments(pa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 COMMANDS = {
@@ -114,6 +117,24 @@ def report(exc: BaseException, debug: bool, doing: str = "") -> int:
     return status
 
 
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """While a command runs, SIGTERM (``kill``, ``timeout``) ends it as an exit does: the clean-ups run (an
+    export rolls back, offloaded weights are removed) instead of the process vanishing mid-step."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -121,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help")):
         args = _command_parser().parse_args(argv)
         try:
-            return int(args.run(args) or 0)
+            with _terminate_as_exit():
+                return int(args.run(args) or 0)
         except KeyboardInterrupt:
             return 130
         except Exception as exc:  # noqa: BLE001 - every failure ends as one line

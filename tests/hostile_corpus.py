@@ -42,6 +42,8 @@ class Case:
     extra_rss_limit_mb: float = 500.0
     result: dict = field(default_factory=dict)
     keep: dict = field(default_factory=dict)  # files that must be there unchanged afterwards (no data loss)
+    absent: list = field(default_factory=list)  # paths that must not have been made (issue 34)
+    exit_ok: int = 2  # 0: a case that succeeds with one warning line on stderr (issue 34: noted, not refused)
 
 
 class Payload:
@@ -438,6 +440,9 @@ def build(root: Path) -> list[Case]:
 
     cases += build_more(root, lambda name, argv, names, keep: Case(name, argv, names, keep=keep),
                         sys.modules[__name__])
+    from hostile_corpus_safety import build_safety  # issue 34's classes
+
+    cases += build_safety(root, lambda name, argv, names, **kw: Case(name, argv, names, **kw), sys.modules[__name__])
     return cases
 
 
@@ -465,10 +470,12 @@ def _rss_kb() -> int:
 
 def _child(case: Case) -> int:
     from hostile_corpus_more import run_kind
+    from hostile_corpus_safety import run_kind as run_safety_kind
 
-    code = run_kind(case.argv)
-    if code is not None:
-        return code
+    for kind in (run_kind, run_safety_kind):
+        code = kind(case.argv)
+        if code is not None:
+            return code
     if case.argv[0] == "api":
         from explorer.core.checkpoint import load_checkpoint
         from explorer.core.errors import ExplorerError
@@ -543,11 +550,15 @@ def check(case: Case) -> str | None:
     r = case.result
     # progress lines ("[   0.0 s] traced 3 tokens ...", `export` on stderr) are not messages about the input
     lines = [line for line in r["stderr"].splitlines() if line.strip() and not PROGRESS_LINE.match(line)]
+    from hostile_corpus_safety import lost
+
+    if lost(case):  # first: a case that lost data is counted as data loss, whatever else it did
+        return lost(case)
     if r["hung"]:
         return f"hung for {HANG_LIMIT_S} s"
-    if r["exit"] != 2:
+    if r["exit"] != case.exit_ok:
         return f"exit status {r['exit']}"
-    if len(lines) != 1 or not lines[0].startswith("error: "):
+    if len(lines) != 1 or not lines[0].startswith("error: " if case.exit_ok else "warning: "):
         return f"{len(lines)} lines on stderr"
     if "internal error" in lines[0] or "Traceback" in r["stderr"]:
         return "an internal error"

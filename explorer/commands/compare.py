@@ -4,7 +4,9 @@
 and after the last), ``resid_rel`` [L + 1, n] (|a - b| / |a|), ``head_js`` [L, H] (each head's
 Jensen-Shannon divergence of the two patterns, natural log, averaged over query positions),
 ``logit_kl`` [n] (KL(A || B) of the next-token distributions), ``layer_map`` (B's boundary for each of
-A's), ``token_ids`` and ``first_diverge`` (first boundary, block and position that differ; -1: none).
+A's), ``token_ids``, ``first_diverge`` (first boundary, block and position that differ; -1: none) and
+``nonfinite`` [2, 3] (A, B x residual stream, attention patterns, logits: where a model produced NaN or
+infinity; those parts are not compared, and a warning names the model).
 See explorer/core/analysis/compare.py. Both models must read the prompt as the same token ids.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 from pathlib import Path
 
 from explorer.commands import add_model_arguments, load_model
@@ -42,10 +45,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"{a.name} against {b.name} on {len(result.token_ids)} tokens")
     for note in result.notes:
         print(f"note: {note}")
+    names = (f"model A ({a.name})", f"model B ({b.name})")
+    broken = result.nonfinite_line(names)
+    if broken:  # on stderr too: a script reading the exit status alone should not miss it
+        print(f"warning: {broken}", file=sys.stderr)
+
+    def largest(values: np.ndarray, part: str) -> str:
+        return "not defined" if result.broken(part) else f"{float(values.max(initial=0.0)):.3g}"
+
     cos = np.isfinite(result.resid_cos)
-    lowest = f"{float(result.resid_cos[cos].min()):.6f}" if cos.any() else "not defined"
-    print(f"lowest residual cosine {lowest}, largest head JS {float(result.head_js.max(initial=0.0)):.3g}, "
-          f"largest KL {float(result.logit_kl.max(initial=0.0)):.3g}")
-    print(result.summary())
+    lowest = f"{float(result.resid_cos[cos].min()):.6f}" if cos.any() and not result.broken("residual stream") \
+        else "not defined"
+    print(f"lowest residual cosine {lowest}, largest head JS {largest(result.head_js, 'attention patterns')}, "
+          f"largest KL {largest(result.logit_kl, 'logits')}")
+    print(result.summary(names))
     print(f"wrote {target}")
     return 0

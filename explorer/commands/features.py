@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "repeatable")
     add_prompt_or_chat(parser, "the text to run through the model")
     parser.add_argument("--out", "-o", required=True, type=Path, help="the directory to write features.npz into")
-    parser.add_argument("--top", type=int, default=10, help="how many of the last token's features to print (10)")
+    parser.add_argument("--top", type=int, default=10,
+                        help="how many of the last token's features to print, at least 1 (10)")
     parser.add_argument("--allow-other-model", action="store_true",
                         help="use an SAE whose metadata names another model")
 
@@ -33,8 +34,11 @@ def run(args: argparse.Namespace) -> int:
 
     from explorer.core.export import atomic_path
     from explorer.core.features.analysis import reconstruction_error, top_features
+    from explorer.core.errors import ArgumentError
     from explorer.core.features.sae import SAEModelMismatch, open_sae
 
+    if args.top < 1:  # 0 or fewer printed "none fire", as if no feature fired
+        raise ArgumentError(f"--top must be at least 1 (got {args.top})")
     messages = read_chat(args.chat)
     loaded = load_model(args)
     try:

@@ -22,29 +22,20 @@ RECIPE_NAMES = ("shakespeare", "induction")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", choices=RECIPE_NAMES, help="which built-in model to train")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"checkpoint directory to write (default: {user_data_dir() / 'models'}/NAME)")
+                        help=f"checkpoint directory to write: a new or empty folder, or an earlier output of train "
+                             f"(default: {user_data_dir() / 'models'}/NAME)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the batches (default 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the initial weights and the batches, 0 to 4294967295 (default 0)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for torch (default 2)")
     parser.add_argument("--cache", type=Path, default=None,
                         help=f"where the corpus is downloaded and prepared (default {user_cache_dir()})")
     parser.add_argument("--json", action="store_true", help="print the final summary as JSON")
 
 
-def check_out(out: Path) -> None:
-    """The checkpoint folder can be made: neither it nor a folder above it is an existing file."""
-    from explorer.core.errors import ExplorerError
-    from explorer.core.text import shown
-
-    for path in (out, *out.parents):
-        if path.exists() and not path.is_dir():
-            raise ExplorerError(f"--out {shown(out)}: {shown(path)} is a file, not a folder; nothing was trained")
-        if path.exists():
-            return
-
-
 def run(args: argparse.Namespace) -> int:
     from explorer.core.errors import ExplorerError
+    from explorer.core.training.output import check_out, checked_seed
     from explorer.core.training.recipes import TRAINERS
 
     if args.steps is not None and args.steps <= 0:
@@ -53,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.threads <= most:
         raise ExplorerError(f"--threads must be between 1 and {most} (this machine has {os.cpu_count()} CPUs)")
     out = args.out if args.out is not None else user_data_dir() / "models" / args.recipe
-    check_out(out)  # before training, not after it
+    checked_seed(args.seed)  # before training, not after it
+    check_out(out)  # a new or empty folder, or an earlier output of train: never a model folder of the user's
     cache = args.cache.expanduser() if args.cache is not None else user_cache_dir()
     summary = TRAINERS[args.recipe](out, steps=args.steps, seed=args.seed, threads=args.threads, cache=cache)
     shown = {k: v for k, v in summary.items() if k not in ("curve", "samples")}

@@ -17,9 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Union
 
-
-class Cancelled(Exception):
-    """Raised inside a computation whose result is no longer wanted (not an error for the user)."""
+from explorer.core.errors import ArgumentError, Cancelled  # noqa: F401  (Cancelled re-exported: its old home)
 
 
 class Cancel:
@@ -59,7 +57,8 @@ def asker(cancel: CancelLike) -> Callable[[], bool]:
         return cancel.is_set  # type: ignore[union-attr]
     if callable(cancel):
         return lambda: bool(cancel())
-    raise TypeError(f"cancel must be a Cancel, a threading.Event, a callable or None, got {type(cancel).__name__}")
+    raise ArgumentError(f"cancel must be a Cancel, a threading.Event, a callable or None, not a "
+                        f"{type(cancel).__name__}")
 
 
 def checker(cancel: CancelLike) -> Callable[[], None]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from explorer.core.cancel import Cancelled
+
+class Cancelled(Exception):
+    """Raised inside a computation whose result is no longer wanted (not an error for the user); also
+    importable from ``explorer.core.cancel``, beside ``Cancel``."""
 
 
 class ExplorerError(Exception):
@@ -23,7 +26,7 @@ class PromptError(ExplorerError):
 
 class LoadCancelled(ExplorerError, Cancelled):
     """Loading a checkpoint was stopped by the user (between two tensors); nothing was replaced.
-    A ``Cancelled`` (explorer.core.cancel) that carries a message for the user."""
+    A ``Cancelled`` that carries a message for the user."""
 
 
 class InternalError(ExplorerError):
@@ -41,3 +44,15 @@ class VerifyRefused(ExplorerError):
 
 class ExportError(ExplorerError):
     """An export cannot be written where asked (a folder that is not an earlier export, a user's file in the way)."""
+
+
+class ArgumentError(ExplorerError, TypeError, ValueError):
+    """An argument of the Python API (or a command-line value) of the wrong type or out of range; the message
+    names the argument. Also a ``TypeError`` and a ``ValueError``, so code that caught those still does."""
+
+
+class TraceKeyError(ExplorerError, KeyError):
+    """A key that a trace neither holds nor can derive. Also a ``KeyError`` (a trace reads like a mapping)."""
+
+    def __str__(self) -> str:  # KeyError's own str() would quote the message
+        return str(self.args[0]) if self.args else ""

@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from explorer.core import arguments
 from explorer.core.config import ModelConfig
 from explorer.core.errors import ExplorerError
-from explorer.core.text import MESSAGE_LIMIT, shown
+from explorer.core.text import MESSAGE_LIMIT, TOKEN_LIMIT, capped_text, capped_token, shown
 from explorer.core.trace import Trace, TraceMeta
 from explorer.core.trace_keys import INTEGER_SITES, site_shape
 
@@ -242,6 +243,9 @@ def write_trace_safetensors(trace: Trace, target: str | os.PathLike[str], prompt
     """Write ``trace`` as safetensors under TransformerLens' names (atomically; one array in memory at a time)."""
     from explorer.core.export import atomic_path
 
+    arguments.instance(trace, Trace, "trace", "a Trace (LoadedModel.trace)")
+    arguments.path(target, "target")
+    arguments.instance(prompt, str, "prompt", "text (a str) or None", none=True)
     entries = trace_entries(trace)
     header = _header(entries, trace_metadata(trace, prompt))
     target = Path(target)
@@ -300,7 +304,7 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
     """
     from safetensors import safe_open
 
-    path = Path(path)
+    path = arguments.path(path, "path")
     try:
         with safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}
@@ -328,12 +332,13 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
         if truncated is not None and (not str(truncated).isdigit() or not n <= int(truncated) <= 1 << 40):
             raise TraceFileError(f"{shown(path.name)}: truncated_from {shown(truncated, 40)!r} is not a token count "
                                  f"of at least {n}")
-        trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
-                               dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
-                               extra={"source_file": str(path), "prompt": meta.get("prompt", ""),
-                                      "weights": meta.get("weights", "")},
+        trace_meta = TraceMeta(model_name=shown(meta.get("model_name", "")), device=shown(meta.get("device", "cpu"), 40),
+                               dtype=shown(meta.get("dtype", "float32"), 40),
+                               truncated_from=int(truncated) if truncated else None,
+                               extra={"source_file": str(path), "prompt": capped_text(meta.get("prompt", ""), "prompt"),
+                                      "notes": _cut_notes(meta, tokens), "weights": shown(meta.get("weights", ""), 40)},
                                chat=_chat_spans(path, meta.get("chat"), n))
-        return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)
+        return Trace(token_ids, [capped_token(t) for t in tokens], cfg, arrays, trace_meta, model=None)
     except ExplorerError as exc:
         if isinstance(exc, TraceFileError):
             raise TraceFileError(shown(str(exc), MESSAGE_LIMIT)) from None
@@ -353,6 +358,21 @@ def _chat_spans(path: Path, text: str | None, n: int) -> Any:
         return ChatSpans.from_json(text, n)
     except (ValueError, TypeError, RecursionError) as exc:
         raise TraceFileError(f"{shown(path.name)}: its chat spans cannot be read: {shown(str(exc), 120)}") from None
+
+
+def _cut_notes(meta: dict[str, str], tokens: list[str]) -> list[str]:
+    """What of the file's text was cut before it is shown (``explorer.core.text``): the prompt, the model's
+    name, tokens."""
+    notes = []
+    prompt, name = meta.get("prompt", ""), meta.get("model_name", "")
+    if capped_text(prompt) != prompt:
+        notes.append(f"the prompt in the file has {len(prompt):,} characters: only its start is shown")
+    if shown(name) != name:
+        notes.append(f"the model's name in the file has {len(name):,} characters: it is shown cut or escaped")
+    long_tokens = sum(len(t) > TOKEN_LIMIT for t in tokens)
+    if long_tokens:
+        notes.append(f"{long_tokens} token(s) longer than {TOKEN_LIMIT:,} characters are shown cut")
+    return notes
 
 
 def _checked_tokens(path: Path, meta: dict[str, str], cfg: ModelConfig) -> tuple[list[int], list[str]]:

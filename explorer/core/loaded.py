@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from explorer.core import arguments
+from explorer.core.arguments import checked_ids  # noqa: F401  (the one rule for token ids; re-exported)
 from explorer.core.cancel import CancelLike
 from explorer.core.config import ModelConfig
 from explorer.core.errors import PromptError
@@ -24,32 +26,8 @@ from explorer.core.trace import CaptureSpec, Trace, capture
 
 
 ENCODERS = ("bert", "roberta", "distilbert")
+NOTE_LIMIT = 2_000  # one note about a model (a line of `info`, a tooltip)
 ENCODER_REASON = "this model is an encoder: it fills in masked tokens rather than continuing text"
-
-
-def checked_ids(ids: Any, vocab_size: int, n_ctx: int) -> list[int]:
-    """Token ids as a list of ints in the vocabulary, no longer than the context; else one ``PromptError`` line
-    (an id of 10**9 is not an IndexError deep in the embedding, 1.7 is not silently token 1)."""
-    import operator
-
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) and not hasattr(ids, "__iter__"):
-        raise PromptError(f"token ids should be a list of whole numbers, not a {type(ids).__name__}")
-    out = []
-    for i, value in enumerate(ids):
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            token = operator.index(value)
-        except TypeError:
-            raise PromptError(f"token id {i} is {shown(repr(value), 40)}, not a whole number") from None
-        if not 0 <= token < vocab_size:
-            raise PromptError(f"token id {shown(token, 40)} (at {i}) is outside the vocabulary (0 to {vocab_size - 1})")
-        out.append(token)
-    if not out:
-        raise PromptError("no token ids: give at least one")
-    if len(out) > n_ctx:
-        raise PromptError(f"{len(out)} token ids are more than the model's context of {n_ctx}")
-    return out
 
 
 @dataclass
@@ -65,6 +43,13 @@ class LoadedModel:
     repo_id: str | None = None  # "org/name" when it was opened from the Hugging Face cache
     tensor_types: list[tuple[str, str]] = field(default_factory=list)  # a GGUF file's tensors and their types
     chat_template: Any = None  # the checkpoint's ChatTemplate (explorer/core/chat/), None when it has none
+
+    def __post_init__(self) -> None:
+        # the name comes from the file (a config's "name", a GGUF's general.name): one line, escaped and capped
+        # before any widget or terminal shows it (a 50 MB name froze a label); each note capped likewise
+        name = self.name if isinstance(self.name, str) else str(self.name)
+        self.name = shown(name)
+        self.notes = [note if len(note) <= NOTE_LIMIT else shown(note, NOTE_LIMIT) for note in map(str, self.notes)]
 
     @property
     def config(self) -> ModelConfig:
@@ -97,6 +82,7 @@ class LoadedModel:
 
     def encode(self, text: str) -> tuple[list[int], int | None]:
         """Token ids of ``text``, cut to the context length; the second value is the uncut count if cut."""
+        arguments.text(text)
         if not text:
             raise PromptError("the prompt is empty: type some text to analyse")
         ids = self.tokenizer.encode(text)
@@ -113,11 +99,21 @@ class LoadedModel:
         ids, truncated_from = self.encode(text)
         return self.trace_ids(ids, spec, truncated_from, interventions=interventions)
 
+    @staticmethod
+    def _checked_run(spec: Any, interventions: Any, truncated_from: Any) -> tuple:
+        from explorer.core.interventions.spec import Intervention
+
+        arguments.instance(spec, CaptureSpec, "spec", "a CaptureSpec", none=True)
+        ivs = arguments.sequence_of(interventions, Intervention, "interventions", "Intervention")
+        arguments.whole(truncated_from, "truncated_from", 1, none=True)
+        return ivs
+
     def trace_ids(self, ids: list[int], spec: CaptureSpec | None = None, truncated_from: int | None = None,
                   cancel: CancelLike = None, interventions: Sequence[Any] = (), chat: Any = None) -> Trace:
         """``cancel``: a callable asked at every layer boundary (see ``capture``); ``interventions``
         (explorer/core/interventions/) are applied to the run; ``chat``: the ids' ``ChatSpans``, kept with the trace."""
         ids = checked_ids(ids, self.config.vocab_size, self.config.n_ctx)
+        interventions = self._checked_run(spec, interventions, truncated_from)
         trace, _ = capture(self.model, ids, self.tokenizer.displays(ids), spec, self.name, truncated_from, cancel,
                            interventions, host_logits=False)
         trace.meta.extra["weights"] = self.weights  # what the weights were stored in (meta.dtype: computed in)
@@ -142,6 +138,13 @@ class LoadedModel:
         cut = n if n <= self.config.n_ctx else None
         return self.trace_ids(ids[: self.config.n_ctx], spec, None if cut else n, interventions=interventions,
                               chat=encoded.spans)
+
+    def close(self) -> None:
+        """Let go of what the model keeps outside memory now: its offloaded blocks on disk (their subfolder of
+        ``--offload-dir``, core/offload_dir.py). The model cannot run offloaded blocks after this."""
+        from explorer.core.offload_dir import release_offload
+
+        release_offload(self.model)
 
     def info(self) -> dict[str, Any]:
         cfg = self.config

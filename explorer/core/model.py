@@ -64,6 +64,10 @@ from explorer.core.placement import block_device, is_placed, tail_device, weight
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        if not isinstance(cfg, ModelConfig):
+            from explorer.core.errors import ArgumentError
+
+            raise ArgumentError(f"cfg must be a ModelConfig, not a {type(cfg).__name__}")
         self.cfg = cfg
         d_embed = cfg.d_embed or cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d_embed)

@@ -22,6 +22,9 @@ So nothing asks ``next(model.parameters()).device``; everything asks here:
 from __future__ import annotations
 
 import contextlib
+import math
+import operator
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +32,9 @@ from pathlib import Path
 
 import torch
 
-from explorer.core.errors import ExplorerError
+from explorer.core.errors import ArgumentError, ExplorerError
+from explorer.core.offload_dir import checked_offload_root, offload_folder  # noqa: F401  (re-exported)
+from explorer.core.text import shown
 
 STRATEGIES = ("auto", "balanced", "sequential")
 INSTALL_HINT = "placing or offloading layers needs accelerate: pip install 'transformer-explorer[offload]'"
@@ -56,16 +61,74 @@ class Placement:
     offload_dir: str | None = None
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ExplorerError(f"unknown device map {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
+            raise ArgumentError(f"unknown device map {shown(repr(self.strategy), 40)}; choose one of "
+                                f"{', '.join(STRATEGIES)}")
+        budgets = parse_max_memory(self.max_memory) if isinstance(self.max_memory, str) else self.max_memory
+        if budgets is not None:
+            object.__setattr__(self, "max_memory", checked_budgets(budgets))
+        if self.offload_dir is not None:
+            if not isinstance(self.offload_dir, (str, os.PathLike)):
+                raise ArgumentError(f"offload_dir (--offload-dir) must be a folder's path, not a "
+                                    f"{type(self.offload_dir).__name__}")
+            object.__setattr__(self, "offload_dir", str(checked_offload_root(self.offload_dir)))
 
 
-def parse_size(text: str) -> int:
-    """'20GiB', '512MB', '3e9' -> bytes."""
+MAX_BUDGET = 2**60  # 1 EiB: more than any machine has; a larger number is a typo
+
+
+def _device_problem(key: int | str) -> str | None:
+    """Why ``key`` (accelerate's key: a GPU index, "cpu" or "mps") is not a device of this machine."""
+    if key == "cpu":
+        return None
+    if key == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return None if mps is not None and mps.is_available() else "this machine has no MPS device (an Apple GPU)"
+    if key == "disk":
+        return ("the disk takes no budget here: name a folder with --offload-dir, and what fits nowhere else goes "
+                "there")
+    if isinstance(key, int) and not isinstance(key, bool):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if 0 <= key < count:
+            return None
+        return f"this machine has no CUDA GPU {key} " + (f"(it has cuda:0 to cuda:{count - 1})" if count
+                                                          else "(it has no CUDA GPU)")
+    return "unknown device: use cuda:N, cpu or mps"
+
+
+def checked_budgets(budgets: object) -> dict[int | str, int]:
+    """``max_memory`` ({device: bytes}) checked: each device is one this machine has, each budget a whole
+    number of bytes from 1 to 1 EiB. One line naming the first problem otherwise."""
+    if not isinstance(budgets, dict):
+        raise ArgumentError(f"max_memory (--max-memory) must be a dict of device -> bytes, or text like "
+                            f"'cuda:0=20GiB,cpu=48GiB', not a {type(budgets).__name__}")
+    checked: dict[int | str, int] = {}
+    for key, size in budgets.items():
+        name = f"cuda:{key}" if isinstance(key, int) and not isinstance(key, bool) else shown(key, 40)
+        problem = _device_problem(key)
+        if problem is not None:
+            raise ArgumentError(f"--max-memory names {name}, but {problem}")
+        try:
+            if isinstance(size, bool):
+                raise TypeError
+            checked[key] = operator.index(size)
+        except TypeError:
+            checked[key] = 0
+        if not 0 < checked[key] <= MAX_BUDGET:
+            raise ArgumentError(f"--max-memory {name}: the budget must be a whole number of bytes from 1 to 1 EiB "
+                                f"(got {shown(repr(size), 40)})")
+    return checked
+
+
+def parse_size(text: str, what: str = "") -> int:
+    """'20GiB', '512MB', '3e9' -> bytes (at most 1 EiB); ``what`` starts the message ("--max-memory cpu: ")."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]?I?B?)\s*", text, re.IGNORECASE)
     if not match or match.group(2).upper() not in _UNITS:
-        raise ExplorerError(f"cannot read the size {text!r}: write it like 20GiB, 512MB or 1000000")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+        raise ArgumentError(f"{what}cannot read the size {shown(repr(text), 60)}: write it like 20GiB, 512MB or 1000000")
+    size = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if not math.isfinite(size) or size > MAX_BUDGET:
+        raise ArgumentError(f"{what}the size {shown(repr(text), 60)} is more than any machine has (at most 1 EiB)")
+    return int(size)
 
 
 def parse_max_memory(text: str | None) -> dict[int | str, int] | None:
@@ -77,14 +140,15 @@ def parse_max_memory(text: str | None) -> dict[int | str, int] | None:
         name, sep, size = part.partition("=")
         name = name.strip().lower()
         if not sep or not name:
-            raise ExplorerError(f"cannot read {part.strip()!r} in --max-memory: write DEVICE=SIZE, e.g. cuda:0=20GiB,cpu=48GiB")
+            raise ArgumentError(f"cannot read {shown(repr(part.strip()), 60)} in --max-memory: write DEVICE=SIZE, "
+                                "e.g. cuda:0=20GiB,cpu=48GiB")
         if re.fullmatch(r"(cuda:)?[0-9]+", name):
             key: int | str = int(name.split(":")[-1])
         elif name in ("cpu", "mps", "disk", "cuda"):
             key = 0 if name == "cuda" else name
         else:
-            raise ExplorerError(f"unknown device {name!r} in --max-memory: use cuda:N, cpu, mps or disk")
-        budgets[key] = parse_size(size)
+            raise ArgumentError(f"unknown device {shown(repr(name), 40)} in --max-memory: use cuda:N, cpu or mps")
+        budgets[key] = parse_size(size, f"--max-memory {shown(name, 40)}: ")
     return budgets
 
 
@@ -202,7 +266,10 @@ def fit_to_machine() -> Placement:
     then CPU memory, then the app's cache folder on disk."""
     from explorer.core.paths import user_cache_dir
 
-    return Placement("auto", None, str(user_cache_dir() / "offload"))
+    folder = user_cache_dir() / "offload"  # the app's own folder: made here (a --offload-dir is never made)
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+    return Placement("auto", None, str(folder))
 
 
 def plan(model: torch.nn.Module, placement: Placement) -> dict[str, int | str]:
@@ -282,23 +349,6 @@ def _offload_to_disk(model: torch.nn.Module, names: list[str], folder: Path) -> 
                 aliases[key] = first[(v.data_ptr(), tuple(v.shape))]
         index.update(write_offloaded(tensors, folder / f"{name or 'model'}.safetensors", aliases))
     return index
-
-
-def offload_folder(model: torch.nn.Module, placement: Placement) -> Path:
-    """A new subfolder of ``placement.offload_dir`` for ``model``'s offloaded blocks (never over a user's
-    files), removed when the model goes."""
-    import shutil
-    import tempfile
-    import weakref
-
-    root = Path(placement.offload_dir).expanduser()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix="offload-", dir=root))
-    except OSError as exc:
-        raise ExplorerError(f"cannot write offloaded blocks to {root} ({exc.strerror or exc})") from None
-    weakref.finalize(model, shutil.rmtree, folder, True)  # our own subfolder goes when the model goes
-    return folder
 
 
 def main_device(device_map: dict[str, int | str]) -> int | str:

@@ -56,8 +56,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from explorer.core.arguments import names_in, numbers
 from explorer.core.cancel import CancelLike, checker
 from explorer.core.config import ModelConfig
+from explorer.core.errors import ArgumentError, TraceKeyError
+from explorer.core.text import shown
 from explorer.core.trace_keys import KINDS, ON_DEMAND, block_sites, estimate_nbytes, kind_of  # noqa: F401
 
 if TYPE_CHECKING:  # torch stays out of the import path of code that only reads traces
@@ -87,13 +90,12 @@ class CaptureSpec:
     storage: str = "host"
 
     def __post_init__(self) -> None:
-        bad = set(self.kinds) - set(KINDS)
-        if bad:
-            raise ValueError(f"unknown capture kinds {sorted(bad)}; known: {', '.join(KINDS)}")
+        object.__setattr__(self, "kinds", names_in(self.kinds, KINDS, "kinds"))
+        object.__setattr__(self, "layers", None if self.layers is None else numbers(self.layers, "layers"))
         if self.dtype not in STORAGE_DTYPES:
-            raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}")
+            raise ArgumentError(f"storage dtype must be one of {STORAGE_DTYPES}")
         if self.storage not in STORAGES:
-            raise ValueError(f"storage must be one of {STORAGES}")
+            raise ArgumentError(f"storage must be one of {STORAGES}")
 
     @classmethod
     def full(cls, dtype: str = "float32", storage: str = "host") -> CaptureSpec:
@@ -293,7 +295,7 @@ class Trace:
             if value is not None:
                 return value
             if key not in self:
-                raise KeyError(self._missing(key))
+                raise TraceKeyError(self._missing(key))
             return self._derive(key)
 
     def _host(self, key: str, value: Any) -> np.ndarray:
@@ -310,6 +312,8 @@ class Trace:
         return self._model is not None
 
     def _missing(self, key: str) -> str:
+        if not isinstance(key, str):
+            return f"a trace's keys are names like 'blocks.0.attn.pattern', not {shown(repr(key), 40)}"
         if self._model is None and (key == "logits" or _BLOCK_KEY.match(key)):
             return (f"{key!r} is not in this trace, and deriving it needs the model's weights, which this "
                     "trace does not have (it was opened from a file); open the model, or export it with the trace")
@@ -445,7 +449,7 @@ class Trace:
             return self._rerun_block(int(match.group(1)), wanted=key)
         if key == "logits":
             return self._remember(key, self._final_logits())
-        raise KeyError(self._missing(key))
+        raise TraceKeyError(self._missing(key))
 
     def _model_input(self, array: Any, layer: int | None = None) -> torch.Tensor:
         """``array`` as a [1, ...] tensor where block ``layer`` computes (the tail's device for None)."""
@@ -482,7 +486,7 @@ class Trace:
         if wanted.split(".")[-1] in _SCORE_KINDS:  # scores or pattern: from the q and k just recomputed
             q, k = recorder.arrays[f"blocks.{layer}.attn.q"], recorder.arrays[f"blocks.{layer}.attn.k"]
             return self._remember(wanted, self._score_views(layer, q, k)[wanted.split(".")[-1]])
-        raise KeyError(self._missing(wanted))
+        raise TraceKeyError(self._missing(wanted))
 
     def _final_logits(self) -> Any:
         import torch

@@ -84,3 +84,15 @@ def test_generate_and_export_with_steer(tmp_path, tiny_gpt2_dir, capsys) -> None
     np.testing.assert_allclose(data["logits"], run(loaded.model, ids, [steer(1, v, 3.0)]).numpy(), atol=1e-4)
     assert json.loads(str(data["interventions"])) == [
         {"target": "steer", "layer": 1, "mode": "add", "amount": 3.0, "source": "v.npy"}]
+
+
+@pytest.mark.parametrize("top", ["0", "-1"])
+def test_top_below_1_is_one_line_not_none_fire(tmp_path, tiny_gpt2_dir, capsys, top) -> None:
+    """Issue 34: --top 0 printed 'none fire', as if no feature fired."""
+    write_sae(tmp_path / "sae", "topk", "blocks.1.hook_resid_pre", 64, 120, k=9)
+    args = ["features", "-c", str(tiny_gpt2_dir), "--sae", str(tmp_path / "sae"), "-p", PROMPT, "-o",
+            str(tmp_path / "out"), "--top", top, "--allow-other-model"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [f"error: --top must be at least 1 (got {top})"]
+    assert "none fire" not in captured.out and not (tmp_path / "out").exists()

@@ -110,3 +110,28 @@ def test_different_head_counts_compare_head_averaged_patterns_and_different_widt
     result = compare_models(four, wide, prompt)
     assert np.all(np.isnan(result.resid_cos)) and any("dimensions" in n for n in result.notes)
     assert result.head_js.shape == (2, 4) and np.all(np.isfinite(result.logit_kl))
+
+
+def test_a_model_that_outputs_nan_is_named_and_never_said_to_agree(tmp_path, capsys):
+    """Issue 34: a copy of the model with NaN in one block's weights (a broken fine-tune, say): compare names
+    model B, says which parts it cannot compare, and never that they "agree"."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from explorer.core.paths import models_dir
+
+    broken = tmp_path / "broken"
+    shutil.copytree(models_dir() / "shakespeare", broken)
+    weights = load_file(str(broken / "model.safetensors"))
+    name = next(k for k in weights if k.startswith("blocks.2.") and k.endswith("mlp.W_out.weight"))
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, str(broken / "model.safetensors"))
+    assert main(["compare", "-c", "shakespeare", "--other", str(broken), "-p", PROMPT, "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: model B (") and "non-finite values" in err[0], err
+    assert "model A" not in err[0] and "residual stream" in err[0] and "logits" in err[0]
+    assert "agree" not in captured.out and "next-token distributions not compared" in captured.out
+    with np.load(tmp_path / "compare.npz") as data:
+        assert data["nonfinite"].tolist() == [[False, False, False], [True, True, True]]

@@ -72,6 +72,9 @@ def corpus(valid: bytes) -> dict[str, bytes]:
         "unknown tensor type": patched(valid, embd, 4 + 16, "<I", 99),
         "an integer tensor type": patched(valid, embd, 4 + 16, "<I", 26),
         "Q8_0 rows not whole blocks": patched(patched(valid, embd, 4 + 16, "<I", 8), embd, 4, "<Q", 48),
+        "an F32 tensor re-typed as F16": patched(valid, embd, 4 + 16, "<I", 1),  # issue 34: read as other numbers
+        "an F32 tensor re-typed as Q8_0": patched(valid, embd, 4 + 16, "<I", 8),
+        "an F32 tensor re-typed as BF16": patched(valid, q, 4 + 16, "<I", 30),
         "offset past the end": patched(valid, embd, 4 + 16 + 4, "<Q", 2**40),
         "offset not aligned": patched(valid, embd, 4 + 16 + 4, "<Q", embd_offset + 3),
         "tensors overlap": patched(valid, q, 4 + 16 + 4, "<Q", embd_offset),

@@ -113,3 +113,14 @@ def test_split_regexes_are_transformers_own():
     theirs = gguf_tokenizer_mapping.GGUF_PRE_TOKENIZER_SPLITS
     assert {k: theirs.get(k) for k in SPLITS} == SPLITS
     assert {"llama-bpe", "qwen2", "tekken", "gpt-4o"} <= set(SPLITS)
+
+
+@pytest.mark.parametrize("declared, actual", [("llama", "bpe"), ("gpt2", "sentencepiece")])
+def test_a_vocabulary_declared_as_the_other_kind_is_noted_not_read_wrongly(tmp_path, declared, actual):
+    """Issue 34: GPT-2's BPE vocabulary declared SentencePiece (or Mistral's declared BPE) loaded as wrong tokens
+    without a note; now the file gets the token-id stand-in and a note naming the mismatch."""
+    tok = gpt2_tokens("gpt-2") if actual == "bpe" else mistral_tokens()
+    path = write_tokenizer(tmp_path / "mislabelled.gguf", "llama", {**tok, "model": declared})
+    tokenizer, notes = tokenizer_from_gguf(read_header(path), len(tok["tokens"]))
+    assert isinstance(tokenizer, TokenIdTokenizer)
+    assert len(notes) == 1 and f"says '{declared}'" in notes[0] and "read wrongly" in notes[0]

@@ -34,6 +34,13 @@ def test_every_corpus_case_ends_in_one_clean_line():
     assert report["markers"] == 0  # no pickle payload ran
     assert report["crashes"] == 0 and report["data_loss"] == 0  # issue 26: no internal error, nothing of the user's lost
     assert sum(c["name"].startswith(("text:", "trace file:", "API trace_ids", "export: a")) for c in cases) >= 15
+    # issue 34's classes: exports over planted journals and links, train --out and --seed, placement options,
+    # --top, compare against NaN, a 10 MB prompt in a trace file, re-typed GGUF tensors, the API's argument types
+    issue34 = [c for c in cases if c["name"].startswith(("export: a journal", "export: a forged", "export: a user's",
+                                                        "export: a folder holding", "export: a manifest", "train: --",
+                                                        "info: --", "features: --top", "patch: an empty",
+                                                        "compare:", "trace file: a 10 MB", "gguf:", "API m.", "API api."))]
+    assert len(issue34) >= 40
     assert max(c["seconds"] for c in cases) < 5.0
     assert max(c["extra_rss_mb"] for c in cases) < 500
 

@@ -122,6 +122,35 @@ def test_foreign_or_damaged_files_are_refused_with_one_line(tmp_path):
         read_trace_safetensors(tmp_path / "junk.safetensors")
 
 
+def test_text_from_a_trace_file_is_cut_with_a_note_before_it_is_shown(tmp_path):
+    """Issue 34: a 10 MB prompt on one line, a 50 MB model name and a 5,000-character token come back cut (each
+    with a note), the numbers and the token count unchanged."""
+    import struct
+
+    from safetensors.numpy import load_file, save_file
+
+    loaded = load_checkpoint("shakespeare", device="cpu")
+    trace = loaded.trace(PROMPT)
+    path = write_trace_safetensors(trace, tmp_path / "t.safetensors", PROMPT)
+    with open(path, "rb") as f:
+        meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+    tokens = json.loads(meta["tokens"])
+    tokens[1] = "t" * 5_000
+    hostile = tmp_path / "hostile.safetensors"
+    save_file(load_file(str(path)), str(hostile), metadata={**meta, "prompt": "p" * 10_000_000,
+                                                            "model_name": "\x1b[2J" + "N" * 50_000_000,
+                                                            "tokens": json.dumps(tokens)})
+    reopened = read_trace_safetensors(hostile)
+    prompt = reopened.meta.extra["prompt"]
+    assert prompt.startswith("p" * 10_000) and len(prompt) < 60_000 and "10,000,000" in prompt
+    assert len(reopened.meta.model_name) < 200 and "\x1b" not in reopened.meta.model_name
+    assert reopened.tokens[1].startswith("t" * 500) and len(reopened.tokens[1]) < 1_100
+    assert "5,000 characters" in reopened.tokens[1]
+    assert len(reopened.tokens) == len(trace.tokens) and reopened.tokens[2:] == trace.tokens[2:]
+    assert len(reopened.meta.extra["notes"]) == 3
+    np.testing.assert_array_equal(reopened["logits"], trace["logits"])
+
+
 # --- in-memory transformers models ----------------------------------------------------------
 
 def _reference_logits(hf, ids):

@@ -37,6 +37,7 @@ def disk_offloaded(path, tmp_path, keep_blocks: int = 1):
     loaded = load_checkpoint(path, device="cpu")
     total = resident_bytes(loaded.model)
     budget = total - (len(loaded.model.blocks) - keep_blocks) * _block_bytes(loaded)
+    (tmp_path / "offload").mkdir(exist_ok=True)
     place(loaded.model, Placement("sequential", {"cpu": budget}, str(tmp_path / "offload")))
     return loaded, budget
 
@@ -157,6 +158,7 @@ def test_export_with_offload_writes_the_same_trace(llama_dir, tmp_path, capsys):
     size = resident_bytes(plain.model) // 2
     prompt = " ".join(str(i) for i in IDS)
     assert main(["export", "--checkpoint", str(llama_dir), "--prompt", prompt, "--out", str(tmp_path / "a")]) == 0
+    (tmp_path / "d").mkdir()
     flags = ["--device-map", "auto", "--max-memory", f"cpu={size}", "--offload-dir", str(tmp_path / "d")]
     assert main(["export", "--checkpoint", str(llama_dir), "--prompt", prompt, "--out", str(tmp_path / "b"),
                  *flags]) == 0
@@ -188,3 +190,23 @@ def test_placement_options_need_accelerate(llama_dir, monkeypatch, capsys):
     assert main(["info", "--checkpoint", str(llama_dir), "--device-map", "auto"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install 'transformer-explorer[offload]'" in err
+
+
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.parametrize("value, names", [
+    (f"cuda:{max(7, _gpus())}=1GiB", f"no CUDA GPU {max(7, _gpus())}"), ("mps=1GiB", "no MPS device"),
+    ("disk=1GiB", "--offload-dir"), ("cpu=1e400GiB", "more than any machine has"),
+    (",".join(f"cuda:{i}=1GiB" for i in range(200)), f"cuda:{_gpus()}"),
+])
+def test_max_memory_for_what_this_machine_lacks_is_one_line(llama_dir, capsys, value, names):
+    """Issue 34: each of these was an internal error (accelerate's, or an overflow)."""
+    from explorer.cli import main
+
+    if value.startswith("mps") and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        value, names = "mps=1e30", "more than any machine has"  # a Mac: the device is there, the size is not
+    assert main(["info", "--checkpoint", str(llama_dir), "--max-memory", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and names in err[0] and "internal" not in err[0], err

@@ -81,7 +81,7 @@ def test_a_streamed_load_gives_the_default_numbers(family, family_dirs, tiny_gpt
     total, block = resident_bytes(reference.model), _block_bytes(reference.model)
     budget = total - (len(reference.model.blocks) - 1) * block
     reads = Reads(monkeypatch)
-    other = load_checkpoint(path, device="cpu", placement=Placement("sequential", {"cpu": budget}, str(tmp_path / "o")))
+    other = load_checkpoint(path, device="cpu", placement=Placement("sequential", {"cpu": budget}, scratch(tmp_path)))
     assert "disk" in other.model.hf_device_map.values()
     assert any(p.device.type == "meta" for p in other.model.parameters())
     assert resident_bytes(other.model) <= budget
@@ -103,7 +103,7 @@ def test_a_placed_model_bigger_than_memory_is_planned_not_refused(family_dirs, t
     with pytest.raises(Exception, match="available"):
         load_checkpoint(family_dirs["llama"], device="cpu")
     placed = load_checkpoint(family_dirs["llama"], device="cpu",
-                             placement=Placement("sequential", {"cpu": 1}, str(tmp_path / "o")))
+                             placement=Placement("sequential", {"cpu": 1}, scratch(tmp_path)))
     assert set(placed.model.hf_device_map.values()) == {"disk"}
     assert resident_bytes(placed.model) == 0
 
@@ -118,7 +118,7 @@ def test_a_damaged_checkpoint_is_one_line_and_leaves_nothing(family_dirs, tmp_pa
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size - 100])
     with pytest.raises(CheckpointError) as info:
-        load_checkpoint(path, device="cpu", placement=Placement("sequential", {"cpu": 1}, str(tmp_path / "o")))
+        load_checkpoint(path, device="cpu", placement=Placement("sequential", {"cpu": 1}, scratch(tmp_path)))
     assert "\n" not in str(info.value) and "truncated" in str(info.value)
 
 
@@ -145,7 +145,14 @@ print(json.dumps({{"grew": status("VmHWM") - before, "resident": resident_bytes(
 """
 
 
+def scratch(tmp_path: Path) -> str:
+    """An offload folder (it must exist: issue 34)."""
+    (tmp_path / "o").mkdir(exist_ok=True)
+    return str(tmp_path / "o")
+
+
 def _load_peak(path: Path, budget: int, offload: Path, warm: Path) -> dict:
+    offload.mkdir(exist_ok=True)  # --offload-dir must exist (issue 34: it is never made with its parents)
     out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), path=str(path), budget=budget,
                                                             offload=str(offload), warm=str(warm))],
                          capture_output=True, text=True, timeout=300)
@@ -183,7 +190,7 @@ def test_a_sharded_checkpoint_streams_across_its_shards(tmp_path):
     reference = load_checkpoint(tmp_path / "sharded", device="cpu")
     placed = load_checkpoint(tmp_path / "sharded", device="cpu",
                              placement=Placement("sequential", {"cpu": _block_bytes(reference.model)},
-                                                 str(tmp_path / "o")))
+                                                 scratch(tmp_path)))
     assert "disk" in placed.model.hf_device_map.values()
     a, b = assert_same_traces(reference, placed)
     np.testing.assert_array_equal(a["logits"], b["logits"])

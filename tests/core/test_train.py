@@ -175,3 +175,62 @@ def test_train_writes_to_the_user_directories_never_into_the_package(monkeypatch
         assert seen["out"] == tmp_path / "data" / "transformer-explorer" / "models" / "induction"
         assert seen["cache"] == tmp_path / "cache" / "transformer-explorer"
     assert models_dir() not in seen["out"].parents and models_dir() not in seen["cache"].parents
+
+
+# --- issue 34: train writes only where it may, and checks its seed first ----------------------------
+
+@pytest.fixture(scope="module")
+def corpus_cache(tmp_path_factory):
+    """A prepared corpus in a cache folder (nothing is downloaded): random words in four 'plays'."""
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 8))) for _ in range(300)]
+    plays = ["\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(60)) for _ in range(4)]
+    cache = tmp_path_factory.mktemp("corpus-cache")
+    (cache / "shakespeare.txt").write_text("\n\n\n".join(plays), encoding="utf-8")
+    return cache
+
+
+def _train(out, cache, *flags) -> tuple[int, str]:
+    import contextlib
+
+    from explorer.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["train", "induction", "--steps", "1", "--threads", "1", "--cache", str(cache),
+                     "--out", str(out), *flags])
+    return code, err.getvalue()
+
+
+def test_train_over_a_downloaded_model_folder_is_refused_and_leaves_it_byte_identical(tiny_gpt2_dir, tmp_path,
+                                                                                      corpus_cache) -> None:
+    import shutil
+
+    model = tmp_path / "gpt2-from-the-hub"
+    shutil.copytree(tiny_gpt2_dir, model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    code, err = _train(model, corpus_cache)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "--out" in lines[0] and "not empty" in lines[0], err
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before  # nothing replaced, nothing added
+
+
+def test_train_writes_a_new_folder_and_may_write_its_own_output_again(tmp_path, corpus_cache) -> None:
+    out = tmp_path / "mine"
+    assert _train(out, corpus_cache)[0] == 0
+    (out / "my-notes.md").write_text("kept")
+    first = (out / "model.safetensors").read_bytes()
+    code, err = _train(out, corpus_cache, "--seed", "1")
+    assert code == 0, err
+    assert (out / "model.safetensors").read_bytes() != first and (out / "my-notes.md").read_text() == "kept"
+    assert load_checkpoint(out, device="cpu").config.n_layers == 2
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**70)])
+def test_an_impossible_seed_is_one_line_before_any_training(tmp_path, seed, corpus_cache) -> None:
+    code, err = _train(tmp_path / "out", corpus_cache, "--seed", seed)
+    lines = [line for line in err.splitlines() if line.strip()]  # no corpus line, no progress: nothing trained
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --seed must be between 0 and"), err
+    assert not (tmp_path / "out").exists()

@@ -64,3 +64,22 @@ def test_another_tokenizer_is_refused_in_one_line(qtbot, window):
     message = blocker.args[0]
     assert "cannot be compared" in message and "tokeniz" in message and "\n" not in message
     assert not compare.active and "cannot be compared" in window.compare_dock.view.summary.text()
+
+
+def test_a_model_that_outputs_nan_is_named_in_the_window_never_agreeing(qtbot, window, tiny_checkpoint, tmp_path):
+    """Issue 34: the window's Compare against a copy whose weights hold NaN says B produced non-finite values."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    weights = load_file(str(broken / "model.safetensors"))
+    name = next(k for k in weights if k.startswith("blocks.0.") and k.endswith("W_out.weight"))
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, str(broken / "model.safetensors"))
+    result = _compare(qtbot, window, broken)
+    text = window.compare_dock.view.summary.text()
+    assert "B produced non-finite values" in text and "agree" not in text
+    assert result.comparison.broken("logits") == ["B"]

@@ -113,3 +113,28 @@ def test_a_large_grid_starts_in_estimate_mode(qtbot, window, ready, monkeypatch)
     monkeypatch.setattr(patching_module, "LARGE_GRID", 10)
     panel.draw(panel.prepare(window.trace, panel.snapshot()))
     assert panel.mode_box.currentData() == patching_module.ESTIMATE
+
+
+def test_run_patching_between_a_model_change_and_its_first_run_says_to_wait(qtbot, window, ready,
+                                                                            other_checkpoint) -> None:
+    """Issue 34: Run clicked after another model loaded but before its first run reached the panel raised
+    'ValueError: 50 column labels for 0 columns' (the old trace's tokens over the new model's empty grid)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    panel = ready[0]
+    clicked = []
+
+    def click_run(_loaded) -> None:  # connected after the panel: the new model is set, its trace not yet shown
+        if panel.run_button.isEnabled():
+            QTest.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        clicked.append(panel.status.text())
+
+    window.session.model_loaded.connect(click_run)
+    with qtbot.waitSignal(window.trace_applied, timeout=60_000):
+        window.open_checkpoint(str(other_checkpoint))
+    window.session.model_loaded.disconnect(click_run)
+    assert clicked and "has not run on this model yet" in clicked[0] and not panel.cancel_button.isEnabled()
+    panel.corrupt_edit.setText("")  # an empty corrupted prompt: a line in the panel, no grid of 0 columns
+    QTest.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert "has 0 tokens" in panel.status.text() and not panel.cancel_button.isEnabled()

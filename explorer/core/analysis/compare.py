@@ -9,7 +9,9 @@ models and a prompt (``compare_models``, which first checks that both tokenize i
 * ``head_js`` [L, H]: each head's Jensen-Shannon divergence of the two attention patterns (natural log,
   so at most ln 2), averaged over query positions;
 * ``logit_kl`` [n]: KL(A || B) of the two next-token distributions at each position (natural log);
-* where they first diverge: the first boundary, block and position past a small tolerance.
+* where they first diverge: the first boundary, block and position past a small tolerance;
+* ``nonfinite``: which model produced NaN or infinity in its residual stream, patterns or logits. Those
+  parts are "not compared" in the summary, never "agree" (a NaN passes no tolerance test).
 
 Models of different depth are compared by relative depth (A's boundary i against B's nearest
 ``i * L_B / L_A``), with a note; different head counts compare each layer's head-averaged pattern
@@ -121,6 +123,7 @@ class Comparison:
     logit_kl: np.ndarray      # [n]
     layer_map: np.ndarray     # [L_A + 1]: B's boundary compared with each of A's
     notes: tuple[str, ...] = ()
+    nonfinite: tuple[tuple[str, str], ...] = ()  # ("A" or "B", one of PARTS) where a model produced NaN or inf
 
     @property
     def first_boundary(self) -> int | None:
@@ -137,15 +140,40 @@ class Comparison:
         """The first position whose next-token distributions differ."""
         return first_over(self.logit_kl[:, None], KL_TOL)
 
-    def summary(self) -> str:
-        parts = []
+    def broken(self, part: str) -> list[str]:
+        """Which models ("A", "B") produced non-finite values in ``part`` (one of ``PARTS``)."""
+        return [who for who, where in self.nonfinite if where == part]
+
+    def nonfinite_line(self, names: tuple[str, str] = ("A", "B")) -> str | None:
+        """Which model produced NaN or infinity, and where; None when both are finite everywhere."""
+        said = []
+        for who, name in zip(("A", "B"), names):
+            where = [part for part in PARTS if who in self.broken(part)]
+            if where:
+                said.append(f"{name} produced non-finite values (NaN or infinity) in its {_and(where)}")
+        return "; ".join(said) + ": those are not compared" if said else None
+
+    def summary(self, names: tuple[str, str] = ("A", "B")) -> str:
+        """What agrees and where they first differ; a part where a model produced NaN or infinity is said to be
+        not compared (never "agree": NaN compares as nothing)."""
+        parts = [line for line in (self.nonfinite_line(names),) if line]
         block, boundary, position = self.first_block, self.first_boundary, self.first_position
-        parts.append("attention patterns agree in every layer" if block is None
-                     else f"attention first differs in layer {block}")
+        if self.broken("attention patterns"):
+            parts.append("attention patterns not compared")
+        else:
+            parts.append("attention patterns agree in every layer" if block is None
+                         else f"attention first differs in layer {block}")
         where = "at the embeddings" if boundary == 0 else f"after layer {(boundary or 0) - 1}"
-        parts.append("residual streams agree everywhere" if boundary is None else f"residual streams first differ {where}")
-        parts.append("next-token distributions agree at every position" if position is None
-                     else f"next-token distributions first differ at position {position}")
+        if self.broken("residual stream"):
+            parts.append("residual streams not compared")
+        else:
+            parts.append("residual streams agree everywhere" if boundary is None
+                         else f"residual streams first differ {where}")
+        if self.broken("logits"):
+            parts.append("next-token distributions not compared")
+        else:
+            parts.append("next-token distributions agree at every position" if position is None
+                         else f"next-token distributions first differ at position {position}")
         return "; ".join(parts)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -156,7 +184,21 @@ class Comparison:
                 "layer_map": self.layer_map, "token_ids": np.asarray(self.token_ids, dtype=np.int64),
                 "first_diverge": np.array([missing if v is None else v for v in
                                            (self.first_boundary, self.first_block, self.first_position)],
-                                          dtype=np.int64)}
+                                          dtype=np.int64),
+                "nonfinite": np.array([[part in self.broken(p) for p in PARTS] for part in ("A", "B")], dtype=bool)}
+
+
+PARTS = ("residual stream", "attention patterns", "logits")  # where non-finite values are looked for
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _finite(tensors: Any) -> bool:
+    import torch
+
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def _streams(trace: Trace) -> list[str]:
@@ -239,7 +281,11 @@ def compare_traces(a: Trace, b: Trace) -> Comparison:
         notes.append(f"A has {ca.n_layers} layers, B {cb.n_layers}: layers are compared by relative depth")
     keys_a, keys_b = _streams(a), _streams(b)
     n = a.n_tokens
+    nonfinite: list[tuple[str, str]] = []
     with torch.inference_mode():
+        for who, trace, keys in (("A", a, keys_a), ("B", b, keys_b)):
+            if not _finite(_tensor(trace, key) for key in keys):
+                nonfinite.append((who, "residual stream"))
         if ca.d_model == cb.d_model:
             rows = [_stream_rows(_tensor(a, keys_a[i]), _tensor(b, keys_b[j])) for i, j in enumerate(layer_map)]
             cos, rel = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
@@ -254,6 +300,9 @@ def compare_traces(a: Trace, b: Trace) -> Comparison:
         for i in range(ca.n_layers):
             j = min(int(layer_map[i]), cb.n_layers - 1)
             pa, pb = _tensor(a, f"blocks.{i}.attn.pattern"), _tensor(b, f"blocks.{j}.attn.pattern")
+            for who, pattern in (("A", pa), ("B", pb)):
+                if (who, "attention patterns") not in nonfinite and not _finite([pattern]):
+                    nonfinite.append((who, "attention patterns"))
             js.append(head_js_tensor(pa, pb) if same_heads
                       else head_js_tensor(pa.mean(0, keepdim=True), pb.mean(0, keepdim=True)))
         head = np.stack(js) if js else np.zeros((0, ca.n_heads))
@@ -262,7 +311,9 @@ def compare_traces(a: Trace, b: Trace) -> Comparison:
         if la.shape[-1] != lb.shape[-1]:
             notes.append(f"A has {la.shape[-1]} logits, B {lb.shape[-1]}: the first {vocab} are compared")
         kl = logit_kl_tensor(la[:, :vocab], lb[:, :vocab])
-    return Comparison(tuple(int(t) for t in a.token_ids), cos, rel, head, kl, layer_map, tuple(notes))
+        nonfinite += [(who, "logits") for who, logits in (("A", la), ("B", lb)) if not _finite([logits])]
+    return Comparison(tuple(int(t) for t in a.token_ids), cos, rel, head, kl, layer_map, tuple(notes),
+                      tuple(sorted(nonfinite)))
 
 
 def compare_spec(storage: str = "host") -> Any:

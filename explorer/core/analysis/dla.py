@@ -101,6 +101,13 @@ def _head_outputs(W_O, z: np.ndarray) -> np.ndarray:
 
 def direct_logit_attribution(trace: Trace, target: int, position: int = -1, distractor: int | None = None,
                              model: Transformer | None = None) -> DLA:
+    from explorer.core import arguments
+    from explorer.core.trace import Trace
+
+    arguments.instance(trace, Trace, "trace", "a Trace (LoadedModel.trace)")
+    target = arguments.whole(target, "target", 0)
+    distractor = arguments.whole(distractor, "distractor", 0, none=True)
+    position = arguments.whole(position, "position")
     model = model if model is not None else trace._model
     if model is None:
         raise DLAError("direct logit attribution needs the model: this trace was loaded without it")

@@ -81,12 +81,17 @@ def load_checkpoint(source: str | Path | None = None, device: str = "auto", dtyp
     ``auto`` (default), ``keep`` (as the file stores them: GGUF blocks, half precision), ``dequantize`` (in
     ``dtype``), ``bfloat16`` or ``float16`` (matrices in that precision, computed in ``dtype``).
     """
+    from explorer.core import arguments
+    from explorer.core.cancel import asker
     from explorer.core.quant.storage import check_weights
 
     check_weights(weights)
+    arguments.function(progress, "progress")
+    asker(cancel)  # a wrong kind of cancel is one line now, not at the first tensor
     if placement is not None:
-        from explorer.core.placement import require_accelerate
+        from explorer.core.placement import Placement, require_accelerate
 
+        arguments.instance(placement, Placement, "placement", "a Placement")
         require_accelerate()
         if weights not in ("auto", "dequantize"):
             raise CheckpointError(f"--weights {weights} cannot be combined with a device map: a placed model's "

@@ -9,7 +9,8 @@ a tensor whose offset lies beyond the file or whose shape overflows are all take
   left (and a cap on items), nesting of arrays at most two deep, value types from the specification;
 * every tensor: a unique name, 1 to 4 dimensions, each positive, the element count bounded, a type
   that ``gguf`` can dequantise, the first dimension a whole number of its blocks, the offset
-  aligned, and its bytes inside the file and not overlapping another tensor's.
+  aligned, and its bytes inside the file, not overlapping another tensor's, and filling the room before
+  the next one (a type changed to a smaller one would leave room the data does not explain).
 
 Each problem is one ``CheckpointError`` line naming the file. The header is read from a memory map
 (only the pages the header spans are touched); tensor data is not read here.
@@ -221,7 +222,22 @@ def _parse(buf: Any, path: Path, size: int) -> Header:
     for a, b in zip(spans, spans[1:]):
         if b.start < a.end:
             raise cur.fail(f"tensors {a.name!r:.80} and {b.name!r:.80} overlap in the file")
+    _check_types_fill_their_room(cur, spans, size, alignment)
     return header
+
+
+def _check_types_fill_their_room(cur: _Cursor, spans: list[TensorInfo], size: int, alignment: int) -> None:
+    """Each tensor's bytes fill the room before the next tensor (GGUF writers pad only to the alignment): a
+    type changed to a smaller one (F32 re-typed as F16 or Q8_0) leaves room its data does not explain, and
+    would be read as other numbers. After the last tensor, a few trailing bytes are let pass."""
+    for i, t in enumerate(spans):
+        last = i + 1 == len(spans)
+        room = (size if last else spans[i + 1].start) - t.start
+        nbytes = t.end - t.start
+        if room - nbytes >= alignment and (not last or room - nbytes >= nbytes // 2):
+            raise cur.fail(f"tensor {t.name!r:.80} is stored as {TYPES[t.type_id][0]} ({nbytes:,} bytes) but "
+                           f"{room:,} bytes lie before {'the end of the file' if last else 'the next tensor'}: its "
+                           "type does not match its data (it would be read as other numbers)")
 
 
 def _tensor(cur: _Cursor, header: Header, name: str, dims: tuple[int, ...], type_id: int, offset: int,

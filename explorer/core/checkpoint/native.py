@@ -28,7 +28,11 @@ def save_native(model: Transformer, tokenizer: Tokenizer, directory: Path, name:
     """Write a native checkpoint: config.json, model.safetensors and the tokenizer's files."""
     from safetensors.torch import save_file
 
-    directory = Path(directory)
+    from explorer.core import arguments
+
+    arguments.instance(model, Transformer, "model", "a Transformer (a LoadedModel's .model)")
+    arguments.instance(tokenizer, Tokenizer, "tokenizer", "a Tokenizer (a LoadedModel's .tokenizer)")
+    directory = arguments.path(directory, "directory")
     directory.mkdir(parents=True, exist_ok=True)
     desc = tokenizer.describe()
     if desc.get("type") == "tiktoken":

@@ -26,6 +26,9 @@ def feature_intervention(sae: SAE, feature: int, mode: str = "zero", amount: flo
                          positions: Sequence[int] | None = None) -> Intervention:
     """Switch ``feature`` off (``"zero"``), set it to ``amount`` (``"clamp"``) or multiply it by
     ``amount`` (``"scale"``) at the SAE's hook point."""
+    from explorer.core import arguments
+
+    arguments.instance(sae, SAE, "sae", "an SAE (from open_sae)")
     check_feature(sae, feature)
     if sae.is_transcoder:
         raise SAEError(f"{sae.name}: a transcoder's features are read at one site and written at another; "

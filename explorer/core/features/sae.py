@@ -244,7 +244,10 @@ def open_sae(directory: str | os.PathLike[str], cfg: ModelConfig, model_name: st
 
     A ``metadata.model_name`` that differs from ``model_name`` raises :class:`SAEModelMismatch`
     unless ``allow_other_model``; then it is kept in ``SAE.warnings``."""
-    path = Path(directory).expanduser()
+    from explorer.core import arguments
+
+    path = arguments.path(directory, "directory").expanduser()
+    arguments.instance(cfg, ModelConfig, "cfg", "a ModelConfig (LoadedModel.config)")
     if not path.is_dir():
         raise SAEError(f"{path} is not a directory (an SAE directory holds {CFG} and {WEIGHTS})")
     if not (path / WEIGHTS).exists():

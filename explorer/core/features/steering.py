@@ -29,7 +29,16 @@ MAX_VECTOR_BYTES = 1 << 24
 def steer(layer: int, vector: Any, alpha: float, source: str = "vector",
           positions: Sequence[int] | None = None) -> Intervention:
     """``alpha * vector`` added to the residual stream entering block ``layer`` (``n_layers``: after the last)."""
-    v = np.asarray(vector, dtype=np.float32)
+    from explorer.core import arguments
+
+    layer = arguments.whole(layer, "layer", 0)
+    try:
+        v = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise InterventionError(f"a steering vector must be one row of finite numbers, not {type(vector).__name__}") \
+            from None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise InterventionError(f"steering strength (alpha) must be a number, not {type(alpha).__name__}")
     if v.ndim != 1 or not np.isfinite(v).all():
         raise InterventionError(f"a steering vector must be one row of finite numbers (got shape {v.shape})")
     if isinstance(alpha, bool) or not np.isfinite(float(alpha)):

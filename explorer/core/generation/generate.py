@@ -57,7 +57,8 @@ import torch
 
 from explorer.core.analysis.ranking import rank_of
 from explorer.core.cancel import CancelLike, asker
-from explorer.core.errors import PromptError
+from explorer.core import arguments
+from explorer.core.errors import ArgumentError, PromptError
 from explorer.core.interventions.apply import Intervener, resolve
 from explorer.core.interventions.spec import Intervention
 from explorer.core.model import KVCache, _no_capture
@@ -302,14 +303,17 @@ def _chosen_rank_prob(x: np.ndarray, token_id: int) -> tuple[int, float]:
     return rank_of(x, token_id), prob
 
 
+def _check_loaded(loaded: object) -> None:
+    from explorer.core.loaded import LoadedModel  # (not at the top: the loaded model's module is heavier)
+
+    arguments.instance(loaded, LoadedModel, "loaded", "a LoadedModel (from load_checkpoint)")
+
+
 def _check_prompt(loaded: LoadedModel, prompt_ids: Sequence[int]) -> list[int]:
-    ids = [int(i) for i in prompt_ids]
-    if not ids:
+    """The ids as ints in the vocabulary (1.5 or 'a' refused, never rounded), leaving room in the context."""
+    if isinstance(prompt_ids, (list, tuple)) and not prompt_ids:
         raise PromptError("the prompt is empty: give at least one token to continue")
-    vocab = loaded.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise PromptError(f"the prompt holds token id {bad[0]}, outside the model's vocabulary [0, {vocab})")
+    ids = arguments.checked_ids(prompt_ids, loaded.config.vocab_size, 1 << 62)  # the context's own line below
     n_ctx = loaded.config.n_ctx
     if len(ids) > n_ctx:
         raise PromptError(f"the prompt has {len(ids)} tokens but the model's context holds {n_ctx}: "
@@ -336,10 +340,12 @@ def generate_steps(
     ``"stop"`` (stop with reason ``"context_full"``) exists.
     """
     if on_overflow != "stop":
-        raise ValueError(f"on_overflow must be 'stop' (no sliding window is offered), got {on_overflow!r}")
+        raise ArgumentError(f"on_overflow must be 'stop' (no sliding window is offered), got {on_overflow!r:.40}")
     params = SamplingParams() if params is None else params
-    if not isinstance(params, SamplingParams):
-        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    _check_loaded(loaded)
+    arguments.instance(params, SamplingParams, "params", "a SamplingParams")
+    asker(cancel)
+    interventions = arguments.sequence_of(interventions, Intervention, "interventions", "Intervention")
     prompt = _check_prompt(loaded, prompt_ids)
     ivs = resolve(loaded.model, prompt, interventions) if interventions else ()
     return (yield from _loop(loaded, prompt, params, asker(cancel), use_cache, ivs))
@@ -433,6 +439,10 @@ def generate(
 ) -> GenerationResult:
     """Run a whole generation; ``prompt`` is text (encoded with the model's tokenizer) or token ids.
     ``on_step`` is called with each :class:`Step` as it is produced (for streaming)."""
+    _check_loaded(loaded)
+    arguments.function(on_step, "on_step")
+    if prompt is None or isinstance(prompt, bytes) or not isinstance(prompt, (str, Sequence)):
+        raise ArgumentError(f"prompt must be text or a list of token ids, not a {type(prompt).__name__}")
     blocked = getattr(loaded, "generation_blocked", None)
     if blocked:  # an encoder (BERT): its logits fill in masks, they do not predict a next token
         raise PromptError(f"cannot generate: {blocked}")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from explorer.core.analysis.ranking import rank_of, top_k_ids
+from explorer.core.errors import ArgumentError  # also a ValueError, as these checks raised before
 
 __all__ = [
     "Distribution",
@@ -107,55 +108,58 @@ class SamplingParams:
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
             value = getattr(self, name)
             if not _is_real(value) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
+                raise ArgumentError(f"{name} must be a finite number, got {value!r}")
             object.__setattr__(self, name, float(value))
         for name in ("top_k", "max_new_tokens"):
             value = getattr(self, name)
             if not _is_int(value):
-                raise ValueError(f"{name} must be an integer, got {value!r}")
+                raise ArgumentError(f"{name} must be an integer, got {value!r}")
             object.__setattr__(self, name, int(value))
         if self.temperature < 0:
-            raise ValueError(
+            raise ArgumentError(
                 f"temperature must be >= 0 (0 means greedy), got {self.temperature}"
             )
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
+            raise ArgumentError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
+            raise ArgumentError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
         if not 0.0 <= self.min_p < 1.0:
-            raise ValueError(f"min_p must be in [0, 1) (0 turns it off), got {self.min_p}")
+            raise ArgumentError(f"min_p must be in [0, 1) (0 turns it off), got {self.min_p}")
         if self.repetition_penalty <= 0:
-            raise ValueError(
+            raise ArgumentError(
                 "repetition_penalty must be > 0 (1 turns it off), "
                 f"got {self.repetition_penalty}"
             )
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise ArgumentError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.seed is not None:
             if not _is_int(self.seed) or self.seed < 0:
-                raise ValueError(f"seed must be None or an integer >= 0, got {self.seed!r}")
+                raise ArgumentError(f"seed must be None or an integer >= 0, got {self.seed!r}")
             object.__setattr__(self, "seed", int(self.seed))
         if not isinstance(self.stop_at_eos, (bool, np.bool_)):
-            raise ValueError(f"stop_at_eos must be True or False, got {self.stop_at_eos!r}")
+            raise ArgumentError(f"stop_at_eos must be True or False, got {self.stop_at_eos!r}")
         object.__setattr__(self, "stop_at_eos", bool(self.stop_at_eos))
         if isinstance(self.stop_strings, str):
-            raise ValueError(
+            raise ArgumentError(
                 "stop_strings must be a sequence of strings, not a single string: "
                 f"use ({self.stop_strings!r},)"
             )
         try:
             stops = tuple(self.stop_strings)
         except TypeError:
-            raise ValueError(
+            raise ArgumentError(
                 f"stop_strings must be a sequence of strings, got {self.stop_strings!r}"
             ) from None
         for stop in stops:
             if not isinstance(stop, str) or not stop:
-                raise ValueError(f"stop_strings must hold non-empty strings, got {stop!r}")
-        if isinstance(self.stop_token_ids, (str, bytes)) or not all(
-                _is_int(i) and i >= 0 for i in tuple(self.stop_token_ids)):
-            raise ValueError(f"stop_token_ids must hold token ids (whole numbers >= 0), got {self.stop_token_ids!r}")
-        object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
+                raise ArgumentError(f"stop_strings must hold non-empty strings, got {stop!r}")
+        try:
+            stop_ids = None if isinstance(self.stop_token_ids, (str, bytes)) else tuple(self.stop_token_ids)
+        except TypeError:  # not a sequence
+            stop_ids = None
+        if stop_ids is None or not all(_is_int(i) and i >= 0 for i in stop_ids):
+            raise ArgumentError(f"stop_token_ids must hold token ids (whole numbers >= 0), got {self.stop_token_ids!r:.80}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in stop_ids))
         object.__setattr__(self, "stop_strings", stops)
 
     @property
@@ -172,13 +176,13 @@ def _as_logits(logits: np.ndarray) -> np.ndarray:
     """Validate a logits vector and return it as a new float64 array."""
     x = np.array(logits, dtype=np.float64, copy=True)
     if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"logits must be a non-empty 1-D vector, got shape {x.shape}")
+        raise ArgumentError(f"logits must be a non-empty 1-D vector, got shape {x.shape}")
     if np.isnan(x).any():
-        raise ValueError("logits contain NaN")
+        raise ArgumentError("the logits contain NaN (the model produced non-finite values): no token can be chosen")
     if np.isposinf(x).any():
-        raise ValueError("logits contain +inf")
+        raise ArgumentError("the logits contain +inf (the model produced non-finite values): no token can be chosen")
     if not np.isfinite(x).any():
-        raise ValueError("logits are all -inf: no token can be chosen")
+        raise ArgumentError("logits are all -inf: no token can be chosen")
     return x
 
 
@@ -202,7 +206,7 @@ def _repetition_penalty(x: np.ndarray, previous_ids: Sequence[int], penalty: flo
     if ids.size == 0:
         return
     if (ids < 0).any():
-        raise ValueError(f"previous_ids must be >= 0, got {int(ids.min())}")
+        raise ArgumentError(f"previous_ids must be >= 0, got {int(ids.min())}")
     ids = np.unique(ids[ids < x.size])  # ids beyond the vocabulary cannot be produced
     values = x[ids]
     with np.errstate(over="ignore"):
@@ -296,7 +300,7 @@ def apply_controls(
 def make_rng(seed: int | None = None) -> np.random.Generator:
     """Return a numpy Generator; the same seed gives the same stream of draws."""
     if seed is not None and (not _is_int(seed) or seed < 0):
-        raise ValueError(f"seed must be None or an integer >= 0, got {seed!r}")
+        raise ArgumentError(f"seed must be None or an integer >= 0, got {seed!r}")
     return np.random.default_rng(None if seed is None else int(seed))
 
 
@@ -317,7 +321,7 @@ def sample(
     if greedy:
         return int(np.argmax(x))
     if rng is None:
-        raise ValueError("sample() needs an rng unless greedy=True")
+        raise ArgumentError("sample() needs an rng unless greedy=True")
     u = rng.random()
     probs = _softmax_unchecked(x)
     cdf = np.cumsum(probs)
@@ -343,7 +347,7 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 def _check_token(token_id: int, vocab_size: int) -> int:
     if not _is_int(token_id) or not 0 <= token_id < vocab_size:
-        raise ValueError(f"token id must be in [0, {vocab_size}), got {token_id!r}")
+        raise ArgumentError(f"token id must be in [0, {vocab_size}), got {token_id!r}")
     return int(token_id)
 
 
@@ -406,7 +410,7 @@ def top_candidates(
     ``chosen_id``, if given, fills the ``chosen_*`` fields.
     """
     if not _is_int(n) or n < 0:
-        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+        raise ArgumentError(f"n must be an integer >= 0, got {n!r}")
     x = _as_logits(logits)
     probs = _softmax_unchecked(x)
     order = top_k_ids(x, int(n), finite_only=True)

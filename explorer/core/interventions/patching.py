@@ -35,7 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from explorer.core import arguments
 from explorer.core.cancel import CancelLike, asker
+from explorer.core.errors import ExplorerError
 from explorer.core.interventions.apply import Intervener, record_sites
 from explorer.core.interventions.spec import Intervention, InterventionError
 from explorer.core.model import KVCache, Transformer
@@ -96,7 +98,15 @@ def checked_position(model: Transformer, clean_ids: Sequence[int], corrupt_ids: 
                      distractor: int | None, position: int) -> int:
     """The metric's position (0 to n - 1) once the two prompts, the tokens and the position are usable;
     an InterventionError (one line) otherwise."""
+    arguments.instance(model, Transformer, "model", "a Transformer (a LoadedModel's .model)")
     cfg = model.cfg
+    for name, ids in (("clean_ids", clean_ids), ("corrupt_ids", corrupt_ids)):
+        try:
+            arguments.checked_ids(ids, cfg.vocab_size, cfg.n_ctx)
+        except ExplorerError as exc:
+            raise InterventionError(f"{name}: {exc}") from None
+    arguments.whole(target, "target", 0)
+    arguments.whole(distractor, "distractor", 0, none=True)
     if not cfg.causal:
         raise InterventionError("activation patching needs a causal (left-to-right) model")
     if len(clean_ids) != len(corrupt_ids):
@@ -153,8 +163,8 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
                    ) -> Generator[PatchingUpdate, None, PatchingResult]:
     """``cells``: only these cells (the ones a user picked, the top-k of an attribution estimate); the
     grids' other entries stay 0 and no update names them. None: every cell of ``kinds``."""
-    cfg = model.cfg
     position = checked_position(model, clean_ids, corrupt_ids, target, distractor, position)
+    cfg = model.cfg
     n = len(clean_ids)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InterventionError(f"the batch size must be a positive whole number (got {str(batch_size)[:40]})")

@@ -27,6 +27,7 @@ import tiktoken
 from explorer.core.tokenize.bpe import ENDOFTEXT, GPT2_PATTERN, load_ranks
 from explorer.core.display.tokens import bytes_display  # noqa: F401 (the one rule, re-exported)
 from explorer.core.errors import TokenizerError
+from explorer.core.text import capped_token
 
 from explorer.core.paths import resources_dir
 
@@ -65,8 +66,9 @@ class Tokenizer(ABC):
         return frozenset({self.eos_id}) if self.eos_id is not None else frozenset()
 
     def display(self, token_id: int) -> str:
-        """The token as the user should see it: its text, or its bytes where they are not whole characters."""
-        return bytes_display(self.token_bytes(token_id))
+        """The token as the user should see it: its text, or its bytes where they are not whole characters
+        (a token over ``TOKEN_LIMIT`` characters, from a hostile vocabulary, cut with a note)."""
+        return capped_token(bytes_display(self.token_bytes(token_id)))
 
     def displays(self, ids: list[int]) -> list[str]:
         return [self.display(i) for i in ids]

@@ -122,6 +122,20 @@ def _backend(meta: dict[str, Any], kind: str, arch: str, tokens: list[str]) -> A
     return backend
 
 
+def _declared_wrong(kind: str, tokens: list[str]) -> str | None:
+    """Why the vocabulary is not of the kind the file declares, or None. Byte-level BPE spells a leading space
+    'Ġ' (tokens like 'Ġthe'), SentencePiece '▁' ('▁the'); read as the other kind, every token would be wrong."""
+    bpe = sum(len(t) > 1 and t[0] == "Ġ" for t in tokens)
+    spm = sum("▁" in t for t in tokens)
+    if kind == "llama" and bpe >= 20 and bpe > 4 * spm:
+        return (f"tokenizer.ggml.model says 'llama' (SentencePiece) but the vocabulary is byte-level BPE ({bpe:,} "
+                "tokens like 'Ġthe'): it would be read wrongly")
+    if kind == "gpt2" and spm >= 20 and spm > 4 * bpe:
+        return (f"tokenizer.ggml.model says 'gpt2' (byte-level BPE) but the vocabulary is SentencePiece ({spm:,} "
+                "tokens like '▁the'): it would be read wrongly")
+    return None
+
+
 def build(meta: dict[str, Any], arch: str) -> tuple[Any, str]:
     """(the ``tokenizers`` backend, its display style) from the file's ``tokenizer.ggml.*``."""
     from tokenizers import AddedToken
@@ -131,6 +145,9 @@ def build(meta: dict[str, Any], arch: str) -> tuple[Any, str]:
     if kind not in ("gpt2", "llama") or not tokens:
         raise TokenizerError(f"the file's tokenizer ({kind!r:.40}) is not read here (gpt2-style byte-level BPE "
                              "and llama-style SentencePiece are)")
+    mismatch = _declared_wrong(kind, tokens)
+    if mismatch:
+        raise TokenizerError(mismatch)
     types = _list(meta, "token_type", int, len(tokens)) or []
     backend = _backend(meta, kind, arch, tokens)
     if kind == "gpt2":

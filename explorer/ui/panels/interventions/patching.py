@@ -208,8 +208,14 @@ class PatchingPanel(Panel):
         if self.trace.interventions:
             self.status.setText("Patching starts from the clean run: switch the interventions off first.")
             return
+        if not self._clean_ids or len(self._clean_ids) != self.trace.n_tokens:  # a new model: its run not here yet
+            self.status.setText("The clean prompt has not run on this model yet: Run patching once it has.")
+            return
         try:
             corrupt = self.tokenizer.encode(self.corrupt_edit.text())
+            if len(corrupt) != len(self._clean_ids):  # an empty box too: no grid of 0 columns
+                raise ValueError(f"the corrupted prompt has {len(corrupt)} tokens, the clean one "
+                                 f"{len(self._clean_ids)}: patching needs the same number")
             last = len(self._clean_ids) - 1
             target = self._token(self.target_edit.text(), "target") if self.target_edit.text() else None
             distractor = self._token(self.distractor_edit.text(), "distractor") if self.distractor_edit.text() else None

@@ -6,6 +6,8 @@ from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
+from explorer.core.text import capped_text
+
 _NOTICE_STYLE = "QLabel { background: #fff3bf; color: #5c3c00; border-radius: 3px; padding: 1px 6px; }"
 _ERROR_STYLE = "QLabel { background: #ffe3e3; color: #8a1c1c; border-radius: 3px; padding: 1px 6px; }"
 
@@ -96,7 +98,9 @@ class PromptEditor(QWidget):
 
         The replacement is one step of the editor's undo history (``setPlainText`` would clear it),
         so Ctrl+Z brings back what was there before a sample prompt, a model change or a click on a
-        generated token."""
+        generated token. Text past ``PROMPT_LIMIT`` characters, or with a line past ``LINE_LIMIT``, is cut with
+        a note (laying out such a line froze the window)."""
+        text = capped_text(text, "prompt")
         if text == self.text():
             return
         with QSignalBlocker(self.edit):

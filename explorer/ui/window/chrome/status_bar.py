@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 NOTICE_MS = 8000
+NAME_CAP = 60  # characters of a model's name in the bar (read from a file; longer ones widened the window)
 
 
 def human_count(n: int) -> str:
@@ -86,8 +88,9 @@ class StatusBar(QStatusBar):
         self.warning.setVisible(bool(text))
 
     def show_model(self, info: dict[str, Any]) -> None:
-        self.fields["model"].setText(f"<b>{info['name']}</b>")
-        self.fields["model"].setToolTip(f"{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
+        name = str(info["name"])  # capped in core (LoadedModel, the trace reader); capped again here, and escaped
+        self.fields["model"].setText(f"<b>{html.escape(name if len(name) <= NAME_CAP else name[:NAME_CAP] + '…')}</b>")
+        self.fields["model"].setToolTip(f"{name}\n{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
                                         f"context {info['context_length']}"
                                         + (f"\n{info['notes']}" if info.get("notes") else ""))
         layers = str(info.get("layers") or "")  # a placed model: "layers 0–17 cuda:0, 18–31 cpu"
