@@ -70,3 +70,28 @@ def test_about_fits_the_screen_for_a_gguf_model(qtbot, window, gguf_far_away):
     assert close.isVisible()
     where = QRect(close.mapTo(dialog, QPoint(0, 0)), close.size())
     assert dialog.rect().contains(where), f"the Close button at {where} is outside the dialog {dialog.rect()}"
+
+
+def test_patching_fields_are_readable_at_1280x800(qtbot, window):
+    """Item 3: the corrupted prompt, the target and the distractor were 30-75 px wide: what was typed could
+    not be read. Typed into, as the user does, each shows its text (30 characters of the prompt at least)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    window.resize(SCREEN_W, SCREEN_H)
+    dock = next(d for d in window.docks if hasattr(d.panel, "corrupt_edit"))  # Activation patching
+    dock.show()
+    dock.raise_()
+    qtbot.waitUntil(dock.panel.isVisible)
+    panel = dock.panel
+    typed = {panel.corrupt_edit: "When Mary and John went to the store, Mary gave a drink to",
+             panel.target_edit: " John", panel.distractor_edit: " Mary"}
+    for field, text in typed.items():
+        QTest.mouseClick(field, Qt.MouseButton.LeftButton)
+        QTest.keyClicks(field, text)
+        assert field.text() == text
+    QApplication.processEvents()
+    metrics = panel.corrupt_edit.fontMetrics()
+    assert panel.corrupt_edit.width() >= metrics.horizontalAdvance(typed[panel.corrupt_edit][:30]) + 12
+    for field in (panel.target_edit, panel.distractor_edit):
+        assert field.width() >= field.fontMetrics().horizontalAdvance(" Mary and") + 12, field.width()
