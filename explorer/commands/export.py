@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         if args.plots:
             from explorer.ui.offscreen import render_plots
 
-            pngs = render_plots(loaded, trace, out / "plots")
+            pngs = render_plots(loaded, trace, out / "plots", progress=say)
             written.append(f"{len(pngs)} plot images")
     say("done")
     print(f"wrote {', '.join(written)} for {trace.n_tokens} tokens to {args.out}")
