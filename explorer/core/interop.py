@@ -227,12 +227,17 @@ def _header(entries: list[Entry], metadata: dict[str, str]) -> bytes:
     return raw + b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
 
 
-def write_trace_safetensors(trace: Trace, target: str | os.PathLike[str], prompt: str | None = None) -> Path:
-    """Write ``trace`` as safetensors under TransformerLens' names (atomically; one array in memory at a time)."""
+def write_trace_safetensors(trace: Trace, target: str | os.PathLike[str], prompt: str | None = None,
+                            provenance: dict[str, Any] | None = None) -> Path:
+    """Write ``trace`` as safetensors under TransformerLens' names (atomically; one array in memory at a time).
+    ``provenance`` (``core/provenance.record``) goes into the metadata as JSON text."""
     from explorer.core.export import atomic_path
 
     entries = trace_entries(trace)
-    header = _header(entries, trace_metadata(trace, prompt))
+    metadata = trace_metadata(trace, prompt)
+    if provenance is not None:
+        metadata["provenance"] = json.dumps(provenance, ensure_ascii=False, default=str)
+    header = _header(entries, metadata)
     target = Path(target)
     with atomic_path(target) as tmp, open(tmp, "wb") as out:
         out.write(struct.pack("<Q", len(header)))
@@ -318,7 +323,8 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
                                  f"of at least {n}")
         trace_meta = TraceMeta(model_name=meta.get("model_name", ""), device=meta.get("device", "cpu"),
                                dtype=meta.get("dtype", "float32"), truncated_from=int(truncated) if truncated else None,
-                               extra={"source_file": str(path), "prompt": meta.get("prompt", "")})
+                               extra={"source_file": str(path), "prompt": meta.get("prompt", ""),
+                                      "provenance": meta.get("provenance", "")})  # the exporting run's, as text
         return Trace(token_ids, tokens, cfg, arrays, trace_meta, model=None)
     except ExplorerError as exc:
         if isinstance(exc, TraceFileError):
