@@ -28,11 +28,11 @@ from explorer.core.errors import CheckpointError, VerifyRefused
 
 LOGITS_TOL = 1e-3
 PATTERN_TOL = 1e-4
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt",
+                   "merges.txt", "spiece.model")
 RESID_RTOL = 1e-4   # of the largest |value| of the reference's residual stream at that layer (at least 1)
 INSTALL = ("the reference check needs transformers, which is not installed: "
            "pip install 'transformer-explorer[verify]'")
-INSTALL_GGUF = ("transformers needs accelerate to read a GGUF file, and it is not installed: "
-                "pip install 'transformer-explorer[verify]'")
 
 
 @dataclass(frozen=True)
@@ -226,9 +226,12 @@ def _reference_ids(transformers: Any, ref: Reference, prompt: str, n_ctx: int) -
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(ref.directory), local_files_only=True,
                                                          trust_remote_code=False, **ref.kwargs())
-        return list(tok(prompt)["input_ids"])[:n_ctx]
+        ids = list(tok(prompt)["input_ids"])[:n_ctx]
     except Exception:  # noqa: BLE001 - no tokenizer transformers reads: the ids are not compared
         return None
+    if not ids and ref.gguf_file is None and not any((ref.directory / name).is_file() for name in TOKENIZER_FILES):
+        return None  # no tokenizer files at all: transformers made up an empty one (and said nothing)
+    return ids
 
 
 def _max_diff(a: np.ndarray, b: np.ndarray) -> float:

@@ -17,6 +17,8 @@ from typing import Any
 from explorer.core.errors import CheckpointError, VerifyRefused
 
 GGUF_SUFFIXES = (".gguf",)
+INSTALL_GGUF = ("transformers needs accelerate to read a GGUF file, and it is not installed: "
+                "pip install 'transformer-explorer[verify]'")
 
 
 def gguf_target(text: str, path: Path) -> Path | None:
@@ -74,8 +76,6 @@ def _needs_accelerate() -> None:
     """transformers refuses a GGUF file without accelerate, but only once our model has loaded (minutes for a
     real one): say so at once (``[verify]`` installs it)."""
     import importlib.util
-
-    from explorer.core.verify import INSTALL_GGUF
 
     try:
         found = importlib.util.find_spec("accelerate") is not None

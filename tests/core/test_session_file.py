@@ -156,3 +156,18 @@ def test_cli_export_carries_the_provenance_of_its_numbers(tiny_gpt2_dir, tmp_pat
     with zipfile.ZipFile(out / "trace.npz") as archive:
         assert "provenance.npy" in archive.namelist()
     assert json.loads(str(np.load(out / "trace.npz")["provenance"]))["model"] == record["model"]
+
+
+def test_a_provenance_record_names_the_last_verify_of_its_model(tiny_gpt2_dir):
+    pytest.importorskip("transformers")
+    from explorer.core import provenance
+    from explorer.core.checkpoint import load_checkpoint
+    from explorer.core.verify import verify_checkpoint
+
+    trace = load_checkpoint(tiny_gpt2_dir, device="cpu").trace(PROMPT)
+    assert provenance.record(trace, source=str(tiny_gpt2_dir))["verify"] is None  # not checked yet: said so
+    report = verify_checkpoint(tiny_gpt2_dir, PROMPT)
+    provenance.remember_verify(str(tiny_gpt2_dir), report)
+    checked = provenance.record(trace, source=str(tiny_gpt2_dir), fingerprint=fingerprint(tiny_gpt2_dir))["verify"]
+    assert checked["passed"] is True and checked["reference"] == "GPT2LMHeadModel"
+    assert checked["resid_min_cosine"] > 0.999999 and checked["tokens"] == len(report.ids)

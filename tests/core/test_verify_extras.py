@@ -74,3 +74,10 @@ def test_min_cosine_is_the_worst_position():
     theirs = np.array([[1.0, 0.0], [2.0, 2.0], [0.0, 0.0]])  # position 1 turned 45 degrees, position 2 both zero
     assert min_cosine(ours, theirs) == pytest.approx(np.sqrt(0.5), abs=1e-12)
     assert min_cosine(ours[:1], np.zeros((1, 2))) == 0.0  # one side zero: no agreement
+
+
+def test_a_directory_without_tokenizer_files_is_not_a_token_id_failure(tiny_gpt2_dir):
+    """transformers' AutoTokenizer reads nothing there and tokenizes to no ids at all: not compared, not failed."""
+    report = verify_checkpoint(tiny_gpt2_dir, PROMPT)
+    assert report.prompt_ids_equal is None and report.passed, "\n".join(report.lines())
+    assert "prompt ids not compared" in report.lines()[-1]

@@ -67,6 +67,7 @@ from explorer.ui.window.loading import APP_NAME, LoadingChrome, sample_prompts
 from explorer.ui.window.menus import build_menus
 from explorer.ui.window.open_trace import TraceFileOpener
 from explorer.ui.window.remote_trace import RemoteTraceOpener
+from explorer.ui.window.session_files import SessionFiles
 from explorer.ui.window.window_state import WindowState
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class MainWindow(QMainWindow):
         self.compare_dock = add_compare_dock(self, self.session)  # Models > Compare with another model…
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         self.feature_tools = FeatureTools(self)  # File > Open SAE…, the Steering tab
+        self.session_files = SessionFiles(self)  # File > Save session…, Open session…, Export as script…
         actions = build_menus(self)
         self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
         self.export_trace_action, self.export_maps_action = actions.export_trace, actions.export_maps

@@ -27,11 +27,10 @@ CHECKPOINT_FILTER = "Checkpoint files (config.json *.safetensors *.bin *.pt *.ck
 
 
 def _bundled_folders() -> list[Path]:
-    from explorer.core.paths import models_dir, resources_dir
+    from explorer.core import paths
 
-    import explorer
-
-    return [Path(explorer.__file__).resolve().parent, models_dir().resolve(), resources_dir().resolve()]
+    package = Path(paths.__file__).resolve().parents[1]  # explorer/
+    return [package, paths.models_dir().resolve(), paths.resources_dir().resolve()]
 
 
 def inside_package(path: str | Path) -> bool:

@@ -129,8 +129,11 @@ class VerifyDialog(QDialog):
             self.status.setText(f"Checking {self.source}: {STAGES[stage]}…")
 
     def _done(self, report: VerifyReport) -> None:
+        from explorer.core.provenance import remember_verify
+
         self.running = False
         self.report = report
+        remember_verify(self.source, report)  # the model's exports from now on name this check
         self.progress.setValue(len(STAGES))
         rows = report_rows(report)
         self.table.setRowCount(len(rows))
