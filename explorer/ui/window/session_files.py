@@ -78,6 +78,8 @@ class SessionFiles(QObject):
         self.window.status.notice(f"Saving {Path(path).name}: hashing the model's files…")
 
         def write(found: Fingerprint | None) -> None:
+            if self.session.closed:  # the window closed while the files were hashed
+                return
             try:
                 state = capture(self.window, found, _version())
                 if then is None:
@@ -141,6 +143,8 @@ class SessionFiles(QObject):
         self.window.status.notice(f"Opening {Path(path).name}: checking the model's files…")
 
         def checked(message: str | None) -> None:
+            if self.session.closed:
+                return
             if message is not None:
                 self.window.status.set_warning(message)
                 if not ask(message):
@@ -199,10 +203,13 @@ class SessionRestore(QObject):
             return
         self.done = True
         self._stop(*[slot for _signal, slot in self._listening])
-        self.finished.emit(self.state, message)
+        if not self.session.closed:
+            self.finished.emit(self.state, message)
 
     def start(self) -> None:
         state, session = self.state, self.session
+        if session.closed:
+            return
         request = session.model_request
         same = (session.loaded is not None and str(session.source) == state.source and request is not None
                 and (request.device, request.dtype) == (state.device, state.dtype))
