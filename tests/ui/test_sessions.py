@@ -17,83 +17,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtWidgets import QWidget
 
 from explorer.core.interventions.spec import Intervention
 from explorer.core.session_file import read
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "core"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reopen_session import panel_arrays  # noqa: E402
+
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 WIDTH, HEIGHT = 1200, 800
 
-DUMP = r'''
-import json, sys, time
-import numpy as np
-from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QWidget
-from explorer.ui.app import ensure_app
-app = ensure_app()
-from explorer.ui.window.main_window import MainWindow
-
-session, out, width, height = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-window = MainWindow(QSettings(out + ".ini", QSettings.Format.IniFormat), device="cpu")
-window.resize(width, height)
-window.show()
-done = []
-window.session_files.restored.connect(lambda state: done.append(""))
-window.session_files.failed.connect(done.append)
-window.session_files.open(session, confirm=lambda line: done.append(line) or False)
-
-def wait(condition, seconds=300):
-    end = time.monotonic() + seconds
-    while not condition():
-        app.processEvents()
-        time.sleep(0.01)
-        if time.monotonic() > end:
-            raise SystemExit("timed out")
-
-wait(lambda: done)
-if done[0]:
-    print(json.dumps({"failed": done[0], "loaded": window.loaded is not None}))
-    raise SystemExit(0)
-wait(lambda: window.session.is_idle() and window.trace is not None
-     and not any(p.computing() for p in window.panels if p.on_screen))
-for _ in range(50):
-    app.processEvents()
-arrays = {}
-for dock in window.docks:  # each panel brought to the front in turn, as a user clicks its tab
-    if dock.isHidden():
-        continue
-    dock.raise_()
-    wait(lambda: dock.panel.on_screen and dock.panel.trace is window.trace and window.session.is_idle()
-         and not dock.panel.computing())
-    for _ in range(20):
-        app.processEvents()
-    for exportable in dock.panel.exportables():
-        if isinstance(exportable.item, QWidget) and not exportable.item.isVisibleTo(dock.panel):
-            continue  # a view of the panel not shown now (the all-heads overview behind one head)
-        data = np.asarray(exportable.data()[0])
-        if data.size and data.dtype.kind == "f":
-            arrays[f"{type(dock.panel).__name__}/{exportable.name}"] = data
-np.savez(out, **arrays)
-s = window.session
-print(json.dumps({"failed": "", "prompt": s.prompt, "ids": [int(i) for i in s.trace.token_ids],
-                  "selection": [s.selection.layer, s.selection.head, s.selection.token],
-                  "interventions": [[e.intervention.label, e.enabled] for e in s.interventions.entries],
-                  "temperature": window.generation.current_params().temperature,
-                  "seed": window.generation.current_params().seed}))
-window.close()
-'''
-
 
 def fresh_process(tmp_path: Path, session: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    script = tmp_path / "reopen.py"
-    script.write_text(DUMP, encoding="utf-8")
+    """``reopen_session.py`` in a new interpreter: File > Open session…, then every panel's data."""
     out = tmp_path / "reopened.npz"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"}
-    done = subprocess.run([sys.executable, str(script), str(session), str(out), str(WIDTH), str(HEIGHT)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("reopen_session.py")), str(session), str(out),
+                           str(WIDTH), str(HEIGHT)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     info = json.loads(done.stdout.strip().splitlines()[-1])
     arrays = dict(np.load(out)) if out.exists() and not info["failed"] else {}
@@ -103,24 +46,6 @@ def fresh_process(tmp_path: Path, session: Path) -> tuple[dict, dict[str, np.nda
 def settled(window) -> bool:
     return (window.session.is_idle() and window.trace is not None
             and not any(p.computing() for p in window.panels if p.on_screen))
-
-
-def shown_arrays(qtbot, window) -> dict[str, np.ndarray]:
-    """Every panel's plots' data (Export data as NPY), each panel brought to the front in turn."""
-    arrays = {}
-    for dock in window.docks:
-        if dock.isHidden():
-            continue
-        dock.raise_()
-        qtbot.waitUntil(lambda: dock.panel.on_screen and dock.panel.trace is window.trace
-                        and window.session.is_idle() and not dock.panel.computing(), timeout=60_000)
-        for exportable in dock.panel.exportables():
-            if isinstance(exportable.item, QWidget) and not exportable.item.isVisibleTo(dock.panel):
-                continue  # a view of the panel not shown now (the all-heads overview behind one head)
-            data = np.asarray(exportable.data()[0])
-            if data.size and data.dtype.kind == "f":
-                arrays[f"{type(dock.panel).__name__}/{exportable.name}"] = data
-    return arrays
 
 
 @pytest.fixture
@@ -155,7 +80,7 @@ def saved_session(qtbot, make_window, model_copy, tmp_path):
 
 def test_a_saved_session_reopens_in_a_fresh_process_with_the_same_numbers(qtbot, saved_session, tmp_path):
     window, path = saved_session
-    here = shown_arrays(qtbot, window)
+    here = panel_arrays(window, lambda condition: qtbot.waitUntil(condition, timeout=60_000))
     state = read(path)
     assert state.fingerprint is not None and state.fingerprint.digest
     info, there = fresh_process(tmp_path, path)
