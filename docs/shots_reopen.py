@@ -63,8 +63,16 @@ def main() -> None:
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.split("x"))
     out = Path(args.out)
-    gguf = smollm_shaped_gguf(Path(args.models or tempfile.mkdtemp(prefix="shots-models-")))
+    scratch = Path(tempfile.mkdtemp(prefix="shots-reopen-"))  # removed at the end (the GGUF file too, unless --models)
+    try:
+        shots(args, w, h, out, smollm_shaped_gguf(Path(args.models) if args.models else scratch), scratch)
+    finally:
+        import shutil
 
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def shots(args, w: int, h: int, out: Path, gguf: Path, scratch: Path) -> None:
     from PySide6.QtCore import QSettings
     from PySide6.QtGui import QGuiApplication
 
@@ -74,7 +82,7 @@ def main() -> None:
     app = ensure_app("light")
     screen = QGuiApplication.primaryScreen().availableGeometry()
     assert (screen.width(), screen.height()) == (w, h), f"run it on a {w}x{h} X screen, not {screen}"
-    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="shots-")) / "settings.ini"), QSettings.Format.IniFormat)
+    settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings, device="cpu")  # its own first size on this screen
     window.move(0, 0)
     window.show()
