@@ -79,13 +79,17 @@ def run(args: argparse.Namespace) -> int:
     if bad is not None:  # exported as computed, but never silently
         print(f"warning: the model's numbers are not finite: {bad.describe()}", file=sys.stderr)
     written = []
+    record = _provenance(args, loaded, trace, say, prompt)
     # every file goes into a staging folder; the export's own files are swapped in when all are written
     with export_directory(args.out) as out:
-        write_trace_npz(trace, out / "trace.npz", progress=say, compress=args.compress)
+        from explorer.core import provenance
+
+        provenance.write(out / provenance.FILE, record)  # what produced these numbers
+        write_trace_npz(trace, out / "trace.npz", progress=say, compress=args.compress, provenance=record)
         written.append("trace.npz")
         from explorer.core.interop import write_trace_safetensors  # the same trace under TransformerLens' names
 
-        write_trace_safetensors(trace, out / "trace.safetensors", prompt)
+        write_trace_safetensors(trace, out / "trace.safetensors", prompt, provenance=record)
         written.append("trace.safetensors")
         if args.per_head:
             files = write_attention_files(trace, out / "attention", progress=say)
@@ -93,11 +97,30 @@ def run(args: argparse.Namespace) -> int:
         if args.plots:
             from explorer.ui.offscreen import render_plots
 
-            pngs = render_plots(loaded, trace, out / "plots")
+            pngs = render_plots(loaded, trace, out / "plots", progress=say)
             written.append(f"{len(pngs)} plot images")
     say("done")
     print(f"wrote {', '.join(written)} for {trace.n_tokens} tokens to {args.out}")
     return 0
+
+
+def _provenance(args: argparse.Namespace, loaded, trace, say, prompt: str) -> dict:
+    """The export's provenance record, with the SHA-256 of the model's files (read once more, with progress)."""
+    from explorer.core import provenance
+    from explorer.core.model_files import fingerprint
+
+    source = args.checkpoint if args.checkpoint is not None else loaded.source
+    last = [-1]
+
+    def hashing(done: int, total: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth != last[0]:
+            last[0] = tenth
+            say(f"hashing the model's files: {done / 2**20:.0f} of {total / 2**20:.0f} MB")
+
+    files = fingerprint(source, progress=hashing)
+    return provenance.record(trace, source=str(source), fingerprint=files, model_name=loaded.name,
+                             what="transformer-explorer export", prompt=prompt)
 
 
 def _run_nnsight(args: argparse.Namespace, say) -> int:

@@ -171,16 +171,20 @@ Progress = Callable[[str], None]
 
 
 def write_trace_npz(trace: Trace, target: str | os.PathLike[str], progress: Progress | None = None,
-                    compress: bool = False) -> None:
+                    compress: bool = False, provenance: dict | None = None) -> None:
     """Write ``trace.npz`` (the README's layout) atomically, streaming each array into the archive
     a block at a time, so memory holds one head's pattern, not all of them. ``np.load`` reads it
-    as if ``np.savez`` had written it. ``compress``: deflate each member (smaller, much slower)."""
+    as if ``np.savez`` had written it. ``compress``: deflate each member (smaller, much slower).
+    ``provenance`` (``core/provenance.record``): a ``provenance`` member, its JSON text."""
     import zipfile
 
     say = progress or (lambda text: None)
     mode = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    parts = list(trace_parts(trace))
+    if provenance is not None:
+        parts.append(("provenance", ArrayPart(np.array(json.dumps(provenance, ensure_ascii=False, default=str)))))
     with atomic_path(target) as tmp, zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as archive:
-        for name, part in trace_parts(trace):
+        for name, part in parts:
             say(f"{Path(target).name}: {name} {'x'.join(map(str, part.shape))} ({part.nbytes / 2**20:.0f} MB)")
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
                 _write_npy(member, part)

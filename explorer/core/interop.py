@@ -239,15 +239,20 @@ def _header(entries: list[Entry], metadata: dict[str, str]) -> bytes:
     return raw + b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
 
 
-def write_trace_safetensors(trace: Trace, target: str | os.PathLike[str], prompt: str | None = None) -> Path:
-    """Write ``trace`` as safetensors under TransformerLens' names (atomically; one array in memory at a time)."""
+def write_trace_safetensors(trace: Trace, target: str | os.PathLike[str], prompt: str | None = None,
+                            provenance: dict[str, Any] | None = None) -> Path:
+    """Write ``trace`` as safetensors under TransformerLens' names (atomically; one array in memory at a time).
+    ``provenance`` (``core/provenance.record``) goes into the metadata as JSON text."""
     from explorer.core.export import atomic_path
 
     arguments.instance(trace, Trace, "trace", "a Trace (LoadedModel.trace)")
     arguments.path(target, "target")
     arguments.instance(prompt, str, "prompt", "text (a str) or None", none=True)
     entries = trace_entries(trace)
-    header = _header(entries, trace_metadata(trace, prompt))
+    metadata = trace_metadata(trace, prompt)
+    if provenance is not None:
+        metadata["provenance"] = json.dumps(provenance, ensure_ascii=False, default=str)
+    header = _header(entries, metadata)
     target = Path(target)
     with atomic_path(target) as tmp, open(tmp, "wb") as out:
         out.write(struct.pack("<Q", len(header)))
@@ -336,7 +341,9 @@ def read_trace_safetensors(path: str | os.PathLike[str]) -> Trace:
                                dtype=shown(meta.get("dtype", "float32"), 40),
                                truncated_from=int(truncated) if truncated else None,
                                extra={"source_file": str(path), "prompt": capped_text(meta.get("prompt", ""), "prompt"),
-                                      "notes": _cut_notes(meta, tokens), "weights": shown(meta.get("weights", ""), 40)},
+                                      "notes": _cut_notes(meta, tokens), "weights": shown(meta.get("weights", ""), 40),
+                                      # the exporting run's record, as JSON text (dropped if implausibly long)
+                                      "provenance": _provenance_text(meta.get("provenance", ""))},
                                chat=_chat_spans(path, meta.get("chat"), n))
         return Trace(token_ids, [capped_token(t) for t in tokens], cfg, arrays, trace_meta, model=None)
     except ExplorerError as exc:
@@ -358,6 +365,11 @@ def _chat_spans(path: Path, text: str | None, n: int) -> Any:
         return ChatSpans.from_json(text, n)
     except (ValueError, TypeError, RecursionError) as exc:
         raise TraceFileError(f"{shown(path.name)}: its chat spans cannot be read: {shown(str(exc), 120)}") from None
+
+
+def _provenance_text(text: str) -> str:
+    """A file's provenance record as it was written, or "" for one too long to be ours (it is JSON: not cut)."""
+    return text if len(text) <= 1_000_000 else ""
 
 
 def _cut_notes(meta: dict[str, str], tokens: list[str]) -> list[str]:

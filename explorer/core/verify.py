@@ -28,6 +28,8 @@ from explorer.core.errors import CheckpointError, VerifyRefused
 
 LOGITS_TOL = 1e-3
 PATTERN_TOL = 1e-4
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt",
+                   "merges.txt", "spiece.model")
 RESID_RTOL = 1e-4   # of the largest |value| of the reference's residual stream at that layer (at least 1)
 INSTALL = ("the reference check needs transformers, which is not installed: "
            "pip install 'transformer-explorer[verify]'")
@@ -42,6 +44,7 @@ class LayerCheck:
     resid: float             # max |ours - reference| of the residual stream after it
     resid_scale: float       # the largest |reference value| there (the residual tolerance is relative to it)
     pattern: float | None    # max |ours - reference| of the attention patterns (None: not compared)
+    cosine: float | None = None  # the lowest cosine, over the positions, of our residual vector with the reference's
 
     @property
     def resid_tol(self) -> float:
@@ -61,6 +64,8 @@ class LayerCheck:
 
     def line(self) -> str:
         text = f"{self.label:<12} resid {self.resid:.2e} (tol {self.resid_tol:.1e}{'' if self.resid_ok else ' FAIL'})"
+        if self.cosine is not None:
+            text += f"  cos {format_cosine(self.cosine)}"
         if self.layer is not None:
             text += ("  pattern not compared" if self.pattern is None else
                      f"  pattern {self.pattern:.2e} (tol {PATTERN_TOL:.0e}{'' if self.pattern_ok else ' FAIL'})")
@@ -224,13 +229,33 @@ def _reference_ids(transformers: Any, ref: Reference, prompt: str, n_ctx: int) -
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(ref.directory), local_files_only=True,
                                                          trust_remote_code=False, **ref.kwargs())
-        return list(tok(prompt)["input_ids"])[:n_ctx]
+        ids = list(tok(prompt)["input_ids"])[:n_ctx]
     except Exception:  # noqa: BLE001 - no tokenizer transformers reads: the ids are not compared
         return None
+    if not ids and ref.gguf_file is None and not any((ref.directory / name).is_file() for name in TOKENIZER_FILES):
+        return None  # no tokenizer files at all: transformers made up an empty one (and said nothing)
+    return ids
 
 
 def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).max())
+
+
+def min_cosine(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """The lowest cosine similarity, over the positions (rows), of our vector with the reference's, in
+    float64: 1 where both are zero, 0 where only one is. Beside max |diff| it says whether a difference is
+    a rounding (cosine 1.0000000) or another direction (a conversion bug: 0.9 or less)."""
+    a = np.asarray(ours, dtype=np.float64).reshape(-1, np.shape(ours)[-1])
+    b = np.asarray(theirs, dtype=np.float64).reshape(-1, np.shape(theirs)[-1])
+    na, nb = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
+    both = (na > 0) & (nb > 0)
+    cos = np.where(both, (a * b).sum(-1) / np.where(both, na * nb, 1.0), np.where((na == 0) & (nb == 0), 1.0, 0.0))
+    return float(np.clip(cos, -1.0, 1.0).min()) if cos.size else 1.0
+
+
+def format_cosine(value: float) -> str:
+    """Seven decimals: a float32 rounding difference shows as 1.0000000 or 0.9999999, a wrong weight far below."""
+    return f"{value:.7f}"
 
 
 def next_ids_differ(ours: np.ndarray, theirs: np.ndarray, tol: float = LOGITS_TOL) -> int:
@@ -300,13 +325,14 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
         if mapping.final == "normed" and loaded.model.project_out is not None:
             final = loaded.model.project_out(final)
     ours = [np.asarray(trace[f"blocks.{i}.resid_pre"]) for i in range(L)] + [final.numpy()]
-    rows = [LayerCheck("embeddings", None, _max_diff(ours[0], hidden[0]), float(np.abs(hidden[0]).max()), None)]
+    rows = [LayerCheck("embeddings", None, _max_diff(ours[0], hidden[0]), float(np.abs(hidden[0]).max()), None,
+                       min_cosine(ours[0], hidden[0]))]
     for i in range(L):
         pattern = None
         if mapping.patterns and out.attentions is not None and out.attentions[i] is not None:
             pattern = _max_diff(trace[f"blocks.{i}.attn.pattern"], out.attentions[i][0].float().numpy())
         rows.append(LayerCheck(f"layer {i}", i, _max_diff(ours[i + 1], hidden[i + 1]),
-                               float(np.abs(hidden[i + 1]).max()), pattern))
+                               float(np.abs(hidden[i + 1]).max()), pattern, min_cosine(ours[i + 1], hidden[i + 1])))
     logits, differ = None, 0
     ref_logits = getattr(out, "logits", None)
     if ref_logits is not None and "logits" in trace:

@@ -17,6 +17,8 @@ from typing import Any
 from explorer.core.errors import CheckpointError, VerifyRefused
 
 GGUF_SUFFIXES = (".gguf",)
+INSTALL_GGUF = ("transformers needs accelerate to read a GGUF file, and it is not installed: "
+                "pip install 'transformer-explorer[verify]'")
 
 
 def gguf_target(text: str, path: Path) -> Path | None:
@@ -59,6 +61,7 @@ def gguf_reference(file: Path, transformers: Any) -> dict[str, Any]:
         hf = hf_config(header)
     except CheckpointError as exc:
         raise VerifyRefused(str(exc)) from None
+    _needs_accelerate()
     supported = supported_architectures(transformers)
     if arch not in supported:
         raise VerifyRefused(f"{file}: transformers {transformers.__version__} does not read GGUF architecture "
@@ -67,3 +70,16 @@ def gguf_reference(file: Path, transformers: Any) -> dict[str, Any]:
     if gap:
         raise VerifyRefused(f"{file}: {gap}")
     return hf
+
+
+def _needs_accelerate() -> None:
+    """transformers refuses a GGUF file without accelerate, but only once our model has loaded (minutes for a
+    real one): say so at once (``[verify]`` installs it)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("accelerate") is not None
+    except (ImportError, ValueError):  # a stub module without a spec (tests), or a broken install
+        found = False
+    if not found:
+        raise VerifyRefused(INSTALL_GGUF)

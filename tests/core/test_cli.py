@@ -7,7 +7,7 @@ import numpy as np
 from explorer.cli import main
 
 DOCUMENTED = {"token_ids", "tokens", "embeddings", "positions", "attention_scores", "attention",
-              "mlp_activations", "residual", "residual_norms", "logits"}
+              "mlp_activations", "residual", "residual_norms", "logits", "provenance"}
 
 
 def test_info_describes_the_model(tiny_gpt2_dir, capsys):

@@ -77,7 +77,8 @@ def test_leftovers_of_an_interrupted_run_are_removed_and_foreign_directories_ref
 def test_export_command_writes_per_head_files_only_when_asked(tiny_gpt2_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["export", "-c", str(tiny_gpt2_dir), "--prompt", PROMPT, "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["export-manifest.json", "trace.npz", "trace.safetensors"]  # no per-head files
+    assert sorted(p.name for p in out.iterdir()) == ["export-manifest.json", "provenance.json", "trace.npz",
+                                                     "trace.safetensors"]  # no per-head files
     captured = capsys.readouterr()
     assert "trace.npz" in captured.out and "attention" in captured.out and captured.err == ""  # progress
     assert main(["export", "-c", str(tiny_gpt2_dir), "--prompt", PROMPT, "--out", str(out), "--per-head"]) == 0

@@ -24,7 +24,8 @@ def test_attention_maps_are_written_in_the_background_into_a_new_subfolder(qtbot
     assert folder.parent == tmp_path and folder.name == f"attention-maps-tiny-a-{window.trace.n_tokens}-tokens"
     names = sorted(p.name for p in folder.iterdir())
     heads = cfg.n_layers * cfg.n_heads
-    assert len(names) == 3 * heads and "L1_H1.png" in names and "L0_H0.csv" in names
+    assert len(names) == 3 * heads + 1 and "L1_H1.png" in names and "L0_H0.csv" in names
+    assert "provenance.json" in names  # what produced them (issue 42)
     assert not list(tmp_path.glob("*.png"))  # nothing dropped beside the subfolder
     np.testing.assert_allclose(np.load(folder / "L1_H0.npy"), window.trace.head(1, 0, "pattern"))
     shown = window.status.currentMessage()

@@ -44,7 +44,11 @@ def test_the_window_verifies_its_checkpoint_and_shows_a_row_per_layer(qtbot, mak
     assert report.passed
     L = window.loaded.config.n_layers
     assert dialog.table.rowCount() == L + 1 + 2  # embeddings, each layer, the logits, the token ids
-    assert dialog.table.item(1, 0).text() == "layer 0" and dialog.table.item(1, 5).text() == "yes"
+    headers = [dialog.table.horizontalHeaderItem(c).text() for c in range(dialog.table.columnCount())]
+    passed, cosine = headers.index("passed"), headers.index("residual cosine (lowest)")
+    assert dialog.table.item(1, 0).text() == "layer 0" and dialog.table.item(1, passed).text() == "yes"
+    for row in range(L + 1):  # beside max |diff|, each layer's lowest cosine (issue 42): 1 to 7 decimals here
+        assert float(dialog.table.item(row, cosine).text()) >= 0.9999990
     assert "Within tolerance" in dialog.verdict.text() and dialog.progress.value() == dialog.progress.maximum()
 
 

@@ -23,6 +23,7 @@ from explorer.ui.export.clipboard import copy_data, copy_image
 from explorer.ui.export.data import export_data
 from explorer.ui.export.folders import last_folder, remember, slug, tell
 from explorer.ui.export.images import export_png, export_svg
+from explorer.ui.export.provenance import record_near, write_beside
 from explorer.ui.widgets.heatmap import Heatmap
 
 
@@ -91,6 +92,7 @@ def export_actions(exportable: Exportable, parent: QWidget | None = None) -> lis
                 export_svg(exportable.item, path)
             else:
                 export_data(exportable, path)
+            write_beside(path, record_near(widget, f"{exportable.name} ({kind})"))  # where the numbers come from
         except Exception as exc:  # shown to the user, not raised into the event loop
             QMessageBox.warning(widget, caption, f"Could not write {path}:\n{exc}")
             return

@@ -7,6 +7,7 @@ loaded model's device are added here.
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
@@ -16,8 +17,10 @@ from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from explorer.core.loaded import LoadedModel
 
 APP_NAME = "Transformer Explorer"
+WIDTH = 640  # the dialog's widest: long values (a GGUF file's quantisation line) wrap within it
+MARGIN = 40  # kept free around the dialog on a small screen
 
 
 def versions(loaded: LoadedModel | None = None) -> dict[str, str]:
@@ -69,9 +74,16 @@ class AboutDialog(QDialog):
         top = QHBoxLayout()
         top.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
         top.addWidget(title, 1)
-        rows = "".join(f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in versions(loaded).items())
+        rows = "".join(f"<tr><td style='padding-right: 12px; white-space: nowrap'><b>{html.escape(k)}</b></td>"
+                       f"<td>{html.escape(v)}</td></tr>" for k, v in versions(loaded).items())
         self.table = QLabel(f"<table>{rows}</table>", self)
+        self.table.setWordWrap(True)  # a long value wraps in its cell instead of widening the dialog
         self.table.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        scroll = QScrollArea(self)  # on a short screen the table scrolls; the buttons stay in view
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self.table)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         self.copy_button = buttons.addButton("Copy", QDialogButtonBox.ButtonRole.ActionRole)
         self.copy_button.setToolTip("Copy these versions, e.g. for a bug report")
@@ -79,9 +91,23 @@ class AboutDialog(QDialog):
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
-        layout.addWidget(self.table)
+        layout.addWidget(scroll, 1)
         layout.addWidget(buttons)
         self.setWindowIcon(QIcon(app_icon()))
+        self._fit_screen(scroll)
+
+    def _fit_screen(self, scroll: QScrollArea) -> None:
+        """At most ``WIDTH`` wide and never larger than the screen (less ``MARGIN``): the table wraps and
+        scrolls, the Close button stays on screen."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        area = screen.availableGeometry() if screen is not None else None
+        width = WIDTH if area is None else min(WIDTH, area.width() - MARGIN)
+        self.table.setFixedWidth(width - 2 * self.layout().contentsMargins().left())
+        table_height = self.table.heightForWidth(self.table.width())
+        scroll.setMinimumHeight(min(table_height, 240))
+        self.setMaximumSize(width, 16_777_215 if area is None else area.height() - MARGIN)
+        height = self.layout().sizeHint().height() - scroll.minimumHeight() + table_height
+        self.resize(width, height if area is None else min(height, area.height() - MARGIN))
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.text)

@@ -44,8 +44,10 @@ def export_trace(session: Session, parent: QWidget) -> None:
     remember(parent, Path(path).parent)
     from explorer.core.export import write_trace_npz
 
+    from explorer.ui.export.provenance import record_for
+
     tell(parent, f"Writing {path}…")
-    run_in_background(write_trace_npz, trace, path,
+    run_in_background(write_trace_npz, trace, path, provenance=record_for(session, trace, "trace.npz"),
                       on_done=lambda _: tell(parent, f"Wrote the trace ({trace.n_tokens} tokens) to {path}"),
                       on_error=lambda exc: QMessageBox.warning(parent, "Export failed", str(exc)))
 
@@ -158,6 +160,15 @@ def export_attention_maps(session: Session, parent: QWidget, directory: str | No
         folder = new_subfolder(directory, f"attention-maps-{name}-{trace.n_tokens}-tokens")
     except OSError as exc:
         QMessageBox.warning(parent, "Export failed", f"Could not create a folder in {directory}: {exc}")
+        return None
+    from explorer.ui.export.provenance import record_for
+
+    try:
+        from explorer.core import provenance
+
+        provenance.write(folder / provenance.FILE, record_for(session, trace, "attention maps"))
+    except OSError as exc:
+        QMessageBox.warning(parent, "Export failed", f"Could not write into {folder}: {exc}")
         return None
     export = AttentionMapsExport(trace, folder, parent, on_finished)
     export.start()

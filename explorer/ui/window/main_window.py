@@ -30,7 +30,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QApplication,
-    QFileDialog,
     QMainWindow,
     QToolBar,
     QWidget,
@@ -44,7 +43,7 @@ from explorer.ui.session.selection import Selection
 from explorer.ui.session.session import Session
 from explorer.ui.session.workers import LoadRequest, ModelLoader, TraceController
 from explorer.ui.widgets.plots import adopt_plot_menus
-from explorer.ui.window import export_actions
+from explorer.ui.window import export_actions, places
 from explorer.ui.window.applicable import PanelApplicability
 from explorer.ui.window.chrome.intervention_strip import InterventionStrip
 from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
@@ -68,6 +67,7 @@ from explorer.ui.window.loading import APP_NAME, LoadingChrome, sample_prompts
 from explorer.ui.window.menus import build_menus
 from explorer.ui.window.open_trace import TraceFileOpener
 from explorer.ui.window.remote_trace import RemoteTraceOpener
+from explorer.ui.window.session_files import SessionFiles
 from explorer.ui.window.window_state import WindowState
 
 if TYPE_CHECKING:
@@ -132,6 +132,7 @@ class MainWindow(QMainWindow):
         self.compare_dock = add_compare_dock(self, self.session)  # Models > Compare with another model…
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         self.feature_tools = FeatureTools(self)  # File > Open SAE…, the Steering tab
+        self.session_files = SessionFiles(self)  # File > Save session…, Open session…, Export as script…
         actions = build_menus(self)
         self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
         self.export_trace_action, self.export_maps_action = actions.export_trace, actions.export_maps
@@ -240,13 +241,12 @@ class MainWindow(QMainWindow):
 
     # --- loading -----------------------------------------------------------------------------
     def start(self, source: str | None = None) -> None:
-        """First load: ``source``; else the last checkpoint if it still loads; else the default."""
-        if source is not None:
-            self.open_checkpoint(source, fallbacks=(None,))
-        elif self.recent.last:
-            self.open_checkpoint(self.recent.last, fallbacks=(None,), quiet=True)
-        else:
-            self.open_checkpoint(None)
+        """First load: ``source``; else the last model if it is still there (said in the status bar); else the
+        default (``places``)."""
+        last = places.first_model(self.recent) if source is None else None
+        if last is not None:
+            places.say_reopened(self.session, self.status, last)
+        self.open_checkpoint(source or last, fallbacks=(None,) if source or last else (), quiet=last is not None)
 
     def open_checkpoint(self, source: str | None, fallbacks: tuple[str | None, ...] = (), quiet: bool = False,
                         device: str | None = None, dtype: str | None = None, fit: bool = False) -> LoadRequest:
@@ -257,9 +257,7 @@ class MainWindow(QMainWindow):
         self.loader.cancel()  # looked up now: a test replaces it
 
     def open_checkpoint_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open checkpoint", self._dialog_dir(),
-            "Checkpoint files (config.json *.safetensors *.bin *.pt *.ckpt *.gguf);;All files (*)")
+        path = places.ask_checkpoint(self, self.settings)  # starts in the last folder used, else home
         if path:
             self.open_checkpoint(path)
 
@@ -279,7 +277,7 @@ class MainWindow(QMainWindow):
             self.open_checkpoint(dialog.chosen)
 
     def open_folder_dialog(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", self._dialog_dir())
+        path = places.ask_checkpoint(self, self.settings, folder=True, caption="Open checkpoint folder")
         if path:
             self.open_checkpoint(path)
 
@@ -288,8 +286,7 @@ class MainWindow(QMainWindow):
         return self.trace_files.open(path)
 
     def _dialog_dir(self) -> str:
-        source = self.session.source
-        return source if source and Path(source).exists() else str(Path.home())
+        return places.start_folder(self.settings)
 
     def _on_device_changed(self, device: str, dtype: str) -> None:
         if self.session.source is not None:

@@ -66,6 +66,14 @@ def build_menus(window: MainWindow) -> MenuActions:
                "Open a sparse autoencoder (SAELens directory, or a folder of them) for the open model")
     file.addMenu(window.menus.recent_menu)
     file.addSeparator()
+    add_action(file, "Open sessio&n…", window.session_files.open_dialog, None,
+               "Reopen a saved session: its model (checked against the saved hash), prompt, selection, "
+               "interventions, settings and layout")
+    add_action(file, "Sa&ve session…", window.session_files.save_dialog, "Ctrl+Shift+S",
+               "Save what the window shows, to reopen it exactly later")
+    add_action(file, "Export as scri&pt…", window.session_files.export_script_dialog, None,
+               "Write a Python script using explorer.core that recomputes what is on screen and prints the numbers")
+    file.addSeparator()
     export_trace = add_action(file, "&Export trace…", window.export_trace, "Ctrl+E",
                               "Write every array of the current trace to a .npz file")
     export_maps = add_action(file, "Export &attention maps…", window.export_attention_maps)

@@ -2,8 +2,8 @@
 
 Runs ``core.verify.verify_checkpoint`` (or ``verify_gguf`` through it) on a worker, with a progress line
 (the step it reached: our model, the reference, its forward pass, ours layer by layer) and Cancel; then
-a table, one row per layer: the largest difference of the residual stream and of the attention patterns
-with the tolerance each passed (or FAIL), then the logits and the token ids, and the verdict (within
+a table, one row per layer: the largest difference of the residual stream (with its lowest cosine over the
+positions) and of the attention patterns, with the tolerance each passed (or FAIL), then the logits and the token ids, and the verdict (within
 tolerance, or the first layer that failed). Without transformers, or where the reference cannot read
 the checkpoint (the app's own format, nanoGPT, a GGUF transformers does not read), one line says so.
 It never downloads: transformers reads the same local files (``local_files_only``).
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from explorer.ui.session.session import Session
 
 STAGES = ("opening our model", "opening transformers' model", "running transformers' model", "running ours")
-HEADERS = ["row", "residual max |diff|", "tolerance", "pattern max |diff|", "tolerance", "passed"]
+HEADERS = ["row", "residual max |diff|", "tolerance", "residual cosine (lowest)", "pattern max |diff|", "tolerance",
+           "passed"]
 
 
 class _Relay(QObject):
@@ -44,17 +45,19 @@ class _Relay(QObject):
 
 def report_rows(report: VerifyReport) -> list[tuple[str, ...]]:
     """The table: one row per layer (the embeddings first), then the logits and the token ids."""
-    from explorer.core.verify import LOGITS_TOL, PATTERN_TOL
+    from explorer.core.verify import LOGITS_TOL, PATTERN_TOL, format_cosine
 
     rows = []
     for row in report.layers:
         pattern = "—" if row.pattern is None else f"{row.pattern:.2e}"
-        rows.append((row.label, f"{row.resid:.2e}", f"{row.resid_tol:.1e}", pattern,
+        cosine = "—" if row.cosine is None else format_cosine(row.cosine)
+        rows.append((row.label, f"{row.resid:.2e}", f"{row.resid_tol:.1e}", cosine, pattern,
                      "" if row.pattern is None else f"{PATTERN_TOL:.0e}", "yes" if row.passed else "FAIL"))
     if report.logits is not None:
-        rows.append(("logits", f"{report.logits:.2e}", f"{LOGITS_TOL:.0e}", "", "", "yes" if report.logits_ok else "FAIL"))
+        rows.append(("logits", f"{report.logits:.2e}", f"{LOGITS_TOL:.0e}", "", "", "",
+                     "yes" if report.logits_ok else "FAIL"))
     ids = {None: "not compared", True: "equal", False: "DIFFER"}[report.prompt_ids_equal]
-    rows.append(("token ids", f"prompt ids {ids}", "", f"top tokens: {report.next_ids_differ} differ", "",
+    rows.append(("token ids", f"prompt ids {ids}", "", "", f"top tokens: {report.next_ids_differ} differ", "",
                  "yes" if report.ids_ok else "FAIL"))
     runtime = report.runtime  # the file run in llama.cpp (quantised activations): shown beside, never a failure
     for i, (same, delta, kl) in enumerate(zip(runtime.top1_same, runtime.max_delta, runtime.kl)) if runtime else ():
@@ -130,8 +133,11 @@ class VerifyDialog(QDialog):
             self.status.setText(f"Checking {self.source}: {STAGES[stage]}…")
 
     def _done(self, report: VerifyReport) -> None:
+        from explorer.core.provenance import remember_verify
+
         self.running = False
         self.report = report
+        remember_verify(self.source, report)  # the model's exports from now on name this check
         self.progress.setValue(len(STAGES))
         rows = report_rows(report)
         self.table.setRowCount(len(rows))

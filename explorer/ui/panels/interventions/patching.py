@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 MODES = {ESTIMATE: "Estimate (attribution)", EXACT: "Exact grid"}
 LARGE_GRID = 400  # cells (both grids): from this size on, the estimate is the default mode
+FIELD_MIN_PX = 220  # the corrupted prompt's field at its narrowest
+TOKEN_FIELD_MIN_PX = 110  # the target's and the distractor's
 
 
 MODEL_CHANGED = "A new model: the previous model's patching results were cleared."
@@ -111,11 +113,20 @@ class PatchingPanel(Panel):
         self.cancel_button.clicked.connect(lambda: self._cancel.set())  # the current run's event
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(160)
-        for widget, stretch in ((self.corrupt_edit, 4), (self.target_edit, 1), (self.distractor_edit, 1),
-                                (self.mode_box, 0), (self.run_button, 0), (self.top_k, 0), (self.top_button, 0),
-                                (self.cancel_button, 0), (self.progress, 0)):
+        # what the user types on a row of its own, the buttons below it: on one row at 1280x800 the three
+        # fields were 30-75 px wide and what was typed could not be read (issue 42)
+        self.corrupt_edit.setMinimumWidth(FIELD_MIN_PX)
+        for edit in (self.target_edit, self.distractor_edit):
+            edit.setMinimumWidth(TOKEN_FIELD_MIN_PX)
+        for widget, stretch in ((QLabel("corrupted"), 0), (self.corrupt_edit, 4), (QLabel("target"), 0),
+                                (self.target_edit, 1), (QLabel("minus"), 0), (self.distractor_edit, 1)):
             row.addWidget(widget, stretch)
         self.body.addLayout(row)
+        buttons = QHBoxLayout()
+        for widget in (self.mode_box, self.run_button, self.top_k, self.top_button, self.cancel_button, self.progress):
+            buttons.addWidget(widget)
+        buttons.addStretch(1)
+        self.body.addLayout(buttons)
         self.status = QLabel("Type a corrupted prompt, then Run patching.")
         self.status.setWordWrap(True)
         self.body.addWidget(self.status)

@@ -46,6 +46,11 @@ class RecentCheckpoints:
         self.settings = settings
         self._builtin = builtin
 
+    def present(self, source: str) -> bool:
+        """Whether ``source`` is still there to open (a path, a cached repository id, a local model name,
+        a built-in name)."""
+        return self._exists(source)
+
     def _exists(self, source: str) -> bool:
         if Path(source).expanduser().exists():
             return True

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSignalBlocker, Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
 from explorer.core.text import capped_text
+from explorer.ui.widgets.elided_label import ElidedLabel
 
 _NOTICE_STYLE = "QLabel { background: #fff3bf; color: #5c3c00; border-radius: 3px; padding: 1px 6px; }"
 _ERROR_STYLE = "QLabel { background: #ffe3e3; color: #8a1c1c; border-radius: 3px; padding: 1px 6px; }"
 
 
-class NoticeLabel(QLabel):
+class NoticeLabel(ElidedLabel):
     """A notice on one line, cut with "…" at its width (the whole text in its tooltip and ``text()``):
     a wrapped notice grew taller than the row under the text box has room for and was drawn over the
     prompt's second line."""
@@ -21,30 +22,7 @@ class NoticeLabel(QLabel):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("", parent)
-        self._full = ""
-        self.setWordWrap(False)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
-
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
-        self._full = text
-        self.setToolTip(text)
-        self._elide()
-
-    def text(self) -> str:
-        return self._full
-
-    def shown_text(self) -> str:
-        """What is drawn: the text on one line, elided to the label's width."""
-        return super().text()
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        one_line = " ".join(self._full.split())
-        width = max(self.width() - self.PADDING, 20)
-        super().setText(self.fontMetrics().elidedText(one_line, Qt.TextElideMode.ElideRight, width))
 
 
 class PromptEditor(QWidget):

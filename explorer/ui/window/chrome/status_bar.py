@@ -1,11 +1,16 @@
-"""The status bar: model, device, precision, parameters, prompt tokens, forward time, loading."""
+"""The status bar: model, device, precision, parameters, prompt tokens, forward time, loading.
+
+Nothing in it widens the window: the loading stage, the warning and the notices are cut with "…" at
+the width there is (the whole text in their tooltips), and the model's name has a width cap. A long
+path in the loading stage made the window wider than a 1280-pixel screen after opening a GGUF file.
+"""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
     QLabel,
@@ -15,7 +20,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from explorer.ui.widgets.elided_label import ElidedLabel
+
 NOTICE_MS = 8000
+STAGE_MAX_PX = 420  # the loading stage's widest (a path is cut with "…"; the whole of it in the tooltip)
+MODEL_MAX_PX = 260  # the model's name
 NAME_CAP = 60  # characters of a model's name in the bar (read from a file; longer ones widened the window)
 
 
@@ -38,11 +47,12 @@ class StatusBar(QStatusBar):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.warning = QLabel("", self)
+        self.warning = ElidedLabel("", self)
         self.warning.setObjectName("status-warning")
         self.warning.setStyleSheet("color: #c0392b; font-weight: bold;")
         self.warning.setVisible(False)
-        self.stage = QLabel("", self)
+        self.stage = ElidedLabel("", self, max_width=STAGE_MAX_PX, min_width=80)
+        self._notice = ""  # the whole of the message shown (drawn cut to the bar's width)
         self.progress = QProgressBar(self)
         self.progress.setRange(0, 0)  # indeterminate until the first tensor is read
         self.progress.setMaximumWidth(160)
@@ -51,7 +61,7 @@ class StatusBar(QStatusBar):
         self.cancel.setText("Cancel")
         self.cancel.setToolTip("Stop loading; the model that is open stays open")
         self.cancel.clicked.connect(self.cancel_requested)
-        self.addWidget(self.warning)
+        self.addWidget(self.warning, 1)
         self.addPermanentWidget(self.stage)
         self.addPermanentWidget(self.progress)
         self.addPermanentWidget(self.cancel)
@@ -63,6 +73,8 @@ class StatusBar(QStatusBar):
             label.setContentsMargins(6, 0, 6, 0)
             self.fields[name] = label
             self.addPermanentWidget(label)
+        self.fields["model"].setMaximumWidth(MODEL_MAX_PX)  # a long name is cut; the tooltip has the rest
+        self.messageChanged.connect(self._message_changed)
         self.set_loading(None)
 
     def set_loading(self, stage: str | None) -> None:
@@ -88,7 +100,7 @@ class StatusBar(QStatusBar):
         self.warning.setVisible(bool(text))
 
     def show_model(self, info: dict[str, Any]) -> None:
-        name = str(info["name"])  # capped in core (LoadedModel, the trace reader); capped again here, and escaped
+        name = str(info["name"])  # capped in core (LoadedModel, the trace reader); the label is cut to MODEL_MAX_PX
         self.fields["model"].setText(f"<b>{html.escape(name if len(name) <= NAME_CAP else name[:NAME_CAP] + '…')}</b>")
         self.fields["model"].setToolTip(f"{name}\n{info['description']}\n{info['source']}\nvocabulary {info['vocabulary']}, "
                                         f"context {info['context_length']}"
@@ -117,3 +129,25 @@ class StatusBar(QStatusBar):
 
     def notice(self, text: str, ms: int = NOTICE_MS) -> None:
         self.showMessage(text, ms)
+
+    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 - Qt's name
+        """A transient message, on one line cut with "…" to the bar's free width (the whole of it in the
+        bar's tooltip while it shows, and in ``currentMessage()``)."""
+        one_line = " ".join(text.split())
+        free = max(self.width() - sum(w.width() for w in self._permanent() if w.isVisible()) - 40, 120)
+        shown = self.fontMetrics().elidedText(one_line, Qt.TextElideMode.ElideRight, free)
+        self._notice = text
+        super().showMessage(shown, timeout)
+        self.setToolTip(text if shown != one_line else "")
+
+    def currentMessage(self) -> str:  # noqa: N802 - Qt's name
+        """The whole message shown now ("" when none); what is drawn may be cut with "…"."""
+        return self._notice if super().currentMessage() else ""
+
+    def _message_changed(self, message: str) -> None:
+        if not message:  # the notice timed out or was cleared
+            self._notice = ""
+            self.setToolTip("")
+
+    def _permanent(self) -> list[QWidget]:
+        return [self.stage, self.progress, self.cancel, *self.fields.values()]
