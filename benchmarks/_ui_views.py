@@ -44,8 +44,8 @@ def timeline_bench(app, window, loaded, n_tokens: int, runs: int) -> None:
     started = (time.perf_counter() - t0) * 1000
     rows: dict[str, list[float]] = {"switch": [], "first": [], "complete": []}
     shown: list[float] = []
-    # connected after the window's drawing: runs once the first shown panel has drawn the step
-    window.session.trace_ready.connect(lambda _r: shown.append(time.perf_counter()))
+    # the presenter's timing signal: each panel drawn and painted (shown[0]: the first panel of the step)
+    window.presenter.timed.connect(lambda timing: shown.append(timing.painted) if timing.what == "draw" else None)
     step_switches(app, window, timeline, runs, applied, shown, rows, lambda: True)
     window.trace_applied.disconnect(applied.append)
     fwd = timeline.full.trace.meta.forward_seconds * 1000

@@ -55,7 +55,7 @@ def _check_every_step(loaded, trace, t, layer, head):
     # the score computed by hand (q·k, the scale, the bias, the cap) equals blocks.L.attn.scores[h, i, j]
     np.testing.assert_allclose(one.values["score"], trace[p + "attn.scores"][head, t, j], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(one.values["weight"], trace[p + "attn.pattern"][head, t, j], rtol=1e-5, atol=1e-7)
-    assert (one.panel, one.layer, one.head) == ("AttentionPanel", layer, head)
+    assert (one.panel, one.layer, one.head) == ("attention", layer, head)
     z = trace[p + "attn.z"][head, t]
     np.testing.assert_allclose([by["values"].values[f"z{i}"] for i in range(min(4, z.size))], z[:4],
                                rtol=1e-5, atol=1e-6)

@@ -69,7 +69,7 @@ def test_a_click_says_computing_until_the_tables_come_and_a_position_seen_before
     assert view._shown_key == (id(view.result), first) and "computing" not in view.side_status.text()
 
 
-def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, window, other_checkpoint):
+def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, window, other_checkpoint, monkeypatch):
     import pytest
 
     from explorer.core.cancel import Cancelled
@@ -83,6 +83,12 @@ def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, windo
     compare = window.session.compare
     failed = []
     compare.failed.connect(failed.append)
-    compare._compare_failed(compare._latest, Cancelled())
-    compare._compare_failed(compare._latest, RuntimeError("boom"))
+    compare.other = other
+    for raised in (Cancelled(), RuntimeError("boom")):  # the comparison's worker ends with each in turn
+        def stopped(*args, raised=raised):
+            raise raised
+
+        monkeypatch.setattr(compare_module, "compare_pair", stopped)
+        compare.refresh()
+        qtbot.waitUntil(compare.is_idle, timeout=30_000)
     assert len(failed) == 1 and failed[0].startswith("comparing failed:") and "boom" in failed[0]

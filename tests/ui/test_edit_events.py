@@ -50,7 +50,7 @@ def test_the_panels_draw_in_separate_events(qtbot, window):
     for dock in docks:  # a tab brought forward says so through visibilityChanged; split offscreen, Qt says nothing
         if dock.isVisible():
             dock.visibilityChanged.emit(True)
-    qtbot.waitUntil(lambda: sum(p.on_screen for p in window.panels) >= 4 and window.session.is_idle(), timeout=30_000)
+    qtbot.waitUntil(lambda: sum(p.on_screen for p in window.panels) >= 4 and window.presenter.is_idle(), timeout=30_000)
     beats, draws = [0], []
     timer = QTimer()
     timer.setInterval(0)
@@ -90,12 +90,12 @@ def test_the_nan_check_runs_beside_the_drawing_and_reaches_the_status_bar(qtbot,
     try:
         with qtbot.waitSignal(window.trace_applied, timeout=30_000):
             window.controller.request(PROMPT + " broken")
-        qtbot.waitUntil(lambda: not window.drawing.checking and warning.isVisible(), timeout=30_000)
+        qtbot.waitUntil(lambda: not window.presenter.checking and warning.isVisible(), timeout=30_000)
         assert "not finite" in warning.text() and "NaN" in warning.text()
     finally:
         with torch.no_grad():
             weight.copy_(saved)
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.controller.request(PROMPT + " mended")
-    qtbot.waitUntil(lambda: not window.drawing.checking, timeout=30_000)
+    qtbot.waitUntil(lambda: not window.presenter.checking, timeout=30_000)
     assert not warning.isVisible()

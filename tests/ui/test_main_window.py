@@ -79,7 +79,7 @@ def test_a_bad_checkpoint_shows_the_loaders_message_and_keeps_the_model(qtbot, w
 
 def test_quick_edits_are_debounced_into_one_forward(qtbot, window, monkeypatch):
     calls = wrap_trace_ids(monkeypatch, window.loaded)
-    window.controller.debounce.setInterval(400)  # wide enough for the keystrokes below on any machine
+    window.controller.set_debounce_ms(400)  # wide enough for the keystrokes below on any machine
     window.prompt.edit.setFocus()
     window.prompt.edit.clear()
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from explorer.core.config import ModelConfig
 
-TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = ("TokenizationPanel", "EmbeddingsPanel", "AttentionPanel",
-                                               "NeuronsPanel", "ResidualPanel", "MaskedTokensPanel")
+# the panel ids a box links to (the same strings as the UI's panel registry, explorer/ui/panels/registry.py)
+TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = "tokenization", "embeddings", "attention", "neurons", "residual", "masked"
 ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU"}
 
 
@@ -29,7 +29,7 @@ class Box:
     shape: tuple[int, ...]  # at the current n
     shape_text: str  # "n × d_model = 7 × 64"
     key: str | None  # the Trace key it shows (None: the token ids)
-    panel: str  # the panel (class name) that shows it in full
+    panel: str  # the id of the panel that shows it in full
     layer: int | None = None
     column: int = 0
     row: int = 0

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from explorer.core.analysis.residual import boundary_labels
 from explorer.core.display.tokens import vocab_quoted
-from explorer.ui.session.workers import run_in_background
+from explorer.ui.session import background
 from explorer.ui.widgets.heatmap import Heatmap
 
 if TYPE_CHECKING:
@@ -194,8 +194,7 @@ class CompareView(QWidget):
         self.side_status.setText(f"position {position}: computing…")
         for table in (self.dist, self.lens):  # the last position's rows, greyed until the new ones come
             table.setEnabled(False)
-        run_in_background(side_by_side, c, position,
-                          on_done=lambda got: self._show_side(c, position, got))
+        background.run(side_by_side, c, position, on_done=lambda got: self._show_side(c, position, got))
 
     def _show_side(self, c: CompareResult, position: int, got: tuple) -> None:
         if c is not self.result:
