@@ -59,14 +59,14 @@ def test_a_click_says_computing_until_the_tables_come_and_a_position_seen_before
     qtbot.waitUntil(lambda: window.session.controller.is_idle() and window.trace is not None, timeout=30_000)
     _compare(qtbot, window, tiny_checkpoint)
     view = window.compare_dock.view
-    qtbot.waitUntil(lambda: view._shown_key == (id(view.result), view.position), timeout=30_000)
+    qtbot.waitUntil(lambda: view.tables_position == view.position, timeout=30_000)
     first = view.position
     view.cos.cell_clicked.emit(0, 1)
     assert view.position == 1 and "computing" in view.side_status.text() and not view.dist.isEnabled()
-    qtbot.waitUntil(lambda: view._shown_key == (id(view.result), 1), timeout=30_000)
+    qtbot.waitUntil(lambda: view.tables_position == 1, timeout=30_000)
     assert "computing" not in view.side_status.text() and view.dist.rowCount() > 0 and view.dist.isEnabled()
     view.cos.cell_clicked.emit(0, first)  # seen before: drawn at once, from what was kept
-    assert view._shown_key == (id(view.result), first) and "computing" not in view.side_status.text()
+    assert view.tables_position == first and "computing" not in view.side_status.text()
 
 
 def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, window, other_checkpoint, monkeypatch):

@@ -218,7 +218,7 @@ def test_layer_and_head_shortcuts_move_the_shared_selection(window):
 def test_f1_toggles_the_explanation_of_the_focused_panel(qtbot, window):
     panel = next(p for p in window.panels if isinstance(p, TokenizationPanel))
     panel.chips.setFocus()
-    qtbot.waitUntil(lambda: window._last_panel is panel)
+    qtbot.waitUntil(lambda: window.presenter.focus == "tokenization")  # drawn first from now on
     window.toggle_focused_explanation()
     assert panel.explain_text.isVisible()
     assert "byte-pair encoding" in panel.explain_text.toPlainText()

@@ -41,7 +41,7 @@ def test_the_forward_pass_and_torch_threads_run_below_the_gui_thread(qtbot, tiny
 
     def prepare(trace, snapshot):  # the first panel's prepare runs on the forward pass's worker, after the pass
         seen["tid"], seen["nice"] = threading.get_native_id(), nice_here()
-        seen["others"] = {tid: priority.nice_of(tid) for tid in priority._threads()}
+        seen["others"] = {tid: priority.nice_of(tid) for tid in priority.threads()}
         return None
 
     controller = TraceController(panels=lambda: (PanelRequest("first", None, prepare),))

@@ -127,6 +127,10 @@ class Presenter(QObject):
         """The panel the user works in: prepared and drawn first when it is shown."""
         self._focus = panel_id
 
+    @property
+    def focus(self) -> str | None:
+        return self._focus
+
     def panel(self, panel_id: str) -> Any:
         return self._panels.get(panel_id)
 

@@ -123,6 +123,11 @@ class Timeline(QObject):
     def total(self) -> int:
         return len(self.ids) - self.n_prompt
 
+    @property
+    def reserving(self) -> bool:
+        """Whether the whole sequence's bytes are reserved in the memory budget (until its trace holds them)."""
+        return self._reservation is not None
+
     def is_idle(self) -> bool:
         """Whether no step is being computed (a trace source for the presenter's ``is_idle``)."""
         return self.waiting is None and self._pending is None and self._step_request is None

@@ -135,6 +135,19 @@ class CompareView(QWidget):
         session.selection.changed.connect(self._on_selection)
 
     # --- what is shown ---------------------------------------------------------------------------------
+    @property
+    def tables_position(self) -> int | None:
+        """The position whose two distributions and lenses the tables show, for the shown result (None:
+        none yet, or still computing another result's)."""
+        key = self._shown_key
+        return key[1] if key is not None and self.result is not None and key[0] == id(self.result) else None
+
+    @property
+    def asked_position(self) -> int | None:
+        """The position the tables were last asked for (computed on a worker until ``tables_position``)."""
+        key = self._side_key
+        return key[1] if key is not None and self.result is not None and key[0] == id(self.result) else None
+
     def _say(self, text: str) -> None:
         self.summary.setText(text)
         self.summary.setToolTip(text)

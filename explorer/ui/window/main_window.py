@@ -15,26 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import shiboken6
-from PySide6.QtCore import (
-    QByteArray,
-    QMimeData,
-    QSettings,
-    Qt,
-    SignalInstance,
-)
-from PySide6.QtGui import (
-    QCloseEvent,
-    QDragEnterEvent,
-    QDropEvent,
-    QGuiApplication,
-)
-from PySide6.QtWidgets import (
-    QApplication,
-    QFileDialog,
-    QMainWindow,
-    QToolBar,
-    QWidget,
-)
+from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, SignalInstance
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication
+from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QToolBar, QWidget
 
 from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
