@@ -57,6 +57,8 @@ def test_a_prompt_pass(qtbot, on_screen):
     frame = drawn_from(qtbot, window, PROMPT, lambda: window.session.set_prompt(TEXT))
     assert frame.source.text == TEXT and frame.trace is window.trace
     assert_every_panel_shows(window, frame, window.loaded.trace(TEXT))
+    assert window.presenter.wait_until_idle(60) and window.presenter.is_idle()  # every view complete too
+    assert not any(window.panel(p).computing() for p in window.presenter.shown_ids())
 
 
 def test_a_timeline_step(qtbot, on_screen):

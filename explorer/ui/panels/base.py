@@ -7,7 +7,8 @@ export, "export all plots" and the CLI's ``export --plots`` find it.
 
 Work before drawing runs on the worker thread (``prepare``). It reads no widget and not
 ``self.selection``: it gets a ``PanelSnapshot``, a frozen copy of the selection and the panel's
-options taken on the GUI thread when the trace is requested (``snapshot``, ``preparer``).
+options taken on the GUI thread when the trace is requested (``snapshot``; the presenter pairs it with
+``prepare`` in a ``PanelRequest``).
 
 Prepare returns what is drawn: every panel's ``prepare`` returns a frozen ``PanelView`` subclass
 (built from the trace and the snapshot: ``EmbeddingsView``, ``AttentionView``, ``NeuronsView``, …);

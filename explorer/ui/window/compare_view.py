@@ -128,7 +128,7 @@ class CompareView(QWidget):
         self.rel.cell_clicked.connect(self._on_stream_cell)
         self.js.cell_clicked.connect(lambda row, col: self.session.selection.set_layer_head(row, col))
         self.kl_plot.scene().sigMouseClicked.connect(self._on_kl_click)
-        session.compare.ready.connect(self.show_result)
+        session.presenter.add_view("compare", self.show_result)  # drawn by the presenter (a comparison frame)
         session.compare.failed.connect(self._say)
         session.compare.loading.connect(lambda text: self._say(text) if text else None)
         session.compare.closed.connect(self.clear)
@@ -259,7 +259,7 @@ def add_compare_dock(window, session: Session) -> QDockWidget:
     window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
     dock.hide()
     session.compare.loading.connect(lambda text: dock.show() if text else None)
-    session.compare.ready.connect(lambda _r: dock.show())
+    session.compare.ready.connect(lambda _r: dock.show())  # the view has drawn it (the presenter's comparison frame)
     dock.view = view
     return dock
 

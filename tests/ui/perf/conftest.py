@@ -71,8 +71,9 @@ class Counter:
         self.timers.append(timer)
 
         def drawn(timing) -> None:
-            if timing.what == "draw":
-                seen.append((timing.name, beats[0], window.presenter.panel(timing.name).trace))
+            panel = window.presenter.panel(timing.name) if timing.what == "draw" else None
+            if panel is not None:  # a panel (not the comparison view)
+                seen.append((timing.name, beats[0], panel.trace))
 
         window.presenter.timed.connect(drawn)
         self.connections.append((window.presenter.timed, drawn))
