@@ -66,60 +66,31 @@ class JobTimes:
     applying on the GUI thread; and, per edit, the GUI-thread slot that ran across the longest heartbeat gap."""
 
     def __init__(self, window, beat=None) -> None:
-        from explorer.ui.session import progressive
-
         self.cpu = GuiCpu(beat, window.controller) if beat is not None else None
         self.gaps: list[tuple[float, tuple[float, float, float] | None, str, float]] = []  # per counted edit
         self.whole: list[tuple[float, float, float]] = []  # per counted edit: the GUI thread over the whole edit
 
-        self.module, self.lane = progressive, window.progressive
         self.compute: dict[str, list[float]] = {}
         self.apply: dict[str, list[float]] = {}
         self.events: list[tuple[str, float, float]] = []  # (what, start, end) on the GUI thread
         self.longest: dict[str, list[float]] = {}  # what ran across an edit's longest gap: that gap's ms
-        self._run = progressive._run
+        self.presenter = window.presenter
 
-        def run(job, _run=self._run):
-            t = time.perf_counter()
-            try:
-                return _run(job)
-            finally:
-                self.compute.setdefault(self.name(job), []).append((time.perf_counter() - t) * 1000)
+        def timed(timing) -> None:  # the presenter's timing signal (explorer.ui.session.frame.Timing)
+            if timing.what == "compute":  # on the lane's worker
+                self.compute.setdefault(timing.name, []).append(timing.ms)
+            elif timing.what == "apply":
+                self.apply.setdefault(timing.name, []).append(timing.ms)
+                self.events.append((f"apply {timing.name}", timing.start, timing.end))
+            elif timing.what == "draw":  # a panel's set_trace and its repaint
+                panel = window.panel(timing.name)
+                title = panel.title if panel is not None else timing.name
+                self.events.append((f"draw {title}", timing.start, timing.painted or timing.end))
+            elif timing.what == "shown":  # shown's slots: the status, the token count, the comparison's start...
+                self.events.append(("the trace's arrival (every shown slot)", timing.start, timing.end))
 
-        def on_returned(job, value, _on_returned=self.lane._on_returned):
-            t = time.perf_counter()
-            try:
-                return _on_returned(job, value)
-            finally:
-                end = time.perf_counter()
-                self.apply.setdefault(self.name(job), []).append((end - t) * 1000)
-                self.events.append((f"apply {self.name(job)}", t, end))
-
-        progressive._run = run
-        self.lane._on_returned = on_returned
-        drawing = window.drawing
-        self._draw = drawing._draw_prepared
-
-        def draw(trace, dock, cancel, view, _draw=self._draw):
-            t = time.perf_counter()
-            try:
-                return _draw(trace, dock, cancel, view)
-            finally:
-                self.events.append((f"draw {dock.panel.title}", t, time.perf_counter()))
-
-        drawing._draw_prepared = draw
-        self.drawing = drawing
-        self.session = window.session
-        self._show = window.session.show_result
-
-        def show_result(result, _show=self._show):  # trace_ready's slots: the status, the first panel's drawing...
-            t = time.perf_counter()
-            try:
-                return _show(result)
-            finally:
-                self.events.append(("the trace's arrival (every trace_ready slot)", t, time.perf_counter()))
-
-        window.session.show_result = show_result
+        self._timed = timed
+        window.presenter.timed.connect(timed)
         import gc
         import threading
 
@@ -152,11 +123,6 @@ class JobTimes:
 
         memory.release_freed_memory = trim
 
-    @staticmethod
-    def name(job) -> str:
-        key = job.key if isinstance(job.key, tuple) else (job.key,)
-        return f"{getattr(job.owner, 'title', type(job.owner).__name__)} {' '.join(map(str, key))}"
-
     def edit_done(self, t0: float, t1: float, beat, counted: bool = True) -> None:
         if self.cpu is not None:
             self.cpu.sample()  # the edit's end (t1)
@@ -187,10 +153,7 @@ class JobTimes:
             self.cpu.stop()
         gc.callbacks.remove(self._collected)
         self.memory.release_freed_memory = self._trim
-        self.module._run = self._run
-        del self.lane._on_returned
-        del self.drawing._draw_prepared
-        del self.session.show_result
+        self.presenter.timed.disconnect(self._timed)
 
     def report(self) -> None:
         for name, values in sorted(self.compute.items(), key=lambda kv: -statistics.median(kv[1])):

@@ -44,8 +44,8 @@ def timeline_bench(app, window, loaded, n_tokens: int, runs: int) -> None:
     started = (time.perf_counter() - t0) * 1000
     rows: dict[str, list[float]] = {"switch": [], "first": [], "complete": []}
     shown: list[float] = []
-    # connected after the window's drawing: runs once the first shown panel has drawn the step
-    window.session.trace_ready.connect(lambda _r: shown.append(time.perf_counter()))
+    # the presenter's timing signal: each panel drawn and painted (shown[0]: the first panel of the step)
+    window.presenter.timed.connect(lambda timing: shown.append(timing.painted) if timing.what == "draw" else None)
     step_switches(app, window, timeline, runs, applied, shown, rows, lambda: True)
     window.trace_applied.disconnect(applied.append)
     fwd = timeline.full.trace.meta.forward_seconds * 1000
@@ -104,7 +104,7 @@ def compare_bench(app, window, loaded, other, n_tokens: int, runs: int) -> None:
         pump_until(app, lambda: ready and ready[-1].a is window.trace and view.result is ready[-1]
                    and complete(window))
         got["ready"].append((time.perf_counter() - t0) * 1000)
-        pump_until(app, lambda: view._shown_key == (id(view.result), view.position))
+        pump_until(app, lambda: view.tables_position == view.position)
         got["tables"].append((time.perf_counter() - t0) * 1000)  # the tables at the selected position too
         r = ready[-1]
         got["b_forward"].append(r.seconds * 1000)
@@ -144,7 +144,7 @@ def compare_bench(app, window, loaded, other, n_tokens: int, runs: int) -> None:
         t1 = time.perf_counter()
         view.repaint()  # the compare view's own redraw (every plot and table in it), synchronously
         rows["repaint"].append(rows["slot"][-1] + (time.perf_counter() - t1) * 1000)
-        pump_until(app, lambda: view._shown_key == (id(view.result), view.position) and view.dist.rowCount() > 0
+        pump_until(app, lambda: view.tables_position == view.position and view.dist.rowCount() > 0
                    and complete(window))
         rows["side"].append((time.perf_counter() - t0) * 1000)
     view._show_side = shown

@@ -1,6 +1,6 @@
 """The window-driving helpers benchmarks/ui.py and its views share: a prompt of exactly n tokens, a GUI-thread
-heartbeat, every panel side by side, "complete" (no view or panel still computing), pumping events until a
-condition holds."""
+heartbeat, every panel side by side, "complete" (the presenter's ``is_idle``: nothing in flight, every shown
+panel drawn, no view computing), pumping events until a condition holds."""
 
 from __future__ import annotations
 
@@ -54,8 +54,7 @@ def side_by_side(window) -> None:
 
 
 def complete(window) -> bool:
-    return (not window.progressive.busy and not any(p.computing() for p in window.panels if p.on_screen)
-            and not getattr(window.drawing, "checking", False))  # the NaN check (status bar) is done too
+    return window.presenter.is_idle()  # the one predicate the tests and docs scripts use too
 
 
 def pump_until(app, condition, timeout_s: float = 600.0) -> None:

@@ -23,30 +23,26 @@ def edits(app, window, panel, loaded, n_tokens: int, runs: int, beat: Heartbeat)
     """Medians (first two runs dropped) over ``runs`` edits of a ``n_tokens``-token prompt."""
     marks: dict[str, float] = {}
     own: list[float] = []
-    set_trace, show_whole = panel.set_trace, panel._show_whole
+    show_whole = panel._show_whole
 
-    def timed_set_trace(trace, view=None):
-        t = time.perf_counter()
-        set_trace(trace, view)
-        if results and trace is results[-1].trace:  # this edit's trace (not a redraw of the one before)
-            own.append((time.perf_counter() - t) * 1000)
-            marks.setdefault("first", time.perf_counter())
+    def timed(timing) -> None:  # the presenter's timing signal: the panel's set_trace of this edit's trace
+        if timing.what == "draw" and timing.name == "features" and results and panel.trace is results[-1].trace:
+            own.append(timing.ms)
+            marks.setdefault("first", timing.end)
 
     def timed_whole(result):
         show_whole(result)
         if result.acts is not None and results and panel.trace is results[-1].trace:
             marks.setdefault("whole", time.perf_counter())
 
-    show_result = window.session.show_result
-
-    def ready(result):  # the trace reaches the GUI thread: before the window draws any panel with it
-        results.append(result)
+    def ready(frame):  # the trace reaches the GUI thread: before the window draws any panel with it
+        results.append(frame)
         marks.setdefault("ready", time.perf_counter())
-        show_result(result)
 
-    panel.set_trace, panel._show_whole = timed_set_trace, timed_whole
+    panel._show_whole = timed_whole
     results: list = []
-    window.session.show_result = ready
+    window.presenter.shown.connect(ready)
+    window.presenter.timed.connect(timed)
     rows: dict[str, list[float]] = {k: [] for k in ("first", "whole", "complete", "forward", "stall", "own")}
     for run in range(runs + 2):
         marks.clear()
@@ -64,7 +60,9 @@ def edits(app, window, panel, loaded, n_tokens: int, runs: int, beat: Heartbeat)
         rows["forward"].append(results[-1].trace.meta.forward_seconds * 1000)
         rows["stall"].append(beat.max_gap_ms(t0, t1))
         rows["own"].append(sum(own))
-    del panel.set_trace, panel._show_whole, window.session.show_result
+    del panel._show_whole
+    window.presenter.shown.disconnect(ready)
+    window.presenter.timed.disconnect(timed)
     assert window.trace.n_tokens == n_tokens
     med = {k: statistics.median(v[2:]) for k, v in rows.items()}
     med["stall"] = max(rows["stall"][2:])
@@ -94,7 +92,7 @@ def panel_section(loaded, sae_dir: str, n_tokens: int, runs: int) -> None:
         window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
         pump_until(app, lambda: window.trace is not None and complete(window))
         window.session.features.open_now(sae_dir)
-        panel = next(p for p in window.panels if type(p).__name__ == "FeaturesPanel")
+        panel = window.panel("features")
         pump_until(app, lambda: complete(window) and panel.on_screen)
         assert panel.sae is not None
         beat = Heartbeat()

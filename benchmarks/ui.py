@@ -3,7 +3,8 @@
 Per model section (medians over the runs, the first two dropped as warm-up):
 
 * edit -> first panel drawn: from the trace request (after the debounce) until the first panel's
-  ``show_trace`` returned (encode, forward pass, the panels' cheap ``prepare``, then drawing);
+  ``set_trace`` returned (encode, forward pass, the panels' cheap ``prepare``, then drawing), read from the
+  presenter's timing signal (``Presenter.timed``: a ``Timing`` per panel drawn, per view computed and applied);
 * edit -> every visible panel complete: until the progressive views (``explorer.ui.session.progressive``:
   the logit lens, the all-heads mosaic, vocabulary neighbours, a neuron's vocabulary effect) are
   all drawn too;
@@ -78,17 +79,13 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     pump_until(app, lambda: window.trace is not None and complete(window))
     first_drawn: list[float] = []
     drawn_ms: dict[str, list[float]] = {}
-    originals = {}
-    for panel in window.panels:
-        originals[panel] = panel.set_trace
 
-        def timed(trace, *view, panel=panel):  # set_trace(trace, view): the view prepared in the background
-            t = time.perf_counter()
-            originals[panel](trace, *view)
-            first_drawn.append(time.perf_counter())
-            drawn_ms.setdefault(panel.title, []).append((first_drawn[-1] - t) * 1000)
+    def timed(timing) -> None:  # the presenter's Timing of each panel's set_trace (the view prepared in the background)
+        if timing.what == "draw" and window.panel(timing.name) is not None:
+            first_drawn.append(timing.end)
+            drawn_ms.setdefault(window.panel(timing.name).title, []).append(timing.ms)
 
-        panel.set_trace = timed
+    window.presenter.timed.connect(timed)
     jobs = JobTimes(window, beat)
     results, applied = [], []
     window.controller.trace_ready.connect(results.append)
@@ -122,7 +119,7 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     per_panel: dict[tuple[str, str], list[float]] = {}
     tabbed: dict[str, dict[str, list[float]]] = {}  # the same switches in the default (tabbed) layout, first
     window.reset_layout()  # the window's own View > Reset layout: panels tabbed, the raised tab and the side dock shown
-    for raised in ("", "AttentionPanel"):  # as reset (the Embeddings tab raised), then with the Attention tab raised
+    for raised in ("", "attention"):  # as reset (the Embeddings tab raised), then with the Attention tab raised
         if raised:
             window.raise_panel(raised)
         app.processEvents()
@@ -198,8 +195,8 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     jobs.report()
     for (what, title), values in sorted(per_panel.items()):
         print(f"      {what:<5} {title:<30} selection_changed {statistics.median(values):6.1f} ms")
+    window.presenter.timed.disconnect(timed)
     for panel in window.panels:
-        del panel.set_trace
         del panel.selection_changed
     window.controller.trace_ready.disconnect(results.append)
     window.trace_applied.disconnect(applied.append)

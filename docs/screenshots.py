@@ -18,11 +18,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
-NAMES = {"TokenizationPanel": "tokenization", "EmbeddingsPanel": "embeddings", "AttentionPanel": "attention",
-         "NeuronsPanel": "neurons", "ResidualPanel": "residual", "WhatChangedPanel": "what-changed",
-         "DLAPanel": "dla", "PatchingPanel": "patching", "MaskedTokensPanel": "masked"}
-
-
 def pump(app, condition, timeout_s=900.0):
     deadline = time.perf_counter() + timeout_s
     while not condition():
@@ -40,9 +35,9 @@ def settle(app, seconds=0.6):
 
 
 def complete(window) -> bool:
-    """Every on-screen view finished: a trace, the progressive lane idle and no on-screen panel computing."""
-    return (window.trace is not None and not window.progressive.busy
-            and not any(p.computing() for p in window.panels if p.on_screen))
+    """Every on-screen view finished: a trace, and the presenter idle (``Presenter.is_idle``: nothing in
+    flight, every shown panel drawn, no view computing)."""
+    return window.trace is not None and window.presenter.is_idle()
 
 
 def open_window(width: int, height: int, *, theme: str = "light", at_origin: bool = False,
@@ -111,7 +106,7 @@ def main() -> None:
             settle(app, 0.3)
             pump(app, lambda: complete(window))
             settle(app, 0.8)
-            name = NAMES.get(type(dock.panel).__name__, type(dock.panel).__name__.lower())
+            name = dock.panel_id.replace("_", "-")
             path = out / f"{args.prefix}-{w}x{h}-{name}.png"
             window.grab().save(str(path))
             print("wrote", path)
@@ -125,7 +120,7 @@ def explanation_shot(app, window, path: Path) -> None:
 
     from explorer.ui.window.docks import dock_of
 
-    panel = next(p for p in window.panels if type(p).__name__ == "AttentionPanel")
+    panel = window.panel("attention")
     dock_of(panel).raise_()
     settle(app, 0.3)
     pump(app, lambda: complete(window))

@@ -51,7 +51,7 @@ def main() -> None:
 
     with screenshot_window(w, h, at_origin=True) as (app, window):
         out = Path(args.out)
-        diagram = next(p for p in window.panels if type(p).__name__ == "DiagramPanel")
+        diagram = window.panel("diagram")
 
         def show(loaded, layer: int, token: int) -> None:
             window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))

@@ -83,8 +83,8 @@ def main() -> None:
         pump(app, lambda: complete(window) and window.trace.n_tokens > 10)
         window.feature_tools.opener.open(str(tmp / "sae-shakespeare-L2"))
         pump(app, lambda: bool(window.session.features.saes))
-        panel = next(p for p in window.panels if type(p).__name__ == "FeaturesPanel")
-        journey = next((d for d in window.docks if type(d.panel).__name__ == "JourneyPanel"), None)
+        panel = window.panel("features")
+        journey = window.dock("journey")
         side = [d for d in (window.generation_dock, journey) if d is not None]  # the generation dock and its tabs
         for dock in side:
             dock.hide()  # the panels get the window's width (View > Generation brings it back)
@@ -98,7 +98,7 @@ def main() -> None:
         panel.component(feature).set(window.interventions, "zero")
         pump(app, lambda: (complete(window) and bool(window.interventions.active())
                            and window.session.baseline is not None))
-        changed = next(d for d in window.docks if type(d.panel).__name__ == "WhatChangedPanel")
+        changed = window.dock("what_changed")
         changed.raise_()
         pump(app, lambda: changed.panel.trace is window.trace and complete(window))
         settle(app, 1.0)

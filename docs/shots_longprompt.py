@@ -96,9 +96,9 @@ def main() -> None:
         # a prompt of random words that repeats itself: 512 words, eight times
         words = np.random.default_rng(0).integers(0, 49152, 512)
         text = " ".join(f"w{i}" for i in np.tile(words, args.tokens // 512 + 1)[:args.tokens])
-        docks = {type(d.panel).__name__: d for d in window.docks}
-        attention = docks["AttentionPanel"].panel
-        docks["AttentionPanel"].raise_()
+        docks = {d.panel_id: d for d in window.docks}
+        attention = docks["attention"].panel
+        docks["attention"].raise_()
         window.session.selection.set_layer_head(args.layer, args.head)  # before the trace: its worker prepares it
         print("tracing", args.tokens, "tokens", flush=True)
         window.set_prompt(text)
@@ -132,7 +132,7 @@ def main() -> None:
         print("  tile", detail.tile_rect, "| tooltip:", text_shown, flush=True)
         QToolTip.hideText()
 
-        residual = docks["ResidualPanel"]
+        residual = docks["residual"]
         residual.raise_()
         done(lambda: residual.panel.trace is window.trace)
         area = residual.findChild(QScrollArea)
@@ -144,7 +144,7 @@ def main() -> None:
         if args.large:
             large = tuple(int(x) for x in args.large.split("x"))
             window.resize(*large)
-            docks["AttentionPanel"].raise_()
+            docks["attention"].raise_()
             detail.plot.setRange(xRange=(0, args.tokens), yRange=(0, args.tokens), padding=0)
             done(lambda: head_shown() and detail.tile_rect is None)
             shot("attention-zoomed-out", large)

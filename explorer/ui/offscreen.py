@@ -12,7 +12,6 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,28 +51,20 @@ def _quiet_offscreen_warnings() -> None:
 
 
 def available_panel_classes() -> list[type]:
-    """The registered panels whose modules exist (others are still being written)."""
-    from explorer.ui import panels
+    """The registered panels whose modules import (others are still being written)."""
+    from explorer.ui.panels.registry import panel_classes
 
-    try:
-        return panels.panel_classes()
-    except ModuleNotFoundError:
-        pass
-    classes = []
-    for module_name, class_name in panels._REGISTRY:
-        try:
-            module = import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        classes.append(getattr(module, class_name))
-    return classes
+    return panel_classes()
 
 
 def _panel_stem(cls: type) -> str:
-    """The panel's name in file names: its module, or its package for ``<package>/panel.py``
-    (``attention``, not ``panel``)."""
+    """The panel's name in file names: its registry id (``attention``), else its module's (or its package's,
+    for ``<package>/panel.py``)."""
+    from explorer.ui.panels.registry import spec_of
+
+    record = spec_of(cls)
+    if record is not None:
+        return record.id
     parts = cls.__module__.split(".")
     return parts[-2] if parts[-1] == "panel" else parts[-1]
 

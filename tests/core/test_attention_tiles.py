@@ -168,3 +168,31 @@ def test_pooled_mosaic_keeps_each_heads_tile_for_the_detail(monkeypatch):
     assert kept is not None and kept[1] == 4
     x, y = geo.tile_origin(1, 3)
     assert np.array_equal(kept[0], image[y:y + geo.tile, x:x + geo.tile])  # the detail reuses the mosaic's tile
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_window_of_the_scores_rule_is_the_window_of_the_whole(shape):
+    """One scores rule: ``model.layer_scores`` on a rows x keys window, with the layer's own mask built for the
+    window (what the tiles call), equals the forward pass's whole scores cut to that window; and the causal
+    rule's row bounds (``visible_keys``, what numpy's row reads) are the mask's rows."""
+    from explorer.core.model import layer_mask, layer_scores, layer_window, visible_keys
+
+    cfg = ModelConfig(**{**BASE, **SHAPES[shape]})
+    torch.manual_seed(1)
+    n, m = 21, 29  # the queries are the last n of m positions (a cache's shape)
+    q, k = torch.randn(cfg.n_heads, n, cfg.d_head), torch.randn(cfg.n_heads, m, cfg.d_head)
+    for layer in range(cfg.n_layers):
+        whole = layer_scores(cfg, q, k, layer_mask(cfg, layer, n, m))[0]
+        for rows, cols in (((0, n), (0, m)), ((3, 11), (5, 20)), ((20, 21), (0, 29))):
+            for heads in ([1, 2], slice(None)):
+                got = layer_scores(cfg, q[heads], k[heads], heads=heads, layer=layer, rows=rows, cols=cols)[0]
+                want = whole[heads, rows[0]:rows[1], cols[0]:cols[1]]
+                assert torch.equal(torch.isneginf(got), torch.isneginf(want))
+                torch.testing.assert_close(got.nan_to_num(neginf=0.0), want.nan_to_num(neginf=0.0), rtol=1e-6, atol=1e-6)
+        mask = layer_mask(cfg, layer, n, m)
+        for i in (0, 7, n - 1):
+            if mask is None:
+                continue
+            lo, hi = visible_keys(n, m, i, layer_window(cfg, layer))
+            visible = ~mask[i]
+            assert visible.nonzero().flatten().tolist() == list(range(max(lo, 0), hi))

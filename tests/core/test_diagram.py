@@ -118,7 +118,7 @@ def test_bert_draws_an_encoder_with_post_norms_token_types_and_an_mlm_head():
     assert _kinds(d.block(0)) == ["qkv", "scores", "mix", "add", "norm", "ffn_in", "ffn_out", "add", "norm"]
     assert d.box("L0.ln1").title == "LayerNorm (after the add)" and d.box("L0.ln1").column == 0
     assert "bidirectional (no mask)" in d.box("L0.attn.scores").details
-    assert d.box("unembed").panel == "MaskedTokensPanel"
+    assert d.box("unembed").panel == "masked"
 
 
 @pytest.mark.parametrize("parallel", ["gptj", "phi", "gpt_neox"])

@@ -56,7 +56,7 @@ def _check_every_step(loaded, trace, t, layer, head):
     # the score computed by hand (q·k, the scale, the bias, the cap) equals blocks.L.attn.scores[h, i, j]
     np.testing.assert_allclose(one.values["score"], trace[p + "attn.scores"][head, t, j], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(one.values["weight"], trace[p + "attn.pattern"][head, t, j], rtol=1e-5, atol=1e-7)
-    assert (one.panel, one.layer, one.head) == ("AttentionPanel", layer, head)
+    assert (one.panel, one.layer, one.head) == ("attention", layer, head)
     # why it attends there: the largest term of the exact split, whose terms add up to the score before any cap
     split = qk_split(trace, layer, head, t, j)
     top = split.terms(1)[0]

@@ -59,17 +59,17 @@ def test_a_click_says_computing_until_the_tables_come_and_a_position_seen_before
     qtbot.waitUntil(lambda: window.session.controller.is_idle() and window.trace is not None, timeout=30_000)
     _compare(qtbot, window, tiny_checkpoint)
     view = window.compare_dock.view
-    qtbot.waitUntil(lambda: view._shown_key == (id(view.result), view.position), timeout=30_000)
+    qtbot.waitUntil(lambda: view.tables_position == view.position, timeout=30_000)
     first = view.position
     view.cos.cell_clicked.emit(0, 1)
     assert view.position == 1 and "computing" in view.side_status.text() and not view.dist.isEnabled()
-    qtbot.waitUntil(lambda: view._shown_key == (id(view.result), 1), timeout=30_000)
+    qtbot.waitUntil(lambda: view.tables_position == 1, timeout=30_000)
     assert "computing" not in view.side_status.text() and view.dist.rowCount() > 0 and view.dist.isEnabled()
     view.cos.cell_clicked.emit(0, first)  # seen before: drawn at once, from what was kept
-    assert view._shown_key == (id(view.result), first) and "computing" not in view.side_status.text()
+    assert view.tables_position == first and "computing" not in view.side_status.text()
 
 
-def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, window, other_checkpoint):
+def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, window, other_checkpoint, monkeypatch):
     import pytest
 
     from explorer.core.cancel import Cancelled
@@ -83,6 +83,12 @@ def test_a_comparison_waiting_for_a_cancelled_b_ends_without_a_word(qtbot, windo
     compare = window.session.compare
     failed = []
     compare.failed.connect(failed.append)
-    compare._compare_failed(compare._latest, Cancelled())
-    compare._compare_failed(compare._latest, RuntimeError("boom"))
+    compare.other = other
+    for raised in (Cancelled(), RuntimeError("boom")):  # the comparison's worker ends with each in turn
+        def stopped(*args, raised=raised):
+            raise raised
+
+        monkeypatch.setattr(compare_module, "compare_pair", stopped)
+        compare.refresh()
+        qtbot.waitUntil(compare.is_idle, timeout=30_000)
     assert len(failed) == 1 and failed[0].startswith("comparing failed:") and "boom" in failed[0]

@@ -37,7 +37,7 @@ def test_a_model_compared_with_itself_agrees_everywhere(qtbot, window, tiny_chec
     assert (window.selection.layer, window.selection.head) == (1, 1)
     view.cos.cell_clicked.emit(0, 2)
     assert window.selection.token == 2 and view.position == 2
-    qtbot.waitUntil(lambda: view._side_key == (id(view.result), 2), timeout=10_000)
+    qtbot.waitUntil(lambda: view.asked_position == 2, timeout=10_000)
     # a new prompt is compared again
     with qtbot.waitSignal(window.session.compare.ready, timeout=60_000) as blocker:
         window.set_prompt("Hello world, again and again")

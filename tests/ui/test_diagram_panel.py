@@ -70,30 +70,30 @@ def test_clicking_a_box_selects_its_layer_head_and_token_and_asks_for_its_panel(
     qtbot.waitUntil(lambda: panel.view.layer == 1 and "L1.attn.scores" in panel.scene.items_by_id)
     with qtbot.waitSignal(session.panel_requested) as shown_panel:
         _click(qtbot, panel, "L1.attn.scores")
-    assert shown_panel.args == ["AttentionPanel"]
+    assert shown_panel.args == ["attention"]
     assert (session.selection.layer, session.selection.head, session.selection.token) == (1, 1, 3)
     with qtbot.waitSignal(session.panel_requested) as shown_panel:
         _click(qtbot, panel, "L1.ffn.in")
-    assert shown_panel.args == ["NeuronsPanel"] and session.selection.layer == 1
+    assert shown_panel.args == ["neurons"] and session.selection.layer == 1
     with qtbot.waitSignal(session.panel_requested) as shown_panel:  # a collapsed strip selects its block
         panel.scene.strips[0].on_click()
         _click(qtbot, panel, "L0.attn.qkv")
-    assert shown_panel.args == ["AttentionPanel"] and session.selection.layer == 0
+    assert shown_panel.args == ["attention"] and session.selection.layer == 0
     with qtbot.waitSignal(session.panel_requested) as shown_panel:
         _click(qtbot, panel, "embed")
-    assert shown_panel.args == ["EmbeddingsPanel"] and session.selection.token == 3
+    assert shown_panel.args == ["embeddings"] and session.selection.token == 3
 
 
 def test_in_the_window_a_click_on_a_box_raises_that_panels_dock(qtbot, window):
-    panels = {type(p).__name__: p for p in window.panels}
-    diagram = panels["DiagramPanel"]
+    panels = {d.panel_id: d.panel for d in window.docks}
+    diagram = panels["diagram"]
     from explorer.ui.window.docks import dock_of
 
     dock_of(diagram).show()
     dock_of(diagram).raise_()
     qtbot.waitUntil(lambda: diagram.view is not None and "L0.ffn.in" in diagram.scene.items_by_id)
     _click(qtbot, diagram, "L0.ffn.in")
-    neurons = dock_of(panels["NeuronsPanel"])
+    neurons = dock_of(panels["neurons"])
     qtbot.waitUntil(lambda: not neurons.visibleRegion().isEmpty())
     assert diagram.visibleRegion().isEmpty()  # the same tab group: the neurons' tab is in front now
 
@@ -110,13 +110,13 @@ def test_a_view_prepared_before_the_selection_moved_is_brought_up_to_date(qtbot,
 def test_help_start_here_shows_the_diagram(qtbot, window):
     from explorer.ui.window.docks import dock_of
 
-    panels = {type(p).__name__: p for p in window.panels}
-    dock_of(panels["TokenizationPanel"]).raise_()
-    qtbot.waitUntil(lambda: panels["DiagramPanel"].visibleRegion().isEmpty())
+    panels = {d.panel_id: d.panel for d in window.docks}
+    dock_of(panels["tokenization"]).raise_()
+    qtbot.waitUntil(lambda: panels["diagram"].visibleRegion().isEmpty())
     help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
     start = next(a for a in help_menu.actions() if a.text() == "&Start here: the model diagram")
     start.trigger()
-    qtbot.waitUntil(lambda: not panels["DiagramPanel"].visibleRegion().isEmpty())
+    qtbot.waitUntil(lambda: not panels["diagram"].visibleRegion().isEmpty())
 
 
 def test_the_tour_on_a_trace_without_its_values_says_so_in_one_line(qtbot, tiny_loaded):

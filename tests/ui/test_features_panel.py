@@ -35,7 +35,7 @@ def write_sae(path, d: int = 32, d_sae: int = 96, hook: str = "blocks.1.hook_res
 def opened(qtbot, window, path, n: int = 1):
     window.feature_tools.opener.open(str(path))
     qtbot.waitUntil(lambda: len(window.session.features.saes) == n, timeout=30_000)
-    panel = next(d.panel for d in window.docks if type(d.panel).__name__ == "FeaturesPanel")
+    panel = window.panel("features")
     qtbot.waitUntil(lambda: panel.trace is window.trace and panel._whole is not None
                     and panel._whole.acts is not None, timeout=30_000)
     return panel
@@ -43,7 +43,7 @@ def opened(qtbot, window, path, n: int = 1):
 
 def test_the_features_panel_shows_the_cores_numbers_and_switches_a_feature_off(qtbot, window, tmp_path,
                                                                                monkeypatch) -> None:
-    panel = next(d.panel for d in window.docks if type(d.panel).__name__ == "FeaturesPanel")
+    panel = window.panel("features")
     dock = next(d for d in window.docks if d.panel is panel)
     assert dock.isHidden() and not panel.available()          # no SAE: the panel does not apply
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
@@ -90,7 +90,7 @@ def test_the_features_panel_shows_the_cores_numbers_and_switches_a_feature_off(q
     qtbot.waitUntil(lambda: panel._whole is not None and panel._whole.acts is not None
                     and panel.trace is window.trace, timeout=30_000)
     assert panel._intervention_marks[0].count == 1
-    changed = next(d for d in window.docks if type(d.panel).__name__ == "WhatChangedPanel")
+    changed = window.dock("what_changed")
     changed.raise_()
     qtbot.waitUntil(lambda: changed.panel.trace is window.trace, timeout=30_000)
     assert f"feature {feature} (" in changed.panel.info.text()

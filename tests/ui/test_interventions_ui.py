@@ -15,6 +15,7 @@ from explorer.core.trace import CaptureSpec
 from explorer.ui.panels import panel_classes
 from explorer.ui.panels.interventions import DLAPanel, WhatChangedPanel
 from explorer.ui.session.selection import Selection
+from explorer.ui.session.frame import PROMPT, Source
 from explorer.ui.session.session import Session
 from explorer.ui.session.workers import TraceRequest, TraceResult
 
@@ -35,7 +36,7 @@ def fed(qtbot, cls, loaded, trace, baseline=None):
     qtbot.addWidget(panel)
     if baseline is not None:
         session = Session()
-        session.result = TraceResult(TraceRequest(0, None, ""), trace, 0.0, baseline=baseline)
+        session.presenter.present(TraceResult(TraceRequest(0, None, ""), trace, 0.0, baseline=baseline), Source(PROMPT))
         panel.session = session
     panel.set_tokenizer(loaded.tokenizer)
     selection.clamp(trace.config.n_layers, trace.config.n_heads, trace.n_tokens)

@@ -114,6 +114,7 @@ def test_analysing_never_stays_with_an_empty_prompt_or_a_failing_one(qtbot, make
 
 def test_what_changed_on_a_flat_distribution_shows_numbers_and_bars(qtbot, tiny_loaded, monkeypatch):
     from explorer.ui.panels.interventions import what_changed
+    from explorer.ui.session.frame import PROMPT, Source
     from explorer.ui.session.session import Session
     from explorer.ui.session.workers import TraceRequest, TraceResult
 
@@ -125,7 +126,7 @@ def test_what_changed_on_a_flat_distribution_shows_numbers_and_bars(qtbot, tiny_
     monkeypatch.setattr(what_changed, "comparison", lambda t, b, p: compare_runs(
         flat, flat, t.token_ids, t.n_tokens - 1 if p is None else p, 10))
     session = Session()  # the baseline is the Session's, as in the window
-    session.result = TraceResult(TraceRequest(0, None, ""), trace, 0.0, baseline=baseline)
+    session.presenter.present(TraceResult(TraceRequest(0, None, ""), trace, 0.0, baseline=baseline), Source(PROMPT))
     panel = WhatChangedPanel(Selection())
     qtbot.addWidget(panel)
     panel.session = session

@@ -64,7 +64,7 @@ def test_a_model_with_nan_is_drawn_and_named_in_the_status_bar(qtbot, make_windo
         window.open_checkpoint(str(tmp_path / "nan"))
     assert not [r for r in caplog.records if "failed to show" in r.getMessage()]
     # the NaN check runs on its own worker beside the panels' drawing: its end names the layer
-    qtbot.waitUntil(lambda: not window.drawing.checking and not window.status.warning.isHidden(), timeout=30_000)
+    qtbot.waitUntil(lambda: not window.presenter.checking and not window.status.warning.isHidden(), timeout=30_000)
     text = window.status.warning.text()
     assert not window.status.warning.isHidden() and "NaN first appears in layer 1" in text
     for layer in (0, 1):  # switching layers redraws every panel on NaN data without an error

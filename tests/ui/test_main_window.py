@@ -79,7 +79,7 @@ def test_a_bad_checkpoint_shows_the_loaders_message_and_keeps_the_model(qtbot, w
 
 def test_quick_edits_are_debounced_into_one_forward(qtbot, window, monkeypatch):
     calls = wrap_trace_ids(monkeypatch, window.loaded)
-    window.controller.debounce.setInterval(400)  # wide enough for the keystrokes below on any machine
+    window.controller.set_debounce_ms(400)  # wide enough for the keystrokes below on any machine
     window.prompt.edit.setFocus()
     window.prompt.edit.clear()
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
@@ -218,7 +218,7 @@ def test_layer_and_head_shortcuts_move_the_shared_selection(window):
 def test_f1_toggles_the_explanation_of_the_focused_panel(qtbot, window):
     panel = next(p for p in window.panels if isinstance(p, TokenizationPanel))
     panel.chips.setFocus()
-    qtbot.waitUntil(lambda: window._last_panel is panel)
+    qtbot.waitUntil(lambda: window.presenter.focus == "tokenization")  # drawn first from now on
     window.toggle_focused_explanation()
     assert panel.explain_text.isVisible()
     assert "byte-pair encoding" in panel.explain_text.toPlainText()

@@ -8,7 +8,7 @@ from PySide6.QtCore import QEvent
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QTabBar, QToolTip
 
-from explorer.ui.window.tab_titles import SHORT_TITLES
+from explorer.ui.panels.registry import PANELS
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_every_tab_title_is_readable(qtbot, make_window, size):
             assert bar.tabRect(i).right() <= bar.width(), f"tab {text!r} is off the bar at {size}"
             seen += 1
     assert seen >= 7  # the panels are tabs (one may be hidden: it does not apply to this window's model)
-    assert set(SHORT_TITLES) == {d.objectName() for d in window.docks}  # every panel has a short title
+    assert {p.dock_name for p in PANELS if p.short_title} == {d.objectName() for d in window.docks}  # all short
 
 
 def test_the_full_title_is_in_the_tooltip_and_the_view_menu(qtbot, make_window, monkeypatch):

@@ -73,11 +73,11 @@ def test_neurons_prepare_computes_for_the_snapshot_not_the_current_selection(qtb
     selection.set_layer(1)
     selection.set_token(3)
     panel.set_top_k(16)
-    prepare = panel.preparer()  # the snapshot is taken here, on the GUI thread
+    snapshot = panel.snapshot()  # taken here, on the GUI thread (the presenter takes it with each trace request)
     selection.set_layer(2)  # the user moves on before the worker runs
     selection.set_token(7)
     panel.set_top_k(32)
-    run_on_worker(prepare, trace)
+    run_on_worker(lambda t: panel.prepare(t, snapshot), trace)
     keys = memo_keys(trace)
     assert ("neurons.layer", 1) in keys and ("neurons.layer", 2) not in keys
     assert ("neurons.top", 1, 16) in keys and not any(k[:1] == ("neurons.top",) and k != ("neurons.top", 1, 16)
@@ -113,11 +113,11 @@ def test_the_window_binds_each_panels_snapshot_when_the_trace_is_requested(qtbot
     next(d for d in window.docks if d.panel is neurons).raise_()  # its tab in front: only panels on screen prepare
     qtbot.waitUntil(lambda: neurons.on_screen)
     window.selection.set_layer(1)
-    preparers = window.drawing.preparers()  # what TraceController.request hands the worker
-    assert any(p.func.__self__ is neurons and p.keywords["snapshot"].layer == 1 for p in preparers)
+    requests = window.presenter.requests()  # what TraceController.request hands the worker
+    assert any(r.panel == "neurons" and r.snapshot.layer == 1 for r in requests)
     window.selection.set_layer(0)
     trace = window.loaded.trace("A different prompt for a fresh trace")
-    for prepare in preparers:
-        run_on_worker(prepare, trace)
+    for request in requests:
+        run_on_worker(request, trace)
     keys = memo_keys(trace)
     assert ("neurons.layer", 1) in keys and ("neurons.layer", 0) not in keys

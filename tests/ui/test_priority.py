@@ -1,6 +1,7 @@
-"""Background work runs below the GUI thread's CPU priority (explorer.ui.session.priority): the forward
-pass, the panels' preparation and the progressive views, with torch's own threads; the GUI thread keeps
-its own. Linux only: elsewhere the module does nothing (the last test)."""
+"""Background work runs below the GUI thread's CPU priority (explorer.ui.session.priority): every worker
+starts through the one door (explorer.ui.session.background), which lowers it first: the forward pass,
+the panels' preparation, the progressive views, generation, steering, patching, with torch's own threads;
+the GUI thread keeps its own. Linux only: elsewhere the module does nothing."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 from PySide6.QtCore import QObject
 
 from explorer.core.cancel import Cancel
-from explorer.ui.session import priority
+from explorer.ui.session import background, priority
+from explorer.ui.session.frame import PanelRequest
+from explorer.ui.session.presenter import prepare_panels
 from explorer.ui.session.progressive import Job, ProgressiveWork
-from explorer.ui.session.workers import TraceController, prepare_panels
+from explorer.ui.session.workers import TraceController
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 
@@ -36,12 +39,12 @@ def test_the_forward_pass_and_torch_threads_run_below_the_gui_thread(qtbot, tiny
     before = gui_nice()
     seen = {}
 
-    def prepare(trace):  # the first panel's prepare runs on the forward pass's worker, after the pass
+    def prepare(trace, snapshot):  # the first panel's prepare runs on the forward pass's worker, after the pass
         seen["tid"], seen["nice"] = threading.get_native_id(), nice_here()
-        seen["others"] = {tid: priority.nice_of(tid) for tid in priority._threads()}
+        seen["others"] = {tid: priority.nice_of(tid) for tid in priority.threads()}
         return None
 
-    controller = TraceController(preparers=lambda: (prepare,))
+    controller = TraceController(panels=lambda: (PanelRequest("first", None, prepare),))
     controller.set_model(tiny_loaded)
     with qtbot.waitSignal(controller.trace_ready, timeout=30_000):
         controller.request("The cat sat on the mat. " * 4)
@@ -67,11 +70,10 @@ def test_a_progressive_view_and_the_panels_preparation_run_below_the_gui_thread(
     assert niced[0] >= target()
 
     seen = []
-    steps = prepare_panels(object(), [lambda trace: seen.append(nice_here())], Cancel())
-    result = threading.Thread(target=lambda: list(steps))  # made by the GUI thread: its nice until lowered
-    result.start()
-    result.join(10)
-    assert seen and seen[0] >= target()
+    request = PanelRequest("p", None, lambda trace, snapshot: seen.append(nice_here()))
+    background.run(prepare_panels, object(), [request], Cancel())  # as the presenter starts it
+    qtbot.waitUntil(lambda: bool(seen), timeout=10_000)
+    assert seen[0] >= target()
 
 
 @linux
@@ -141,21 +143,19 @@ def test_freed_memory_goes_back_only_once_the_app_is_idle(qtbot, make_window, ti
     assert window.controller.is_idle() and not window.progressive.busy
 
 
-def test_generation_steering_and_patching_workers_lower_themselves_first(monkeypatch):
-    """Their workers call ``background()`` before any work (a generation with no trace before it would
-    otherwise run at the GUI thread's priority)."""
-    from explorer.ui.generation import steering, stream
-    from explorer.ui.panels.interventions import patching_worker
+@linux
+def test_the_door_lowers_every_worker_before_its_work_on_the_pool_and_on_a_thread_of_its_own(qtbot):
+    """Generation, steering, patching, compare's second model...: whatever starts through ``background.run``
+    runs below the GUI thread from its first line (a generation with no trace before it would otherwise run
+    at the GUI thread's priority)."""
+    seen: list[int] = []
+    background.run(nice_here, on_done=seen.append)
+    background.run(nice_here, on_done=seen.append, own_thread=True)
 
-    class Lowered(Exception):
-        pass
+    def steps():
+        yield nice_here()
+        return nice_here()
 
-    def lowered():
-        raise Lowered
-
-    for module, run in ((stream, lambda: next(stream.stream_steps(None, [], None, Cancel()))),
-                        (patching_worker, lambda: next(patching_worker.run_patching(None, [], [], 0, None, Cancel()))),
-                        (steering, lambda: steering.steered_pair(None, [], None, (), 0, 0, 1.0, (), None, Cancel()))):
-        monkeypatch.setattr(module, "background", lowered)
-        with pytest.raises(Lowered):
-            run()
+    background.run(steps, on_yield=seen.append, on_done=seen.append)
+    qtbot.waitUntil(lambda: len(seen) == 4, timeout=10_000)
+    assert all(nice >= target() for nice in seen), seen

@@ -58,8 +58,8 @@ def test_a_local_nnsight_trace_end_to_end(qtbot, window, llama_dir):
         dialog.start_button.click()
     assert arrived[-3:] == [1, 2, 3]  # one request a layer
     # shown as File > Open trace shows a trace: no model, the prompt read-only, the trace on screen
-    qtbot.waitUntil(lambda: window.session.result is not None and not window.session.result.trace.has_model)
-    shown = window.session.result.trace
+    qtbot.waitUntil(lambda: window.trace is not None and not window.trace.has_model)
+    shown = window.trace
     assert window.session.loaded is None and window.prompt.edit.isReadOnly()
     assert window.session.trace_file == f"nnsight: {llama_dir}"
     assert window.status.fields["device"].text() == "no model"
@@ -128,7 +128,7 @@ def test_a_failed_remote_trace_is_one_line_and_keeps_the_model(qtbot, window, re
     error = RemoteError("Model not hosted:\nllama-tiny is not deployed") if fail == "refused" else \
         TimeoutError("the read operation timed out\nafter 30 s")
     window.prompt.set_text(IDS_PROMPT)
-    loaded, result = window.session.loaded, window.session.result
+    loaded, frame = window.session.loaded, window.session.frame
     network = _Network(RemoteSettings("https://ndif.example.org", "k"), fail=error)
     dialog = window.remote_traces.open(backend_for=network)
     _estimate(qtbot, dialog, remote_ready, remote=True)
@@ -136,7 +136,7 @@ def test_a_failed_remote_trace_is_one_line_and_keeps_the_model(qtbot, window, re
     qtbot.waitUntil(lambda: dialog.estimate_button.isEnabled(), timeout=60_000)
     text = dialog.status.text()
     assert words in text and "\n" not in text
-    assert window.session.loaded is loaded and window.session.result is result and dialog.isVisible()
+    assert window.session.loaded is loaded and window.session.frame is frame and dialog.isVisible()
     assert not window.prompt.edit.isReadOnly()
     assert dialog.start_button.isEnabled()  # try again
 

@@ -60,8 +60,8 @@ def test_a_trace_reopens_in_the_window_without_its_model(qtbot, window, tmp_path
     assert "(trace file)" in window.status.fields["model"].text()
     assert window.status.fields["params"].text() == "weights not loaded"
     assert window.controller.request("more text") == 0  # nothing to run it with
-    residual = next(p for p in window.panels if type(p).__name__ == "ResidualPanel")
-    neurons = next(p for p in window.panels if type(p).__name__ == "NeuronsPanel")
+    residual = window.panel("residual")
+    neurons = window.panel("neurons")
     for panel in (residual, neurons):  # a hidden tab is drawn when it is shown (progressive panels)
         dock_of(panel).raise_()
         qtbot.waitUntil(lambda panel=panel: panel.trace is shown, timeout=30_000)

@@ -69,7 +69,7 @@ def _start(qtbot, window, gate, first: int, max_new: int = 8):
     maxima: list[int] = []
     timeline.changed.connect(lambda step: maxima.append(bar.slider.maximum()) if step is not None else None)
     shown, applied = [], []
-    window.session.trace_ready.connect(lambda result: shown.append(result.trace))
+    window.presenter.shown.connect(lambda frame: shown.append(frame.trace))
     window.trace_applied.connect(applied.append)
     gate.open(first)
     assert pane.generate()
@@ -117,13 +117,13 @@ def test_step_t_while_generating_is_a_fresh_trace_and_stays_as_tokens_arrive(qtb
     assert list(window.trace.token_ids) == list(step1.token_ids)
     for key in KEYS:
         np.testing.assert_allclose(window.trace[key], step1[key], rtol=1e-5, atol=1e-5, err_msg=key)
-    assert timeline._reservation is None  # the whole trace holds its own bytes now
+    assert not timeline.reserving  # the whole trace holds its own bytes now
 
 
 def test_following_reaches_the_newest_step_and_stop_keeps_what_was_produced(qtbot, window, gate):
     pane, timeline, bar, _ = _start(qtbot, window, gate, first=2)
     n_prompt = timeline.n_prompt
-    journey = next(p for p in window.panels if type(p).__name__ == "JourneyPanel")
+    journey = window.panel("journey")
     gate.open(1)
     qtbot.waitUntil(lambda: window.trace.n_tokens == n_prompt + 3 and timeline.waiting is None, timeout=30_000)
     assert bar.slider.value() == 3 and "following" in bar.label.text()
@@ -147,7 +147,7 @@ def test_following_reaches_the_newest_step_and_stop_keeps_what_was_produced(qtbo
     # another prompt ends it, and a run it ended does not come back
     with qtbot.waitSignal(timeline.changed, timeout=30_000, check_params_cb=lambda s: s is None):
         window.set_prompt("Hello world")
-    assert not bar.slider.isEnabled() and timeline._reservation is None
+    assert not bar.slider.isEnabled() and not timeline.reserving
 
 
 def test_over_the_memory_budget_each_step_is_traced_on_its_own(qtbot, window):

@@ -33,7 +33,7 @@ def test_next_back_and_the_panel_button(qtbot, worked_loaded):
     session.selection.set_token(2)
     with qtbot.waitSignal(session.panel_requested) as asked:
         qtbot.mouseClick(tour.open_panel, Qt.MouseButton.LeftButton)
-    assert asked.args == ["AttentionPanel"] and session.selection.token == 0 and session.selection.layer == 0
+    assert asked.args == ["attention"] and session.selection.token == 0 and session.selection.layer == 0
     qtbot.mouseClick(tour.back, Qt.MouseButton.LeftButton)
     assert tour.step.name == "query"
     while tour.next.isEnabled():

@@ -16,7 +16,7 @@ def test_a_window_dropped_after_its_session_was_freed_raises_nothing(qtbot, sett
     window.show()
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.open_checkpoint(str(tiny_checkpoint))
-    qtbot.waitUntil(lambda: not window.progressive.busy and window.session.is_idle())
+    qtbot.waitUntil(lambda: not window.progressive.busy and window.presenter.is_idle())
     assert QThreadPool.globalInstance().waitForDone(60_000)
     with qtbot.capture_exceptions() as raised:
         shiboken6.delete(window.session)  # the interpreter's clean-up may free the Session first

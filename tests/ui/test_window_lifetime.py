@@ -43,27 +43,27 @@ class Gate:
     the test has seen it running, and let go as the window closes."""
 
     def __init__(self) -> None:
-        self._open = threading.Event()
-        self._open.set()
-        self._lock = threading.Lock()
+        self.opened = threading.Event()
+        self.opened.set()
+        self.lock = threading.Lock()
         self.held = 0  # threads waiting at the gate now
 
     def shut(self) -> None:
-        self._open.clear()
+        self.opened.clear()
 
     def open(self) -> None:
-        self._open.set()
+        self.opened.set()
 
     def pass_through(self) -> None:
-        if self._open.is_set():
+        if self.opened.is_set():
             return
-        with self._lock:
+        with self.lock:
             self.held += 1
         try:
-            while not self._open.wait(0.01):
+            while not self.opened.wait(0.01):
                 pass
         finally:
-            with self._lock:
+            with self.lock:
                 self.held -= 1
 
 

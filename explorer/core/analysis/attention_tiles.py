@@ -17,9 +17,9 @@ holds at once is ``CHUNK_ROWS x n`` numbers.
   a layer's heads at a time (``layer_pooled_patterns``: one product and softmax per row chunk for all its heads,
   a causal chunk only up to its last query's key), never more than one row chunk of one layer in memory.
 
-The scores follow the forward pass's recipe (``model.attention_scores`` with the layer's scale,
-ALiBi bias, causal / sliding-window mask and soft cap); masked cells are -inf in the scores and 0 in
-the pattern. Pure torch, no Qt.
+The scores are the forward pass's own (``model.layer_scores`` on a window of rows x keys: the layer's
+scale, ALiBi bias, causal / sliding-window mask and soft cap); masked cells are -inf in the scores and 0
+in the pattern. Pure torch, no Qt.
 """
 
 from __future__ import annotations
@@ -83,32 +83,22 @@ def _heads_scores(trace: Trace, layer: int, heads: list[int], q: torch.Tensor, k
                   rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
     """``_block_scores`` of several heads at once: q [h, n, dh] of query heads ``heads`` and k [h or
     their K/V heads, m, dh] (the K/V heads of consecutive query heads, as the forward pass groups them)
-    -> [h, r, c]."""
-    from explorer.core.model import alibi_slopes, attention_scores, layer_window, soft_cap
+    -> [h, r, c]: the forward pass's own recipe (``model.layer_scores``) on that window."""
+    from explorer.core.model import layer_scores
 
-    cfg = trace.config
-    (r0, r1), (c0, c1) = rows, cols
-    n, m = q.shape[-2], k.shape[-2]
-    device = q.device
-    i = torch.arange(r0, r1, device=device)[:, None] + (m - n)  # the queries are the last n of the m keys
-    j = torch.arange(c0, c1, device=device)[None, :]
-    mask = None
-    if cfg.causal:
-        mask = j > i
-        window = layer_window(cfg, layer)
-        if window is not None:
-            mask |= j <= i - window
-    bias = None
-    if cfg.alibi:
-        slopes = alibi_slopes(cfg.n_heads)[heads].to(device)
-        bias = -slopes[:, None, None] * (i - j).float()[None]
-        if cfg.alibi_before_scale:
-            bias = bias * (1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else cfg.attn_scale)
     with torch.inference_mode():
-        scores = attention_scores(q[:, r0:r1], k[:, c0:c1], mask, cfg.attn_scale, bias)
-        if cfg.attn_softcap is not None:
-            scores = soft_cap(scores, cfg.attn_softcap, mask)
-    return scores
+        return layer_scores(trace.config, q, k, heads=heads, layer=layer, rows=rows, cols=cols)[0]
+
+
+def _row_lse(trace: Trace, layer: int, heads: list[int], scores: torch.Tensor) -> torch.Tensor:
+    """Each row's log-sum-exp over its keys [h, r] (or [r] for one head's [r, c]), with the head's sink logit
+    in it where the model has sinks (gpt-oss: ``attention.pattern_and_sink``'s softmax, whose extra column is
+    then dropped), so ``exp(score - lse)`` is the model's pattern."""
+    lse = torch.logsumexp(scores, dim=-1)
+    if trace.config.attn_sinks:
+        sinks = trace.sink_logits(layer, scores.device)[heads].to(lse.dtype)  # [h]
+        lse = torch.logaddexp(lse, sinks[:, None] if lse.dim() == 2 else sinks[0])
+    return lse
 
 
 def row_logsumexp(trace: Trace, layer: int, head: int, check: Callable[[], None] | None = None) -> np.ndarray:
@@ -124,7 +114,7 @@ def row_logsumexp(trace: Trace, layer: int, head: int, check: Callable[[], None]
             r1 = min(n, r0 + CHUNK_ROWS)
             last = min(m, r1 + m - n) if trace.config.causal else m  # later keys are masked anyway
             scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, last)).double()
-            out[r0:r1] = torch.logsumexp(scores, dim=-1).cpu().numpy()
+            out[r0:r1] = _row_lse(trace, layer, [head], scores).cpu().numpy()
         out.flags.writeable = False
         return out
 
@@ -156,11 +146,12 @@ def block(trace: Trace, layer: int, head: int, kind: str, rows: tuple[int, int],
 
 def _row_scores_numpy(trace: Trace, layer: int, head: int, q: torch.Tensor, k: torch.Tensor,
                       i: int) -> np.ndarray | None:
-    """Query ``i``'s scores over every key [m] with numpy (the forward pass's recipe: scale, causal /
-    sliding-window mask), for a CPU trace without ALiBi or a soft cap; else None. A token switch draws
-    one row on the GUI thread: numpy's small product holds the GIL, where torch's few small ops each let
-    it go and wait to take it back from a busy worker (most of a long prompt's token switch under load)."""
-    from explorer.core.model import layer_window
+    """Query ``i``'s scores over every key [m] with numpy (the forward pass's recipe: scale, and the
+    keys the layer lets it see, ``model.visible_keys``, the rule ``model.layer_mask`` is built from), for a
+    CPU trace without ALiBi or a soft cap; else None. A token switch draws one row on the GUI thread:
+    numpy's small product holds the GIL, where torch's few small ops each let it go and wait to take it
+    back from a busy worker (most of a long prompt's token switch under load)."""
+    from explorer.core.attention import layer_reach, visible_keys
 
     cfg = trace.config
     if cfg.alibi or cfg.attn_softcap is not None or q.device.type != "cpu":
@@ -171,11 +162,9 @@ def _row_scores_numpy(trace: Trace, layer: int, head: int, q: torch.Tensor, k: t
     scores = (qn[i:i + 1] * np.float32(scale)) @ kn.T
     row = scores[0]
     if cfg.causal:
-        at = i + (m - n)  # the queries are the last n of the m keys
-        row[at + 1:] = -np.inf
-        window = layer_window(cfg, layer)
-        if window is not None:
-            row[:max(0, at - window + 1)] = -np.inf
+        lo, hi = visible_keys(n, m, i, *layer_reach(cfg, layer))
+        row[hi:] = -np.inf
+        row[:max(0, lo)] = -np.inf
     return row.astype(np.float32, copy=False)
 
 
@@ -251,7 +240,7 @@ def overview(trace: Trace, layer: int, head: int, kind: str, pixels: int, pool: 
                 check()
             r1 = min(n, r0 + step)
             scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, m))
-            rows_lse = torch.logsumexp(scores, dim=-1)  # float32: the softmax's own precision
+            rows_lse = _row_lse(trace, layer, [head], scores)  # float32: the softmax's own precision
             lse[r0:r1] = rows_lse.cpu().numpy()
             values = scores if kind == "scores" else torch.exp(scores - rows_lse[:, None])
             if kind == "pattern" and pool == "max":  # masked cells: no weight to show (a mean counts their 0s,
@@ -333,7 +322,8 @@ def layer_pooled_patterns(trace: Trace, layer: int, pixels: int, check: Callable
             kv = k[torch.arange(h0, h1) // kv_of]  # each query head's K/V head
             with torch.inference_mode():
                 scores = _heads_scores(trace, layer, list(range(h0, h1)), q[h0:h1], kv, (r0, r1), (0, c1))
-                values = torch.softmax(scores, dim=-1).cpu()  # exact rows: the masked keys weigh 0
+                # exact rows (the masked keys weigh 0; a sink takes its share where the model has one)
+                values = torch.exp(scores - _row_lse(trace, layer, list(range(h0, h1)), scores)[..., None]).cpu()
                 if r != pr * factor or c1 != pc * factor:
                     padded = values.new_zeros((h1 - h0, pr * factor, pc * factor))
                     padded[:, :r, :c1] = values
@@ -363,7 +353,7 @@ def head_statistic(trace: Trace, layer: int, head: int, name: str,
             check()
         r1 = min(n, r0 + CHUNK_ROWS)
         scores = _block_scores(trace, layer, head, q, k, (r0, r1), (0, m)).double()
-        p = torch.softmax(scores, dim=-1).numpy()  # [r, n], exact rows
+        p = torch.exp(scores - _row_lse(trace, layer, [head], scores)[:, None]).numpy()  # [r, n], exact rows
         sums, counted = statistic_sums(p[None, None], ids, r0, (name,))[name]
         total += float(sums[0, 0])
         rows += int(counted[0])

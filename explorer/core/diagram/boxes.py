@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from explorer.core.config import ModelConfig
 
-TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = ("TokenizationPanel", "EmbeddingsPanel", "AttentionPanel",
-                                               "NeuronsPanel", "ResidualPanel", "MaskedTokensPanel")
-EXPERTS = "ExpertsPanel"  # the mixture-of-experts boxes (router, experts, shared expert)
+# the panel ids a box links to (the same strings as the UI's panel registry, explorer/ui/panels/registry.py)
+TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = "tokenization", "embeddings", "attention", "neurons", "residual", "masked"
+EXPERTS = "experts"  # the mixture-of-experts boxes (router, experts, shared expert): the Experts panel
 ROUTERS = {"softmax_topk": "softmax over every expert, then its top {k}",
            "topk_softmax": "its top {k} logits, then a softmax over those",
            "sigmoid_topk": "sigmoid of every logit; the top {k} (with a bias for choosing)",
@@ -35,7 +35,7 @@ class Box:
     shape: tuple[int, ...]  # at the current n
     shape_text: str  # "n × d_model = 7 × 64"
     key: str | None  # the Trace key it shows (None: the token ids)
-    panel: str  # the panel (class name) that shows it in full
+    panel: str  # the id of the panel that shows it in full
     layer: int | None = None
     column: int = 0
     row: int = 0

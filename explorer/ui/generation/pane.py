@@ -72,9 +72,6 @@ class GenerationPane(Panel):
         The ``GenerationResult`` (None if the generation failed).
     """
 
-    title = "Generation"
-    explanation = "generation"
-
     trace_requested = Signal(str, object)
     step_added = Signal(int)
     generation_finished = Signal(object)

@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
                                QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
-from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel
 from explorer.core.errors import ExplorerError
-from explorer.ui.session.lifetime import release_when_finished
-from explorer.ui.session.priority import background
+from explorer.ui.session import background
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,7 +69,6 @@ def steered_pair(loaded: LoadedModel, ids: list[int], params: SamplingParams, ba
     from explorer.core.features.steering import steer
     from explorer.core.generation.generate import generate
 
-    background()  # below the GUI thread (explorer.ui.session.priority)
     vector, name = _vector(loaded, kind, layer, args)
     if unsteered is None:
         unsteered = generate(loaded, ids, params, cancel, interventions=base)
@@ -221,14 +218,10 @@ class SteeringPane(QWidget):
         self._cancel = Cancel()
         self._running, self._again, self.error = True, False, None
         kind, layer, alpha = self.source.currentIndex(), self.layer.value(), float(self.alpha.value())
-        worker = create_worker(steered_pair, loaded, ids, params, base, kind, layer, alpha, args, unsteered,
-                               self._cancel, _start_thread=False, _ignore_errors=True)
-        worker.returned.connect(lambda result, k=key: self._done(k, result))
-        worker.errored.connect(lambda exc: self._fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
-        worker.finished.connect(self._finished)
-        release_when_finished(worker)
         self.status.setText(f"Generating (seed {params.seed})\u2026")
-        worker.start()
+        background.run(steered_pair, loaded, ids, params, base, kind, layer, alpha, args, unsteered, self._cancel,
+                       on_done=lambda result: self._done(key, result),
+                       on_error=lambda failure: self._fail(failure.message), on_finished=self._finished)
         return True
 
     def _done(self, key: Any, result: SteeringResult) -> None:

@@ -17,29 +17,21 @@ callbacks for what the pane draws (the start, new steps, the end); it reads noth
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from superqt.utils import create_worker
-
 from explorer.core.cancel import Cancel
-from explorer.core.errors import ExplorerError
 from explorer.core.generation.candidates import describe_params
 from explorer.core.generation.sampling import SamplingParams
-from explorer.ui.session.lifetime import release, release_when_finished
-from explorer.ui.session.priority import background
-from explorer.ui.session.workers import error_message
+from explorer.ui.session import background
 
 if TYPE_CHECKING:  # explorer.core.generation.generate imports torch: only once a model is loaded
     from explorer.core.generation.generate import GenerationResult, Step
     from explorer.core.loaded import LoadedModel
     from explorer.ui.generation.token_text import TokenText
     from PySide6.QtWidgets import QLabel
-
-log = logging.getLogger("explorer.ui.generation")
 
 FRAME_MS = 40  # a fast model's new tokens are shown once a frame (see stream_steps)
 BAR_INTERVAL_MS = 50  # while streaming, the chart (the newest step) is redrawn at most this often,
@@ -58,7 +50,6 @@ def stream_steps(loaded: LoadedModel, prompt_ids: Sequence[int], params: Samplin
     """
     from explorer.core.generation.generate import generate_steps
 
-    background()  # below the GUI thread (explorer.ui.session.priority)
     frame = FRAME_MS / 1e3 if frame_seconds is None else frame_seconds
     steps = generate_steps(loaded, prompt_ids, params, cancel, interventions=interventions)
     group: list[Step] = []
@@ -105,22 +96,20 @@ class GenerationRun:
         self.error: str | None = None
         self.running = False
         self.cancel: Cancel | None = None
-        self.worker: Any = None
-        self._gen_id = 0
+        self.worker: Any = None  # the run's background.Task
+        self.requests = background.Newest()  # a new run, forget and shut down make the old one's output stale
         self._incremental: Any = None
 
     @property
     def run_id(self) -> int:
         """Which run the shown steps belong to (a new one at each start, forget and shut down)."""
-        return self._gen_id
+        return self.requests.id
 
     def start(self, loaded: LoadedModel, ids: list[int], params: SamplingParams, prompt_box_text: str,
               interventions: Sequence[Any] = ()) -> None:
         """Continue ``ids`` with ``params`` in a worker (``prompt_box_text``: what the prompt box said)."""
         from explorer.core.generation.generate import IncrementalText
 
-        self._gen_id += 1
-        gen_id = self._gen_id
         self.prompt_ids, self.params_used = list(ids), params
         self.run_prompt = prompt_box_text
         self.steps, self.result, self.error = [], None, None
@@ -129,14 +118,11 @@ class GenerationRun:
         self.text_view.start(self.prompt_text)
         self._on_start(params)
         self.cancel = Cancel()
-        worker = create_worker(stream_steps, loaded, list(ids), params, self.cancel, interventions=interventions,
-                               _start_thread=False, _ignore_errors=True)
-        worker.yielded.connect(lambda steps, g=gen_id: self._steps(g, steps))
-        worker.returned.connect(lambda result, g=gen_id: self._returned(g, result))
-        worker.errored.connect(lambda exc, g=gen_id: self._errored(g, exc))
-        worker.finished.connect(lambda g=gen_id: self._finished(g))
-        release_when_finished(worker)
-        self.worker = worker
+        rid = self.requests.next()
+        self.worker = background.run(stream_steps, loaded, list(ids), params, self.cancel, interventions=interventions,
+                                     newest=self.requests, request_id=rid, on_yield=self._steps,
+                                     on_done=self._returned, on_error=lambda failure: self.show_error(failure.message),
+                                     on_finished=lambda: self._finished(rid), start=False)
         self.running = True
         self.status.setText(f"Generating… ({describe_params(params)}, seed {params.seed})")
         self.status.setStyleSheet("")
@@ -159,15 +145,16 @@ class GenerationRun:
     def forget(self) -> None:
         """Stop what runs and forget it: whatever the old worker still sends is dropped."""
         self.stop()
-        self._gen_id += 1
+        self.requests.drop()
         self.running, self.worker = False, None
         self.steps, self.result, self.error = [], None, None
 
     def shutdown(self) -> None:
         """The window closes: stop, and let nothing the worker still sends reach the (deleted) widgets."""
         self.stop()
-        self._gen_id += 1
-        release(self.worker)
+        self.requests.drop()
+        if self.worker is not None:
+            self.worker.release()
         self.worker = None
 
     def show_error(self, message: str) -> None:
@@ -175,17 +162,13 @@ class GenerationRun:
         self.status.setText(message)
         self.status.setStyleSheet("QLabel { color: #8a1c1c; }")
 
-    def _steps(self, gen_id: int, steps: list[Step]) -> None:
+    def _steps(self, steps: list[Step]) -> None:
         """Steps from the worker (one frame's worth): one text edit, then the pane's ``on_steps``."""
-        if gen_id != self._gen_id:
-            return
         self.steps.extend(steps)
         self.text_view.append_tokens([(s.index, self._incremental.push(s.token_id), s.model_prob) for s in steps])
         self._on_steps(steps)
 
-    def _returned(self, gen_id: int, result: GenerationResult) -> None:
-        if gen_id != self._gen_id:
-            return
+    def _returned(self, result: GenerationResult) -> None:
         self.result = result
         self.text_view.extend_last(self._incremental.flush())
         n = result.n_new
@@ -194,15 +177,8 @@ class GenerationRun:
                             f"{result.elapsed:.2f} s{rate} · {describe_params(self.params_used)} · "
                             f"seed {self.params_used.seed}")
 
-    def _errored(self, gen_id: int, exc: BaseException) -> None:
-        if gen_id != self._gen_id:
-            return
-        if not isinstance(exc, ExplorerError):
-            log.error("generation failed", exc_info=exc)
-        self.show_error(error_message(exc))
-
-    def _finished(self, gen_id: int) -> None:
-        if gen_id != self._gen_id:
+    def _finished(self, request_id: int) -> None:
+        if not self.requests.current(request_id):
             return
         self.running, self.worker = False, None
         self._on_finished(self.result)

@@ -1,25 +1,7 @@
-"""The panel registry: the main window makes one dock per entry, in this order."""
+"""The panels. Which there are, in which order, with which titles: ``registry.PANELS`` (one record each)."""
 
 from __future__ import annotations
 
-from importlib import import_module
+from explorer.ui.panels.registry import GENERATION, PANELS, PanelSpec, available, panel_classes, spec, spec_of
 
-# (module, class) pairs; imported lazily so that importing the registry stays cheap.
-_REGISTRY = [
-    ("explorer.ui.panels.tokenization", "TokenizationPanel"),
-    ("explorer.ui.panels.embeddings", "EmbeddingsPanel"),
-    ("explorer.ui.panels.attention", "AttentionPanel"),
-    ("explorer.ui.panels.neurons", "NeuronsPanel"),
-    ("explorer.ui.panels.residual", "ResidualPanel"),
-    ("explorer.ui.panels.interventions", "WhatChangedPanel"),
-    ("explorer.ui.panels.interventions", "DLAPanel"),
-    ("explorer.ui.panels.interventions", "PatchingPanel"),
-    ("explorer.ui.panels.masked", "MaskedTokensPanel"),
-    ("explorer.ui.panels.journey", "JourneyPanel"),
-    ("explorer.ui.panels.diagram", "DiagramPanel"),
-    ("explorer.ui.panels.features", "FeaturesPanel"),
-]
-
-
-def panel_classes() -> list[type]:
-    return [getattr(import_module(module), name) for module, name in _REGISTRY]
+__all__ = ["GENERATION", "PANELS", "PanelSpec", "available", "panel_classes", "spec", "spec_of"]

@@ -7,7 +7,8 @@ export, "export all plots" and the CLI's ``export --plots`` find it.
 
 Work before drawing runs on the worker thread (``prepare``). It reads no widget and not
 ``self.selection``: it gets a ``PanelSnapshot``, a frozen copy of the selection and the panel's
-options taken on the GUI thread when the trace is requested (``snapshot``, ``preparer``).
+options taken on the GUI thread when the trace is requested (``snapshot``; the presenter pairs it with
+``prepare`` in a ``PanelRequest``).
 
 Prepare returns what is drawn: every panel's ``prepare`` returns a frozen ``PanelView`` subclass
 (built from the trace and the snapshot: ``EmbeddingsView``, ``AttentionView``, ``NeuronsView``, …);
@@ -16,15 +17,19 @@ view that is missing or was made for another trace is prepared again on the GUI 
 passed from ``prepare`` to drawing through ``trace.memo``: the memo holds only values derived from
 that trace alone (memoised analysis results such as a layer's activations or the logit lens).
 
+The presenter (``explorer.ui.session.presenter``) takes the snapshot (``snapshot``) with each trace
+request, runs ``prepare`` on a worker and calls ``set_trace`` on the GUI thread; the panel never asks for
+a trace itself.
+
 Adding a panel: a pure function in ``explorer/core`` with a headless test, a module here with a
-``Panel`` subclass, one line in ``explorer/ui/panels/__init__.py``'s ``PANELS``, one pytest-qt test.
+``Panel`` subclass, one ``PanelSpec`` line in ``explorer/ui/panels/registry.py``'s ``PANELS`` (its id,
+titles and explanation page), one pytest-qt test.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,6 +41,7 @@ from explorer.core.paths import resources_dir
 from explorer.core.trace import Trace
 from explorer.ui.explanations import ExplanationWindow
 from explorer.ui.export.menu import Exportable, attach_export_menu
+from explorer.ui.panels.registry import spec_of
 from explorer.ui.session.progressive import Job, ProgressiveWork, lane
 from explorer.ui.session.interventions import InterventionState
 from explorer.ui.session.selection import Selection
@@ -78,9 +84,20 @@ def clamp_token(token: int | None, n: int) -> int:
     return n - 1 if token is None or not 0 <= token < n else token
 
 
+class _FromSpec:
+    """A class attribute read from the panel's ``PanelSpec`` (its registry record); "" for a panel without one."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __get__(self, obj: object, cls: type) -> str:
+        record = spec_of(cls)
+        return getattr(record, self.field) if record is not None else ""
+
+
 class Panel(QWidget):
-    title: ClassVar[str] = ""
-    explanation: ClassVar[str] = ""  # stem of resources/explanations/<name>.md
+    title: ClassVar[str] = _FromSpec("title")  # type: ignore[assignment]
+    explanation: ClassVar[str] = _FromSpec("explanation")  # type: ignore[assignment]  # resources/explanations/<name>.md
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -134,10 +151,6 @@ class Panel(QWidget):
     def selected_token(self) -> int:
         """The selected token, or the last one when none (or one beyond this trace) is selected."""
         return clamp_token(self.selection.token, self.trace.n_tokens if self.trace is not None else 1)
-
-    def preparer(self) -> Callable[[Trace], PanelView | None]:
-        """``prepare`` bound to a snapshot taken now: call on the GUI thread, run on the worker."""
-        return partial(self.prepare, snapshot=self.snapshot())
 
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
         """Trace keys this panel reads that may be derived on demand: the worker computes them

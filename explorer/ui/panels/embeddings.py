@@ -103,9 +103,6 @@ def pooled_labels(labels: list[str], rows: int) -> tuple[list[str], int]:
 
 
 class EmbeddingsPanel(Panel):
-    title = "Embeddings & positions"
-    explanation = "embeddings"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self._display: Callable[[int], str] | None = None

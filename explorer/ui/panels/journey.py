@@ -61,9 +61,6 @@ def make_journey(trace: Trace, timeline: Any, vocab_size: int | None = None) -> 
 
 
 class JourneyPanel(Panel):
-    title = "Journey of a generated token"
-    explanation = "journey"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.view: JourneyView | None = None

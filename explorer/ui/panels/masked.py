@@ -55,9 +55,6 @@ def masked_view(trace: Trace, tokenizer: object) -> MaskedView:
 
 
 class MaskedTokensPanel(Panel):
-    title = "Masked tokens"
-    explanation = "masked"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.status = QLabel("", self)

@@ -59,9 +59,6 @@ def chip_legend_html() -> str:
 
 
 class TokenizationPanel(Panel):
-    title = "Tokenization"
-    explanation = "tokenization"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.count = QLabel("", self)

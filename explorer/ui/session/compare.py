@@ -2,15 +2,16 @@
 
 ``open(source)`` loads model B on a worker (the same loader and checks as any model) and refuses it,
 with one line, when it does not read the shown prompt as the same token ids (``compare.same_tokens``).
-Then every trace the Session shows (model A's) is compared with B's trace of the same ids, on a
-worker (``core.analysis.compare.compare_traces``): residual cosines and relative differences, each
+Then every trace the presenter shows (model A's) is compared with B's trace of the same ids, on a
+worker (``core.analysis.compare.compare_traces``), and handed back to the presenter, which draws the
+comparison views and says so (``drawn``, a COMPARISON frame): residual cosines and relative differences, each
 head's Jensen-Shannon divergence, the next-token KL per position, where they first diverge; models
 of different depth by relative depth, with a note. Only the newest comparison is applied.
 
 B's trace holds only what the comparison needs (``compare_spec``: the residual stream, the logits,
 q and k), and once compared only what B's lens reads (``lens_only``). With ``early`` (the default),
-B's forward pass starts on its own thread as soon as a trace of A is requested (the text is known
-then), beside A's, at a lower CPU priority (A's panels come first); the comparison then waits for it, or traces B again if A's ids turned out
+B's forward pass starts on a thread of its own (``background.run(own_thread=True)``: it must not take
+a pool thread A's panels need) as soon as a trace of A is requested (the text is known then), beside A's, at a lower CPU priority (A's panels come first); the comparison then waits for it, or traces B again if A's ids turned out
 different (pinned ids of generated text). A newer request cancels B's pass and the comparison
 still waiting for it (they end without a word).
 
@@ -26,14 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from explorer.ui.session.workers import error_message, run_in_background
+from explorer.core.cancel import Cancel
+from explorer.ui.session import background
+from explorer.ui.session.background import Newest
+from explorer.ui.session.frame import Frame
+from explorer.ui.session.presenter import Presenter
+from explorer.ui.session.workers import LoadResult, TraceController
 
 if TYPE_CHECKING:
     from explorer.core.analysis.compare import Comparison
     from explorer.core.loaded import LoadedModel
     from explorer.core.trace import Trace
-    from explorer.ui.session.session import Session
-    from explorer.ui.session.workers import TraceResult
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,17 +77,15 @@ def lower_priority(nice: int = NICE) -> None:
 
 
 class EarlyB:
-    """B's forward pass of a request's text, on its own thread, started when the request is made."""
+    """B's forward pass of a request's text, on a thread of its own, started when the request is made."""
 
     def __init__(self, other: Any, text: str) -> None:
-        from explorer.core.cancel import Cancel
-
         self.other, self.text, self.cancel = other, text, Cancel()
         self.ids: tuple[int, ...] | None = None
         self.trace: Trace | None = None
         self.seconds = 0.0
         self.done = threading.Event()
-        threading.Thread(target=self._run, name="compare-B", daemon=True).start()
+        background.run(self._run, own_thread=True)
 
     def _run(self) -> None:
         lower_priority()
@@ -138,7 +140,9 @@ def check_tokenizers(a: Any, b: Any, prompt: str) -> str | None:
 
 
 class Comparing(QObject):
-    """The Session's second model and the comparison of each shown trace (see the module docstring)."""
+    """The second model and the comparison of each shown trace (see the module docstring): it listens to
+    the controller's requests (B's early pass) and the presenter's frames, and hands its results back to
+    the presenter (``present_comparison``). A trace source: ``is_idle`` while nothing is loading or comparing."""
 
     loading = Signal(str)
     ready = Signal(object)
@@ -146,65 +150,78 @@ class Comparing(QObject):
     closed = Signal()
     early = True  # start B's forward pass when A's is requested, beside it (see the module docstring)
 
-    def __init__(self, session: Session) -> None:
-        super().__init__(session)
-        self.session = session
+    def __init__(self, presenter: Presenter, controller: TraceController, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.presenter, self.controller = presenter, controller
         self.other: LoadedModel | None = None
         self.result: CompareResult | None = None
-        self._latest = 0
+        self.requests = Newest()  # a load of B or a comparison: only the newest is applied
+        self._busy: set[int] = set()  # the requests in flight
+        self._place = ("cpu", "float32")  # where A computes (B computes there too)
+        self._shut = False
         self._early: EarlyB | None = None      # B's pass for the latest request, not yet taken
         self._taken: EarlyB | None = None      # the one the running comparison waits for
-        session.trace_requested.connect(self._on_requested)
-        session.trace_ready.connect(self._on_trace_ready)
-        session.model_changed.connect(self._on_model_changed)
+        controller.requested.connect(self._on_requested)
+        presenter.shown.connect(self._on_shown)
 
     @property
     def active(self) -> bool:
         return self.other is not None
 
+    def is_idle(self) -> bool:
+        return not self._busy
+
+    def _run(self, func: Any, *args: Any, on_done: Any, on_error: Any) -> None:
+        rid = self.requests.next()
+        self._busy.add(rid)
+        background.run(func, *args, newest=self.requests, request_id=rid, on_done=on_done, on_error=on_error,
+                       on_finished=lambda: self._busy.discard(rid))
+
     def open(self, source: str) -> None:
         """Load ``source`` as model B in the background; compare once it is there."""
-        if self.session.loaded is None:
+        if self.controller.model is None:
             self.failed.emit("load a model first: the comparison needs a model to compare with")
             return
-        self._latest += 1
-        rid = self._latest
         self.loading.emit(f"Loading {source} to compare…")
-
-        request = self.session.model_request  # B computes where A does (device, precision)
-        device = request.device if request is not None else "cpu"
-        dtype = request.dtype if request is not None else "float32"
+        device, dtype = self._place  # B computes where A does (device, precision)
 
         def load() -> Any:
             from explorer.core.checkpoint import load_checkpoint
 
             return load_checkpoint(source, device=device, dtype=dtype)
 
-        run_in_background(load, on_done=lambda other: self._loaded(rid, other),
-                          on_error=lambda exc: self._failed(rid, f"could not open {source}: {error_message(exc)}"))
+        self._run(load, on_done=self._loaded,
+                  on_error=lambda failure: self._failed(f"could not open {source}: {failure.message}"))
 
-    def _loaded(self, rid: int, other: Any) -> None:
-        if rid != self._latest or self.session.closed or self.session.loaded is None:
+    def _loaded(self, other: Any) -> None:
+        loaded = self.controller.model
+        if self._shut or loaded is None:
             return
-        reason = check_tokenizers(self.session.loaded, other, self.session.prompt)
+        reason = check_tokenizers(loaded, other, self.controller.text)
         if reason is not None:
-            self._failed(rid, f"{other.name} cannot be compared with {self.session.loaded.name}: {reason}")
+            self._failed(f"{other.name} cannot be compared with {loaded.name}: {reason}")
             return
         self.other = other
         self.loading.emit("")
         self.refresh()
 
-    def _failed(self, rid: int, message: str) -> None:
-        if rid == self._latest and not self.session.closed:
+    def _failed(self, message: str) -> None:
+        if not self._shut:
             self.loading.emit("")
             self.failed.emit(message)
 
     def close(self) -> None:
         """Stop comparing (B is dropped)."""
-        self._latest += 1
+        self.requests.drop()
         self._drop_early()
         self.other, self.result = None, None
         self.closed.emit()
+
+    def shutdown(self) -> None:
+        """The window closes: nothing in flight is applied, B's early pass stops."""
+        self._shut = True
+        self.requests.drop()
+        self._drop_early()
 
     def _drop_early(self) -> None:
         for early in (self._early, self._taken):
@@ -215,49 +232,43 @@ class Comparing(QObject):
     def _on_requested(self, _request_id: int) -> None:
         """A trace of A is requested: start B's of the same text now, on its own thread."""
         self._drop_early()
-        if self.early and self.other is not None and self.session.loaded is not None:
-            self._early = EarlyB(self.other, self.session.controller.text)
+        if self.early and self.other is not None and self.controller.model is not None:
+            self._early = EarlyB(self.other, self.controller.text)
 
-    def _on_model_changed(self, _result: object) -> None:
-        """A new model A: B stays only if it still reads the prompt the same (else one line, and B goes)."""
-        if self.other is None or self.session.loaded is None:
+    def model_changed(self, result: LoadResult) -> None:
+        """A new model A: B computes where it does; B stays only if it still reads the prompt the same (else
+        one line, and B goes)."""
+        self._place = (result.request.device, result.request.dtype)
+        if self.other is None:
             return
-        reason = check_tokenizers(self.session.loaded, self.other, self.session.prompt)
+        reason = check_tokenizers(result.model, self.other, self.controller.text)
         if reason is not None:
             self.failed.emit(f"comparing stopped: {reason}")
             self.close()
 
     def refresh(self) -> None:
         """Compare the shown trace again (a new model A, or B just loaded)."""
-        if self.session.result is not None:
-            self._on_trace_ready(self.session.result)
+        if self.presenter.frame is not None:
+            self._on_shown(self.presenter.frame)
 
-    def _on_trace_ready(self, result: TraceResult) -> None:
-        other, loaded = self.other, self.session.loaded
+    def _on_shown(self, frame: Frame) -> None:
+        other, loaded = self.other, self.controller.model
         if other is None or loaded is None:
             return
-        a = result.trace
-        self._latest += 1
-        rid = self._latest
+        a = frame.trace
         name_a, name_b = loaded.name, other.name
-        same = other.name == loaded.name
-        if same:
+        if other.name == loaded.name:
             name_a, name_b = f"A: {name_a}", f"B: {name_b}"
         early = self._taken = self._early
         self._early = None
-        run_in_background(compare_pair, a, other, early,
-                          on_done=lambda got: self._compared(rid, a, name_a, name_b, got),
-                          on_error=lambda exc: self._compare_failed(rid, exc))
+        self._run(compare_pair, a, other, early,
+                  on_done=lambda got: self._compared(a, name_a, name_b, got),
+                  on_error=lambda failure: self._failed(f"comparing failed: {failure.message}"))
 
-    def _compare_failed(self, rid: int, exc: BaseException) -> None:
-        from explorer.core.cancel import Cancelled
-
-        if not isinstance(exc, Cancelled):
-            self._failed(rid, f"comparing failed: {error_message(exc)}")
-
-    def _compared(self, rid: int, a: Trace, name_a: str, name_b: str, got: tuple) -> None:
-        if rid != self._latest or self.session.closed or self.other is None:
+    def _compared(self, a: Trace, name_a: str, name_b: str, got: tuple) -> None:
+        if self._shut or self.other is None:
             return
         b, comparison, seconds, forward, compared = got
         self.result = CompareResult(a, b, comparison, name_a, name_b, seconds, forward, compared)
+        self.presenter.present_comparison(a, self.result, f"{name_a} against {name_b}")
         self.ready.emit(self.result)

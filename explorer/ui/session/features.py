@@ -16,10 +16,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
-from superqt.utils import create_worker
 
 from explorer.core.errors import ExplorerError
-from explorer.ui.session.lifetime import release_when_finished
+from explorer.ui.session import background
 
 if TYPE_CHECKING:
     from explorer.core.features.sae import SAE
@@ -44,7 +43,6 @@ class FeatureState(QObject):
         self._model = model  # the session's LoadedModel now (None: none)
         self.saes: list[SAE] = []
         self.selected: tuple[SAE, int] | None = None  # (sae, feature) chosen in the Features panel
-        self._worker: Any = None
 
     # --- opening ---------------------------------------------------------------------------------
     def open(self, path: str, allow_other_model: bool = False) -> None:
@@ -53,15 +51,10 @@ class FeatureState(QObject):
         if loaded is None:
             self.failed.emit("Open a model first: an SAE is read against the open model's layers")
             return
-        worker = create_worker(_open, str(path), loaded, allow_other_model, _start_thread=False,
-                               _ignore_errors=True)
-        worker.returned.connect(lambda sae, m=loaded: self._opened(sae, m))
-        worker.errored.connect(lambda exc, p=str(path): self._error(exc, p))
-        worker.finished.connect(lambda: self.opening.emit(False))
-        release_when_finished(worker)
-        self._worker = worker
         self.opening.emit(True)
-        worker.start()
+        background.run(_open, str(path), loaded, allow_other_model, on_done=lambda sae: self._opened(sae, loaded),
+                       on_error=lambda failure, p=str(path): self._error(failure.exc, p),
+                       on_finished=lambda: self.opening.emit(False))
 
     def open_now(self, path: str, allow_other_model: bool = False) -> SAE:
         """Open on this thread (tests, benchmarks, notebooks); raises ``SAEError``."""

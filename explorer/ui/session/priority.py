@@ -38,7 +38,8 @@ def set_gui_thread(tid: int | None = None) -> None:
     _gui_tid = threading.get_native_id() if tid is None else tid
 
 
-def _threads() -> list[int]:
+def threads() -> list[int]:
+    """The native ids of every thread of the process (Linux; else none)."""
     try:
         return [int(t) for t in os.listdir("/proc/self/task")]
     except (OSError, ValueError):
@@ -65,7 +66,7 @@ def background(nice: int = NICE) -> list[int]:
         return []
     target = min(19, base + nice)
     lowered = []
-    for tid in _threads():
+    for tid in threads():
         if tid == gui:
             continue
         current = nice_of(tid)

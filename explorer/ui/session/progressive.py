@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Signal
-from superqt.utils import create_worker
 
-from explorer.core.cancel import Cancel, Cancelled
-from explorer.ui.session.lifetime import release_when_finished
-from explorer.ui.session.priority import background
+from explorer.core.cancel import Cancel
+from explorer.ui.session import background
+from explorer.ui.session.frame import Timing
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
@@ -70,17 +70,18 @@ class Job:
 class ProgressiveWork(QObject):
     """One background lane for the panels' expensive views (see the module docstring).
 
-    Signals: ``busy_changed(bool)``, ``applied(object)`` (a job's result reached its panel).
+    Signals: ``busy_changed(bool)``, ``applied(object)`` (a job's result reached its panel), ``timed(Timing)``
+    (a job's "compute" on the worker and its "apply" on the GUI thread).
     """
 
     busy_changed = Signal(bool)
     applied = Signal(object)
+    timed = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._queue: list[Job] = []
         self._running: Job | None = None
-        self._worker: Any = None
         self._closed = False
         self._held: set[str] = set()  # why no job starts now ("drawing": a new trace's panels; "forward": a pass runs)
         self._start_posted = False  # a start is posted (see _start_after_paint)
@@ -204,42 +205,48 @@ class ProgressiveWork(QObject):
         self._queue.sort(key=lambda j: (j.priority, j.order))
         job = self._queue.pop(0)
         self._running = job
-        worker = create_worker(_run, job, _start_thread=False, _ignore_errors=True)
-        worker.returned.connect(lambda value, j=job: self._on_returned(j, value))
-        worker.errored.connect(lambda exc, j=job: self._on_errored(j, exc))
-        worker.finished.connect(lambda j=job: self._on_finished(j))
-        release_when_finished(worker)
-        self._worker = worker
         self.busy_changed.emit(True)
-        worker.start()
+        background.run(_run, job, on_done=lambda got, j=job: self._on_returned(j, got),
+                       on_error=lambda failure, j=job: log.error("computing %r failed: %s", j.key, failure.message),
+                       on_finished=lambda j=job: self._on_finished(j))
 
-    def _on_returned(self, job: Job, value: Any) -> None:
+    def _on_returned(self, job: Job, got: tuple[Any, float, float]) -> None:
+        value, start, end = got
         self.computed.append((job.owner, job.key))
+        self.timed.emit(Timing("compute", job_name(job), start, end))
         if not job.current():
             return
+        t0 = time.perf_counter()
         try:
             job.apply(value)
         except Exception:
             log.exception("applying %r failed", job.key)
             return
+        finally:
+            self.timed.emit(Timing("apply", job_name(job), t0, time.perf_counter()))
         self.applied.emit(job)
-
-    def _on_errored(self, job: Job, exc: BaseException) -> None:
-        if not isinstance(exc, Cancelled):
-            log.error("computing %r failed", job.key, exc_info=exc)
 
     def _on_finished(self, job: Job) -> None:
         if self._running is job:
-            self._running, self._worker = None, None
+            self._running = None
         self._next()
         if not self.busy:
             self.busy_changed.emit(False)
 
 
-def _run(job: Job) -> Any:
-    background()  # below the GUI thread (explorer.ui.session.priority)
+def job_name(job: Job) -> str:
+    """A job as the benchmarks print it: its panel's title and its key."""
+    key = job.key if isinstance(job.key, tuple) else (job.key,)
+    return f"{getattr(job.owner, 'title', type(job.owner).__name__)} {' '.join(map(str, key))}"
+
+
+def _run(job: Job) -> tuple[Any, float, float]:
+    """On the lane's worker (started through ``background.run``: below the GUI thread): the value and
+    when its computation started and ended."""
+    start = time.perf_counter()
     job.cancel.check()
-    return job.compute(job.cancel.check)
+    value = job.compute(job.cancel.check)
+    return value, start, time.perf_counter()
 
 
 _LANE: ProgressiveWork | None = None

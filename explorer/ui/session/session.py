@@ -29,40 +29,35 @@ prompt_edited(str)
     followed by ``prompt_changed``. A generated token clicked (``trace_ids``) is not an edit.
 trace_requested(int)
     A trace was asked for (its id): whatever was computed for older traces is stale.
-trace_ready(TraceResult)
-    The newest trace (and its baseline) is the session's ``result`` now.
 failed(str)
     The newest trace failed: the message for the user.
 trace_file_opened(str)
     ``open_trace_file`` made a trace read from that file the shown one (there is no model now).
 panel_requested(str)
-    Someone (the diagram, the tour) asked to see a panel (its class name): the window shows its dock.
+    Someone (the diagram, the tour) asked to see a panel (its id): the window shows its dock.
+
+The trace on screen is the presenter's (``presenter``: ``shown(Frame)``, ``drawn(Frame)``, ``is_idle()``):
+the prompt passes, the timeline's steps, trace files and the comparison hand it their traces.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
 from explorer.ui.session.compare import Comparing
 from explorer.ui.session.features import FeatureState
+from explorer.ui.session.frame import FILE, PROMPT, Frame, Source
 from explorer.ui.session.interventions import Entry, InterventionState
 from explorer.ui.session.lifetime import disconnect_all
+from explorer.ui.session.presenter import Presenter
 from explorer.ui.session.progressive import ProgressiveWork
 from explorer.ui.session.selection import Selection
 from explorer.ui.session.timeline import Timeline
-from explorer.ui.session.workers import (
-    LoadRequest,
-    LoadResult,
-    ModelLoader,
-    Preparer,
-    TraceController,
-    TraceRequest,
-    TraceResult,
-)
+from explorer.ui.session.workers import LoadRequest, LoadResult, ModelLoader, TraceController, TraceResult
 
 if TYPE_CHECKING:
     from explorer.core.interventions.spec import Intervention
@@ -85,7 +80,6 @@ class Session(QObject):
     prompt_changed = Signal(str)
     prompt_edited = Signal(str)
     trace_requested = Signal(int)
-    trace_ready = Signal(object)
     failed = Signal(str)
     trace_file_opened = Signal(str)
     panel_requested = Signal(str)
@@ -96,16 +90,13 @@ class Session(QObject):
         self.interventions = InterventionState(self)
         self.features = FeatureState(lambda: self.loaded, self)  # the SAEs open for the model
         self.progressive = ProgressiveWork(self)  # the panels' expensive views
+        self.presenter = Presenter(self.selection, self.progressive, self)  # the trace on screen, its drawing
         self.loader = ModelLoader(self)
-        self.controller = TraceController(self._preparers, debounce_ms, self)
+        self.controller = TraceController(self.presenter.requests, debounce_ms, self)
         self.loaded: LoadedModel | None = None
         self.model_request: LoadRequest | None = None  # the request that loaded ``loaded``
         self.source: str | None = None  # where ``loaded`` came from (reopened on another device)
-        self.result: TraceResult | None = None  # the trace on screen and its baseline
         self.trace_file: str | None = None  # a trace opened from a file, without its model
-        self.preparers: Callable[[], Sequence[Preparer]] = tuple  # the shown panels' prepares (the window's)
-        # the prompt to trace with a new model, given the one there is (the window may ask the user)
-        self.prompt_for: Callable[[LoadedModel, str], str] = lambda _loaded, text: text
         self.closed = False
         self._changing_model = False
         self.loader.stage.connect(self._relay_stage)
@@ -121,22 +112,35 @@ class Session(QObject):
         # and the views of the trace on screen are stale once the pass ends (progressive.py)
         self.controller.busy_changed.connect(lambda busy: self.progressive.hold(busy, "forward"))
         self.interventions.changed.connect(self._on_interventions)
-        self.timeline = Timeline(self)  # a generation's steps, cut from one trace of the whole sequence
-        self.compare = Comparing(self)  # a second model beside this one (Models > Compare with another model…)
+        # a generation's steps, cut from one trace of the whole sequence
+        self.timeline = Timeline(self.presenter, self.controller, self.selection, self)
+        self.timeline.prompt_shown.connect(self.prompt_changed)
+        self.model_changed.connect(lambda _result: self.timeline.stop())
+        # a second model beside this one (Models > Compare with another model…)
+        self.compare = Comparing(self.presenter, self.controller, self)
+        self.model_changed.connect(self.compare.model_changed)
+        for source in (self.controller, self.loader, self.timeline, self.compare):
+            self.presenter.add_source(source)
 
     # --- what there is ---------------------------------------------------------------------------------
     @property
+    def frame(self) -> Frame | None:
+        """What the panels show (the presenter's): the trace, its baseline, its views, its source."""
+        return self.presenter.frame
+
+    @property
     def trace(self) -> Trace | None:
-        return self.result.trace if self.result is not None else None
+        return self.presenter.trace
 
     @property
     def baseline(self) -> Trace | None:
         """The shown prompt's run without interventions (None when there are none)."""
-        return self.result.baseline if self.result is not None else None
+        return self.presenter.baseline
 
     def baseline_of(self, trace: Trace | None) -> Trace | None:
         """``trace``'s run without interventions, if ``trace`` is the shown one and has one."""
-        return self.result.baseline if self.result is not None and self.result.trace is trace else None
+        frame = self.presenter.frame
+        return frame.baseline if frame is not None and frame.trace is trace else None
 
     @property
     def prompt(self) -> str:
@@ -167,7 +171,8 @@ class Session(QObject):
             self.use_model(result)
 
     def use_model(self, result: LoadResult) -> None:
-        """Make ``result``'s model the session's (a finished load; benchmarks hand one in directly)."""
+        """Make ``result``'s model the session's (a finished load; benchmarks hand one in directly) and
+        trace the prompt with it (a ``model_changed`` listener may replace the prompt first: ``keep_prompt``)."""
         loaded = result.model
         self.loaded, self.model_request, self.trace_file = loaded, result.request, None
         self.source = getattr(loaded, "repo_id", None) or result.source or (
@@ -180,8 +185,13 @@ class Session(QObject):
             self._changing_model = False
         self.features.close_all()  # their hook points name the old model's layers
         self.model_changed.emit(result)
-        self._trace_now(self.prompt_for(loaded, self.prompt))  # model_loaded's listeners follow it
+        self._trace_now(self.prompt)  # model_loaded's listeners follow it
         self.model_loaded.emit(loaded)
+
+    def keep_prompt(self, text: str) -> None:
+        """The prompt is ``text`` now, traced by the next request (a new model's first trace: the window
+        keeps the user's text only if the model can read it)."""
+        self.controller.text = text
 
     def _on_load_failed(self, message: str, request: LoadRequest) -> None:
         if self.closed:
@@ -213,30 +223,21 @@ class Session(QObject):
         self.prompt_changed.emit(text)
         return self.controller.request(text)
 
-    def trace_ids(self, text: str, ids: Sequence[int], _timeline: bool = False) -> int:
+    def trace_ids(self, text: str, ids: Sequence[int]) -> int:
         """Trace ``text`` as exactly ``ids`` (generated text: encoding it again may cut other tokens).
         Ids that are a step of the generation timeline show that step, cut from its one trace."""
         if self.loaded is None:
             return 0
-        if not _timeline and self.timeline.owns(ids) and self.timeline.reason is None:
+        if self.timeline.owns(ids) and self.timeline.reason is None:
             self.timeline.set_step(len(ids) - self.timeline.n_prompt)
             return self.controller.latest_id
         ids = list(ids)[: self.loaded.config.n_ctx]
         self.controller.pin_ids(text, ids)
         return self._trace_now(text)  # not prompt_edited: the generation pane keeps the continuation clicked
 
-    def show_step(self, text: str, ids: Sequence[int]) -> None:
-        """The timeline shows ``ids`` (cut from its trace, no request): the prompt is their text now."""
-        self.controller.pin_ids(text, list(ids))
-        self.controller.text = text
-        self.prompt_changed.emit(text)
-
     def retrace(self) -> int:
         """Trace the prompt again now (the interventions changed)."""
         return self.controller.request()
-
-    def _preparers(self) -> Sequence[Preparer]:
-        return self.preparers()
 
     def _on_requested(self, request_id: int) -> None:
         self.progressive.park_all()  # a newer trace comes: the old one's views are stale (unless it fails)
@@ -244,25 +245,18 @@ class Session(QObject):
 
     def _on_trace_ready(self, result: TraceResult) -> None:
         if not self.closed:
-            self.show_result(result)
+            request = result.request
+            self.presenter.present(result, Source(PROMPT, request.text, request.id, request.ids,
+                                                  requested_at=request.requested_at))
 
     def _on_failed(self, message: str) -> None:
         if not self.closed:
             self.progressive.resume_parked()  # the shown trace stays: its views still complete
             self.failed.emit(message)
 
-    def show_result(self, result: TraceResult) -> None:
-        """Make ``result`` the shown trace and say so (``trace_ready``)."""
-        self.result = result
-        self.progressive.discard_parked()
-        cfg, trace = result.trace.config, result.trace
-        self.selection.clamp(cfg.n_layers, cfg.n_heads, trace.n_tokens)
-        self.trace_ready.emit(result)
-
-    def open_trace_file(self, trace: Trace, path: str, worker_seconds: float = 0.0,
-                        requested: float | None = None, prepared: tuple = ()) -> None:
-        """Show ``trace`` read from ``path``: there is no model now (a trace file has no weights).
-        ``prepared``: the panels' (preparer, view) pairs made of it on the reading worker."""
+    def open_trace_file(self, trace: Trace, path: str, kind: str = FILE, requested: float | None = None) -> None:
+        """Show ``trace`` read from ``path`` (``kind``: FILE, or REMOTE with a label for ``path``): there is no
+        model now (a trace file has no weights)."""
         self.loaded, self.trace_file = None, path
         self.controller.set_model(None)
         self.features.close_all()
@@ -270,14 +264,15 @@ class Session(QObject):
         self.controller.text = prompt
         self.trace_file_opened.emit(path)
         self.prompt_changed.emit(prompt)
-        request = TraceRequest(0, None, prompt, requested_at=requested if requested is not None else time.perf_counter())
-        self.show_result(TraceResult(request, trace, worker_seconds, prepared=tuple(prepared)))
+        source = Source(kind, prompt, ids=tuple(int(i) for i in trace.token_ids), label=path,
+                        requested_at=requested if requested is not None else time.perf_counter())
+        self.presenter.present_trace(trace, source)
 
     # --- verbs: panels --------------------------------------------------------------------------------
     def show_panel(self, name: str, layer: int | None = None, head: int | None = None,
                    token: int | None = None) -> None:
         """Select ``layer``, ``head`` and ``token`` (those given) and ask the window to show the panel ``name``
-        (a panel's class name: "AttentionPanel")."""
+        (a panel id: "attention", ``explorer.ui.panels.registry``)."""
         if layer is not None:
             self.selection.set_layer(layer)
         if head is not None:
@@ -301,9 +296,6 @@ class Session(QObject):
                 self.retrace()
 
     # --- the end ---------------------------------------------------------------------------------------
-    def is_idle(self) -> bool:
-        return self.controller.is_idle() and not self.loader.busy and not self.progressive.busy
-
     def shutdown(self, wait_ms: int = CLOSE_WAIT_MS) -> None:
         """Stop every worker (a load at its next tensor, a trace at its next layer, the lane's views)
         and never apply what still finishes; nothing is emitted from here on."""
@@ -312,10 +304,12 @@ class Session(QObject):
         self.closed = True
         self.loader.cancel_all()
         self.controller.shutdown()
+        self.presenter.shutdown()
+        self.compare.shutdown()
         self.progressive.shutdown()
         # the connections among the session's own objects hold Python callables from C++, which the
         # garbage collector cannot see: cut them, so that the session is freed with its window
-        for obj in (self, self.loader, self.controller, self.controller.debounce, self.progressive, self.selection,
+        for obj in (self, self.loader, self.controller, self.progressive, self.presenter, self.selection,
                     self.interventions, self.timeline, self.compare, self.features):
             disconnect_all(obj)
         QThreadPool.globalInstance().waitForDone(wait_ms)

@@ -1,10 +1,10 @@
 """``Timeline``: a generation's steps as traces, from one trace of the whole sequence (no widgets).
 
-After a generation, ``start(text, ids, n_prompt, scores)`` asks the Session for one trace of the whole
-sequence (the prompt and every generated token). Step t is the prompt plus the first t generated
+After a generation, ``start(text, ids, n_prompt, scores)`` asks the trace controller for one trace of the
+whole sequence (the prompt and every generated token). Step t is the prompt plus the first t generated
 tokens: ``set_step(t)`` cuts it from that one trace (``core.analysis.timeline.trace_at_step``: views, no
-forward pass, no copy) and makes it the Session's shown result, so every panel prepares and draws it
-as any other trace; the token being produced at step t (generated token t) is predicted by the cut
+forward pass, no copy) and hands it to the presenter (a trace source), so every panel prepares and draws
+it as any other trace; the token being produced at step t (generated token t) is predicted by the cut
 trace's last position, which becomes the selected token. Only the whole sequence's trace is held (and
 the step on screen, views into it): memory is that of one trace, whatever the number of steps.
 
@@ -12,7 +12,7 @@ Where a prefix of the trace is not the trace of the prefix (``why_not_sliceable`
 scaling that follows the length, mean-ablations), each step is traced afresh instead.
 
 While a generation streams in (``stream``, each time tokens arrive) there is no whole sequence yet:
-step t is traced on its own, the prompt plus the first t tokens, through the Session's request path (a
+step t is traced on its own, the prompt plus the first t tokens, through the controller's requests (a
 worker; the panels prepare and draw it as any trace). The timeline follows the newest step (one trace
 in flight at a time, and where ``paced`` once every panel has drawn it: then the newest) unless the user chose a step, where it stays ("paused at t");
 ``waiting`` is the step asked for whose trace is not on screen yet (the bar says "computing step t…").
@@ -25,14 +25,16 @@ bytes (a Trace holds what it stores) and the reservation is given back; both end
 If it does not fit, no whole-sequence trace is made: each step is traced on its own when asked
 (``budget_reason`` says so in the bar).
 
+It reads the presenter (``shown``: which trace is on screen; ``drawn``: a followed step's panels are all
+drawn, where ``paced``) and asks the controller for traces; it never calls the Session.
+
 Signals: ``changed(object)``: the ``TimelineStep`` on screen now (or being computed), or None when the
-timeline ended (another prompt, another model).
+timeline ended (another prompt, another model); ``prompt_shown(str)``: the prompt box says this text now
+(the step's).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,11 +43,13 @@ from PySide6.QtCore import QObject, Signal
 
 from explorer.core.analysis.timeline import estimate_nbytes, trace_at_step, why_not_sliceable
 from explorer.core.budget import format_size, global_budget
+from explorer.ui.session.frame import STEP, Frame, Source
+from explorer.ui.session.presenter import Presenter
+from explorer.ui.session.selection import Selection
+from explorer.ui.session.workers import TraceController
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
-    from explorer.ui.session.session import Session
-    from explorer.ui.session.workers import TraceResult
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,11 +81,13 @@ class Timeline(QObject):
     """The Session's generation timeline (see the module docstring)."""
 
     changed = Signal(object)
+    prompt_shown = Signal(str)
 
-    def __init__(self, session: Session) -> None:
-        super().__init__(session)
-        self.session = session
-        self.full: TraceResult | None = None     # the whole sequence's trace (and baseline)
+    def __init__(self, presenter: Presenter, controller: TraceController, selection: Selection,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.presenter, self.controller, self.selection = presenter, controller, selection
+        self.full: Frame | None = None           # the whole sequence's trace (and baseline)
         self.text = ""
         self.ids: tuple[int, ...] = ()
         self.n_prompt = 0
@@ -96,14 +102,13 @@ class Timeline(QObject):
         self._ended_run: Any = None              # a run whose timeline the user ended (another prompt)
         self._reservation: Any = None            # the whole sequence's bytes, until its trace holds them
         self._step_request: tuple[int, int] | None = None  # (request id, step) of a step traced on its own
-        self.paced = False                       # following waits for ``drawn`` (every panel has the step)
+        self.paced = True                        # following waits for ``drawn`` (every panel has the step)
         self._drawing = False                    # a followed step is on screen, its panels not all drawn yet
         self._pending: int | None = None         # the request of the whole sequence's trace
         self._shown: Trace | None = None
-        self._switch = 0                         # the newest step switch (older ones are never shown)
         self.current: TimelineStep | None = None
-        session.trace_ready.connect(self._on_trace_ready)
-        session.model_changed.connect(lambda _r: self.stop())
+        presenter.shown.connect(self._on_shown)
+        presenter.drawn.connect(lambda frame: self.drawn(frame.trace))
 
     @property
     def on_demand(self) -> bool:
@@ -117,6 +122,15 @@ class Timeline(QObject):
     @property
     def total(self) -> int:
         return len(self.ids) - self.n_prompt
+
+    @property
+    def reserving(self) -> bool:
+        """Whether the whole sequence's bytes are reserved in the memory budget (until its trace holds them)."""
+        return self._reservation is not None
+
+    def is_idle(self) -> bool:
+        """Whether no step is being computed (a trace source for the presenter's ``is_idle``)."""
+        return self.waiting is None and self._pending is None and self._step_request is None
 
     def status(self) -> str:
         """What the bar says beside the step: computing, following, paused, traced on its own."""
@@ -189,7 +203,7 @@ class Timeline(QObject):
         streamed = self.current is not None
         if streamed:  # before the request: the panels' snapshots carry the step (the range: every token)
             self._set_current()
-        self._pending = self.session.trace_ids(text, ids, _timeline=True)
+        self._pending = self._trace(text, ids)
         self.waiting = None if on_screen else self.step
         if streamed:
             self.changed.emit(self.current)
@@ -197,7 +211,7 @@ class Timeline(QObject):
 
     def _reserve(self, n_tokens: int) -> str | None:
         """Reserve the whole sequence's bytes in the budget; why not, where they do not fit."""
-        like = self.session.trace
+        like = self.presenter.trace
         if like is None:
             return None
         need = estimate_nbytes(like, n_tokens)
@@ -244,31 +258,35 @@ class Timeline(QObject):
             return
         self.step = t
         if self.reason is not None:  # each step its own trace
-            self.session.trace_ids(self.text, self.ids[: self.n_prompt + self.step], _timeline=True)
+            self._trace(self.text, self.ids[: self.n_prompt + self.step])
             return
         full = self.full
         trace = trace_at_step(full.trace, self.n_prompt, self.step)
         baseline = None if full.baseline is None else trace_at_step(full.baseline, self.n_prompt, self.step)
         self._publish(trace)  # the selection and the step first: the panels' snapshots carry them
         ids = self.ids[: self.n_prompt + self.step]
-        text = self.text if len(ids) == len(self.ids) else self.session.loaded.tokenizer.decode(list(ids))
-        self.session.show_step(text, ids)  # the prompt box says what is on screen
-        request = dataclasses.replace(full.request, text=text, ids=ids, requested_at=time.perf_counter())
-        preparers = tuple(self.session.preparers())
-        self._switch += 1
-        switch = self._switch
+        text = self.text if len(ids) == len(self.ids) else self._decode(ids)
+        self.controller.pin_ids(text, ids)  # the prompt box says what is on screen
+        self.controller.text = text
+        self.prompt_shown.emit(text)
+        # the first panel prepared on a worker (the GUI thread is free at once: holding ] steps on); a newer
+        # step, or another trace, meanwhile wins
+        self.presenter.present_trace(trace, Source(STEP, text, ids=ids, label=self.current.label()), baseline)
 
-        def prepare_first() -> tuple:  # on a worker: the GUI thread is free at once (holding ] steps on)
-            return tuple((prepare, prepare(trace)) for prepare in preparers[:1])
+    def _decode(self, ids: Sequence[int]) -> str:
+        model = self.controller.model
+        return model.tokenizer.decode(list(ids)) if model is not None else self.text
 
-        def show(prepared: tuple) -> None:
-            if switch != self._switch or self.session.closed or self._shown is not trace:
-                return  # a newer step (or another trace) came meanwhile
-            self.session.show_result(TraceResult(request, trace, 0.0, preparers[1:], baseline, prepared))
-
-        from explorer.ui.session.workers import TraceResult, run_in_background
-
-        run_in_background(prepare_first, on_done=show, on_error=lambda _exc: show(()))
+    def _trace(self, text: str, ids: Sequence[int]) -> int:
+        """Ask for a trace of ``text`` as exactly ``ids`` (the prompt box says ``text``); the request id."""
+        model = self.controller.model
+        if model is None:
+            return 0
+        ids = list(ids)[: model.config.n_ctx]
+        self.controller.pin_ids(text, ids)
+        self.controller.text = text
+        self.prompt_shown.emit(text)
+        return self.controller.request(text)
 
     def _goto(self, t: int) -> None:
         """Trace step ``t`` on its own (the prompt plus the first t tokens) through the Session's requests."""
@@ -276,13 +294,11 @@ class Timeline(QObject):
         ids = self.ids[: self.n_prompt + t]
         self._set_current()  # before the request: the panels' snapshots carry the step and its selection
         self.waiting = t
-        text = self.session.loaded.tokenizer.decode(list(ids)) if self.session.loaded is not None else self.text
-        self._switch += 1
-        self._step_request = (self.session.trace_ids(text, ids, _timeline=True), t)
+        self._step_request = (self._trace(self._decode(ids), ids), t)
         self.changed.emit(self.current)
 
     def drawn(self, trace: Trace) -> None:
-        """Every shown panel has ``trace`` (the window's ``trace_applied``, where ``paced``): a followed step's
+        """Every shown panel has ``trace`` (the presenter's ``drawn``, where ``paced``): a followed step's
         panels are complete, so the newest step is traced next (following never leaves them half drawn)."""
         if trace is not self._shown or not self._drawing:
             return
@@ -307,7 +323,7 @@ class Timeline(QObject):
         self.current = TimelineStep(full, self.n_prompt, self.step, self.total, scores, produced)
         # the position producing the token, selected without redrawing the panels on the old trace: the
         # snapshots taken now carry it, and the panels draw it with the step's trace
-        selection = self.session.selection
+        selection = self.selection
         blocked = selection.blockSignals(True)
         try:
             selection.set_token(self.current.predicting)
@@ -320,11 +336,11 @@ class Timeline(QObject):
         self._set_current()
         self.changed.emit(self.current)
 
-    def _on_trace_ready(self, result: TraceResult) -> None:
-        trace, ids = result.trace, result.request.ids
-        if trace is self._shown:
+    def _on_shown(self, frame: Frame) -> None:
+        trace, ids, request_id = frame.trace, frame.source.ids, frame.source.request_id
+        if trace is self._shown or frame.source.kind == STEP:
             return
-        if self._step_request is not None and result.request.id == self._step_request[0]:
+        if self._step_request is not None and request_id == self._step_request[0]:
             self._step_request, self._shown = None, trace  # a step traced on its own, on screen now
             self._drawing = self.paced and self.streaming and self.follow
             if self.streaming and self.follow and self.step < self.total and not self._drawing:
@@ -334,9 +350,9 @@ class Timeline(QObject):
             self._set_current()
             self.changed.emit(self.current)
             return
-        if self._pending is not None and result.request.id == self._pending:
+        if self._pending is not None and request_id == self._pending:
             self._pending = None
-            self.full = result
+            self.full = frame
             self._release()  # the trace holds its own bytes now (Trace holds what it stores)
             self.reason = why_not_sliceable(trace)
             if self.reason is None or self.step != self.total:
@@ -349,6 +365,6 @@ class Timeline(QObject):
             self._publish(trace)  # a step traced afresh
             return
         if self.active or self._pending is not None:
-            if self._pending is not None and result.request.id < self._pending:
+            if self._pending is not None and 0 < request_id < self._pending:
                 return  # an older trace finishing before ours
             self.stop()  # another prompt or model: the timeline ends

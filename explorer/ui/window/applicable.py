@@ -24,7 +24,7 @@ class PanelApplicability(QObject):
         self.hidden_here: set[str] = set()  # object names of the docks hidden because they do not apply
         self.config: Any = None
         session.model_changed.connect(lambda result: self.apply(result.model.config))
-        session.trace_ready.connect(lambda result: self.apply(result.trace.config))
+        session.presenter.shown.connect(lambda frame: self.apply(frame.trace.config))
         # a panel with an ``available()`` (Features: an SAE is open) is shown only while it says so, from the start
         session.features.changed.connect(lambda: None if self.config is None else self.apply(self.config))
         for dock in docks:

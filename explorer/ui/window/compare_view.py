@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from explorer.core.analysis.residual import boundary_labels
 from explorer.core.display.tokens import vocab_quoted
-from explorer.ui.session.workers import run_in_background
+from explorer.ui.session import background
 from explorer.ui.widgets.heatmap import Heatmap
 
 if TYPE_CHECKING:
@@ -128,13 +128,26 @@ class CompareView(QWidget):
         self.rel.cell_clicked.connect(self._on_stream_cell)
         self.js.cell_clicked.connect(lambda row, col: self.session.selection.set_layer_head(row, col))
         self.kl_plot.scene().sigMouseClicked.connect(self._on_kl_click)
-        session.compare.ready.connect(self.show_result)
+        session.presenter.add_view("compare", self.show_result)  # drawn by the presenter (a comparison frame)
         session.compare.failed.connect(self._say)
         session.compare.loading.connect(lambda text: self._say(text) if text else None)
         session.compare.closed.connect(self.clear)
         session.selection.changed.connect(self._on_selection)
 
     # --- what is shown ---------------------------------------------------------------------------------
+    @property
+    def tables_position(self) -> int | None:
+        """The position whose two distributions and lenses the tables show, for the shown result (None:
+        none yet, or still computing another result's)."""
+        key = self._shown_key
+        return key[1] if key is not None and self.result is not None and key[0] == id(self.result) else None
+
+    @property
+    def asked_position(self) -> int | None:
+        """The position the tables were last asked for (computed on a worker until ``tables_position``)."""
+        key = self._side_key
+        return key[1] if key is not None and self.result is not None and key[0] == id(self.result) else None
+
     def _say(self, text: str) -> None:
         self.summary.setText(text)
         self.summary.setToolTip(text)
@@ -194,8 +207,7 @@ class CompareView(QWidget):
         self.side_status.setText(f"position {position}: computing…")
         for table in (self.dist, self.lens):  # the last position's rows, greyed until the new ones come
             table.setEnabled(False)
-        run_in_background(side_by_side, c, position,
-                          on_done=lambda got: self._show_side(c, position, got))
+        background.run(side_by_side, c, position, on_done=lambda got: self._show_side(c, position, got))
 
     def _show_side(self, c: CompareResult, position: int, got: tuple) -> None:
         if c is not self.result:
@@ -247,7 +259,7 @@ def add_compare_dock(window, session: Session) -> QDockWidget:
     window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
     dock.hide()
     session.compare.loading.connect(lambda text: dock.show() if text else None)
-    session.compare.ready.connect(lambda _r: dock.show())
+    session.compare.ready.connect(lambda _r: dock.show())  # the view has drawn it (the presenter's comparison frame)
     dock.view = view
     return dock
 

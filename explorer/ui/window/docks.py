@@ -1,10 +1,10 @@
-"""Panels as dock widgets: finding the registered panel classes, placing their docks, and the
-generation pane's dock."""
+"""Panels as dock widgets (one per ``PanelSpec`` of ``explorer.ui.panels.registry``): placing their docks,
+and the generation pane's dock."""
 
 from __future__ import annotations
 
 import logging
-from importlib import import_module
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 
 from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
+from explorer.ui.panels.registry import spec_of
 from explorer.ui.session.session import Session
 from explorer.ui.window.tab_titles import TabTitles
 
@@ -27,26 +28,12 @@ log = logging.getLogger(__name__)
 AREA = Qt.DockWidgetArea.BottomDockWidgetArea
 
 
-def load_panel_classes() -> list[type[Panel]]:
-    """The registry's panel classes, each imported on its own: one that is missing or broken
-    (still being written, say) is skipped with a log line instead of taking the window down."""
-    from explorer.ui import panels
-
-    entries = getattr(panels, "_REGISTRY", None)
-    if entries is None:  # a registry without the (module, class) list: all or nothing
-        return list(panels.panel_classes())
-    classes = []
-    for module, name in entries:
-        try:
-            classes.append(getattr(import_module(module), name))
-        except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError or a bug in the module
-            log.warning("skipping panel %s.%s: %s: %s", module, name, type(exc).__name__, exc)
-    return classes
-
-
 def dock_name(panel: QWidget) -> str:
-    """A stable object name for a panel's dock (saved layouts find docks by it): the module path
-    under ``panels`` ("attention.panel" and "neurons.panel" must not both be "panel")."""
+    """A stable object name for a panel's dock (saved layouts find docks by it): its record's
+    (``PanelSpec.dock_name``), else the module path under ``panels`` (a panel without a record)."""
+    record = spec_of(type(panel))
+    if record is not None:
+        return record.dock_name
     module = type(panel).__module__
     tail = module.split("explorer.ui.panels.", 1)[-1] if "explorer.ui.panels." in module else module.rsplit(".", 1)[-1]
     tail = tail.removesuffix(".panel")
@@ -54,13 +41,15 @@ def dock_name(panel: QWidget) -> str:
 
 
 class PanelDock(QDockWidget):
-    """A movable, closable, floatable dock holding one panel."""
+    """A movable, closable, floatable dock holding one panel; ``panel_id`` is the panel's registry id."""
 
     def __init__(self, panel: Panel, parent: QMainWindow, scroll: bool = True) -> None:
         # "&" would be read as a mnemonic marker in the title bar and the View menu
         super().__init__((panel.title or type(panel).__name__).replace("&", "&&"), parent)
         self.panel = panel
         self.setObjectName(dock_name(panel))
+        record = spec_of(type(panel))
+        self.panel_id = record.id if record is not None else self.objectName().removeprefix("dock-")
         self.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
                          | QDockWidget.DockWidgetFeature.DockWidgetClosable
                          | QDockWidget.DockWidgetFeature.DockWidgetFloatable)

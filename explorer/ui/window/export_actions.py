@@ -23,9 +23,8 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog, QWidget
 
 from explorer.core.cancel import Cancel
 from explorer.ui.export.folders import last_folder, new_subfolder, remember, tell
+from explorer.ui.session import background
 from explorer.ui.session.session import Session
-from explorer.ui.session.lifetime import release, release_when_finished
-from explorer.ui.session.workers import run_in_background
 
 if TYPE_CHECKING:
     from explorer.core.trace import Trace
@@ -47,9 +46,10 @@ def export_trace(session: Session, parent: QWidget) -> None:
     from explorer.ui.export.provenance import record_for
 
     tell(parent, f"Writing {path}…")
-    run_in_background(write_trace_npz, trace, path, provenance=record_for(session, trace, "trace.npz"),
-                      on_done=lambda _: tell(parent, f"Wrote the trace ({trace.n_tokens} tokens) to {path}"),
-                      on_error=lambda exc: QMessageBox.warning(parent, "Export failed", str(exc)))
+    n = trace.n_tokens
+    background.run(write_trace_npz, trace, path, provenance=record_for(session, trace, "trace.npz"),
+                   on_done=lambda _: tell(parent, f"Wrote the trace ({n} tokens) to {path}"),
+                   on_error=lambda failure: QMessageBox.warning(parent, "Export failed", failure.message))
 
 
 class AttentionMapsExport(QObject):
@@ -60,8 +60,6 @@ class AttentionMapsExport(QObject):
     def __init__(self, trace: Trace, folder: Path, parent: QWidget,
                  on_finished: Callable[[AttentionMapsExport], None] | None = None) -> None:
         super().__init__(parent)
-        from superqt.utils import create_worker
-
         from explorer.ui.export.attention_maps import write_attention_maps
 
         self.parent_widget, self.folder, self.on_finished = parent, folder, on_finished
@@ -70,7 +68,7 @@ class AttentionMapsExport(QObject):
         self.done = 0
         self.message = ""
         self.closed = False
-        self._latest: Progress | None = None
+        self._progress: Progress | None = None  # the newest progress, drawn by the next redraw
         self._error: str | None = None
         self.dialog = QProgressDialog(f"Writing {self.total} attention maps to\n{folder}", "Cancel", 0, self.total,
                                       parent)
@@ -83,33 +81,29 @@ class AttentionMapsExport(QObject):
         self._redraw.setSingleShot(True)
         self._redraw.setInterval(0)
         self._redraw.timeout.connect(self._draw_progress)
-        self.worker = create_worker(write_attention_maps, trace, folder, None, self.cancel,
-                                    _start_thread=False, _ignore_errors=True)
-        self.worker.yielded.connect(self._on_progress)
-        self.worker.errored.connect(self._on_error)
-        self.worker.finished.connect(self._on_finished)
-        release_when_finished(self.worker)
+        self.task = background.run(write_attention_maps, trace, folder, None, self.cancel, on_yield=self._on_progress,
+                                   on_error=self._on_error, on_finished=self._on_finished, start=False)
 
     def start(self) -> None:
         self.dialog.setValue(0)
-        self.worker.start()
+        self.task.start()
 
     def _on_progress(self, progress: Any) -> None:
         if self.closed:
             return
-        self.done, self._latest = progress.done, progress
+        self.done, self._progress = progress.done, progress
         self._redraw.start()
 
     def _draw_progress(self) -> None:
-        progress = self._latest
+        progress = self._progress
         if self.closed or progress is None:
             return
         self.dialog.setValue(progress.done)
         self.dialog.setLabelText(f"Writing attention maps to\n{self.folder}\nlayer {progress.layer}, head "
                                  f"{progress.head} ({progress.done} of {progress.total})")
 
-    def _on_error(self, exc: BaseException) -> None:
-        self._error = f"{type(exc).__name__}: {exc}"
+    def _on_error(self, failure: background.Failure) -> None:
+        self._error = failure.message
 
     def _on_finished(self) -> None:
         if self.closed:
@@ -131,7 +125,7 @@ class AttentionMapsExport(QObject):
         self.cancel.set()
         if self.closed:
             return
-        release(self.worker)
+        self.task.release()
         self._close()
 
     def _close(self) -> None:

@@ -76,7 +76,7 @@ class FeatureTools(QObject):
 
     def __init__(self, window: Any) -> None:
         super().__init__(window)
-        features = next((d for d in window.docks if type(d.panel).__name__ == "FeaturesPanel"), None)
+        features = window.dock("features")
         self.opener = SAEOpener(window.session, features, window)
         self.steering = SteeringPane(window.session, window.generation)
         self.tabs = QTabWidget()

@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDialog, QFormLayou
 
 from explorer.core.cancel import Cancel
 from explorer.core.checkpoint.hub_cache import cache_dir
-from explorer.core.download import SUGGESTED, DownloadCancelled, Progress, download, plan_download
-from explorer.ui.session.workers import error_message, run_in_background
+from explorer.core.download import SUGGESTED, Progress, download, plan_download
+from explorer.ui.session import background
 from explorer.ui.window.remote_key import HF_TOKEN_USER, KeyStore
 
 
@@ -159,9 +159,9 @@ class GetModelDialog(QDialog):
         self.bar.setValue(0)
         self._say(f"Asking the Hub about {repo}…" + (f" ({problem})" if problem else ""))
         self._set_running(True)
-        self.worker = run_in_background(fetch, repo, self.revision.text().strip() or None,
-                                        self.gguf.text().strip() or None, token or None, self.relay, self.cancel,
-                                        on_done=self._on_done, on_error=self._on_error)
+        self.worker = background.run(fetch, repo, self.revision.text().strip() or None,
+                                     self.gguf.text().strip() or None, token or None, self.relay, self.cancel,
+                                     on_done=self._on_done, on_error=self._on_error, on_cancelled=self._on_cancelled)
 
     def stop(self) -> None:
         """Cancel: the worker stops at its next chunk; what arrived is kept for the next Download."""
@@ -190,14 +190,16 @@ class GetModelDialog(QDialog):
         self.finished_download.emit(path)
         self.accept()
 
-    def _on_error(self, exc: BaseException) -> None:
+    def _on_error(self, failure: background.Failure) -> None:
         self.worker = None
         self._set_running(False)
-        if isinstance(exc, DownloadCancelled):
-            self.download_button.setText("Resume")
-            self._say("Stopped. What was fetched is kept: Resume goes on from there.")
-            return
-        self._say(error_message(exc), error=True)
+        self._say(failure.message, error=True)
+
+    def _on_cancelled(self) -> None:  # the user's Cancel (a DownloadCancelled)
+        self.worker = None
+        self._set_running(False)
+        self.download_button.setText("Resume")
+        self._say("Stopped. What was fetched is kept: Resume goes on from there.")
 
     def _set_running(self, running: bool) -> None:
         self.download_button.setEnabled(not running)

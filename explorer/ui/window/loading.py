@@ -3,7 +3,8 @@
 The Session loads; this part of the window follows it: the fallback notice or dialog, the recent
 list and the Models menu, the layer/head ranges, the device controls, the status bar's model fields
 and the title, a failed or cancelled load's message, and which prompt a new model traces first
-(the user's if the model can read it, else a sample, after asking: ``prompt_for_model``).
+(the user's if the model can read it, else a sample, after asking: ``prompt_for_model``; the Session
+traces it once ``model_changed`` returns).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ class LoadingChrome(QObject):
         super().__init__(parent)
         self.session, self.window, self.settings, self.status = session, parent, settings, status
         self.devices, self.layer_head, self.recent, self.menus = devices, layer_head, recent, menus
-        session.prompt_for = self.prompt_for
         session.model_changed.connect(self._on_model_changed)
         session.load_refused.connect(self._on_load_failed)
         session.load_cancelled.connect(self._on_load_cancelled)
@@ -54,7 +54,8 @@ class LoadingChrome(QObject):
         session.load_progress.connect(status.set_progress)
 
     def _on_model_changed(self, result: LoadResult) -> None:
-        """A new model is in the Session: the window's chrome follows (its trace is requested next)."""
+        """A new model is in the Session: the window's chrome follows, and the prompt it traces first is
+        chosen (its trace is requested once this returns)."""
         loaded, request = result.model, result.request
         if result.errors:
             message = "\n".join(result.errors) + f"\n\nLoaded {loaded.name} instead."
@@ -75,6 +76,7 @@ class LoadingChrome(QObject):
         if getattr(loaded, "notes", None):  # what the loader wants the user to know (caps, stand-ins)
             self.status.notice(" ".join(loaded.notes), 20_000)
         self.window.setWindowTitle(f"{loaded.name} — {APP_NAME}")
+        self.session.keep_prompt(self.prompt_for(loaded, self.session.prompt))
 
     def _on_load_failed(self, message: str, request: LoadRequest) -> None:
         self._show_kept_settings()

@@ -15,29 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import shiboken6
-from PySide6.QtCore import (
-    QByteArray,
-    QMimeData,
-    QSettings,
-    Qt,
-    SignalInstance,
-)
-from PySide6.QtGui import (
-    QCloseEvent,
-    QDragEnterEvent,
-    QDropEvent,
-    QGuiApplication,
-)
-from PySide6.QtWidgets import (
-    QApplication,
-    QMainWindow,
-    QToolBar,
-    QWidget,
-)
+from PySide6.QtCore import QByteArray, QMimeData, QSettings, Qt, SignalInstance
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication
+from PySide6.QtWidgets import QApplication, QMainWindow, QToolBar, QWidget
 
 from explorer.ui.generation import GenerationPane
 from explorer.ui.panels.base import Panel
+from explorer.ui.panels.registry import available
 from explorer.ui.session.interventions import InterventionState
+from explorer.ui.session.presenter import Presenter
 from explorer.ui.session.progressive import ProgressiveWork
 from explorer.ui.session.selection import Selection
 from explorer.ui.session.session import Session
@@ -52,14 +38,7 @@ from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadCont
 from explorer.ui.window.chrome.status_bar import StatusBar
 from explorer.ui.window.chrome.timeline_bar import add_timeline_bar
 from explorer.ui.window.compare_view import add_compare_dock, ask_and_compare
-from explorer.ui.window.docks import (
-    PanelDock,
-    add_generation_dock,
-    dock_of,
-    load_panel_classes,
-    place_docks,
-    size_docks,
-)
+from explorer.ui.window.docks import PanelDock, add_generation_dock, dock_of, place_docks, size_docks
 from explorer.ui.window.drawing import PanelDrawing
 from explorer.ui.window.features import FeatureTools
 from explorer.ui.window.interventions import add_intervention_bar
@@ -97,7 +76,8 @@ class MainWindow(QMainWindow):
     """The window around one ``Session`` (``self.session``).
 
     Signals (the Session's and the drawing's, named here for callers): ``model_loaded(LoadedModel)``,
-    ``trace_applied(Trace)`` (every shown panel has drawn it), ``load_failed(str)``.
+    ``trace_applied(Trace)`` (every shown panel has drawn it: the presenter's ``drawn``), ``load_failed(str)``.
+    ``presenter`` is the Session's: ``presenter.is_idle()`` says nothing more is coming.
     The window is deleted when it is closed (``WA_DeleteOnClose``); its Session outlives it only as
     long as something still refers to it."""
 
@@ -160,6 +140,17 @@ class MainWindow(QMainWindow):
         return self.drawing.applied
 
     @property
+    def presenter(self) -> Presenter:
+        return self.session.presenter
+
+    def panel(self, panel_id: str) -> Panel | None:
+        """The panel of ``panel_id`` (its registry id: "attention"), None if the window has none."""
+        return next((dock.panel for dock in self.docks if dock.panel_id == panel_id), None)
+
+    def dock(self, panel_id: str) -> PanelDock | None:
+        return next((dock for dock in [*self.docks, self.generation_dock] if dock.panel_id == panel_id), None)
+
+    @property
     def loaded(self) -> LoadedModel | None:
         return self.session.loaded
 
@@ -202,11 +193,11 @@ class MainWindow(QMainWindow):
     # --- building ----------------------------------------------------------------------------
     def _build_docks(self) -> list[PanelDock]:
         docks = []
-        for cls in load_panel_classes():
+        for record, cls in available():
             try:
                 panel = cls(self.session.selection)
             except Exception:  # noqa: BLE001 - one broken panel must not stop the window
-                log.exception("skipping panel %s: its constructor failed", cls.__name__)
+                log.exception("skipping panel %s: its constructor failed", record.id)
                 continue
             panel.attach(self.session)
             docks.append(PanelDock(panel, self))
@@ -330,6 +321,7 @@ class MainWindow(QMainWindow):
             new = new.parentWidget()
         if new is not None and new in self.panels:
             self._last_panel = new
+            self.presenter.set_focus(next(d.panel_id for d in self.docks if d.panel is new))  # drawn first
 
     def toggle_focused_explanation(self) -> None:
         panel = self._last_panel or next((d.panel for d in self.docks if self.drawing.shows(d)), None)
@@ -341,9 +333,10 @@ class MainWindow(QMainWindow):
             dock.raise_()
         panel.show_explanation(not panel.explain_button.isChecked())
 
-    def raise_panel(self, name: str) -> None:
-        """Show the dock of the panel of class ``name`` (Session.show_panel: the diagram, the tour)."""
-        for dock in (d for d in [*self.docks, self.generation_dock] if type(d.panel).__name__ == name):
+    def raise_panel(self, panel_id: str) -> None:
+        """Show the dock of the panel ``panel_id`` (Session.show_panel: the diagram, the tour)."""
+        dock = self.dock(panel_id)
+        if dock is not None:
             dock.show(), dock.raise_()
 
     def reset_layout(self) -> None:

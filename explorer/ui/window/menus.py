@@ -107,7 +107,7 @@ def build_menus(window: MainWindow) -> MenuActions:
                QKeySequence.StandardKey.HelpContents, "Explain the focused panel (F1)")
     add_action(help_menu, "&Verify this model…", lambda: verify_model(window.session, window),
                tip="Check this checkpoint against transformers' own model from the same files (never downloads)")
-    add_action(help_menu, "&Start here: the model diagram", lambda: window.session.show_panel("DiagramPanel"),
+    add_action(help_menu, "&Start here: the model diagram", lambda: window.session.show_panel("diagram"),
                None, "The open model drawn as a flow with this prompt's numbers; 'Follow this token…' starts a tour")
     add_action(help_menu, "&About", lambda: show_about(window.session.loaded, window))  # versions + Copy
     return MenuActions(open_trace, hub, export_trace, export_maps)

@@ -19,18 +19,13 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
-from superqt.utils import create_worker
 
-from explorer.ui.session.lifetime import release_when_finished
-from explorer.ui.session.workers import error_message
+from explorer.ui.session import background
+from explorer.ui.session.frame import REMOTE
 from explorer.ui.window.remote_key import LEGACY_KEY, KeyStore
 
 MODEL_KEY, HOST_KEY, API_KEY, REMOTE_KEY = "remote/model", "remote/host", LEGACY_KEY, "remote/remote"
 DEFAULT_MODEL = "meta-llama/Llama-3.1-70B"
-
-
-def one_line(exc: BaseException) -> str:
-    return " ".join(error_message(exc).split())
 
 
 class RemoteTraceDialog(QDialog):
@@ -154,7 +149,7 @@ class RemoteTraceDialog(QDialog):
         try:
             settings = self._settings() if self.remote.isChecked() else None
         except Exception as exc:  # noqa: BLE001 - a bad host: one line
-            return self._failed(exc)
+            return self._failed(background.one_line(exc))
         self._run(plan_job, (self.model.text(), self.prompt, self.remote.isChecked(), settings),
                   self._planned, None)
 
@@ -194,14 +189,9 @@ class RemoteTraceDialog(QDialog):
     # --- workers -------------------------------------------------------------------------------------------
     def _run(self, func: Callable[..., Any], args: tuple, on_done: Callable[[Any], None],
              on_yield: Callable[[Any], None] | None) -> None:
-        worker = create_worker(func, *args, _start_thread=False, _ignore_errors=True)
-        if on_yield is not None:
-            worker.yielded.connect(on_yield)
-        worker.returned.connect(lambda value: None if self.stopped else on_done(value))
-        worker.errored.connect(lambda exc: None if self.stopped else self._failed(exc))
-        release_when_finished(worker)
-        self.worker = worker
-        worker.start()
+        self.worker = background.run(func, *args, on_yield=on_yield,
+                                     on_done=lambda value: None if self.stopped else on_done(value),
+                                     on_error=lambda failure: None if self.stopped else self._failed(failure.message))
 
     def _busy(self, text: str) -> None:
         self.status.setText(text)
@@ -213,8 +203,8 @@ class RemoteTraceDialog(QDialog):
         self.status.setText(text)
         self.estimate_button.setEnabled(True)
 
-    def _failed(self, exc: BaseException) -> None:
-        self._idle(one_line(exc))
+    def _failed(self, message: str) -> None:
+        self._idle(message)
         self.start_button.setEnabled(self.job is not None)
 
     def _remember(self) -> str:
@@ -231,7 +221,7 @@ class RemoteTraceDialog(QDialog):
 class RemoteTraceOpener(QObject):
     """Opens the dialog from Models > Trace a remote model (NDIF)… and shows its trace as a trace file is shown."""
 
-    def __init__(self, settings: QSettings, prompt_text: Callable[[], str], show: Callable[[Any, str], None],
+    def __init__(self, settings: QSettings, prompt_text: Callable[[], str], show: Callable[..., None],
                  menus: Any, parent: QWidget) -> None:
         super().__init__(parent)
         self.settings, self.prompt_text, self.show, self.parent_widget = settings, prompt_text, show, parent
@@ -242,6 +232,6 @@ class RemoteTraceOpener(QObject):
     def open(self, backend_for: Callable[[Any], Any] | None = None) -> RemoteTraceDialog:
         self.dialog = RemoteTraceDialog(self.settings, self.prompt_text(), self.parent_widget, backend_for,
                                         keys=self.keys)
-        self.dialog.traced.connect(lambda trace, label: self.show(trace, label))
+        self.dialog.traced.connect(lambda trace, label: self.show(trace, label, None, REMOTE))
         self.dialog.show()
         return self.dialog

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from explorer.core import session_file
 from explorer.core.errors import ExplorerError
-from explorer.ui.session.workers import error_message, run_in_background
+from explorer.ui.session import background
 from explorer.ui.window import places
 from explorer.ui.window.session_state import PatchingPanel, apply_settings, capture, panel_of
 
@@ -66,7 +66,7 @@ class SessionFiles(QObject):
     def _hash_now(self) -> None:
         source = self.session.source
         if source is not None:
-            run_in_background(_hash, str(source), on_error=lambda _exc: None)
+            background.run(_hash, str(source), on_error=lambda _failure: None)
 
     # --- saving ----------------------------------------------------------------------------------
     def save(self, path: str | Path, then: Callable[[SessionState], str] | None = None) -> None:
@@ -94,8 +94,8 @@ class SessionFiles(QObject):
             self.window.status.notice(f"Saved {path}")
             self.saved.emit(str(path))
 
-        run_in_background(_hash, str(source), on_done=write,
-                          on_error=lambda exc: self.failed.emit(f"Could not hash the model's files: {error_message(exc)}"))
+        background.run(_hash, str(source), on_done=write,
+                       on_error=lambda failure: self.failed.emit(f"Could not hash the model's files: {failure.message}"))
 
     def export_script(self, path: str | Path) -> None:
         """File ▸ Export as script…: a Python script that recomputes what the window shows."""
@@ -152,8 +152,8 @@ class SessionFiles(QObject):
                     return
             restore.start()
 
-        run_in_background(session_file.model_changed, state, on_done=checked,
-                          on_error=lambda exc: restore.fail(error_message(exc)))
+        background.run(session_file.model_changed, state, on_done=checked,
+                       on_error=lambda failure: restore.fail(failure.message))
         return restore
 
     def _ask_changed(self, message: str) -> bool:

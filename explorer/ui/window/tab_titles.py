@@ -1,5 +1,5 @@
-"""Tab titles that can be read at 1280x800: each dock's tab carries a short title (the panel's
-``short_title``, or its own ``title`` when it has none), the View menu and the tab's tooltip its full
+"""Tab titles that can be read at 1280x800: each dock's tab carries a short title (its ``PanelSpec``'s
+``short_title``, or its ``title`` when it has none), the View menu and the tab's tooltip its full
 title.
 
 Nine full titles ("Residual stream & logit lens", "Direct logit attribution", …) need about 1,130 px
@@ -16,31 +16,16 @@ from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QMainWindow, QTabBar, QToolTip
 
 from explorer.ui.panels.base import Panel
-
-# by the dock's object name (``docks.dock_name``), so that the panels' modules need not change
-SHORT_TITLES = {
-    "dock-tokenization": "Tokens",
-    "dock-embeddings": "Embeddings",
-    "dock-attention": "Attention",
-    "dock-neurons": "Neurons",
-    "dock-residual": "Residual",
-    "dock-interventions-what_changed": "What changed",
-    "dock-interventions-dla": "Logit attribution",
-    "dock-interventions-patching": "Patching",
-    "dock-masked": "Masked",
-    "dock-journey": "Journey",  # a tab beside the generation pane (chrome/timeline_bar.py)
-    "dock-diagram": "Flow",  # the Model diagram (short: ten tabs share 1280 px)
-    "dock-features": "Features",
-}
-
+from explorer.ui.panels.registry import spec_of
 
 def full_title(panel: Panel) -> str:
     return panel.title or type(panel).__name__
 
 
-def short_title(panel: Panel, dock_name: str) -> str:
-    """The tab's text: the panel's own ``short_title`` if it declares one, else the table's, else its title."""
-    return getattr(panel, "short_title", None) or SHORT_TITLES.get(dock_name) or full_title(panel)
+def short_title(panel: Panel) -> str:
+    """The tab's text: the panel's record's ``short_title``, else its title."""
+    record = spec_of(type(panel))
+    return record.tab_title if record is not None else full_title(panel)
 
 
 def _mnemonic_safe(text: str) -> str:
@@ -56,7 +41,7 @@ class TabTitles(QObject):
         self.window = window
         self.full: dict[str, str] = {}
         for dock in docks:
-            short = _mnemonic_safe(short_title(dock.panel, dock.objectName()))
+            short = _mnemonic_safe(short_title(dock.panel))
             full = full_title(dock.panel)
             dock.setWindowTitle(short)
             dock.toggleViewAction().setText(_mnemonic_safe(full))

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from explorer.core.cancel import Cancel, Cancelled
-from explorer.ui.session.workers import error_message, run_in_background
+from explorer.core.cancel import Cancel
+from explorer.ui.session import background
 
 if TYPE_CHECKING:
     from explorer.core.verify import VerifyReport
@@ -124,7 +124,8 @@ class VerifyDialog(QDialog):
 
             return verify_checkpoint(self.source, self.prompt, cancel=asked)
 
-        run_in_background(work, on_done=self._done, on_error=self._failed)
+        background.run(work, on_done=self._done, on_error=lambda failure: self._failed(failure.message),
+                       on_cancelled=lambda: self._failed("Cancelled."))
 
     def _on_step(self, calls: int) -> None:
         stage = min(calls, len(STAGES) - 1)
@@ -155,9 +156,9 @@ class VerifyDialog(QDialog):
         self._finish()
         self.finished_check.emit(report)
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, message: str) -> None:
         self.running = False
-        self.message = "Cancelled." if isinstance(exc, Cancelled) else error_message(exc)
+        self.message = message
         self.status.setText(self.message)
         self.progress.setValue(0)
         self._finish()

@@ -14,14 +14,15 @@ can read it, otherwise replaced only after asking (``prompt_for_model``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QLabel, QMessageBox, QSizePolicy, QWidget
 
 from explorer.core.display.levels import abbreviate
+from explorer.ui.session.frame import FILE, REMOTE, Frame
 from explorer.ui.session.session import Session
-from explorer.ui.session.workers import TraceResult
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
 from explorer.ui.window.chrome.status_bar import StatusBar
 from explorer.ui.window.docks import PanelDock
@@ -75,7 +76,7 @@ class WindowState(QObject):
         self.label.hide()
         prompt.add_to_row(self.label, 1, 1)  # between the token count and the notice
         session.prompt_changed.connect(self.request_started)
-        session.trace_ready.connect(self._on_trace_ready)
+        session.presenter.shown.connect(self._on_shown)
         session.failed.connect(self._finish_failed)
         session.model_loaded.connect(self._on_model_loaded)
         session.loading.connect(self._on_loading)
@@ -92,12 +93,12 @@ class WindowState(QObject):
             self.placeholders(f"Type a prompt above to see what {loaded.name} does with it.")
         self._show()
 
-    def _on_trace_ready(self, result: TraceResult) -> None:
-        request, trace = result.request, result.trace
-        self.shown_text, self.shown_tokens, self.shown_request = request.text, trace.n_tokens, request.id
-        # only the trace of the prompt that is in the box now ends "computing…"
+    def _on_shown(self, frame: Frame) -> None:
+        source, trace = frame.source, frame.trace
+        self.shown_text, self.shown_tokens, self.shown_request = source.text, trace.n_tokens, source.request_id
+        # only the trace of the prompt that is in the box now ends "computing…" (not while an edit waits)
         box = self.session.prompt
-        if request.text == box and not self.session.controller.debounce.isActive():
+        if source.text == box and not self.session.controller.edit_pending:
             self.computing = False
         self.empty = not box.strip()
         self.show_content()
@@ -147,7 +148,12 @@ class WindowState(QObject):
         self.changed.emit()
 
     def title(self) -> str:
-        """"model — “prompt…” (n tokens) — app", with "computing…" while a newer prompt is traced."""
+        """"model — “prompt…” (n tokens) — app", with "computing…" while a newer prompt is traced; a trace
+        opened without its model: "file — model (no model) — app"."""
+        frame = self.session.frame
+        if frame is not None and frame.source.kind in (FILE, REMOTE) and self.session.loaded is None:
+            name = Path(frame.source.label).name
+            return f"{name} \u2014 {frame.trace.meta.model_name or 'trace'} (no model) \u2014 {self.app_name}"
         loaded = self.session.loaded
         parts = [loaded.name] if loaded is not None else []
         if self.shown_text is not None and self.shown_tokens is not None:

@@ -80,9 +80,6 @@ class AttentionView(PanelView):
 
 
 class AttentionPanel(Panel):
-    title = "Attention"
-    explanation = "attention"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.kind = "pattern"

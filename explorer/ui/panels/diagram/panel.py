@@ -80,9 +80,6 @@ def summaries_of(trace: Trace, layer: int, head: int, token: int, tokenizer: Any
 
 
 class DiagramPanel(Panel):
-    title = "Model diagram"
-    explanation = "diagram"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.view: DiagramPanelView | None = None

@@ -18,13 +18,17 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLa
 
 from explorer.core.diagram.tour import TourStep
 from explorer.core.display.tokens import quoted
+from explorer.ui.panels.registry import find
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
 
-PANEL_NAMES = {"TokenizationPanel": "Tokenization", "EmbeddingsPanel": "Embeddings & positions",
-               "AttentionPanel": "Attention", "NeuronsPanel": "FFN neurons", "ResidualPanel": "Residual stream",
-               "MaskedTokensPanel": "Masked tokens", "GenerationPane": "Generation"}
+
+
+def link_title(panel_id: str) -> str:
+    """How the "Show in …" button names the panel a step points to (its registry record)."""
+    record = find(panel_id)
+    return record.link_title if record is not None else panel_id
 
 
 class TourDialog(QDialog):
@@ -105,7 +109,7 @@ class TourDialog(QDialog):
         self.counter.setText(f"step {self.index + 1} of {len(self.steps)}")
         self.back.setEnabled(self.index > 0)
         self.next.setEnabled(self.index < len(self.steps) - 1)
-        self.open_panel.setText(f"Show in {PANEL_NAMES.get(step.panel, step.panel)}")
+        self.open_panel.setText(f"Show in {link_title(step.panel)}")
 
     def show_panel(self) -> None:
         """Select the step's layer, head and token and show its panel (through the Session)."""

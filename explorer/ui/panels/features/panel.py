@@ -56,9 +56,6 @@ COMPUTING = "computing\u2026"
 
 
 class FeaturesPanel(Panel):
-    title = "Features (SAE)"
-    explanation = "features"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.state: Any = None                       # the session's FeatureState

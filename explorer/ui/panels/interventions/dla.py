@@ -80,9 +80,6 @@ class DLAView(PanelView):
 
 
 class DLAPanel(Panel):
-    title = "Direct logit attribution"
-    explanation = "dla"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.result: DLA | None = None

@@ -28,7 +28,6 @@ import numpy as np
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
                                QSplitter, QWidget)
-from superqt.utils import create_worker
 
 from explorer.core.cancel import Cancel
 from explorer.core.display.labels import token_labels
@@ -40,7 +39,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.panels.interventions.estimate_marks import LEGEND, MarkedHeatmap, duration as _duration
 from explorer.ui.panels.interventions.patching_worker import ESTIMATE, EXACT, run_patching
 from explorer.ui.session.selection import Selection
-from explorer.ui.session.workers import error_message
+from explorer.ui.session import background
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
@@ -66,8 +65,6 @@ class PatchingView(PanelView):
 
 
 class PatchingPanel(Panel):
-    title = "Activation patching"
-    explanation = "patching"
     run_prompt = Signal(str)  # the session runs this prompt (the corrupted one, to inspect a patch)
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
@@ -78,7 +75,7 @@ class PatchingPanel(Panel):
         self._cancel = Cancel()
         self._clean_ids: list[int] = []
         self._corrupt_text = ""
-        self._run = 0  # which run the worker's signals belong to
+        self._runs = background.Newest()  # a newer run or another model drops what the worker still sends
         self._run_clean_ids: list[int] = []  # the clean prompt the grids were computed for
         self._run_clean_text = ""
         self._done_text = ""
@@ -177,7 +174,7 @@ class PatchingPanel(Panel):
         """Another model: a running patching stops and the grids, computed by the old one, are cleared."""
         had = self.result is not None or self._worker is not None or hasattr(self, "_heads")
         self._cancel.set()
-        self._run += 1  # the old worker's updates and result are dropped
+        self._runs.drop()  # the old worker's updates and result are dropped
         self._worker, self.result, self._clean_ids = None, None, []
         self.estimate = None
         for name in ("_resid", "_heads", "_labels", "_estimated"):
@@ -278,23 +275,20 @@ class PatchingPanel(Panel):
 
     def _launch(self, mode: str, cells: list | None, status: str) -> None:
         self._cancel = Cancel()
-        worker = create_worker(run_patching, self.trace._model, list(self._run_clean_ids), self._corrupt_ids,
-                               self._target, self._distractor, self._cancel, mode, cells,
-                               _start_thread=False, _ignore_errors=True)
-        self._run, self._cleared = self._run + 1, ""
+        self._cleared = ""
         self._eta_from: tuple[float, int] | None = None
-        run = self._run  # a newer run or another model drops what this one still sends
-        worker.yielded.connect(lambda update: self._on_update(update) if run == self._run else None)
-        worker.returned.connect(lambda result: self._on_result(result) if run == self._run else None)
-        worker.errored.connect(lambda exc: self.status.setText(error_message(exc)) if run == self._run else None)
-        worker.finished.connect(lambda: self._on_finished() if run == self._run else None)
-        self._worker = worker
+        run = self._runs.next()
+        self._worker = background.run(
+            run_patching, self.trace._model, list(self._run_clean_ids), self._corrupt_ids, self._target,
+            self._distractor, self._cancel, mode, cells, newest=self._runs, request_id=run, on_yield=self._on_update,
+            on_done=self._on_result, on_error=lambda failure: self.status.setText(failure.message),
+            on_finished=lambda: self._on_finished() if self._runs.current(run) else None, start=False)
         self.run_button.setEnabled(False)
         self.top_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.progress.setValue(0)
         self.status.setText(status)
-        worker.start()
+        self._worker.start()
 
     def _on_update(self, update: Any) -> None:
         if hasattr(update, "exact_runs"):  # attribution patching's estimate of every cell

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from explorer.core.cancel import Cancel
-from explorer.ui.session.priority import background
 
 if TYPE_CHECKING:
     from explorer.core.model import Transformer
@@ -21,7 +20,6 @@ def run_patching(model: Transformer, clean: list[int], corrupt: list[int], targe
     from explorer.core.interventions.attribution import attribution_patching
     from explorer.core.interventions.patching import patching_steps
 
-    background()  # below the GUI thread (explorer.ui.session.priority)
     if cells is None:
         estimate = attribution_patching(model, clean, corrupt, target, distractor)
         yield estimate

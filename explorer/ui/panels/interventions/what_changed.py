@@ -78,9 +78,6 @@ class WhatChangedView(PanelView):
 
 
 class WhatChangedPanel(Panel):
-    title = "What changed"
-    explanation = "what_changed"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.result: RunComparison | None = None

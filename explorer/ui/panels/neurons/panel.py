@@ -69,9 +69,6 @@ NOT_CAPTURED_NOTE = ("Layer {layer}'s FFN activations were not captured in this 
 
 
 class NeuronsPanel(Panel):
-    title = "FFN neurons"
-    explanation = "ffn"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.order = "index"

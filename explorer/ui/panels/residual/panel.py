@@ -64,9 +64,6 @@ OTHER_LINES = pg.mkPen((150, 150, 150, 90), width=1)
 
 
 class ResidualPanel(Panel):
-    title = "Residual stream & logit lens"
-    explanation = "residual"
-
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.norms = np.zeros((0, 0), dtype=np.float32)

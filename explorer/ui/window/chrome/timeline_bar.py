@@ -140,8 +140,6 @@ def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
     window.toolbar.addWidget(timeline_bar)
     timeline_bar.show_step(None)
     generation.step_added.connect(lambda _index: stream_from_generation(session, generation))
-    session.timeline.paced = True  # following a generation: the next step once every panel has the last one
-    window.trace_applied.connect(session.timeline.drawn)
     generation.generation_finished.connect(lambda result: start_from_generation(session, result, generation))
     journey = next((d for d in getattr(window, "docks", []) if d.objectName() == "dock-journey"), None)
     side = getattr(window, "generation_dock", None)

@@ -58,17 +58,17 @@ def test_a_token_switch_keeps_the_image_item_and_the_ranked_tables_items(qtbot, 
     assert [panel.ranked.item(r, 2).text() for r in range(len(ids))] == [f"{v:.4f}" for v in values.tolist()]
 
 
-def test_a_layer_switch_with_the_same_d_ff_leaves_the_top_k_box_alone(qtbot, gpt2, monkeypatch):
+def test_a_layer_switch_with_the_same_d_ff_leaves_the_top_k_box_alone(qtbot, gpt2, counter):
     """setMaximum with the same value re-lays out the whole panel (a repaint of the dock): skipped."""
     loaded, trace = gpt2
     panel = make_panel(qtbot, trace, loaded.tokenizer, layer=0, show=True)
     spin, d_ff = panel.top_k_spin, trace.config.d_ff
     assert spin.maximum() == d_ff and spin.value() == min(panel.top_k, d_ff)
-    calls = []
-    monkeypatch.setattr(spin, "setMaximum", lambda *a: calls.append(a))
+    calls = counter.calls(spin, "setMaximum")
     panel.selection.set_layer(1)
     assert calls == [] and spin.maximum() == d_ff and spin.value() == min(panel.top_k, d_ff)
-    assert panel._layer == 1
+    post = np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32)
+    np.testing.assert_array_equal(panel.heatmap.matrix, post[:, panel._columns])  # the new layer all the same
 
 
 def test_a_layer_switch_refills_the_vocabulary_table_in_place(qtbot, gpt2, monkeypatch):
@@ -97,8 +97,7 @@ def test_a_layer_switch_refills_the_vocabulary_table_in_place(qtbot, gpt2, monke
     assert "computing" not in panel.vocab_title.text() and "L2" in panel.vocab_title.text()
 
 
-def test_a_layer_switch_on_the_same_tokens_keeps_the_limits_the_bars_x_range_and_their_ticks(qtbot, gpt2,
-                                                                                             monkeypatch):
+def test_a_layer_switch_on_the_same_tokens_keeps_the_limits_the_bars_x_range_and_their_ticks(qtbot, gpt2, counter):
     """pyqtgraph's setLimits, setXRange and the thinning of the bars' token labels: skipped when they
     would set what is there already; the new layer's bars and heatmap are drawn all the same."""
     loaded, trace = gpt2
@@ -106,12 +105,10 @@ def test_a_layer_switch_on_the_same_tokens_keeps_the_limits_the_bars_x_range_and
     detail, vb = panel.detail, panel.heatmap.plot.vb
     limits, x_range = dict(vb.state["limits"]), detail.bars_plot.getViewBox().viewRange()[0]
     ticks = detail.bars_plot.getAxis("bottom")._tickLevels
-    calls = []
-    monkeypatch.setattr(vb, "setLimits", lambda *a, **k: calls.append("limits"))
-    monkeypatch.setattr(detail.bars_plot, "setXRange", lambda *a, **k: calls.append("x range"))
-    monkeypatch.setattr(neurons_detail, "thinned_ticks", lambda *a, **k: calls.append("ticks"))
+    limits_set, range_set = counter.calls(vb, "setLimits"), counter.calls(detail.bars_plot, "setXRange")
+    ticks_made = counter.calls(neurons_detail, "thinned_ticks")
     panel.selection.set_layer(1)
-    assert calls == [] and panel._layer == 1
+    assert (limits_set, range_set, ticks_made) == ([], [], [])
     assert dict(vb.state["limits"]) == limits and detail.bars_plot.getViewBox().viewRange()[0] == x_range
     assert detail.bars_plot.getAxis("bottom")._tickLevels == ticks
     post = np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32)
@@ -146,3 +143,23 @@ def test_the_neuron_bars_share_one_no_pen_and_draw_the_pixels_a_pen_per_bar_drew
         return np.array(image.constBits()).copy()
 
     assert np.array_equal(pixels(pens=None, pen=neurons_detail.NO_PEN), pixels(pens=[pg.mkPen(None)] * values.size))
+
+
+def test_a_token_switch_lays_no_plot_out_again(qtbot, gpt2, counter):
+    """A token switch changes numbers, not sizes: the heatmap and the bars (and their axes) ask for no new
+    layout (the ranked tables' rows do change)."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    loaded, trace = gpt2
+    panel = make_panel(qtbot, trace, loaded.tokenizer, layer=1, show=True)
+    qtbot.waitUntil(lambda: not panel.computing())
+    QApplication.processEvents()
+    plots = [panel.heatmap, panel.detail.bars_plot]
+    layouts = [counter.events(widget, QEvent.Type.LayoutRequest)
+               for plot in plots for widget in [plot, *plot.findChildren(QWidget)]]
+    panel.selection.set_token(5)
+    QApplication.processEvents()
+    assert sum(len(seen) for seen in layouts) == 0
+    post = np.asarray(trace["blocks.1.mlp.post"], dtype=np.float32)
+    assert list(panel.detail.bar_mark.opts["height"]) == [post[5, panel.selected_neuron]]  # the switch was drawn

@@ -93,18 +93,16 @@ def test_switches_reuse_what_they_leave_unchanged_and_every_summary_is_exact(qtb
             assert item.dot.isVisible() == (point is not None) and (point is None or item.dot.pos() == point)
 
 
-def test_a_panel_off_screen_draws_a_selection_change_when_it_is_shown(qtbot, shown):
+def test_a_panel_off_screen_draws_a_selection_change_when_it_is_shown(qtbot, shown, counter):
     panel, session, trace = shown
-    sel, calls = session.selection, []
-    original = panel.selection_changed
-    panel.selection_changed = lambda what: (calls.append(what), original(what))
+    sel, calls = session.selection, counter.calls(panel, "selection_changed")
     panel.set_on_screen(False)  # behind another tab
     sel.set_token(2)
     sel.set_layer(1)
     sel.set_token(4)
     assert calls == [] and (panel.view.layer, panel.view.token) == (0, trace.n_tokens - 1)
     panel.set_on_screen(True)
-    assert calls == ["layer", "token"]  # once each, whatever happened meanwhile
+    assert calls == [("layer",), ("token",)]  # once each, whatever happened meanwhile
     qtbot.waitUntil(lambda: (panel.view.layer, panel.view.token) == (1, 4))
     assert panel.view.summaries == _fresh(panel, trace, session)
 

@@ -4,10 +4,11 @@ pass (the lane is held while the pass runs and while the panels draw). Counted i
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QApplication
 
 from explorer.ui.session.progressive import Job, ProgressiveWork
+from tests.ui.screen import every_panel_on_screen
 
 PROMPT = "The cat sat on the mat, and the dog sat on the log by the door."
 
@@ -40,38 +41,15 @@ def test_no_view_runs_beside_a_forward_pass(qtbot, window):
     assert order == ["trace applied", "view computed"]
 
 
-def test_the_panels_draw_in_separate_events(qtbot, window):
+def test_the_panels_draw_in_separate_events(qtbot, window, counter):
     """A zero-interval timer beats between any two panels' drawing of a new trace."""
-    docks = window.docks  # every panel side by side (the default layout tabs them)
-    for dock in docks[2:]:
-        window.splitDockWidget(docks[1], dock, Qt.Orientation.Horizontal)
-    for dock in docks:
-        dock.show()
-    for dock in docks:  # a tab brought forward says so through visibilityChanged; split offscreen, Qt says nothing
-        if dock.isVisible():
-            dock.visibilityChanged.emit(True)
-    qtbot.waitUntil(lambda: sum(p.on_screen for p in window.panels) >= 4 and window.session.is_idle(), timeout=30_000)
-    beats, draws = [0], []
-    timer = QTimer()
-    timer.setInterval(0)
-    timer.timeout.connect(lambda: beats.__setitem__(0, beats[0] + 1))
-    for panel in window.panels:
-        def timed(trace, *view, panel=panel, original=panel.set_trace):
-            draws.append((panel.title, beats[0], trace))
-            original(trace, *view)
-
-        panel.set_trace = timed
-    timer.start()
-    try:
-        with qtbot.waitSignal(window.trace_applied, timeout=30_000):
-            window.controller.request(PROMPT + " once more")
-    finally:
-        timer.stop()
-        for panel in window.panels:
-            del panel.set_trace
-    draws = [(title, count) for title, count, trace in draws if trace is window.trace]  # not the old trace's
+    every_panel_on_screen(qtbot, window)
+    draws = counter.draws(window)
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.controller.request(PROMPT + " once more")
+    draws = [(panel, count) for panel, count, trace in draws if trace is window.trace]  # not the old trace's
     assert len(draws) >= 4, draws  # several panels on screen, each drawn once
-    assert len({title for title, _ in draws}) == len(draws), draws
+    assert len({panel for panel, _ in draws}) == len(draws), draws
     counts = [count for _, count in draws]
     assert all(b > a for a, b in zip(counts, counts[1:])), draws  # a beat between any two draws
 
@@ -90,12 +68,12 @@ def test_the_nan_check_runs_beside_the_drawing_and_reaches_the_status_bar(qtbot,
     try:
         with qtbot.waitSignal(window.trace_applied, timeout=30_000):
             window.controller.request(PROMPT + " broken")
-        qtbot.waitUntil(lambda: not window.drawing.checking and warning.isVisible(), timeout=30_000)
+        qtbot.waitUntil(lambda: not window.presenter.checking and warning.isVisible(), timeout=30_000)
         assert "not finite" in warning.text() and "NaN" in warning.text()
     finally:
         with torch.no_grad():
             weight.copy_(saved)
     with qtbot.waitSignal(window.trace_applied, timeout=30_000):
         window.controller.request(PROMPT + " mended")
-    qtbot.waitUntil(lambda: not window.drawing.checking, timeout=30_000)
+    qtbot.waitUntil(lambda: not window.presenter.checking, timeout=30_000)
     assert not warning.isVisible()
