@@ -50,9 +50,9 @@ def smollm_shaped_gguf(folder: Path) -> Path:
 
 def shows(window, prompt: str) -> bool:
     """The trace on screen is the GGUF model's, of ``prompt``."""
-    result = window.session.result
-    return (result is not None and result.request.text == prompt and window.loaded is not None
-            and result.trace.config.n_layers == 30)
+    frame = window.presenter.frame
+    return (frame is not None and frame.source.text == prompt and window.loaded is not None
+            and frame.trace.config.n_layers == 30)
 
 
 def main() -> None:

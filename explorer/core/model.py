@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from explorer.core.attention import (  # noqa: F401 - the math is also imported from here
     UNFUSABLE_ATTENTION,
     Rec,
+    Window,
     _no_capture,
     alibi_bias,
     alibi_slopes,
@@ -34,6 +35,7 @@ from explorer.core.attention import (  # noqa: F401 - the math is also imported 
     fusable,
     fused_attention,
     layer_mask,
+    layer_reach,
     layer_scores,
     layer_window,
     pattern_and_sink,
@@ -43,6 +45,7 @@ from explorer.core.attention import (  # noqa: F401 - the math is also imported 
     score_bias,
     sinusoidal_positions,
     soft_cap,
+    visible_keys,
     weighted_values,
 )
 from explorer.core.config import ModelConfig

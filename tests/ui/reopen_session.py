@@ -25,7 +25,7 @@ def panel_arrays(window, wait: Callable[[Callable[[], bool]], None]) -> dict[str
         if dock.isHidden():
             continue  # a panel that does not apply to this model
         dock.raise_()
-        wait(lambda: dock.panel.on_screen and dock.panel.trace is window.trace and window.session.is_idle()
+        wait(lambda: dock.panel.on_screen and dock.panel.trace is window.trace and window.presenter.is_idle()
              and not dock.panel.computing())
         for exportable in dock.panel.exportables():
             if isinstance(exportable.item, QWidget) and not exportable.item.isVisibleTo(dock.panel):

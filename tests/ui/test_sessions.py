@@ -44,7 +44,7 @@ def fresh_process(tmp_path: Path, session: Path) -> tuple[dict, dict[str, np.nda
 
 
 def settled(window) -> bool:
-    return (window.session.is_idle() and window.trace is not None
+    return (window.presenter.is_idle() and window.trace is not None
             and not any(p.computing() for p in window.panels if p.on_screen))
 
 

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from explorer.core import session_file
 from explorer.core.errors import ExplorerError
 from explorer.ui.session import background
+from explorer.ui.session.frame import PROMPT, Frame
 from explorer.ui.window import places
 from explorer.ui.window.session_state import PatchingPanel, apply_settings, capture, panel_of
 
@@ -257,7 +258,7 @@ class SessionRestore(QObject):
             if not enabled:
                 session.interventions.toggle(index, False)
         apply_settings(self.window, state)
-        self._listen((self.window.trace_applied, self._drawn))
+        self._listen((session.presenter.drawn, self._drawn))
         ids = state.token_ids
         encoded = session.loaded.encode(state.prompt)[0] if state.prompt else None
         if ids and ids != encoded:  # generated text, a conversation: exactly the ids traced
@@ -265,10 +266,9 @@ class SessionRestore(QObject):
         else:
             self.request_id = session.set_prompt(state.prompt)
 
-    def _drawn(self, _trace: Any) -> None:
-        result = self.session.result
-        if self.done or result is None or result.request.id < self.request_id:
-            return  # an older trace (the new model's first one, the interventions' retrace)
+    def _drawn(self, frame: Frame) -> None:
+        if self.done or frame.source.kind != PROMPT or frame.source.request_id < self.request_id:
+            return  # an older trace (the new model's first one, the interventions' retrace), or not a prompt's
         self._stop(self._drawn)
         selection, saved = self.session.selection, self.state.selection
         if isinstance(saved.get("layer"), int) and isinstance(saved.get("head"), int):
