@@ -28,6 +28,7 @@ from explorer.core.checkpoint import (
     phi,
     phi3,
     qwen,
+    qwen35,
     qwen_moe,
     stablelm,
 )
@@ -55,6 +56,7 @@ _MODULES = (
     gpt_oss,   # gpt-oss (attention sinks, experts)
     deepseek,  # DeepSeek-V2, DeepSeek-V3 / R1 (latent attention, experts), GLM-4.5 (experts)
     llama4,    # Llama 4 (experts between dense layers, chunked and NoPE layers)
+    qwen35,    # Qwen3.5 / 3.6, Qwen3-Next (Gated DeltaNet layers beside gated attention)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
