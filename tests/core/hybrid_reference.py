@@ -5,7 +5,7 @@ pattern, stored and derived from q and k (<= 1e-5; transformers reports attentio
 layers only, in order), the residual stream entering every block and after the last one (<= 1e-5 relative to
 its size), the cached decode's logits (a token at a time, <= 5e-5 relative), the block internals a compact trace derives by re-running a block (<= 1e-5), each recurrent layer's
 effective attention rebuilding its output (<= 1e-5), and greedy tokens: with the cache, without it, and
-transformers' ``generate`` all equal.
+transformers' ``generate`` all equal;.
 """
 
 from __future__ import annotations

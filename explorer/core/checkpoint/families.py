@@ -12,6 +12,7 @@ from explorer.core.checkpoint import (
     bert,
     bloom,
     deepseek,
+    dense2026,
     falcon,
     gemma,
     gpt2,
@@ -57,6 +58,7 @@ _MODULES = (
     deepseek,  # DeepSeek-V2, DeepSeek-V3 / R1 (latent attention, experts), GLM-4.5 (experts)
     llama4,    # Llama 4 (experts between dense layers, chunked and NoPE layers)
     qwen35,    # Qwen3.5 / 3.6, Qwen3-Next (Gated DeltaNet layers beside gated attention)
+    dense2026,  # SmolLM3, OLMo 3, EXAONE 4, Mistral Small 3 (mistral3)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}

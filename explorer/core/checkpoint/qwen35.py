@@ -143,7 +143,7 @@ def qwen35_text_config(hf: dict[str, Any]) -> dict[str, Any]:
     text = hf.get("text_config")
     if not isinstance(text, dict):
         raise CheckpointError("qwen3_5 config.json lacks its text_config")
-    return {"tie_word_embeddings": hf.get("tie_word_embeddings", False), **text}
+    return {**text, "tie_word_embeddings": hf.get("tie_word_embeddings", False)}  # the wrapper's flag decides
 
 
 FAMILIES = (
