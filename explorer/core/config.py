@@ -33,7 +33,8 @@ ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor",
                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
                      "yarn": ("original_max_position_embeddings",),
                      "longrope": ("short_factor", "long_factor", "original_max_position_embeddings",
-                                  "max_position_embeddings")}
+                                  "max_position_embeddings"),
+                     "proportional": ("proportion",)}  # Gemma 4's global layers: the first p x d/2 pairs turn
 POSITIONS, ACTIVATIONS = get_args(Positions), get_args(Activation)
 
 # Sanity bounds: far above every real checkpoint (Llama-3.1-405B: 126 layers, d 16384, 128 heads,

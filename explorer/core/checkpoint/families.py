@@ -15,6 +15,7 @@ from explorer.core.checkpoint import (
     dense2026,
     falcon,
     gemma,
+    gemma4,
     gpt2,
     gpt_neo,
     gpt_oss,
@@ -59,6 +60,7 @@ _MODULES = (
     llama4,    # Llama 4 (experts between dense layers, chunked and NoPE layers)
     qwen35,    # Qwen3.5 / 3.6, Qwen3-Next (Gated DeltaNet layers beside gated attention)
     dense2026,  # SmolLM3, OLMo 3, EXAONE 4, Mistral Small 3 (mistral3)
+    gemma4,    # Gemma 4 (sliding/global heads, KV sharing, K = V, per-layer embeddings, layer scalars)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
