@@ -21,6 +21,7 @@ from explorer.core.checkpoint import (
     gpt_oss,
     gptj,
     granite,
+    lfm2,
     llama,
     llama4,
     mixtral,
@@ -61,6 +62,7 @@ _MODULES = (
     qwen35,    # Qwen3.5 / 3.6, Qwen3-Next (Gated DeltaNet layers beside gated attention)
     dense2026,  # SmolLM3, OLMo 3, EXAONE 4, Mistral Small 3 (mistral3)
     gemma4,    # Gemma 4 (sliding/global heads, KV sharing, K = V, per-layer embeddings, layer scalars)
+    lfm2,      # LFM2 (short gated convolutions beside attention)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
