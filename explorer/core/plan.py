@@ -233,3 +233,15 @@ def _hybrid_problems(cfg: ModelConfig) -> list[str]:
     if cfg.d_per_layer and cfg.per_layer_vocab < 1:
         problems.append("per-layer embeddings (d_per_layer) need per_layer_vocab")
     return problems
+
+
+def largest_hybrid_tensor(cfg: ModelConfig) -> int:
+    """The most numbers one tensor of the hybrid pieces holds (the weights files' header check): a DeltaNet's or a
+    Mamba-2's fused in-projection, Gemma 4's wider global heads and FFNs, its per-layer embedding table."""
+    d = cfg.d_model
+    delta = d * (2 * cfg.delta_k_heads * cfg.delta_d_k + 2 * cfg.delta_v_heads * cfg.delta_d_v)
+    inner = cfg.ssm_heads * cfg.ssm_d_head
+    mamba = d * (2 * inner + 2 * cfg.ssm_groups * cfg.ssm_d_state + cfg.ssm_heads)
+    heads = cfg.n_heads * (cfg.global_d_head or cfg.d_head) * d * (2 if cfg.attn_output_gate else 1)
+    return max(delta, mamba, heads, 2 * d * cfg.d_ff * (2 if cfg.wide_shared_ffn else 1),
+               cfg.per_layer_vocab * cfg.n_layers * cfg.d_per_layer)

@@ -24,6 +24,7 @@ from explorer.core.checkpoint import (
     lfm2,
     llama,
     llama4,
+    mamba_hybrids,
     mixtral,
     neox,
     olmo,
@@ -63,6 +64,7 @@ _MODULES = (
     dense2026,  # SmolLM3, OLMo 3, EXAONE 4, Mistral Small 3 (mistral3)
     gemma4,    # Gemma 4 (sliding/global heads, KV sharing, K = V, per-layer embeddings, layer scalars)
     lfm2,      # LFM2 (short gated convolutions beside attention)
+    mamba_hybrids,  # Granite 4 hybrids, Nemotron-H (Mamba-2 layers beside attention)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}

@@ -36,6 +36,7 @@ from explorer.core.config import ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError, LoadCancelled
 from explorer.core.model import Block, MLMHead, Transformer, make_norm
+from explorer.core.plan import largest_hybrid_tensor
 
 Progress = Callable[[int, int, str], None]  # (tensors done, tensors in all, what)
 
@@ -275,7 +276,8 @@ def check_headers(file: Path, shapes: dict[str, tuple[int, ...]]) -> None:
                                   f"{cfg.n_layers} layer{'s' if cfg.n_layers != 1 else ''}")
     d, ff = cfg.d_model, max(cfg.d_ff, 1)
     experts = cfg.n_experts * d * cfg.d_expert * 2  # a mixture of experts' bank, gate and up fused in one tensor
-    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts)
+    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts,
+                      largest_hybrid_tensor(cfg))
     for name, n in counts.items():
         if n > largest:
             raise CheckpointError(f"{file}: tensor {name} has {n:,} elements, more than any tensor the config "
