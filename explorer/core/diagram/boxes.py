@@ -16,7 +16,7 @@ from explorer.core.config import ModelConfig
 
 TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = ("TokenizationPanel", "EmbeddingsPanel", "AttentionPanel",
                                                "NeuronsPanel", "ResidualPanel", "MaskedTokensPanel")
-ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU"}
+ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU", "relu2": "ReLU²"}
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class Box:
     """One step of the forward pass."""
 
     id: str  # "embed", "L3.attn.scores", "unembed", ...
-    kind: str  # tokens, embed, type_embed, positions, norm, qkv, scores, mix, add, ffn_in, ffn_out, mlm_head, unembed
+    kind: str  # tokens, embed, type_embed, positions, norm, qkv, scores, mix, add, ffn_in, ffn_out, mlm_head, unembed,
+    #            mixer (a recurrent layer's scan: its effective attention), per_layer (Gemma 4), scale (layer scalar)
     title: str
     shape: tuple[int, ...]  # at the current n
     shape_text: str  # "n × d_model = 7 × 64"
@@ -107,11 +108,12 @@ def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
         lines.append("ALiBi: a per-head penalty −m·(i − j) on the scores"
                      + (" (before the scale)" if cfg.alibi_before_scale else ""))
     elif plan.rotary:
-        dims = cfg.rotary_dim or plan.d_head
+        dims = plan.rotary_dim or cfg.rotary_dim or plan.d_head
         base = cfg.rotary_base_local if plan.local_rope else cfg.rotary_base
+        scaled = cfg.rope and not plan.local_rope
         lines.append(f"rotary: q, k turned by position ({dims} of {plan.d_head} dims, base {base:g}"
                      + (", interleaved" if cfg.rotary_interleaved else "")
-                     + (f", {cfg.rope.get('rope_type')} scaling" if cfg.rope else "") + ")")
+                     + (f", {cfg.rope.get('rope_type')} scaling" if scaled else "") + ")")
     elif cfg.positions == "rotary":
         lines.append("no rotary on this layer (NoPE)" + (": q sharpened by position" if plan.temperature else ""))
     scale = "1/√d_head" if cfg.attn_scale is None else f"{cfg.attn_scale:g}"
@@ -123,14 +125,44 @@ def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
         lines.append(f"soft cap {cfg.attn_softcap:g}·tanh(s/{cfg.attn_softcap:g})")
     if cfg.attn_sinks:
         lines.append("a learned sink per head takes a share of each row's softmax")
+    if plan.kv_from is not None:
+        lines.append(f"no keys or values of its own: those of layer {plan.kv_from}")
+    elif plan.k_eq_v:
+        lines.append("values are the keys' projection (K = V)")
+    if cfg.v_norm and plan.kv_from is None:
+        lines.append("each head's v RMS-normed")
+    if cfg.attn_output_gate:
+        lines.append("each head's output times sigmoid(x·W_gate): an output gate")
     return tuple(lines)
 
 
-def ffn_details(cfg: ModelConfig) -> tuple[str, ...]:
+MIXER_TITLES = {"deltanet": "Gated DeltaNet: a memory updated per token", "mamba2": "Mamba-2: a selective scan",
+                "short_conv": "Short gated convolution"}
+
+
+def mixer_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
+    """What a recurrent or convolutional layer does instead of attention (core/mixers/)."""
+    mixer, K = cfg.layer(layer).mixer, cfg.conv_kernel
+    if mixer == "deltanet":
+        return (f"{cfg.delta_v_heads} value heads of {cfg.delta_d_v}, {cfg.delta_k_heads} q/k heads of {cfg.delta_d_k}",
+                f"q, k, v through a causal convolution of {K} tokens, then SiLU",
+                "state S_t = α_t (I − β_t k_t k_tᵀ) S_(t−1) + β_t k_t v_tᵀ; y_t = S_tᵀ q_t",
+                "no positions, no mask: the memory carries the order", "out: RMSNorm(y) ⊙ SiLU(z), then W_out")
+    if mixer == "mamba2":
+        return (f"{cfg.ssm_heads} heads of {cfg.ssm_d_head}, state {cfg.ssm_d_state}, {cfg.ssm_groups} B/C group"
+                + ("s" if cfg.ssm_groups > 1 else ""), f"x, B, C through a causal convolution of {K} tokens, then SiLU",
+                "S_t = exp(A·Δ_t) S_(t−1) + Δ_t x_t B_tᵀ; y_t = S_t C_t + D x_t",
+                "effective attention M = L ⊙ C Bᵀ (decays L)", "out: RMSNorm(y ⊙ SiLU(z)) per group, then W_out")
+    return ("B, C, x from one projection", f"y = C ⊙ conv_{K}(B ⊙ x): each channel mixes the last {K} tokens",
+            "effective attention: a band of width " + str(K), "then W_out")
+
+
+def ffn_details(cfg: ModelConfig, layer: int | None = None) -> tuple[str, ...]:
     act = ACTIVATION_NAMES[cfg.activation]
+    d_ff = cfg.layer(layer).d_ff if layer is not None else cfg.d_ff
     if cfg.gated_ffn:
-        return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {cfg.d_ff}")
-    return (f"{act}(x·W_in)", f"d_ff {cfg.d_ff}")
+        return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {d_ff}")
+    return (f"{act}(x·W_in)", f"d_ff {d_ff}")
 
 
 class _Builder:
@@ -212,24 +244,42 @@ def _norm(b: _Builder, layer: int, site: str, title: str, column: int, after: st
 
 
 def _attention(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
-    cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
-    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections", (cfg.n_heads, n, cfg.d_head),
-                "heads × n × d_head", p + "attn.q", ATTN, layer, column,
-                details=(f"q: {cfg.n_heads} × {n} × {cfg.d_head}, k and v: {cfg.kv_heads} × {n} × {cfg.d_head}",),
+    cfg, n, p, plan = b.cfg, b.n, f"blocks.{layer}.", b.cfg.layer(layer)
+    if plan.is_recurrent:
+        return _mixer(b, layer, column, after, same_row)
+    H, dh = plan.n_heads, plan.d_head
+    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections" if plan.kv_from is None else "Q projection",
+                (H, n, dh), "heads × n × d_head", p + "attn.q", ATTN, layer, column,
+                details=(f"q: {H} × {n} × {dh}, k and v: {plan.n_kv_heads} × {n} × {dh}",),
                 after=after, same_row=same_row)
-    scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (cfg.n_heads, n, n), "heads × n × n",
+    scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (H, n, n), "heads × n × n",
                    p + "attn.pattern", ATTN, layer, column, details=attention_details(cfg, layer), after=qkv)
     return b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
                  "n × d_model", p + "attn.out", RESID, layer, column,
-                 details=(f"each head: pattern @ v ({cfg.n_heads} × {n} × {cfg.d_head}), then concatenated",),
+                 details=(f"each head: pattern @ v ({H} × {n} × {plan.d_head_v})"
+                          + (" times its gate" if cfg.attn_output_gate else "") + ", then concatenated",),
                  after=scores)
+
+
+def _mixer(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
+    """A recurrent or convolutional layer: its scan (the box opens its effective attention) and its output."""
+    from explorer.core.mixers.effective import head_count
+
+    cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
+    mixer = cfg.layer(layer).mixer
+    maps = head_count(cfg, layer)
+    scan = b.add(f"L{layer}.mixer", "mixer", MIXER_TITLES[mixer], (maps, n, n),
+                 ("channels" if mixer == "short_conv" else "heads") + " × n × n", p + "mixer.effective_attention",
+                 ATTN, layer, column, details=mixer_details(cfg, layer), after=after, same_row=same_row)
+    return b.add(f"L{layer}.mixer.out", "mix", "Output projection", (n, cfg.d_model), "n × d_model",
+                 p + "attn.out", RESID, layer, column, details=("what the layer adds to the stream",), after=scan)
 
 
 def _ffn(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
     cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
     neurons = b.add(f"L{layer}.ffn.in", "ffn_in", "FFN neurons" + (" (gated)" if cfg.gated_ffn else ""),
-                    (n, cfg.d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column, details=ffn_details(cfg),
-                    after=after, same_row=same_row)
+                    (n, cfg.layer(layer).d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column,
+                    details=ffn_details(cfg, layer), after=after, same_row=same_row)
     return b.add(f"L{layer}.ffn.out", "ffn_out", "FFN down", (n, cfg.d_model), "n × d_model", p + "mlp.out",
                  RESID, layer, column, after=neurons)
 
@@ -260,23 +310,52 @@ def _block(b: _Builder, layer: int, stream: str) -> str:
         return add
     post = cfg.norm_placement == "post"
     pre = cfg.norm_placement in ("pre", "sandwich")
-    into = _norm(b, layer, "ln1", name, 1, stream) if pre else stream
-    attn = _attention(b, layer, 1, into)
-    if cfg.norm_placement in ("sandwich", "output"):
-        attn = _norm(b, layer, "ln1_out", f"{name} (after attention)", 1, attn)
-    mid = b.add(f"L{layer}.add1", "add", "+ residual", (n, d), "n × d_model", f"blocks.{layer}.resid_mid", RESID,
-                layer, 0, after=attn)
-    b.residual(stream, mid)
-    if post:
-        mid = _norm(b, layer, "ln1", f"{name} (after the add)", 0, mid)
-    if not cfg.has_ffn:
-        return mid
+    plan = cfg.layer(layer)
+    mid = stream
+    if plan.mixer != "none":  # (Nemotron-H: a block that is only an FFN)
+        into = _norm(b, layer, "ln1", name, 1, stream) if pre else stream
+        attn = _attention(b, layer, 1, into)
+        if cfg.norm_placement in ("sandwich", "output"):
+            attn = _norm(b, layer, "ln1_out", f"{name} (after {'attention' if plan.is_attention else 'the mixer'})", 1,
+                         attn)
+        mid = b.add(f"L{layer}.add1", "add", "+ residual", (n, d), "n × d_model",
+                    f"blocks.{layer}.resid_mid" if plan.has_ffn else out_key, RESID, layer, 0, after=attn)
+        b.residual(stream, mid)
+        if post:
+            mid = _norm(b, layer, "ln1", f"{name} (after the add)", 0, mid)
+    if not plan.has_ffn:
+        return _block_end(b, layer, mid)
     into = _norm(b, layer, "ln2", name, 1, mid) if pre else mid
     ffn = _ffn(b, layer, 1, into)
     if cfg.norm_placement in ("sandwich", "output"):
         ffn = _norm(b, layer, "ln2_out", f"{name} (after the FFN)", 1, ffn)
-    end = b.add(f"L{layer}.add2", "add", "+ residual", (n, d), "n × d_model", out_key, RESID, layer, 0, after=ffn)
+    plain = blk_plain(cfg)  # (Gemma 4: the stream after this add is not kept: the box shows what the FFN adds)
+    end = b.add(f"L{layer}.add2", "add", "+ residual" if plain else "+ FFN output", (n, d), "n × d_model",
+                out_key if plain else f"blocks.{layer}.mlp.out", RESID, layer, 0, after=ffn)
     b.residual(mid, end)
     if post:
         end = _norm(b, layer, "ln2", f"{name} (after the add)", 0, end)
+    return _block_end(b, layer, end)
+
+
+def blk_plain(cfg: ModelConfig) -> bool:
+    """Whether a block ends at its last residual add (not Gemma 4's per-layer input and layer scalar)."""
+    return not (cfg.d_per_layer or cfg.layer_scalars)
+
+
+def _block_end(b: _Builder, layer: int, end: str) -> str:
+    """Gemma 4: the per-layer input's gated sublayer, added; then the stream times the layer scalar."""
+    cfg, n, d, p = b.cfg, b.n, b.cfg.d_model, f"blocks.{layer}."
+    if cfg.d_per_layer:
+        before = end
+        ple = b.add(f"L{layer}.per_layer", "per_layer", "Per-layer embedding", (n, cfg.d_per_layer), "n × d_per_layer",
+                    p + "ple.in", EMBED, layer, 1,
+                    details=(f"this layer's {cfg.d_per_layer} numbers of the token's per-layer embedding",
+                             "norm(W_proj(act(x·W_gate) ⊙ e_l)), added"), after=end)
+        end = b.add(f"L{layer}.add3", "add", "+ per-layer input", (n, d), "n × d_model",
+                    p + "ple.out" if cfg.layer_scalars else _stream_key(b, layer), RESID, layer, 0, after=ple)
+        b.residual(before, end)
+    if cfg.layer_scalars:
+        end = b.add(f"L{layer}.scale", "scale", "× layer scalar", (n, d), "n × d_model", _stream_key(b, layer), RESID,
+                    layer, 0, details=("the whole stream leaving the block times a learned number",), after=end)
     return end
