@@ -57,7 +57,7 @@ def test_mamba2_chunked_and_step_forms_agree(n, chunk):
     assert torch.allclose(n1, n2, rtol=1e-4, atol=1e-5)
 
 
-HYBRID = dict(arch="hybrid", vocab_size=40, n_ctx=256, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_head=8,
+HYBRID = dict(arch="hybrid", vocab_size=40, n_ctx=512, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_head=8,
               d_ff=48, norm="rmsnorm", positions="rotary", gated_ffn=True, activation="silu", attn_bias=False,
               mlp_bias=False, tie_embeddings=False, layer_mixers=("deltanet", "mamba2", "attention"),
               delta_k_heads=2, delta_v_heads=4, delta_d_k=8, delta_d_v=6, ssm_heads=4, ssm_d_head=8, ssm_groups=2,
@@ -113,3 +113,32 @@ def test_state_norms_and_gates_are_what_the_layer_computed():
     g, b = torch.tensor(trace["blocks.0.mixer.log_decay"])[None], torch.tensor(trace["blocks.0.mixer.beta"])[None]
     _, _, norms = deltanet.recurrent(q, k, v, g, b, norms=True)
     assert np.allclose(norms[0].numpy(), trace["blocks.0.mixer.state_norm"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_panels_one_call_gives_attention_or_effective_weights():
+    from explorer.core.analysis import attention_tiles
+    from explorer.core.analysis.effective_tiles import (
+        layer_title,
+        maps,
+        weights_block,
+        weights_overview,
+        weights_row,
+        weights_statistic,
+    )
+
+    loaded = hybrid()
+    ids = [5, 6, 7, 5, 6, 7, 5, 6, 7, 1, 2, 3] * 25                      # 300 tokens: more than one row block
+    trace = loaded.trace_ids(ids, CaptureSpec.full())
+    cfg = loaded.config
+    assert layer_title(cfg, 0) == "layer 0: Gated DeltaNet, effective attention"
+    assert layer_title(cfg, 2) == "layer 2: full attention" and maps(cfg, 1) == 4
+    whole = effective_attention(trace, 1, [2])[0]
+    assert np.allclose(weights_block(trace, 1, 2, (250, 300), (0, 300)), whole[250:300], atol=1e-6)
+    assert np.allclose(weights_row(trace, 1, 2, 299), whole[299], atol=1e-6)
+    image, factor = weights_overview(trace, 1, 2, pixels=64, pool="max")
+    assert factor == 5 and image.shape == (60, 60)
+    assert np.isclose(image[59, 0], np.abs(whole[295:300, 0:5]).max(), atol=1e-6)
+    share = np.abs(whole) / np.abs(whole).sum(-1, keepdims=True)
+    assert np.isclose(weights_statistic(trace, 1, 2, "previous_token"), np.mean([share[i, i - 1] for i in range(1, 300)]))
+    assert np.allclose(weights_row(trace, 2, 1, 40), attention_tiles.query_row(trace, 2, 1, "pattern", 40))
+    assert weights_statistic(trace, 2, 1, "entropy") == attention_tiles.head_statistic(trace, 2, 1, "entropy")
