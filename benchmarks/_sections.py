@@ -11,6 +11,8 @@ gpt2-1024          GPT-2 small (12 layers, d_model 768, 12 heads, vocabulary 50,
 llama1b-1024/8192  Llama-3.2-1B (16 layers, d_model 2048, 32/8 heads, SwiGLU 8192, vocab 128,256, tied)
 llama8b-1024/8192  Llama-3.1-8B (32 layers, d_model 4096, 32/8 heads, SwiGLU 14336, vocab 128,256)
 smollm2-4096       SmolLM2-135M (30 layers, d_model 576, 9/3 heads, SwiGLU 1536, vocab 49,152, tied)  4096
+qwen35-1024        Qwen3.5-0.8B (24 layers: 18 Gated DeltaNet + 6 gated attention; _hybrid_shapes.py) 1024
+gemma4-1024        Gemma-4-E2B (35 layers, sliding/global, KV sharing, per-layer embeddings; idem)     1024
 =================  ===========================================================================  ======
 
 (RoPE without the llama3 frequency scaling: the cost is the same, and TransformerLens 3 takes the plain
@@ -33,13 +35,16 @@ import time
 from dataclasses import dataclass
 
 import torch
+from _hybrid_shapes import ID_LIMITS, build_hybrid
+from _hybrid_shapes import SHAPES as HYBRID_SHAPES
 
 CONTEXT_MARGIN = 256  # room after the longest prompt for generate.py's new tokens
 GPU_SECTIONS = ["gpt2-1024", "llama1b-1024", "llama1b-8192", "llama8b-1024", "llama8b-8192"]
 CPU_SECTIONS = ["smollm2-4096"]
 SECTIONS = {"gpt2-1024": ("gpt2-small", 1024), "llama1b-1024": ("llama-3.2-1b", 1024),
             "llama1b-8192": ("llama-3.2-1b", 8192), "llama8b-1024": ("llama-3.1-8b", 1024),
-            "llama8b-8192": ("llama-3.1-8b", 8192), "smollm2-4096": ("smollm2-135m", 4096)}
+            "llama8b-8192": ("llama-3.1-8b", 8192), "smollm2-4096": ("smollm2-135m", 4096),
+            "qwen35-1024": ("qwen3.5-0.8b", 1024), "gemma4-1024": ("gemma-4-e2b", 1024)}  # hybrids: CPU
 LLAMA_SHAPES = {
     "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                          num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True),
@@ -83,6 +88,7 @@ class Section:
     dtype: torch.dtype
     hf: object
     loaded: object
+    id_limit: int | None = None  # prompts drawn below this id (Gemma 4's cut per-layer table)
 
     @property
     def reduced(self) -> bool:
@@ -97,7 +103,7 @@ class Section:
                 f"load average {os.getloadavg()[0]:.1f} =={cut}")
 
     def ids(self, n: int | None = None) -> torch.Tensor:
-        vocab = self.loaded.config.vocab_size
+        vocab = self.id_limit or self.loaded.config.vocab_size
         n = n or self.tokens
         return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n)).to(self.device)
 
@@ -119,7 +125,11 @@ def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = N
     torch.set_default_dtype(dtype)  # built in the dtype: no float32 copy first
     try:
         with torch.device(device):
-            if shape == "gpt2-small":
+            if shape in HYBRID_SHAPES:  # Qwen3.5, Gemma 4: through the family's converter (_hybrid_shapes.py)
+                full_layers = HYBRID_SHAPES[shape][2]["num_hidden_layers"]
+                hf, cfg, weights = build_hybrid(tf, shape, min(full_layers, max_layers or full_layers),
+                                                max(1024, n) + CONTEXT_MARGIN)
+            elif shape == "gpt2-small":
                 from explorer.core.checkpoint.gpt2 import convert_gpt2, gpt2_config
 
                 full_layers = 12
@@ -145,7 +155,8 @@ def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = N
     words = [f"w{i}" for i in range(cfg.vocab_size)]
     loaded = LoadedModel(ours, VocabTokenizer(words, "words", "stand-in words"), f"{shape}-shaped (random)",
                          "benchmark", cfg.arch)
-    return Section(name, shape, n, cfg.n_layers, full_layers, full_tokens, device, dtype, hf, loaded)
+    return Section(name, shape, n, cfg.n_layers, full_layers, full_tokens, device, dtype, hf, loaded,
+                   ID_LIMITS.get(shape))
 
 
 def sync(device: str) -> None:
@@ -202,6 +213,8 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
         return ("  TransformerLens: not installed here (a separate venv with pip install transformer-lens, "
                 "4.x or 3.x): skipped"), None
     api = "TransformerBridge.run_with_cache" if tlh.is_bridge(v) else "HookedTransformer.run_with_cache"
+    if section.shape in HYBRID_SHAPES and not tlh.is_bridge(v):
+        return f"  TransformerLens {v} {api}: skipped, 3.x has no adapter for the {section.shape} shape", None
     c = section.loaded.config
     n = ids.shape[1]
     if tlh.is_bridge(v):  # every hook point (measured): per layer ~13 d_model-wide and 3 d_ff-wide tensors

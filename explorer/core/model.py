@@ -63,6 +63,12 @@ from explorer.core.per_layer import PerLayerEmbeddings, Side, kv_sources, per_la
 from explorer.core.placement import block_device, is_placed, tail_device, weights_of
 
 
+def _first_sharing(cfg: ModelConfig) -> int | None:
+    """The first of Gemma 4's KV-sharing layers (all later ones share too), None without them."""
+    sharing = [p.layer for p in cfg.plan if p.kv_from is not None]
+    return sharing[0] if sharing and sharing == list(range(sharing[0], cfg.n_layers)) else None
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -127,12 +133,17 @@ class Transformer(nn.Module):
         for plan in cfg.plan:
             layer, device = plan.layer, block_device(self, plan.layer)
             x = x if device is None or x.device == device else x.to(device)
+            if last_only and rec is _no_capture and layer == _first_sharing(cfg) and x.shape[1] > 1:
+                # Gemma 4: from here on no layer writes keys or values, so only the last position matters for
+                # generation (as transformers' generate skips the others); same numbers at the last position
+                x, positions, masks, rotary = x[:, -1:], positions[-1:], {}, {}
+                side.per_layer = side.per_layer[:, -1:] if side.per_layer is not None else None
             reach = (plan.attention, plan.window, x.device)
             turn = (plan.rotary, plan.local_rope, plan.rotary_dim, x.device)
             if reach not in masks and plan.is_attention:  # (recurrent mixers need no mask)
                 # one query and no window sees every key: no mask to build, nor to test on the device
-                needed = cfg.causal and not (n == 1 and plan.attention == "full")
-                masks[reach] = layer_mask(cfg, layer, n, start + n, x.device) if needed else None
+                needed = cfg.causal and not (x.shape[1] == 1 and plan.attention == "full")
+                masks[reach] = layer_mask(cfg, layer, x.shape[1], start + n, x.device) if needed else None
             if turn not in rotary:
                 rotary[turn] = (self.rotary_at(positions.to(x.device), plan.local_rope, plan.rotary_dim)
                                 if plan.rotary else None)

@@ -66,3 +66,15 @@ def test_gemma4_multimodal_file_opens_as_its_language_model(tmp_path):
     loaded = save_and_open(model, tmp_path)
     assert loaded.arch == "gemma4" and loaded.config.kv_shared_layers == 2
     check_hybrid(loaded, model)
+
+
+def test_gemma4_last_position_skips_the_sharing_layers_other_positions(tmp_path):
+    """Generation un-embeds only the last position; from the first KV-sharing layer on nothing else is needed
+    (those layers write no keys or values), so only the last position runs there: the same logits."""
+    from decoder_reference import IDS
+
+    loaded = save_and_open(gemma4(), tmp_path)
+    with torch.inference_mode():
+        whole = loaded.model(torch.tensor([IDS]))[0, -1]
+        last = loaded.model(torch.tensor([IDS]), last_only=True)[0, -1]
+    assert torch.allclose(whole, last, atol=1e-5)
