@@ -52,7 +52,8 @@ _CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "positions": POSIT
 _BOOLS = ("final_norm", "gated_ffn", "attn_only", "parallel_residual", "causal", "attn_bias", "mlp_bias",
           "tie_embeddings", "norm_affine", "embed_norm", "mlm_head", "attn_sinks", "moe_norm_topk",
           "moe_router_bias", "moe_choice_bias", "moe_shared_gate", "moe_expert_bias", "moe_input_weight",
-          "attn_output_gate", "attn_k_eq_v", "v_norm", "conv_bias", "mixer_bias", "layer_scalars", "wide_shared_ffn")
+          "attn_output_gate", "attn_k_eq_v", "v_norm", "conv_bias", "mixer_bias", "layer_scalars", "wide_shared_ffn",
+          "parallel_ssm")
 _OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "attn_scale", "attn_softcap",
              "final_softcap", "qkv_clip", "rotary_base_local", "attention_chunk", "d_head_v", "kv_lora_rank",
              "q_lora_rank", "attn_temperature", "moe_glu_limit", "ssm_dt_max")
@@ -220,6 +221,8 @@ class ModelConfig:
     ssm_chunk: int = 256  # the scan's chunk length (the reference's; the numbers do not depend on it)
     ssm_dt_min: float = 0.0  # the step size Δ clamped to [min, max] (max None: no upper limit)
     ssm_dt_max: float | None = None
+    ssm_norm: str = "after_gate"  # RMSNorm(y * SiLU(z)) per group; "before_gate": RMSNorm(y) * SiLU(z); "none": y * SiLU(z)
+    parallel_ssm: bool = False  # Falcon-H1: a Mamba-2 layer beside every attention layer, both outputs added
     # --- 4. norms and the residual stream: where each sublayer's norm sits and how its output is added
     norm: Norm = "layernorm"
     norm_placement: NormPlacement = "pre"

@@ -139,7 +139,7 @@ class Block(nn.Module):
         self.ln1 = make_norm(cfg, cfg.d_model) if norm_in and mixes else None
         self.attn = Attention(cfg, plan) if plan.is_attention else None
         self.mixer = None
-        if plan.is_recurrent:  # Gated DeltaNet, Mamba-2, a short convolution (core/mixers/)
+        if plan.is_recurrent or plan.parallel_ssm:  # DeltaNet, Mamba-2 (Falcon-H1: beside attention), a convolution
             from explorer.core.mixers import build_mixer
 
             self.mixer = build_mixer(cfg, plan)

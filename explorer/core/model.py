@@ -184,6 +184,8 @@ class Transformer(nn.Module):
         h = blk.ln1(x, rec, "ln1", layer) if pre_norm else x
         if plan.is_attention:
             attn_out = self.attention(layer, h, mask, rotary, rec, cache, side)  # [B, n, d]
+            if plan.parallel_ssm:                                          # Falcon-H1: Mamba-2 beside, added
+                attn_out = attn_out + rec("mixer.out", layer, mixer_forward(plan, blk.mixer, h, rec, cache))
         else:                                                              # DeltaNet, Mamba-2, a convolution
             attn_out = mixer_forward(plan, blk.mixer, h, rec, cache)
         if blk.ln1_out is not None:                                        # Gemma 2/3, OLMo 2: norm the output

@@ -60,6 +60,7 @@ class LayerPlan:
     rotary_dim: int = 0                 # how many of each head's dimensions rotate (its own d_head where it differs)
     kv_from: int | None = None          # Gemma 4: reuses the keys and values of this earlier layer (computes none)
     k_eq_v: bool = False                # Gemma 4's global layers: v is k's projection (before k's norm)
+    parallel_ssm: bool = False          # Falcon-H1: a Mamba-2 scan beside the attention, both outputs added
     # --- the FFN
     ffn: FFNKind = "dense"              # dense FFN, mixture of experts (core/moe.py), or none
     d_ff: int = 0                       # the dense FFN's width (0 for "moe" and "none")
@@ -88,6 +89,8 @@ class LayerPlan:
             what += f" ({'chunk' if self.attention == 'chunked' else 'window'} {self.window})"
         if self.mixer == "attention" and not self.rotary:
             what += ", no rotary"
+        if self.parallel_ssm:
+            what += ", a Mamba-2 scan beside it"
         if self.kv_from is not None:
             what += f", keys and values of layer {self.kv_from}"
         ffn = {"dense": f"FFN d_ff={self.d_ff}", "moe": "mixture of experts", "none": "no FFN"}[self.ffn]
@@ -133,6 +136,7 @@ def layer_plans(cfg: ModelConfig) -> tuple[LayerPlan, ...]:
             temperature=cfg.attn_temperature is not None and rotary and not turns and mixer == "attention",
             rotary_dim=(cfg.rotary_dim if cfg.rotary_dim and not glob else d_head) if turns else 0,
             kv_from=sharing.get(layer), k_eq_v=cfg.attn_k_eq_v and kind == "full",
+            parallel_ssm=cfg.parallel_ssm and mixer == "attention",
             ffn=ffn, d_ff=d_ff))
     return tuple(plans)
 
@@ -199,6 +203,7 @@ def _moe_problems(cfg: ModelConfig) -> list[str]:
 _POSITIVE = ("conv_kernel", "ssm_groups", "ssm_chunk")
 _COUNTS = ("delta_k_heads", "delta_v_heads", "delta_d_k", "delta_d_v", "ssm_heads", "ssm_d_head", "ssm_d_state",
            "kv_shared_layers", "d_per_layer", "per_layer_vocab")
+SSM_NORMS = ("after_gate", "before_gate", "none")  # where Mamba-2's gated RMSNorm sits (or none)
 _NEEDS = {"deltanet": ("delta_k_heads", "delta_v_heads", "delta_d_k", "delta_d_v"),
           "mamba2": ("ssm_heads", "ssm_d_head", "ssm_d_state")}
 
@@ -218,7 +223,9 @@ def _hybrid_problems(cfg: ModelConfig) -> list[str]:
         problems.append(f"ffn_free_layers must name layers 0..{cfg.n_layers - 1} (got {cfg.ffn_free_layers!r:.60})")
     if problems:
         return problems
-    used = set(cfg.layer_mixers)
+    used = set(cfg.layer_mixers) | ({"mamba2"} if cfg.parallel_ssm else set())
+    if cfg.ssm_norm not in SSM_NORMS:
+        problems.append(f"ssm_norm must be one of {SSM_NORMS} (got {cfg.ssm_norm!r:.40})")
     for mixer, keys in _NEEDS.items():
         if mixer in used and (missing := [k for k in keys if getattr(cfg, k) < 1]):
             problems.append(f"{mixer} layers need {', '.join(missing)}")

@@ -103,6 +103,8 @@ def block_sites(cfg: ModelConfig, layer: int) -> list[str]:
             sites.append("attn.sink")
         if cfg.attn_output_gate:
             sites.append("attn.gate")
+        if plan.parallel_ssm:  # Falcon-H1: the Mamba-2 scan beside the attention, its output added to attn.out
+            sites += [*MIXER_SITES["mamba2"], EFFECTIVE, "mixer.out"]
     elif plan.mixer == "none":
         sites = []
     else:  # the mixer's own values, what it adds (attn.out, as attention's), its effective attention
@@ -152,6 +154,8 @@ def mixer_shape(cfg: ModelConfig, plan, site: str, n: int) -> tuple[int, ...]:
     """The shapes of a mixer's values (``MIXER_SITES``), Gemma 4's per-layer input and the attention gate."""
     if site in ("ple.in", "ple.gate"):
         return (n, cfg.d_per_layer)
+    if site == "mixer.out":
+        return (n, cfg.d_model)
     if site == "attn.gate":
         return (plan.n_heads, n, plan.d_head_v)
     if plan.mixer == "short_conv":

@@ -63,9 +63,9 @@ def check_hybrid(loaded, model, ids=IDS, steps=6, final_norm: bool = True) -> di
     diffs["final resid"] = relative(final.numpy(), ref.hidden_states[cfg.n_layers][0].numpy())
     diffs["derived logits"] = float(np.abs(compact["logits"] - theirs_logits).max())
     rerun = [f"blocks.{p.layer}.{key}" for p in cfg.plan for key in ("attn.out", "resid_mid")
-             if p.mixer != "none"] + [f"blocks.{p.layer}.mixer.y" for p in cfg.plan if p.is_recurrent]
+             if p.mixer != "none"] + [f"blocks.{p.layer}.mixer.y" for p in cfg.plan if p.is_recurrent or p.parallel_ssm]
     diffs["re-run block"] = max(relative(compact[key], full[key]) for key in rerun)  # (fused vs explicit attention)
-    diffs["effective"] = max([rebuilt(full, p.layer) for p in cfg.plan if p.is_recurrent], default=0.0)
+    diffs["effective"] = max([rebuilt(full, p.layer) for p in cfg.plan if p.is_recurrent or p.parallel_ssm], default=0.0)
     diffs["cached logits"] = relative(cached_logits(loaded, ids), full["logits"])  # a token at a time, relative
     tolerances = {"logits": LOGIT_TOL, "derived logits": LOGIT_TOL, "cached logits": CACHED_TOL, "resid": RESID_TOL,
                   "final resid": RESID_TOL}

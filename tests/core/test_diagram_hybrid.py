@@ -22,6 +22,8 @@ GEMMA4 = dict(BASE, n_layers=4, norm_placement="sandwich", sliding_window=3, sli
               rotary_base_local=10000.0, rotary_base=1e6, rope_scaling=(("proportion", 0.25), ("rope_type", "proportional")),
               global_d_head=16, global_kv_heads=1, attn_k_eq_v=True, v_norm=True, kv_shared_layers=1,
               wide_shared_ffn=True, d_per_layer=4, per_layer_vocab=40, layer_scalars=True, qk_norm="head")
+FALCON_H1 = dict(BASE, n_layers=2, parallel_ssm=True, ssm_heads=4, ssm_d_head=8, ssm_d_state=5, ssm_groups=2,
+                 ssm_norm="none")
 NEMOTRON = dict(BASE, n_layers=3, positions="none", layer_mixers=("mamba2", "none", "attention"),
                 ffn_free_layers=(0, 2), gated_ffn=False, activation="relu2", ssm_heads=4, ssm_d_head=8,
                 ssm_d_state=5, ssm_groups=2, conv_bias=True)
@@ -61,7 +63,7 @@ def test_nemotron_diagram_draws_blocks_of_one_piece():
 
 
 def test_every_hybrid_box_key_is_in_the_trace_and_summarised():
-    for switches in (QWEN35, GEMMA4, NEMOTRON):
+    for switches in (QWEN35, GEMMA4, NEMOTRON, FALCON_H1):
         cfg = ModelConfig(**switches)
         model = Transformer(cfg).eval()
         with torch.no_grad():
@@ -78,3 +80,9 @@ def test_every_hybrid_box_key_is_in_the_trace_and_summarised():
                 assert np.asarray(trace[box.key]).shape[-len(box.shape):] == box.shape or box.kind == "norm", box.id
             summary = box_summary(box, trace, 4, head=1)
             assert summary.text, box.id
+
+
+def test_falcon_h1_diagram_draws_the_scan_beside_the_attention():
+    d = build_diagram(ModelConfig(**FALCON_H1), 5)
+    assert {"scores", "mixer"} <= set(kinds(d, 0)) and d.box("L0.mixer").shape == (4, 5, 5)
+    assert d.box("L0.mixer").row == d.box("L0.attn.qkv").row and d.box("L0.mixer").column == 2

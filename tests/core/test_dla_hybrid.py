@@ -64,3 +64,15 @@ def test_dla_on_nemotron_h_blocks_of_one_piece(tmp_path):
     dla = direct_logit_attribution(trace, 20, 6)
     assert abs(dla.total - trace["logits"][6, 20]) <= 1e-4
     assert dla.mlp[0] == 0 and dla.mixer[1] == 0 and abs(dla.mlp[1]) > 0     # mixer blocks have no FFN and back
+
+
+def test_dla_on_falcon_h1_attention_and_mamba_side_by_side(tmp_path):
+    from test_in_memory_families import FALCON_H1
+
+    model = build("FalconH1Config", "FalconH1ForCausalLM", **FALCON_H1, pad_token_id=0)
+    loaded = save_and_open(model, tmp_path)
+    trace = loaded.trace_ids(IDS)
+    dla = direct_logit_attribution(trace, 9, 4, 2)
+    logits = trace["logits"][4]
+    assert abs(dla.total - (logits[9] - logits[2])) <= 1e-4
+    assert np.abs(dla.heads).max() > 1e-3 and np.abs(dla.mixer).min() > 0     # heads and the scan, every layer

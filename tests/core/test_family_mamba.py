@@ -77,3 +77,22 @@ def test_mamba2_effective_attention_is_l_times_c_b(tmp_path):
     ours = effective_attention(trace, 0)
     assert np.abs(ours - hand).max() <= 1e-5 * max(1.0, np.abs(hand).max())
     assert np.abs(trace["blocks.0.mixer.log_decay"] - A[:, None] * dt).max() < 1e-6  # the decay is exp(A dt)
+
+
+@pytest.mark.parametrize("norm", [dict(mamba_rms_norm=False), dict(mamba_rms_norm=True, mamba_norm_before_gate=True),
+                                  dict(mamba_rms_norm=True, mamba_norm_before_gate=False)])
+def test_falcon_h1_attention_and_mamba2_side_by_side(tmp_path, norm):
+    from test_in_memory_families import FALCON_H1
+
+    model = build("FalconH1Config", "FalconH1ForCausalLM", **FALCON_H1, **norm, pad_token_id=0)
+    loaded = save_and_open(model, tmp_path)
+    cfg = loaded.config
+    assert all(p.is_attention and p.parallel_ssm for p in cfg.plan) and cfg.embed_scale == 1.3
+    check_hybrid(loaded, model)
+    trace = loaded.trace_ids(IDS, CaptureSpec.full())
+    # what the block adds: the attention's output and the scan's beside it
+    attn_only = trace["blocks.1.attn.out"] - trace["blocks.1.mixer.out"]
+    z = trace["blocks.1.attn.z"]
+    W_O = loaded.model.blocks[1].attn.W_O.weight.detach().numpy()
+    assert np.abs(attn_only - z.transpose(1, 0, 2).reshape(len(IDS), -1) @ W_O.T).max() < 1e-4
+    check_hybrid(from_transformers(model, TOKENS, device="cpu"), model)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from decoder_reference import IDS, build, save_and_open, spread_weights
+from decoder_reference import build, save_and_open, spread_weights
 from hybrid_reference import check_hybrid
 
 from explorer.core.checkpoint.in_memory import from_transformers
 from explorer.core.tokenize.base import VocabTokenizer
-from explorer.core.trace import CaptureSpec
 
 pytest.importorskip("transformers")
 

@@ -22,6 +22,10 @@ transformers = pytest.importorskip("transformers")
 GEMMA3_LAYERS = ["sliding_attention", "full_attention", "sliding_attention"]
 HYBRID_QWEN = dict(num_hidden_layers=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
                    linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12)
+FALCON_H1 = dict(num_hidden_layers=2, num_key_value_heads=2, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_state=16,
+                 mamba_n_groups=2, mamba_chunk_size=8, embedding_multiplier=1.3, lm_head_multiplier=0.7,
+                 attention_in_multiplier=0.9, attention_out_multiplier=1.1, key_multiplier=0.8, ssm_in_multiplier=1.2,
+                 ssm_out_multiplier=0.6, mlp_multipliers=[0.9, 1.4], ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.3])
 GEMMA4 = dict(num_hidden_layers=6, num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
               attention_k_eq_v=True, num_kv_shared_layers=2, sliding_window=4, vocab_size_per_layer_input=VOCAB,
               hidden_size_per_layer_input=8, use_double_wide_mlp=True, final_logit_softcapping=30.0, pad_token_id=0,
@@ -103,6 +107,7 @@ TINY: dict[str, tuple[str, str, dict]] = {
                               mamba_n_heads=8, mamba_d_state=16, mamba_n_groups=2, mamba_chunk_size=8,
                               num_local_experts=0, shared_intermediate_size=48, position_embedding_type="rope",
                               pad_token_id=0)),
+    "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM", FALCON_H1),
     "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM",
                    dict(head_dim=16, num_key_value_heads=2, layers_block_type=["linear_attention", "mlp",
                                                                                "full_attention", "mlp"],

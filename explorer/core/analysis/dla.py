@@ -146,6 +146,10 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
             heads[layer, :len(per_head)] = frozen(per_head) @ u
             attn_bias[layer] = float(frozen(b_O) @ u)
             attn_out = per_head.sum(0) + b_O
+            if plan.parallel_ssm:  # Falcon-H1: the Mamba-2 scan beside the attention, one term
+                ssm_out = residual_scale * factor * trace[f"blocks.{layer}.mixer.out"][p].astype(np.float64)
+                mixer[layer] = float(frozen(ssm_out) @ u)
+                attn_out = attn_out + ssm_out
             _check(attn_out, factor * trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
         elif plan.mixer != "none":  # a recurrent layer: its whole output, one term
             attn_out = factor * trace[f"blocks.{layer}.attn.out"][p].astype(np.float64)

@@ -14,6 +14,7 @@ from explorer.core.checkpoint import (
     deepseek,
     dense2026,
     falcon,
+    falcon_h1,
     gemma,
     gemma4,
     gpt2,
@@ -65,6 +66,7 @@ _MODULES = (
     gemma4,    # Gemma 4 (sliding/global heads, KV sharing, K = V, per-layer embeddings, layer scalars)
     lfm2,      # LFM2 (short gated convolutions beside attention)
     mamba_hybrids,  # Granite 4 hybrids, Nemotron-H (Mamba-2 layers beside attention)
+    falcon_h1,  # Falcon-H1 (attention and Mamba-2 side by side in every block)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}

@@ -143,7 +143,8 @@ def _take_mamba(t: Tensors, out: dict[str, torch.Tensor], cfg: ModelConfig, laye
     shapes = expected_shapes(cfg)
     ours = f"blocks.{layer}.mixer"
     for name, mine in (("dt_bias", "dt_bias"), ("A_log", "A_log"), ("D", "D"), ("norm.weight", "norm")):
-        out[f"{ours}.{mine}"] = t.take(f"{theirs}.{name}", shapes[f"{ours}.{mine}"])
+        if f"{ours}.{mine}" in shapes:  # (Falcon-H1 may have no norm)
+            out[f"{ours}.{mine}"] = t.take(f"{theirs}.{name}", shapes[f"{ours}.{mine}"])
     conv = shapes[f"{ours}.conv"]
     out[f"{ours}.conv"] = t.take(f"{theirs}.conv1d.weight", (conv[0], 1, conv[1]))[:, 0]
     if cfg.conv_bias:

@@ -140,9 +140,9 @@ MIXER_TITLES = {"deltanet": "Gated DeltaNet: a memory updated per token", "mamba
                 "short_conv": "Short gated convolution"}
 
 
-def mixer_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
+def mixer_details(cfg: ModelConfig, layer: int, mixer: str | None = None) -> tuple[str, ...]:
     """What a recurrent or convolutional layer does instead of attention (core/mixers/)."""
-    mixer, K = cfg.layer(layer).mixer, cfg.conv_kernel
+    mixer, K = mixer or cfg.layer(layer).mixer, cfg.conv_kernel
     if mixer == "deltanet":
         return (f"{cfg.delta_v_heads} value heads of {cfg.delta_d_v}, {cfg.delta_k_heads} q/k heads of {cfg.delta_d_k}",
                 f"q, k, v through a causal convolution of {K} tokens, then SiLU",
@@ -182,6 +182,9 @@ class _Builder:
         for source in (after,) if isinstance(after, str) else after or ():
             self.edges.append(Edge(source, box_id))
         return box_id
+
+    def by_id_row(self, box_id: str) -> int:
+        return next(b.row for b in self.boxes if b.id == box_id)
 
     def residual(self, source: str, target: str) -> None:
         self.edges.append(Edge(source, target, "residual"))
@@ -254,11 +257,22 @@ def _attention(b: _Builder, layer: int, column: int, after: str | None, same_row
                 after=after, same_row=same_row)
     scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (H, n, n), "heads × n × n",
                    p + "attn.pattern", ATTN, layer, column, details=attention_details(cfg, layer), after=qkv)
-    return b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
-                 "n × d_model", p + "attn.out", RESID, layer, column,
-                 details=(f"each head: pattern @ v ({H} × {n} × {plan.d_head_v})"
-                          + (" times its gate" if cfg.attn_output_gate else "") + ", then concatenated",),
-                 after=scores)
+    mix = b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
+                "n × d_model", p + "attn.out", RESID, layer, column,
+                details=(f"each head: pattern @ v ({H} × {n} × {plan.d_head_v})"
+                         + (" times its gate" if cfg.attn_output_gate else "") + ", then concatenated"
+                         + (", plus the Mamba-2 scan's output beside it" if plan.parallel_ssm else ""),),
+                after=scores)
+    if plan.parallel_ssm:  # Falcon-H1: a Mamba-2 scan on the same input, its output added to the attention's
+        from explorer.core.mixers.effective import scan_heads
+
+        end_row, b.row = b.row, b.by_id_row(qkv)  # beside the attention's first box
+        b.add(f"L{layer}.mixer", "mixer", "Mamba-2 beside the attention", (scan_heads(cfg, layer), n, n),
+              "heads × n × n", p + "mixer.effective_attention", ATTN, layer, column + 1,
+              details=mixer_details(cfg, layer, "mamba2"), after=after, same_row=True)
+        b.row = end_row
+        b.edges.append(Edge(f"L{layer}.mixer", mix))
+    return mix
 
 
 def _mixer(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:

@@ -86,9 +86,9 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
         return Summary(f"head {h}: most to #{j} {quoted(trace.tokens[j], 10)} ({row[j]:.2f})", float(row[j]),
                        _series(row[: t + 1] if trace.config.causal else row), _mark(t, n))
     if box.kind == "mixer" and layer is not None:  # a recurrent layer: one row of its effective attention
-        from explorer.core.mixers.effective import effective_block, head_count
+        from explorer.core.mixers.effective import effective_block, scan_heads
 
-        h = min(head, head_count(trace.config, layer) - 1)
+        h = min(head, scan_heads(trace.config, layer) - 1)
         row = effective_block(trace, layer, [h], (t, t + 1), (0, t + 1))[0, 0]
         j = int(np.argmax(np.abs(row)))
         return Summary(f"head {h}: most weight on #{j} {quoted(trace.tokens[j], 10)} ({row[j]:.2g})", float(row[j]),

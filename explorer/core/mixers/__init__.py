@@ -30,7 +30,12 @@ def build_mixer(cfg: ModelConfig, plan: LayerPlan) -> nn.Module:
     from explorer.core.mixers.mamba2 import Mamba2
     from explorer.core.mixers.short_conv import ShortConv
 
-    return {"deltanet": GatedDeltaNet, "mamba2": Mamba2, "short_conv": ShortConv}[plan.mixer](cfg)
+    return {"deltanet": GatedDeltaNet, "mamba2": Mamba2, "short_conv": ShortConv}[mixer_of(plan)](cfg)
+
+
+def mixer_of(plan: LayerPlan) -> str:
+    """The recurrent mixer a layer runs: its own, or (Falcon-H1) the Mamba-2 scan beside its attention."""
+    return "mamba2" if plan.parallel_ssm else plan.mixer
 
 
 def mixer_forward(plan: LayerPlan, module: nn.Module, h: Tensor, rec: Rec, cache=None) -> Tensor:
@@ -41,5 +46,5 @@ def mixer_forward(plan: LayerPlan, module: nn.Module, h: Tensor, rec: Rec, cache
     from explorer.core.mixers.short_conv import short_conv_forward
 
     state = cache.state(plan.layer) if cache is not None else None
-    run = {"deltanet": deltanet_forward, "mamba2": mamba2_forward, "short_conv": short_conv_forward}[plan.mixer]
+    run = {"deltanet": deltanet_forward, "mamba2": mamba2_forward, "short_conv": short_conv_forward}[mixer_of(plan)]
     return run(module, h, rec, plan.layer, state)

@@ -42,10 +42,23 @@ def effective_kind(cfg: ModelConfig, layer: int) -> str | None:
 
 
 def head_count(cfg: ModelConfig, layer: int) -> int:
-    """How many maps the layer has: DeltaNet's value heads, Mamba-2's heads, a convolution's channels."""
+    """How many maps the layer has: DeltaNet's value heads, Mamba-2's heads, a convolution's channels (an
+    attention layer: its heads)."""
     mixer = cfg.layer(layer).mixer
     return {"deltanet": cfg.delta_v_heads, "mamba2": cfg.ssm_heads, "short_conv": cfg.d_model}.get(
         mixer, cfg.layer(layer).n_heads)
+
+
+def scan_of(cfg: ModelConfig, layer: int) -> str | None:
+    """The recurrent mixer whose effective attention ``layer`` has: its own, or (Falcon-H1) the Mamba-2 scan beside
+    its attention (``effective_kind`` is None there: the layer's pattern is its attention's); None without one."""
+    plan = cfg.layer(layer)
+    return "mamba2" if plan.parallel_ssm else plan.mixer if plan.mixer in KIND_NAMES else None
+
+
+def scan_heads(cfg: ModelConfig, layer: int) -> int:
+    """How many effective-attention maps the layer's scan has."""
+    return {"deltanet": cfg.delta_v_heads, "mamba2": cfg.ssm_heads, "short_conv": cfg.d_model}[scan_of(cfg, layer)]
 
 
 def _f64(trace: Trace, key: str) -> torch.Tensor:
@@ -53,7 +66,7 @@ def _f64(trace: Trace, key: str) -> torch.Tensor:
 
 
 def _heads(trace: Trace, layer: int, heads) -> list[int]:
-    count = head_count(trace.config, layer)
+    count = scan_heads(trace.config, layer)
     chosen = list(range(count))[heads] if isinstance(heads, slice) else [int(h) for h in heads]
     if any(not 0 <= h < count for h in chosen):
         raise ValueError(f"layer {layer} has {count} maps (heads 0..{count - 1})")
@@ -65,8 +78,8 @@ def effective_block(trace: Trace, layer: int, heads=slice(None), rows: tuple[int
     """The effective attention of ``heads`` (a list or slice) for query ``rows`` x key ``cols`` (half-open; whole
     sequence by default): float32 [h, r, c], 0 where a key is after the query (or outside a convolution's band)."""
     cfg, n = trace.config, trace.n_tokens
-    mixer = cfg.layer(layer).mixer
-    if mixer not in KIND_NAMES:
+    mixer = scan_of(cfg, layer)
+    if mixer is None:
         raise ValueError(f"layer {layer} is an attention layer: its pattern is blocks.{layer}.attn.pattern")
     chosen = _heads(trace, layer, heads)
     r0, r1 = (0, n) if rows is None else (max(0, int(rows[0])), min(n, int(rows[1])))
@@ -97,7 +110,7 @@ def effective_attention(trace: Trace, layer: int, heads=slice(None)) -> np.ndarr
 def mixed_values(trace: Trace, layer: int) -> tuple[np.ndarray, np.ndarray | None]:
     """(the vectors the weights mix [H, n, dv], what the layer adds besides them [H, n, dv] or None): the layer's
     ``mixer.y`` is effective_attention @ values (+ offset). A convolution's channels are its heads [d, n, 1]."""
-    mixer = trace.config.layer(layer).mixer
+    mixer = scan_of(trace.config, layer)
     values = np.asarray(trace[f"blocks.{layer}.{VALUES[mixer]}"], dtype=np.float32)
     if mixer != "short_conv":
         return values, None

@@ -36,7 +36,8 @@ class Mamba2(nn.Module):
         self.dt_bias = nn.Parameter(torch.ones(H))
         self.A_log = nn.Parameter(torch.zeros(H))
         self.D = nn.Parameter(torch.ones(H))
-        self.norm = nn.Parameter(torch.ones(self.inner))
+        self.norm = nn.Parameter(torch.ones(self.inner)) if cfg.ssm_norm != "none" else None
+        self.norm_at = cfg.ssm_norm
         self.W_out = nn.Linear(self.inner, cfg.d_model, bias=cfg.mixer_bias)
         self.shape = (H, P, G, N)
         self.chunk, self.eps = cfg.ssm_chunk, cfg.norm_eps
@@ -121,6 +122,11 @@ def mamba2_forward(mix: Mamba2, h: Tensor, rec: Rec, layer: int, state: MixerSta
     y = rec("mixer.y", layer, y)                                         # [B, H, n, P]: sum_s M[t, s] x_s
     gate = F.silu(z.reshape(Bt, n, H, P).transpose(1, 2).float())
     rec("mixer.gate", layer, gate)
-    gated = (y * gate).transpose(1, 2).reshape(Bt, n, G, -1)            # gate, then RMSNorm per group
-    gated = gated * torch.rsqrt(gated.pow(2).mean(-1, keepdim=True) + mix.eps)
-    return mix.W_out((mix.norm * gated.reshape(Bt, n, -1)).to(h.dtype))
+    if mix.norm_at == "none":                                           # Falcon-H1 without its norm: y * SiLU(z)
+        return mix.W_out((y * gate).transpose(1, 2).reshape(Bt, n, -1).to(h.dtype))
+    before = mix.norm_at == "before_gate"                               # Falcon-H1's option: norm, then the gate
+    grouped = (y if before else y * gate).transpose(1, 2).reshape(Bt, n, G, -1)
+    normed = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + mix.eps)).reshape(Bt, n, -1) * mix.norm
+    if before:
+        normed = normed * gate.transpose(1, 2).reshape(Bt, n, -1)
+    return mix.W_out(normed.to(h.dtype))                                # (default: gate, then RMSNorm per group)
