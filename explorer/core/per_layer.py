@@ -80,12 +80,12 @@ def rerun_side(trace, layer: int, to_model) -> Side:
     cfg, side = trace.config, Side()
     plan = cfg.layer(layer)
     if plan.kv_from is not None:
-        side.kv[plan.kv_from] = (to_model(trace[f"blocks.{plan.kv_from}.attn.k"]),
-                                 to_model(trace[f"blocks.{plan.kv_from}.attn.v"]))
+        side.kv[plan.kv_from] = (to_model(trace.tensor(f"blocks.{plan.kv_from}.attn.k")),  # (where the trace keeps
+                                 to_model(trace.tensor(f"blocks.{plan.kv_from}.attn.v")))  # them: no host copy)
     if cfg.d_per_layer:
         key = f"blocks.{layer}.ple.in"
         if key in trace.stored_keys():
-            mine = to_model(trace[key])
+            mine = to_model(trace.tensor(key))
         else:
             model = trace._model
             ids = torch.as_tensor(trace.token_ids, device=model.embed.weight.device)[None]

@@ -76,3 +76,16 @@ def test_dla_on_falcon_h1_attention_and_mamba_side_by_side(tmp_path):
     logits = trace["logits"][4]
     assert abs(dla.total - (logits[9] - logits[2])) <= 1e-4
     assert np.abs(dla.heads).max() > 1e-3 and np.abs(dla.mixer).min() > 0     # heads and the scan, every layer
+
+
+def test_logit_lens_on_gemma4_ends_at_the_models_own_logits(tmp_path):
+    """The lens reads the stream at every boundary (after each block's layer scalar) through the final norm, the
+    un-embedding and the soft cap: its last boundary is the model's own output."""
+    from explorer.core.analysis.residual import logit_lens
+
+    loaded = gemma4_shaped(tmp_path)
+    trace = loaded.trace_ids(IDS)
+    lens = logit_lens(trace, top=1)
+    logits = trace["logits"]
+    assert np.array_equal(lens.ids[-1, :, 0], logits.argmax(-1))
+    assert np.allclose(lens.logits[-1, :, 0], logits.max(-1), atol=1e-4)
