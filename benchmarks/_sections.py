@@ -15,6 +15,8 @@ olmoe-1024         OLMoE-1B-7B, 4 of its 16 layers (d_model 2048, 16 heads, 64 e
                    vocab 50,304): a mixture of experts on the CPU
 qwen3moe-1024      Qwen3-30B-A3B (48 layers, d_model 2048, 32/4 heads of 128, 128 experts of 768, top 8, 1024
                    vocab 151,936): a mixture of experts on a GPU (bfloat16: 61 GB of weights)
+qwen35-1024        Qwen3.5-0.8B (24 layers: 18 Gated DeltaNet + 6 gated attention; _hybrid_shapes.py) 1024
+gemma4-1024        Gemma-4-E2B (35 layers, sliding/global, KV sharing, per-layer embeddings; idem)     1024
 =================  ===========================================================================  ======
 
 The mixtures of experts' transformers baseline runs its default experts kernel (``grouped_mm`` where torch
@@ -40,6 +42,8 @@ import time
 from dataclasses import dataclass
 
 import torch
+from _hybrid_shapes import ID_LIMITS, build_hybrid
+from _hybrid_shapes import SHAPES as HYBRID_SHAPES
 
 CONTEXT_MARGIN = 256  # room after the longest prompt for generate.py's new tokens
 GPU_SECTIONS = ["gpt2-1024", "llama1b-1024", "llama1b-8192", "llama8b-1024", "llama8b-8192", "qwen3moe-1024"]
@@ -47,7 +51,8 @@ CPU_SECTIONS = ["smollm2-4096", "olmoe-1024"]
 SECTIONS = {"gpt2-1024": ("gpt2-small", 1024), "llama1b-1024": ("llama-3.2-1b", 1024),
             "llama1b-8192": ("llama-3.2-1b", 8192), "llama8b-1024": ("llama-3.1-8b", 1024),
             "llama8b-8192": ("llama-3.1-8b", 8192), "smollm2-4096": ("smollm2-135m", 4096),
-            "olmoe-1024": ("olmoe-1b-7b", 1024), "qwen3moe-1024": ("qwen3-30b-a3b", 1024)}
+            "olmoe-1024": ("olmoe-1b-7b", 1024), "qwen3moe-1024": ("qwen3-30b-a3b", 1024),
+            "qwen35-1024": ("qwen3.5-0.8b", 1024), "gemma4-1024": ("gemma-4-e2b", 1024)}  # hybrids: CPU
 MOE_SHAPES = {  # (transformers' config class, model class, our family, the shape; full layers: the section's)
     "olmoe-1b-7b": ("OlmoeConfig", "OlmoeForCausalLM", "olmoe", 4, dict(
         vocab_size=50304, hidden_size=2048, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=16,
@@ -100,6 +105,7 @@ class Section:
     dtype: torch.dtype
     hf: object
     loaded: object
+    id_limit: int | None = None  # prompts drawn below this id (Gemma 4's cut per-layer table)
 
     @property
     def reduced(self) -> bool:
@@ -114,7 +120,7 @@ class Section:
                 f"load average {os.getloadavg()[0]:.1f} =={cut}")
 
     def ids(self, n: int | None = None) -> torch.Tensor:
-        vocab = self.loaded.config.vocab_size
+        vocab = self.id_limit or self.loaded.config.vocab_size
         n = n or self.tokens
         return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n)).to(self.device)
 
@@ -136,7 +142,11 @@ def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = N
     torch.set_default_dtype(dtype)  # built in the dtype: no float32 copy first
     try:
         with torch.device(device):
-            if shape == "gpt2-small":
+            if shape in HYBRID_SHAPES:  # Qwen3.5, Gemma 4: through the family's converter (_hybrid_shapes.py)
+                full_layers = HYBRID_SHAPES[shape][2]["num_hidden_layers"]
+                hf, cfg, weights = build_hybrid(tf, shape, min(full_layers, max_layers or full_layers),
+                                                max(1024, n) + CONTEXT_MARGIN)
+            elif shape == "gpt2-small":
                 from explorer.core.checkpoint.gpt2 import convert_gpt2, gpt2_config
 
                 full_layers = 12
@@ -171,7 +181,8 @@ def build(name: str, device: str, dtype: torch.dtype, max_layers: int | None = N
     words = [f"w{i}" for i in range(cfg.vocab_size)]
     loaded = LoadedModel(ours, VocabTokenizer(words, "words", "stand-in words"), f"{shape}-shaped (random)",
                          "benchmark", cfg.arch)
-    return Section(name, shape, n, cfg.n_layers, full_layers, full_tokens, device, dtype, hf, loaded)
+    return Section(name, shape, n, cfg.n_layers, full_layers, full_tokens, device, dtype, hf, loaded,
+                   ID_LIMITS.get(shape))
 
 
 def sync(device: str) -> None:
@@ -228,6 +239,8 @@ def transformer_lens_line(section: Section, ids: torch.Tensor, repeats: int,
         return ("  TransformerLens: not installed here (a separate venv with pip install transformer-lens, "
                 "4.x or 3.x): skipped"), None
     api = "TransformerBridge.run_with_cache" if tlh.is_bridge(v) else "HookedTransformer.run_with_cache"
+    if section.shape in HYBRID_SHAPES and not tlh.is_bridge(v):
+        return f"  TransformerLens {v} {api}: skipped, 3.x has no adapter for the {section.shape} shape", None
     c = section.loaded.config
     n = ids.shape[1]
     if section.shape in MOE_SHAPES and not tlh.is_bridge(v):

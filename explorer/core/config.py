@@ -21,7 +21,7 @@ Norm = Literal["layernorm", "rmsnorm", "none"]
 NormPlacement = Literal["pre", "post", "sandwich", "output"]  # sandwich: pre and output norms; output: OLMo 2
 QKNorm = Literal["none", "head", "per_head", "full", "head_unscaled"]  # head_unscaled: Llama 4 (no weight)
 Positions = Literal["learned", "sinusoidal", "rotary", "none"]
-Activation = Literal["gelu_tanh", "gelu", "relu", "silu"]
+Activation = Literal["gelu_tanh", "gelu", "relu", "silu", "relu2"]  # relu2: relu(x)^2 (Nemotron-H)
 # how a mixture of experts routes (core/moe.py): softmax then top-k (Mixtral, Qwen, OLMoE, DeepSeek-V2); top-k of the
 # logits then softmax (gpt-oss, GraniteMoE); sigmoid, top-k of sigmoid + bias (DeepSeek-V3, GLM-4.5); PhiMoE's
 # sparsemixer; top-k of the logits then sigmoid (Llama 4)
@@ -33,7 +33,8 @@ ROPE_SCALING_KEYS = {"default": (), "linear": ("factor",), "dynamic": ("factor",
                      "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
                      "yarn": ("original_max_position_embeddings",),
                      "longrope": ("short_factor", "long_factor", "original_max_position_embeddings",
-                                  "max_position_embeddings")}
+                                  "max_position_embeddings"),
+                     "proportional": ("proportion",)}  # Gemma 4's global layers: the first p x d/2 pairs turn
 POSITIONS, ACTIVATIONS = get_args(Positions), get_args(Activation)
 
 # Sanity bounds: far above every real checkpoint (Llama-3.1-405B: 126 layers, d 16384, 128 heads,
@@ -50,15 +51,17 @@ _CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "positions": POSIT
             "moe_router": ROUTERS}
 _BOOLS = ("final_norm", "gated_ffn", "attn_only", "parallel_residual", "causal", "attn_bias", "mlp_bias",
           "tie_embeddings", "norm_affine", "embed_norm", "mlm_head", "attn_sinks", "moe_norm_topk",
-          "moe_router_bias", "moe_choice_bias", "moe_shared_gate", "moe_expert_bias", "moe_input_weight")
+          "moe_router_bias", "moe_choice_bias", "moe_shared_gate", "moe_expert_bias", "moe_input_weight",
+          "attn_output_gate", "attn_k_eq_v", "v_norm", "conv_bias", "mixer_bias", "layer_scalars", "wide_shared_ffn",
+          "parallel_ssm")
 _OPTIONAL = ("n_kv_heads", "rotary_dim", "sliding_window", "attn_out_bias", "attn_scale", "attn_softcap",
              "final_softcap", "qkv_clip", "rotary_base_local", "attention_chunk", "d_head_v", "kv_lora_rank",
-             "q_lora_rank", "attn_temperature", "moe_glu_limit")
+             "q_lora_rank", "attn_temperature", "moe_glu_limit", "ssm_dt_max")
 _FINITE = ("norm_offset", "embed_scale", "residual_scale", "logit_scale", "attn_scale", "attn_softcap",
            "final_softcap", "qkv_clip", "rotary_base_local", "attn_temperature", "attn_temperature_floor",
-           "moe_scale", "moe_jitter", "moe_glu_limit", "moe_glu_alpha")  # finite numbers (or None where optional)
+           "moe_scale", "moe_jitter", "moe_glu_limit", "moe_glu_alpha", "ssm_dt_min", "ssm_dt_max")  # finite numbers (or None where optional)
 # per-layer lists (config.json gives lists; kept as tuples): layer numbers, or (layer_mixers) one name per layer
-_LAYER_LISTS = ("sliding_layers", "chunked_layers", "nope_layers", "moe_layers", "qk_norm_layers")
+_LAYER_LISTS = ("sliding_layers", "chunked_layers", "nope_layers", "moe_layers", "qk_norm_layers", "ffn_free_layers")
 
 
 def _type_problems(cfg: ModelConfig) -> list[str]:
@@ -197,6 +200,29 @@ class ModelConfig:
     kv_lora_rank: int | None = None  # multi-head latent attention (DeepSeek): K/V through a rank-r latent, rotary
     q_lora_rank: int | None = None  #   on a separate slice of rotary_dim dimensions (d_head = no-rope + rotary_dim)
     layer_mixers: tuple[str, ...] = ()  # one token mixer per layer (plan.Mixer); () = attention everywhere
+    attn_output_gate: bool = False  # Qwen3.5/Next: each head's output times sigmoid of a second query projection
+    global_d_head: int | None = None  # Gemma 4: the full (global) layers' head size and K/V heads where they differ
+    global_kv_heads: int | None = None
+    attn_k_eq_v: bool = False  # Gemma 4: on the full layers v is k's projection (before k's norm)
+    v_norm: bool = False  # Gemma 4: each head's v RMS-normed (no weight)
+    kv_shared_layers: int = 0  # Gemma 4: the last N layers reuse the K/V of the last earlier layer of their kind
+    # hybrid token mixers (core/mixers/): a short causal convolution, then Gated DeltaNet or Mamba-2's scan
+    conv_kernel: int = 4  # the convolution's width (DeltaNet's and Mamba-2's before the scan; LFM2's own)
+    conv_bias: bool = False
+    mixer_bias: bool = False  # Mamba-2, LFM2: their in and out projections have biases
+    delta_k_heads: int = 0  # Gated DeltaNet: q/k heads of delta_d_k, v heads of delta_d_v (a multiple)
+    delta_v_heads: int = 0
+    delta_d_k: int = 0
+    delta_d_v: int = 0
+    ssm_heads: int = 0  # Mamba-2: heads of ssm_d_head channels; B, C of ssm_d_state per group of heads
+    ssm_d_head: int = 0
+    ssm_groups: int = 1
+    ssm_d_state: int = 0
+    ssm_chunk: int = 256  # the scan's chunk length (the reference's; the numbers do not depend on it)
+    ssm_dt_min: float = 0.0  # the step size Δ clamped to [min, max] (max None: no upper limit)
+    ssm_dt_max: float | None = None
+    ssm_norm: str = "after_gate"  # RMSNorm(y * SiLU(z)) per group; "before_gate": RMSNorm(y) * SiLU(z); "none": y * SiLU(z)
+    parallel_ssm: bool = False  # Falcon-H1: a Mamba-2 layer beside every attention layer, both outputs added
     # --- 4. norms and the residual stream: where each sublayer's norm sits and how its output is added
     norm: Norm = "layernorm"
     norm_placement: NormPlacement = "pre"
@@ -206,6 +232,9 @@ class ModelConfig:
     shared_norm: bool = False  # parallel block whose attention and FFN read one norm (Phi, GPT-J, Falcon)
     parallel_residual: bool = False  # attention and FFN both read the block's input
     residual_scale: float = 1.0  # Granite: each sublayer's output times this before it is added
+    layer_scalars: bool = False  # Gemma 4: the stream leaving each block times a learned scalar (its layer_scalar)
+    d_per_layer: int = 0  # Gemma 4's per-layer embeddings: width (0: none) and their vocabulary
+    per_layer_vocab: int = 0
     final_norm: bool = True
     # --- 5. FFN
     attn_only: bool = False  # no FFN sublayer at all
@@ -232,6 +261,8 @@ class ModelConfig:
     moe_input_weight: bool = False  # Llama 4: the routing weight multiplies the expert's input, not its output
     moe_glu_limit: float | None = None  # gpt-oss: the clamped GLU (up + 1) * g * sigmoid(alpha * g), g and up clamped
     moe_glu_alpha: float = 1.702
+    ffn_free_layers: tuple[int, ...] = ()  # blocks without an FFN (Nemotron-H's mixer blocks)
+    wide_shared_ffn: bool = False  # Gemma 4: the KV-sharing layers' FFN twice d_ff wide
     # --- 6. output: the masked-LM head (encoders), the un-embedding, the logits' scale and cap
     mlm_head: bool = False  # masked-LM head before the un-embedding: dense, activation, norm; a bias after it
     tie_embeddings: bool = True
@@ -364,6 +395,12 @@ class ModelConfig:
             shared = " + a shared expert" if self.d_shared else ""
             extras.append(f"{self.n_experts} experts (top {self.experts_per_token}){shared} on "
                           f"{len(self.moe_layers)} of {self.n_layers} layers")
+        for mixer in sorted({m for m in self.layer_mixers if m != "attention"}):
+            from explorer.core.plan import MIXER_NAMES
+
+            extras.append(f"{MIXER_NAMES[mixer]} on {self.layer_mixers.count(mixer)} of {self.n_layers} layers")
+        if self.kv_shared_layers or self.d_per_layer or self.layer_scalars:
+            extras.append("Gemma 4's KV sharing, per-layer embeddings and layer scalars")
         if self.qk_norm != "none":
             extras.append("q/k norms")
         if self.rope:

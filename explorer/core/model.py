@@ -61,7 +61,15 @@ from explorer.core.layers import (  # noqa: F401
     make_norm,
     output_logits,
 )
+from explorer.core.mixers import mixer_forward
+from explorer.core.per_layer import PerLayerEmbeddings, Side, kv_sources, per_layer_inputs, ple_sublayer
 from explorer.core.placement import block_device, is_placed, tail_device, weights_of
+
+
+def _first_sharing(cfg: ModelConfig) -> int | None:
+    """The first of Gemma 4's KV-sharing layers (all later ones share too), None without them."""
+    sharing = [p.layer for p in cfg.plan if p.kv_from is not None]
+    return sharing[0] if sharing and sharing == list(range(sharing[0], cfg.n_layers)) else None
 
 
 class Transformer(nn.Module):
@@ -83,6 +91,7 @@ class Transformer(nn.Module):
         self.type_embed = nn.Embedding(cfg.token_types, cfg.d_model) if cfg.token_types else None
         self.ln_embed = make_norm(cfg, cfg.d_model) if cfg.embed_norm else None
         self.blocks = nn.ModuleList(Block(cfg, plan) for plan in cfg.plan)
+        self.ple = PerLayerEmbeddings(cfg) if cfg.d_per_layer else None  # Gemma 4 (core/per_layer.py)
         self.ln_final = make_norm(cfg, cfg.d_model) if cfg.final_norm and cfg.norm != "none" else None
         self.mlm = MLMHead(cfg) if cfg.mlm_head else None
         self.unembed = nn.Linear(d_embed, cfg.vocab_size, bias=cfg.unembed_bias)
@@ -120,6 +129,7 @@ class Transformer(nn.Module):
             x = x + segment
         if self.ln_embed is not None:                                      # BERT, BLOOM: normalise the embeddings
             x = self.ln_embed(x, rec, "ln_embed")
+        side = Side(per_layer_inputs(cfg, self.ple, token_ids, x) if self.ple is not None else None)
 
         # one mask per kind of attention the plan names (a sliding window, Llama 4's chunks) and one set of
         # rotary angles per kind of rotation (Gemma 3's sliding layers turn with their own base; NoPE: none).
@@ -130,14 +140,21 @@ class Transformer(nn.Module):
         for plan in cfg.plan:
             layer, device = plan.layer, block_device(self, plan.layer)
             x = x if device is None or x.device == device else x.to(device)
-            reach, turn = (plan.attention, plan.window, x.device), (plan.rotary, plan.local_rope, x.device)
-            if reach not in masks:
+            if last_only and rec is _no_capture and layer == _first_sharing(cfg) and x.shape[1] > 1:
+                # Gemma 4: from here on no layer writes keys or values, so only the last position matters for
+                # generation (as transformers' generate skips the others); same numbers at the last position
+                x, positions, masks, rotary = x[:, -1:], positions[-1:], {}, {}
+                side.per_layer = side.per_layer[:, -1:] if side.per_layer is not None else None
+            reach = (plan.attention, plan.window, x.device)
+            turn = (plan.rotary, plan.local_rope, plan.rotary_dim, x.device)
+            if reach not in masks and plan.is_attention:  # (recurrent mixers need no mask)
                 # one query and no window sees every key: no mask to build, nor to test on the device
-                needed = cfg.causal and not (n == 1 and plan.attention == "full")
-                masks[reach] = layer_mask(cfg, layer, n, start + n, x.device) if needed else None
+                needed = cfg.causal and not (x.shape[1] == 1 and plan.attention == "full")
+                masks[reach] = layer_mask(cfg, layer, x.shape[1], start + n, x.device) if needed else None
             if turn not in rotary:
-                rotary[turn] = self.rotary_at(positions.to(x.device), plan.local_rope) if plan.rotary else None
-            x = self.block_forward(layer, x, masks[reach], rotary[turn], rec, cache)
+                rotary[turn] = (self.rotary_at(positions.to(x.device), plan.local_rope, plan.rotary_dim)
+                                if plan.rotary else None)
+            x = self.block_forward(layer, x, masks.get(reach), rotary[turn], rec, cache, side)
 
         x = rec("resid_final", None, self.to_tail(x))
         if last_only:
@@ -160,14 +177,24 @@ class Transformer(nn.Module):
             return output_logits(self.cfg, self.unembed(h) + self.mlm.bias.to(h.device))
 
     def block_forward(self, layer: int, x: Tensor, mask: Tensor | None, rotary: tuple[Tensor, Tensor] | None,
-                      rec: Rec = _no_capture, cache: KVCache | None = None) -> Tensor:
-        """One block: attention sublayer then FFN sublayer (dense or experts), each added to the residual stream."""
+                      rec: Rec = _no_capture, cache: KVCache | None = None, side: Side | None = None) -> Tensor:
+        """One block: token mixer sublayer (attention, or a recurrent mixer: core/mixers/) then FFN sublayer
+        (dense or experts), each added to the residual stream; Gemma 4's per-layer input and layer scalar after.
+        ``side``: what the block reads besides x (per-layer embeddings, an earlier layer's K/V: core/per_layer.py)."""
         cfg, blk, plan = self.cfg, self.blocks[layer], self.cfg.layer(layer)
-        pre_norm = cfg.norm_placement in ("pre", "sandwich") and blk.ln1 is not None
+        side = side if side is not None else Side()
         x = rec("resid_pre", layer, x)
+        if plan.mixer == "none":                                           # Nemotron-H: an FFN-only block
+            return self.ffn_sublayer(layer, x, x, x, rec, side)
+        pre_norm = cfg.norm_placement in ("pre", "sandwich") and blk.ln1 is not None
 
         h = blk.ln1(x, rec, "ln1", layer) if pre_norm else x
-        attn_out = self.attention(layer, h, mask, rotary, rec, cache)      # [B, n, d]
+        if plan.is_attention:
+            attn_out = self.attention(layer, h, mask, rotary, rec, cache, side)  # [B, n, d]
+            if plan.parallel_ssm:                                          # Falcon-H1: Mamba-2 beside, added
+                attn_out = attn_out + rec("mixer.out", layer, mixer_forward(plan, blk.mixer, h, rec, cache))
+        else:                                                              # DeltaNet, Mamba-2, a convolution
+            attn_out = mixer_forward(plan, blk.mixer, h, rec, cache)
         if blk.ln1_out is not None:                                        # Gemma 2/3, OLMo 2: norm the output
             attn_out = blk.ln1_out(attn_out, rec, "ln1_out", layer)
         if cfg.residual_scale != 1.0:                                      # Granite: scaled before it is added
@@ -179,8 +206,15 @@ class Transformer(nn.Module):
             mid = blk.ln1(mid, rec, "ln1", layer)
         rec("resid_mid", layer, mid)
         if not plan.has_ffn:
-            return mid
+            return self.block_end(layer, mid, rec, side)
+        return self.ffn_sublayer(layer, x, h, mid, rec, side, attn_out)
 
+    def ffn_sublayer(self, layer: int, x: Tensor, h: Tensor, mid: Tensor, rec: Rec, side: Side,
+                     attn_out: Tensor | None = None) -> Tensor:
+        """The FFN sublayer (dense or experts) on the stream after the mixer (``mid``; x: the block's input, h its
+        normed input), added to it; then the block's end (``block_end``)."""
+        cfg, blk, plan = self.cfg, self.blocks[layer], self.cfg.layer(layer)
+        pre_norm = cfg.norm_placement in ("pre", "sandwich") and blk.ln2 is not None
         ffn_in = x if cfg.parallel_residual else mid
         if cfg.shared_norm:                                                # one norm feeds both sublayers
             ffn_in = h
@@ -201,21 +235,36 @@ class Transformer(nn.Module):
         out = (x + attn_out + mlp_out) if cfg.parallel_residual else (mid + mlp_out)
         if not pre_norm and blk.ln2 is not None:
             out = blk.ln2(out, rec, "ln2", layer)
-        return out
+        return self.block_end(layer, out, rec, side)
+
+    def block_end(self, layer: int, out: Tensor, rec: Rec, side: Side) -> Tensor:
+        """Gemma 4: the per-layer input's sublayer is added, then the whole stream times the layer scalar."""
+        blk = self.blocks[layer]
+        if blk.ple is not None:
+            out = out + ple_sublayer(self.cfg, blk, out, side.for_layer(layer), rec, layer)
+        scalar = getattr(blk, "layer_scalar", None)
+        return out if scalar is None else out * scalar.to(out.dtype)
 
     def attention(self, layer: int, h: Tensor, mask: Tensor | None, rotary: tuple[Tensor, Tensor] | None,
-                  rec: Rec = _no_capture, cache: KVCache | None = None) -> Tensor:
+                  rec: Rec = _no_capture, cache: KVCache | None = None, side: Side | None = None) -> Tensor:
         """The attention sublayer on its normed input h [B, n, d]: per-head queries, keys and values, scores,
         pattern, weighted values, heads concatenated times W_O.  -> [B, n, d] (before any output norm)."""
         cfg, attn, plan = self.cfg, self.blocks[layer].attn, self.cfg.layer(layer)
         B, n, _ = h.shape
         H, Hkv, dh = plan.n_heads, plan.n_kv_heads, plan.d_head
+        turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
         if attn.W_Q is None:                                               # DeepSeek: multi-head latent attention
             from explorer.core.mla import latent_qkv
 
             q, k, v = latent_qkv(cfg, attn, h, rotary)                     # [B, H, n, dh], [B, H, n, dh/dv]
+        elif plan.kv_from is not None:                                     # Gemma 4: an earlier layer's K and V
+            q = attn.W_Q(h).view(B, n, H, dh).transpose(1, 2)
+            q = attn.q_norm(q, rec, "attn.q_norm", layer) if attn.q_norm is not None else q
+            q = turn(q, *rotary) if rotary is not None else q
+            k, v = (side or Side()).kv[plan.kv_from]                       # [B, Hkv, m, dh] (cached ones included)
         else:
-            q, k, v = attn.W_Q(h), attn.W_K(h), attn.W_V(h)                # [B, n, H*dh], [B, n, Hkv*dh] x 2
+            k = attn.W_K(h)                                                # [B, n, Hkv*dh]
+            q, v = attn.W_Q(h), attn.W_V(h) if attn.W_V is not None else k  # Gemma 4 (K = V): v is k's projection
             if plan.qk_norm == "full":                                     # OLMo 2, OLMoE: norm over all heads
                 q, k = attn.q_norm(q, rec, "attn.q_norm", layer), attn.k_norm(k, rec, "attn.k_norm", layer)
             if cfg.qkv_clip is not None:                                   # OLMo, OLMoE: clamp to [-clip, clip]
@@ -225,15 +274,18 @@ class Transformer(nn.Module):
             v = v.view(B, n, Hkv, -1).transpose(1, 2)                      # [B, Hkv, n, dv]
             if attn.q_norm is not None and plan.qk_norm != "full":         # Qwen3, Gemma 3: norm each head's q, k
                 q, k = attn.q_norm(q, rec, "attn.q_norm", layer), attn.k_norm(k, rec, "attn.k_norm", layer)
+            if attn.v_norm is not None:                                    # Gemma 4: each head's v RMS-normed
+                v = attn.v_norm(v)
             if rotary is not None:  # rotary positions turn q and k by an angle that grows with position
-                turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
                 q, k = turn(q, *rotary), turn(k, *rotary)
         if plan.temperature:                                               # Llama 4's NoPE layers: sharper later
             start = cache.seen(layer) if cache is not None else 0
             positions = torch.arange(start, start + n, device=q.device)
             q = q * query_temperature(positions, cfg.attn_temperature, cfg.attn_temperature_floor)[:, None].to(q.dtype)
-        if cache is not None:
+        if cache is not None and plan.kv_from is None:
             k, v = cache.extend(layer, k, v)                               # [B, Hkv, m, dh]
+        if side is not None and layer in kv_sources(cfg):                  # a later layer reads these
+            side.kv[layer] = (k, v)
         rec("attn.q", layer, q)
         rec("attn.k", layer, k)
         rec("attn.v", layer, v)
@@ -252,6 +304,9 @@ class Transformer(nn.Module):
             z = weighted_values(pattern, v)                                # [B, H, n, dv]
         else:  # nobody looks at the n x m scores: the same math in one fused kernel
             z = fused_attention(q, k, v, mask, cfg.attn_scale)             # [B, H, n, dv]
+        if attn.W_G is not None:                                           # Qwen3.5/Next: a sigmoid gate per output
+            gate = torch.sigmoid(attn.W_G(h).view(B, n, H, -1).transpose(1, 2))
+            z = z * rec("attn.gate", layer, gate)                          # [B, H, n, dv]: z is the gated output
         z = rec("attn.z", layer, z)
         return attn.W_O(z.transpose(1, 2).reshape(B, n, -1))               # concat heads, W_O: [B, n, d]
 
@@ -281,20 +336,22 @@ class Transformer(nn.Module):
         x = self.ln_final(resid_final) if self.ln_final is not None else resid_final
         return self.unembed_step(x)
 
-    def rotary_at(self, positions: Tensor, local: bool = False) -> tuple[Tensor, Tensor] | None:
-        """cos, sin for these positions; ``local``: for a layer with the local base (Gemma 3's sliding layers)."""
+    def rotary_at(self, positions: Tensor, local: bool = False, rotary_dim: int = 0) -> tuple[Tensor, Tensor] | None:
+        """cos, sin for these positions; ``local``: for a layer with the local base (Gemma 3's sliding layers);
+        ``rotary_dim``: the layer's rotating dimensions where they differ from the config's (Gemma 4)."""
         cfg = self.cfg
         if cfg.positions != "rotary":
             return None
+        dim = rotary_dim or cfg.rotary_dim or cfg.d_head
         if local and cfg.rotary_base_local is not None:
-            return rotary_angles(positions, cfg.rotary_dim or cfg.d_head, cfg.rotary_base_local)
-        return rotary_angles(positions, cfg.rotary_dim or cfg.d_head, cfg.rotary_base, cfg.rope or None)
+            return rotary_angles(positions, dim, cfg.rotary_base_local)
+        return rotary_angles(positions, dim, cfg.rotary_base, cfg.rope or None)
 
     def rotary_for(self, n: int, device: torch.device | str, layer: int = 0) -> tuple[Tensor, Tensor] | None:
         """The rotary angles block ``layer`` uses for a sequence of n tokens from position 0 (None: a layer
         without rotary positions)."""
         plan = self.cfg.layer(layer)
-        return self.rotary_at(torch.arange(n, device=device), plan.local_rope) if plan.rotary else None
+        return self.rotary_at(torch.arange(n, device=device), plan.local_rope, plan.rotary_dim) if plan.rotary else None
 
     def num_parameters(self) -> int:
         seen, total = set(), 0

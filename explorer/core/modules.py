@@ -22,6 +22,7 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
         "gelu": F.gelu,
         "relu": F.relu,
         "silu": F.silu,
+        "relu2": lambda x: F.relu(x).square(),  # Nemotron-H
     }[name]
 
 

@@ -13,6 +13,8 @@ angles agree to the last bit or two:
   kept, the band between blended smoothly;
 * ``yarn``: a per-frequency blend of interpolated and original frequencies, and an
   ``attention_factor`` that scales cos and sin (and so the attention scores);
+* ``proportional`` (Gemma 4's global layers): the plain frequencies of the whole head for its first
+  ``proportion`` of the pairs, zero (no turn) for the others;
 * ``longrope`` (Phi-3/3.5/4-mini): a factor per frequency, short or long by the sequence length,
   and an attention factor like YaRN's (PhiMoE: the short factors at every length, and its own
   ``short_mscale`` / ``long_mscale`` by the sequence length, as its transformers code computes them).
@@ -130,6 +132,10 @@ def inverse_frequencies(rotary_dim: int, base: float, scaling: Mapping[str, Any]
         return _plain(rotary_dim, grown), 1.0
     if kind == "longrope":
         return _longrope(rotary_dim, base, s, seq_len)
+    if kind == "proportional":  # Gemma 4: the first int(p x r // 2) frequencies of the whole head, the rest 0
+        turning = int(s["proportion"] * rotary_dim // 2)  # (pairs (i, i + r/2) that do not turn: angle 0)
+        inv_freq = torch.cat([_plain(rotary_dim, base)[:turning], torch.zeros(rotary_dim // 2 - turning)])
+        return inv_freq / s.get("factor", 1.0), 1.0
     raise ValueError(f"unknown RoPE scaling type {kind!r}; known: {', '.join(SCALING_TYPES)}")
 
 

@@ -43,6 +43,11 @@ def scaling_problems(scaling: Mapping[str, Any], rotary_dim: int) -> list[str]:
             number(key, allow_zero=True)
         if not isinstance(scaling.get("truncate", True), bool):
             problems.append(f"RoPE scaling 'yarn': truncate should be true or false (got {scaling['truncate']!r:.40})")
+    if kind == "proportional":
+        number("factor")
+        value = scaling.get("proportion")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            problems.append(f"RoPE scaling 'proportional': proportion should be a number in [0, 1] (got {value!r:.40})")
     if kind == "longrope":
         number("factor")
         number("attention_factor")

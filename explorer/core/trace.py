@@ -61,7 +61,7 @@ from explorer.core.cancel import CancelLike, checker
 from explorer.core.config import ModelConfig
 from explorer.core.errors import ArgumentError, TraceKeyError
 from explorer.core.text import shown
-from explorer.core.trace_keys import KINDS, ON_DEMAND, block_sites, estimate_nbytes, kind_of  # noqa: F401
+from explorer.core.trace_keys import EFFECTIVE, KINDS, ON_DEMAND, block_sites, estimate_nbytes, kind_of  # noqa: F401
 
 if TYPE_CHECKING:  # torch stays out of the import path of code that only reads traces
     import torch
@@ -441,6 +441,10 @@ class Trace:
 
     def _derive(self, key: str) -> Any:
         match = _BLOCK_KEY.match(key)
+        if match and match.group(2) == EFFECTIVE:  # a recurrent layer's weights over earlier tokens (core/mixers/)
+            from explorer.core.mixers.effective import effective_attention
+
+            return self._remember(key, effective_attention(self, int(match.group(1))))
         if match and match.group(2) in tuple(f"attn.{kind}" for kind in _SCORE_KINDS) and \
                 f"blocks.{match.group(1)}.attn.q" in self._arrays and f"blocks.{match.group(1)}.attn.k" in self._arrays:
             layer = match.group(1)
@@ -477,8 +481,11 @@ class Trace:
 
             rec = Intervener([self.interventions], self.config.n_layers, recorder,
                              skip=frozenset({("resid_pre", layer)}))  # the stored input is already changed
+        from explorer.core.per_layer import rerun_side
+
+        side = rerun_side(self, layer, lambda a: self._model_input(a, layer))  # Gemma 4's per-layer input, shared K/V
         with torch.inference_mode():
-            model.block_forward(layer, x, mask, model.rotary_for(n, x.device, layer), rec)
+            model.block_forward(layer, x, mask, model.rotary_for(n, x.device, layer), rec, side=side)
         for key, value in recorder.arrays.items():
             if key not in self._arrays and key != f"blocks.{layer}.resid_pre":
                 self._remember(key, value)

@@ -327,10 +327,14 @@ def verify_checkpoint(source: str | Path, prompt: str | None = None, ids: list[i
     ours = [np.asarray(trace[f"blocks.{i}.resid_pre"]) for i in range(L)] + [final.numpy()]
     rows = [LayerCheck("embeddings", None, _max_diff(ours[0], hidden[0]), float(np.abs(hidden[0]).max()), None,
                        min_cosine(ours[0], hidden[0]))]
+    # a hybrid's reference reports the attention layers' patterns only (its recurrent layers have none), in order
+    attending = [p.layer for p in loaded.config.plan if p.is_attention]
+    reported = [a for a in (out.attentions or ()) if a is not None] if mapping.patterns else []
+    by_layer = dict(zip(range(L) if len(reported) == L else attending, reported))
     for i in range(L):
         pattern = None
-        if mapping.patterns and out.attentions is not None and out.attentions[i] is not None:
-            pattern = _max_diff(trace[f"blocks.{i}.attn.pattern"], out.attentions[i][0].float().numpy())
+        if i in by_layer and i in attending:
+            pattern = _max_diff(trace[f"blocks.{i}.attn.pattern"], by_layer[i][0].float().numpy())
         rows.append(LayerCheck(f"layer {i}", i, _max_diff(ours[i + 1], hidden[i + 1]),
                                float(np.abs(hidden[i + 1]).max()), pattern, min_cosine(ours[i + 1], hidden[i + 1])))
     logits, differ = None, 0

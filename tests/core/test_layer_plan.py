@@ -102,11 +102,13 @@ def test_an_inconsistent_plan_is_one_clear_line(bad, message):
     assert message in str(info.value)
 
 
-def test_a_mixer_the_app_does_not_run_yet_is_refused_in_one_line():
-    cfg = ModelConfig(**dict(BASE, layer_mixers=("attention", "deltanet") + ("attention",) * 4))
-    assert cfg.layer(1).mixer == "deltanet"
-    with pytest.raises(CheckpointError, match="layer 1: its deltanet mixer is not one this app runs yet"):
-        Transformer(cfg)
+def test_a_mixer_without_its_shapes_is_refused_in_one_line():
+    with pytest.raises(CheckpointError, match="deltanet layers need delta_k_heads, delta_v_heads"):
+        ModelConfig(**dict(BASE, layer_mixers=("attention", "deltanet") + ("attention",) * 4))
+    cfg = ModelConfig(**dict(BASE, layer_mixers=("attention", "deltanet") + ("attention",) * 4, delta_k_heads=2,
+                             delta_v_heads=4, delta_d_k=8, delta_d_v=8))
+    assert cfg.layer(1).mixer == "deltanet" and cfg.layer(1).is_recurrent
+    assert Transformer(cfg).blocks[1].mixer is not None
 
 
 def test_chunked_mask_keeps_each_query_in_its_own_block():

@@ -13,9 +13,15 @@ So the logit of token t at position p splits exactly into one term per piece:
 each term being norm_frozen(piece) . W_U[t]. With a ``distractor`` the direction is
 W_U[t] - W_U[distractor] and the terms add up to the logit difference.
 
-Architectures where the pieces are not a plain sum (post-norm blocks, norms on sublayer outputs,
-soft-capped logits) are refused: :func:`direct_logit_attribution` checks that its terms add up to the
-logit the model computed and raises :class:`DLAError` otherwise, rather than show a wrong number.
+An RMSNorm on a sublayer's output (Gemma 2-4, OLMo 2, EXAONE 4) is frozen the same way, at its own input's
+scale, so each head keeps its term. A recurrent layer (DeltaNet, Mamba-2, a convolution) is one ``mixer`` term,
+Gemma 4's per-layer inputs one ``per_layer`` term per block, and its layer scalars multiply every term written in
+a block by the scalars of that block and every later one (the embedding by all of them). With soft-capped logits
+the terms add up to the logit before the cap (``softcap``: the model shows cap * tanh(logit / cap)).
+
+Architectures where the pieces are not a plain sum (post-norm blocks) are refused: :func:`direct_logit_attribution`
+checks that its terms add up to the logit the model computed and raises :class:`DLAError` otherwise, rather than
+show a wrong number.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy as np
 
 from explorer.core.analysis.frozen import FrozenNorm, freeze
 from explorer.core.errors import ExplorerError
+from explorer.core.per_layer import scale_of
 from explorer.core.placement import weights_of
 
 if TYPE_CHECKING:
@@ -46,15 +53,19 @@ class DLA:
     embed: float             # the stream entering block 0 (token and position embeddings)
     norm_bias: float         # the final LayerNorm's bias (0 for RMSNorm)
     unembed_bias: float
-    logit: float             # what the model computed: the target's logit (minus the distractor's)
+    logit: float             # what the model computed: the target's logit (minus the distractor's); before the cap
     position: int
     target: int
     distractor: int | None
+    mixer: np.ndarray | None = None      # [L] a recurrent layer's whole output (DeltaNet, Mamba-2, convolution)
+    per_layer: np.ndarray | None = None  # [L] Gemma 4's per-layer-input sublayers
+    softcap: float | None = None         # the logits' soft cap: the model shows cap * tanh(logit / cap)
 
     @property
     def total(self) -> float:
+        extra = sum(float(a.sum()) for a in (self.mixer, self.per_layer) if a is not None)
         return float(self.embed + self.heads.sum() + self.attn_bias.sum() + self.mlp.sum()
-                     + self.norm_bias + self.unembed_bias)
+                     + self.norm_bias + self.unembed_bias + extra)
 
 
 def _param(t: object) -> np.ndarray:
@@ -112,10 +123,8 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     if model is None:
         raise DLAError("direct logit attribution needs the model: this trace was loaded without it")
     cfg = trace.config
-    if cfg.norm != "none" and cfg.norm_placement != "pre":
+    if cfg.norm != "none" and cfg.norm_placement == "post":
         raise DLAError("direct logit attribution needs a pre-norm model: here each block normalises its output")
-    if getattr(cfg, "final_softcap", None):
-        raise DLAError("direct logit attribution does not apply to soft-capped logits (not a sum of pieces)")
     logit_scale = float(getattr(cfg, "logit_scale", 1.0))       # Granite: logits times a constant
     residual_scale = float(getattr(cfg, "residual_scale", 1.0))  # Granite: sublayer outputs times a constant
     n = trace.n_tokens
@@ -128,24 +137,42 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     r, norm_bias = final_reader(trace, model, p, u)  # a write x moves the logit (difference) by x @ r
 
     heads = np.zeros((L, H))
-    attn_bias = np.zeros(L)
-    mlp = np.zeros(L)
-    pieces = trace["blocks.0.resid_pre"][p].astype(np.float64)
+    attn_bias, mlp, mixer, per_layer = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
+    # Gemma 4: block l's output (the whole stream) times its layer scalar, so what block l writes reaches the end
+    # times the scalars of l and every later block (the embedding: all of them)
+    after = np.cumprod([scale_of(blk) for blk in model.blocks][::-1])[::-1]
+    pieces = trace["blocks.0.resid_pre"][p].astype(np.float64) * after[0]
     embed = float(pieces @ r)
     for layer in range(L):
-        blk = model.blocks[layer]
-        with weights_of(blk.attn.W_O) as W_O:
-            per_head = residual_scale * _head_outputs(W_O.weight, trace[f"blocks.{layer}.attn.z"][:, p])
-            b_O = residual_scale * (_param(W_O.bias) if W_O.bias is not None else np.zeros(cfg.d_model))
-        heads[layer] = per_head @ r
-        attn_bias[layer] = float(b_O @ r)
-        attn_out = per_head.sum(0) + b_O
-        _check(attn_out, trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
+        blk, plan, factor = model.blocks[layer], cfg.layer(layer), float(after[layer])
+        if plan.is_attention:  # each head's write W_O z_h (z after any output gate), through a frozen output norm
+            with weights_of(blk.attn.W_O) as W_O:
+                per_head = _head_outputs(W_O.weight, trace[f"blocks.{layer}.attn.z"][:, p])
+                b_O = _param(W_O.bias) if W_O.bias is not None else np.zeros(cfg.d_model)
+            gain = residual_scale * factor * _output_gain(blk.ln1_out, per_head.sum(0) + b_O)
+            per_head, b_O = per_head * gain, b_O * gain
+            heads[layer, :len(per_head)] = per_head @ r
+            attn_bias[layer] = float(b_O @ r)
+            attn_out = per_head.sum(0) + b_O
+            if plan.parallel_ssm:  # Falcon-H1: the Mamba-2 scan beside the attention, one term
+                ssm_out = residual_scale * factor * trace[f"blocks.{layer}.mixer.out"][p].astype(np.float64)
+                mixer[layer] = float(ssm_out @ r)
+                attn_out = attn_out + ssm_out
+            _check(attn_out, factor * trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
+        elif plan.mixer != "none":  # a recurrent layer: its whole output, one term
+            attn_out = factor * trace[f"blocks.{layer}.attn.out"][p].astype(np.float64)
+            mixer[layer] = float(attn_out @ r)
+        else:
+            attn_out = 0.0
         pieces = pieces + attn_out
-        if cfg.layer(layer).has_ffn:  # a dense FFN or a mixture of experts (its experts: analysis/experts.py)
-            mlp_out = trace[f"blocks.{layer}.mlp.out"][p].astype(np.float64)
+        if plan.has_ffn:
+            mlp_out = factor * trace[f"blocks.{layer}.mlp.out"][p].astype(np.float64)
             mlp[layer] = float(mlp_out @ r)
             pieces = pieces + mlp_out
+        if blk.ple is not None:
+            ple_out = factor * trace[f"blocks.{layer}.ple.out"][p].astype(np.float64)
+            per_layer[layer] = float(ple_out @ r)
+            pieces = pieces + ple_out
     _check(pieces, trace["resid_final"][p].astype(np.float64), "the residual stream")
     unembed_bias = 0.0
     bias = getattr(model.unembed, "bias", None)
@@ -153,10 +180,27 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
         b = _param(bias)
         unembed_bias = logit_scale * float(b[target] - (b[distractor] if distractor is not None else 0.0))
     logits = trace["logits"][p].astype(np.float64)
+    cap = cfg.final_softcap
+    if cap is not None:  # Gemma 2 / 4: the pieces add up to the logits before the cap (cap * atanh(shown / cap))
+        logits = cap * np.arctanh(np.clip(logits / cap, -1 + 1e-12, 1 - 1e-12))
     logit = float(logits[target] - (logits[distractor] if distractor is not None else 0.0))
-    result = DLA(heads, attn_bias, mlp, embed, norm_bias, unembed_bias, logit, p, target, distractor)
+    result = DLA(heads, attn_bias, mlp, embed, norm_bias, unembed_bias, logit, p, target, distractor,
+                 mixer if mixer.any() else None, per_layer if model.ple is not None else None, cap)
     _check(np.array([result.total]), np.array([logit]), "the logit")
     return result
+
+
+def _output_gain(norm, x: np.ndarray) -> np.ndarray | float:
+    """What a sublayer's output norm (Gemma 2-4's sandwich, OLMo 2's) multiplies each dimension of x [d] by, its
+    scale frozen at x's own (exact for x, linear in the parts of x): w / sqrt(mean(x^2) + eps); 1 without one."""
+    if norm is None:
+        return 1.0
+    if norm.kind != "rmsnorm":
+        raise DLAError("direct logit attribution does not apply here: a LayerNorm on each sublayer's output is not "
+                       "a scale of its input")
+    with weights_of(norm):
+        w = _param(norm.weight) + float(norm.offset or 0.0) if norm.weight is not None else 1.0
+    return w / np.sqrt((x ** 2).mean() + norm.eps)
 
 
 def _check(ours: np.ndarray, model: np.ndarray, what: str) -> None:

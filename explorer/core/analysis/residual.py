@@ -72,8 +72,10 @@ def sublayer_contributions(trace: Trace) -> dict[str, np.ndarray]:
     attn = np.zeros((cfg.n_layers, n), dtype=np.float32)
     mlp = np.zeros((cfg.n_layers, n), dtype=np.float32)
     for layer in range(cfg.n_layers):
-        attn[layer] = _row_norms(trace[f"blocks.{layer}.attn.out"])
-        if cfg.has_ffn:
+        plan = cfg.layer(layer)  # (Nemotron-H: a block without a mixer, or without an FFN)
+        if plan.mixer != "none":
+            attn[layer] = _row_norms(trace[f"blocks.{layer}.attn.out"])
+        if plan.has_ffn:
             mlp[layer] = _row_norms(trace[f"blocks.{layer}.mlp.out"])
     return {"attn": attn, "mlp": mlp}
 

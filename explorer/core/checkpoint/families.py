@@ -12,15 +12,20 @@ from explorer.core.checkpoint import (
     bert,
     bloom,
     deepseek,
+    dense2026,
     falcon,
+    falcon_h1,
     gemma,
+    gemma4,
     gpt2,
     gpt_neo,
     gpt_oss,
     gptj,
     granite,
+    lfm2,
     llama,
     llama4,
+    mamba_hybrids,
     mixtral,
     neox,
     olmo,
@@ -28,6 +33,7 @@ from explorer.core.checkpoint import (
     phi,
     phi3,
     qwen,
+    qwen35,
     qwen_moe,
     stablelm,
 )
@@ -55,6 +61,12 @@ _MODULES = (
     gpt_oss,   # gpt-oss (attention sinks, experts)
     deepseek,  # DeepSeek-V2, DeepSeek-V3 / R1 (latent attention, experts), GLM-4.5 (experts)
     llama4,    # Llama 4 (experts between dense layers, chunked and NoPE layers)
+    qwen35,    # Qwen3.5 / 3.6, Qwen3-Next (Gated DeltaNet layers beside gated attention)
+    dense2026,  # SmolLM3, OLMo 3, EXAONE 4, Mistral Small 3 (mistral3)
+    gemma4,    # Gemma 4 (sliding/global heads, KV sharing, K = V, per-layer embeddings, layer scalars)
+    lfm2,      # LFM2 (short gated convolutions beside attention)
+    mamba_hybrids,  # Granite 4 hybrids, Nemotron-H (Mamba-2 layers beside attention)
+    falcon_h1,  # Falcon-H1 (attention and Mamba-2 side by side in every block)
 )
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}

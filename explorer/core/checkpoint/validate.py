@@ -36,6 +36,7 @@ from explorer.core.config import ModelConfig
 from explorer.core.device import resolve_device, resolve_dtype
 from explorer.core.errors import CheckpointError, LoadCancelled
 from explorer.core.model import Block, MLMHead, Transformer, make_norm
+from explorer.core.plan import largest_hybrid_tensor
 
 Progress = Callable[[int, int, str], None]  # (tensors done, tensors in all, what)
 
@@ -297,7 +298,8 @@ def check_headers(file: Path, shapes: dict[str, tuple[int, ...]]) -> None:
     d, ff = cfg.d_model, max(cfg.d_ff, 1)
     experts = cfg.n_experts * d * cfg.d_expert * 2  # a mixture of experts' bank, gate and up fused in one tensor
     latent = max(cfg.q_lora_rank or 0, cfg.kv_lora_rank or 0) * max(d, cfg.n_heads * 2 * cfg.d_head)  # MLA's
-    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts, latent)
+    largest = 3 * max(cfg.vocab_size * d, cfg.n_ctx * d, d * ff * 2, cfg.n_heads * cfg.d_head * d, experts, latent,
+                      largest_hybrid_tensor(cfg))
     for name, n in counts.items():
         if n > largest:
             raise CheckpointError(f"{file}: tensor {name} has {n:,} elements, more than any tensor the config "

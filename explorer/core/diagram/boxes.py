@@ -13,16 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from explorer.core.config import ModelConfig
+from explorer.core.diagram.experts_boxes import experts_boxes
+from explorer.core.diagram.mixer_text import MIXER_TITLES, mixer_details
 
 # the panel ids a box links to (the same strings as the UI's panel registry, explorer/ui/panels/registry.py)
 TOKENS, EMBED, ATTN, NEURONS, RESID, MASKED = "tokenization", "embeddings", "attention", "neurons", "residual", "masked"
 EXPERTS = "experts"  # the mixture-of-experts boxes (router, experts, shared expert): the Experts panel
-ROUTERS = {"softmax_topk": "softmax over every expert, then its top {k}",
-           "topk_softmax": "its top {k} logits, then a softmax over those",
-           "sigmoid_topk": "sigmoid of every logit; the top {k} (with a bias for choosing)",
-           "sparsemixer": "sparsemixer: the best and the next best, each weighted within its band",
-           "topk_sigmoid": "its top {k} logits; sigmoid of each scales the token into that expert"}
-ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU"}
+ACTIVATION_NAMES = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU", "relu": "ReLU", "silu": "SiLU", "relu2": "ReLU²"}
 
 
 @dataclass(frozen=True)
@@ -30,7 +27,8 @@ class Box:
     """One step of the forward pass."""
 
     id: str  # "embed", "L3.attn.scores", "unembed", ...
-    kind: str  # tokens, embed, type_embed, positions, norm, qkv, scores, mix, add, ffn_in, ffn_out, mlm_head, unembed
+    kind: str  # tokens, embed, type_embed, positions, norm, qkv, scores, mix, add, ffn_in, ffn_out, mlm_head, unembed,
+    #            mixer (a recurrent layer's scan: its effective attention), per_layer (Gemma 4), scale (layer scalar)
     title: str
     shape: tuple[int, ...]  # at the current n
     shape_text: str  # "n × d_model = 7 × 64"
@@ -113,11 +111,12 @@ def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
         lines.append("ALiBi: a per-head penalty −m·(i − j) on the scores"
                      + (" (before the scale)" if cfg.alibi_before_scale else ""))
     elif plan.rotary:
-        dims = cfg.rotary_dim or plan.d_head
+        dims = plan.rotary_dim or cfg.rotary_dim or plan.d_head
         base = cfg.rotary_base_local if plan.local_rope else cfg.rotary_base
+        scaled = cfg.rope and not plan.local_rope
         lines.append(f"rotary: q, k turned by position ({dims} of {plan.d_head} dims, base {base:g}"
                      + (", interleaved" if cfg.rotary_interleaved else "")
-                     + (f", {cfg.rope.get('rope_type')} scaling" if cfg.rope else "") + ")")
+                     + (f", {cfg.rope.get('rope_type')} scaling" if scaled else "") + ")")
     elif cfg.positions == "rotary":
         lines.append("no rotary on this layer (NoPE)" + (": q sharpened by position" if plan.temperature else ""))
     scale = "1/√d_head" if cfg.attn_scale is None else f"{cfg.attn_scale:g}"
@@ -129,12 +128,20 @@ def attention_details(cfg: ModelConfig, layer: int) -> tuple[str, ...]:
         lines.append(f"soft cap {cfg.attn_softcap:g}·tanh(s/{cfg.attn_softcap:g})")
     if cfg.attn_sinks:
         lines.append("a learned sink per head takes a share of each row's softmax")
+    if plan.kv_from is not None:
+        lines.append(f"no keys or values of its own: those of layer {plan.kv_from}")
+    elif plan.k_eq_v:
+        lines.append("values are the keys' projection (K = V)")
+    if cfg.v_norm and plan.kv_from is None:
+        lines.append("each head's v RMS-normed")
+    if cfg.attn_output_gate:
+        lines.append("each head's output times sigmoid(x·W_gate): an output gate")
     return tuple(lines)
 
 
-def ffn_details(cfg: ModelConfig, d_ff: int | None = None) -> tuple[str, ...]:
+def ffn_details(cfg: ModelConfig, layer: int | None = None) -> tuple[str, ...]:
     act = ACTIVATION_NAMES[cfg.activation]
-    d_ff = cfg.d_ff if d_ff is None else d_ff
+    d_ff = cfg.layer(layer).d_ff if layer is not None else cfg.d_ff
     if cfg.gated_ffn:
         return (f"gated: {act}(x·W_gate) ⊙ (x·W_up)", f"d_ff {d_ff}")
     return (f"{act}(x·W_in)", f"d_ff {d_ff}")
@@ -157,6 +164,9 @@ class _Builder:
         for source in (after,) if isinstance(after, str) else after or ():
             self.edges.append(Edge(source, box_id))
         return box_id
+
+    def by_id_row(self, box_id: str) -> int:
+        return next(b.row for b in self.boxes if b.id == box_id)
 
     def residual(self, source: str, target: str) -> None:
         self.edges.append(Edge(source, target, "residual"))
@@ -220,63 +230,56 @@ def _norm(b: _Builder, layer: int, site: str, title: str, column: int, after: st
 
 def _attention(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
     cfg, n, p, plan = b.cfg, b.n, f"blocks.{layer}.", b.cfg.layer(layer)
+    if plan.is_recurrent:
+        return _mixer(b, layer, column, after, same_row)
     H, dh, dv = plan.n_heads, plan.d_head, plan.d_head_v
-    kv = H if cfg.kv_lora_rank is not None else plan.n_kv_heads
-    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections", (H, n, dh), "heads × n × d_head",
-                p + "attn.q", ATTN, layer, column,
+    kv = H if cfg.kv_lora_rank is not None else plan.n_kv_heads  # latent attention: a K and V per head
+    qkv = b.add(f"L{layer}.attn.qkv", "qkv", "Q, K, V projections" if plan.kv_from is None else "Q projection",
+                (H, n, dh), "heads × n × d_head", p + "attn.q", ATTN, layer, column,
                 details=(f"q: {H} × {n} × {dh}, " + (f"k and v: {kv} × {n} × {dh}" if dv == dh else
                                                      f"k: {kv} × {n} × {dh}, v: {kv} × {n} × {dv}"),),
                 after=after, same_row=same_row)
     scores = b.add(f"L{layer}.attn.scores", "scores", "Scores → softmax", (H, n, n), "heads × n × n",
                    p + "attn.pattern", ATTN, layer, column, details=attention_details(cfg, layer), after=qkv)
-    return b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
-                 "n × d_model", p + "attn.out", RESID, layer, column,
-                 details=(f"each head: pattern @ v ({H} × {n} × {dv}), then concatenated",), after=scores)
+    mix = b.add(f"L{layer}.attn.mix", "mix", "Weighted sum of values, heads × W_O", (n, cfg.d_model),
+                "n × d_model", p + "attn.out", RESID, layer, column,
+                details=(f"each head: pattern @ v ({H} × {n} × {plan.d_head_v})"
+                         + (" times its gate" if cfg.attn_output_gate else "") + ", then concatenated"
+                         + (", plus the Mamba-2 scan's output beside it" if plan.parallel_ssm else ""),),
+                after=scores)
+    if plan.parallel_ssm:  # Falcon-H1: a Mamba-2 scan on the same input, its output added to the attention's
+        from explorer.core.mixers.effective import scan_heads
+
+        end_row, b.row = b.row, b.by_id_row(qkv)  # beside the attention's first box
+        b.add(f"L{layer}.mixer", "mixer", "Mamba-2 beside the attention", (scan_heads(cfg, layer), n, n),
+              "heads × n × n", p + "mixer.effective_attention", ATTN, layer, column + 1,
+              details=mixer_details(cfg, layer, "mamba2"), after=after, same_row=True)
+        b.row = end_row
+        b.edges.append(Edge(f"L{layer}.mixer", mix))
+    return mix
 
 
-def moe_details(cfg: ModelConfig) -> tuple[str, ...]:
-    """What a mixture of experts does: its router's rule, its experts, the shared expert."""
-    lines = [f"router: one logit per expert ({cfg.n_experts}); "
-             + ROUTERS[cfg.moe_router].format(k=cfg.experts_per_token)]
-    if cfg.moe_groups > 1:
-        lines.append(f"only the experts of the token's best {cfg.moe_topk_groups} of {cfg.moe_groups} groups")
-    if cfg.moe_norm_topk:
-        lines.append("the chosen weights renormalised to sum to 1")
-    if cfg.moe_scale != 1.0:
-        lines.append(f"weights times {cfg.moe_scale:g}")
-    act = "clamped SwiGLU with biases" if cfg.moe_glu_limit is not None else f"gated {ACTIVATION_NAMES[cfg.activation]}"
-    lines.append(f"each expert: {act}, d_model → {cfg.d_expert} → d_model; it runs only on its tokens")
-    return tuple(lines)
+def _mixer(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
+    """A recurrent or convolutional layer: its scan (the box opens its effective attention) and its output."""
+    from explorer.core.mixers.effective import head_count
 
-
-def _experts(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
-    """A mixture of experts: the router, the chosen experts (and the shared expert beside them), their sum."""
-    cfg, n, p = b.cfg, b.n, f"blocks.{layer}.moe."
-    E, k = cfg.n_experts, cfg.experts_per_token
-    router = b.add(f"L{layer}.moe.router", "router", f"Router → top {k} of {E} experts", (n, E), "n × experts",
-                   p + "probs", EXPERTS, layer, column, details=moe_details(cfg)[:-1], after=after, same_row=same_row)
-    experts = b.add(f"L{layer}.moe.experts", "experts", f"{k} experts per token", (n, k, cfg.d_expert),
-                    "n × k × d_expert", p + "weights", EXPERTS, layer, column, details=moe_details(cfg)[-1:],
-                    after=router)
-    ends = [experts]
-    if cfg.d_shared:
-        gate = " × sigmoid gate" if cfg.moe_shared_gate else ""
-        ends.append(b.add(f"L{layer}.moe.shared", "shared_expert", "Shared expert" + gate, (n, cfg.d_shared),
-                          "n × d_shared", p + "shared_out", EXPERTS, layer, column + 1,
-                          details=(f"every token: gated {ACTIVATION_NAMES[cfg.activation]}, d_model → {cfg.d_shared} "
-                                   "→ d_model",), after=after, same_row=True))
-    return b.add(f"L{layer}.ffn.out", "ffn_out", "Experts' weighted sum" + (" + shared" if cfg.d_shared else ""),
-                 (n, cfg.d_model), "n × d_model", f"blocks.{layer}.mlp.out", RESID, layer, column, after=tuple(ends))
+    cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
+    mixer = cfg.layer(layer).mixer
+    maps = head_count(cfg, layer)
+    scan = b.add(f"L{layer}.mixer", "mixer", MIXER_TITLES[mixer], (maps, n, n),
+                 ("channels" if mixer == "short_conv" else "heads") + " × n × n", p + "mixer.effective_attention",
+                 ATTN, layer, column, details=mixer_details(cfg, layer), after=after, same_row=same_row)
+    return b.add(f"L{layer}.mixer.out", "mix", "Output projection", (n, cfg.d_model), "n × d_model",
+                 p + "attn.out", RESID, layer, column, details=("what the layer adds to the stream",), after=scan)
 
 
 def _ffn(b: _Builder, layer: int, column: int, after: str | None, same_row: bool = False) -> str:
     cfg, n, p = b.cfg, b.n, f"blocks.{layer}."
     if cfg.layer(layer).is_moe:
-        return _experts(b, layer, column, after, same_row)
-    d_ff = cfg.layer(layer).d_ff
+        return experts_boxes(b, layer, column, after, same_row, ACTIVATION_NAMES[cfg.activation])
     neurons = b.add(f"L{layer}.ffn.in", "ffn_in", "FFN neurons" + (" (gated)" if cfg.gated_ffn else ""),
-                    (n, d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column, details=ffn_details(cfg, d_ff),
-                    after=after, same_row=same_row)
+                    (n, cfg.layer(layer).d_ff), "n × d_ff", p + "mlp.post", NEURONS, layer, column,
+                    details=ffn_details(cfg, layer), after=after, same_row=same_row)
     return b.add(f"L{layer}.ffn.out", "ffn_out", "FFN down", (n, cfg.d_model), "n × d_model", p + "mlp.out",
                  RESID, layer, column, after=neurons)
 
@@ -307,23 +310,52 @@ def _block(b: _Builder, layer: int, stream: str) -> str:
         return add
     post = cfg.norm_placement == "post"
     pre = cfg.norm_placement in ("pre", "sandwich")
-    into = _norm(b, layer, "ln1", name, 1, stream) if pre else stream
-    attn = _attention(b, layer, 1, into)
-    if cfg.norm_placement in ("sandwich", "output"):
-        attn = _norm(b, layer, "ln1_out", f"{name} (after attention)", 1, attn)
-    mid = b.add(f"L{layer}.add1", "add", "+ residual", (n, d), "n × d_model", f"blocks.{layer}.resid_mid", RESID,
-                layer, 0, after=attn)
-    b.residual(stream, mid)
-    if post:
-        mid = _norm(b, layer, "ln1", f"{name} (after the add)", 0, mid)
-    if not cfg.layer(layer).has_ffn:
-        return mid
+    plan = cfg.layer(layer)
+    mid = stream
+    if plan.mixer != "none":  # (Nemotron-H: a block that is only an FFN)
+        into = _norm(b, layer, "ln1", name, 1, stream) if pre else stream
+        attn = _attention(b, layer, 1, into)
+        if cfg.norm_placement in ("sandwich", "output"):
+            attn = _norm(b, layer, "ln1_out", f"{name} (after {'attention' if plan.is_attention else 'the mixer'})", 1,
+                         attn)
+        mid = b.add(f"L{layer}.add1", "add", "+ residual", (n, d), "n × d_model",
+                    f"blocks.{layer}.resid_mid" if plan.has_ffn else out_key, RESID, layer, 0, after=attn)
+        b.residual(stream, mid)
+        if post:
+            mid = _norm(b, layer, "ln1", f"{name} (after the add)", 0, mid)
+    if not plan.has_ffn:
+        return _block_end(b, layer, mid)
     into = _norm(b, layer, "ln2", name, 1, mid) if pre else mid
     ffn = _ffn(b, layer, 1, into)
     if cfg.norm_placement in ("sandwich", "output"):
         ffn = _norm(b, layer, "ln2_out", f"{name} (after the FFN)", 1, ffn)
-    end = b.add(f"L{layer}.add2", "add", "+ residual", (n, d), "n × d_model", out_key, RESID, layer, 0, after=ffn)
+    plain = blk_plain(cfg)  # (Gemma 4: the stream after this add is not kept: the box shows what the FFN adds)
+    end = b.add(f"L{layer}.add2", "add", "+ residual" if plain else "+ FFN output", (n, d), "n × d_model",
+                out_key if plain else f"blocks.{layer}.mlp.out", RESID, layer, 0, after=ffn)
     b.residual(mid, end)
     if post:
         end = _norm(b, layer, "ln2", f"{name} (after the add)", 0, end)
+    return _block_end(b, layer, end)
+
+
+def blk_plain(cfg: ModelConfig) -> bool:
+    """Whether a block ends at its last residual add (not Gemma 4's per-layer input and layer scalar)."""
+    return not (cfg.d_per_layer or cfg.layer_scalars)
+
+
+def _block_end(b: _Builder, layer: int, end: str) -> str:
+    """Gemma 4: the per-layer input's gated sublayer, added; then the stream times the layer scalar."""
+    cfg, n, d, p = b.cfg, b.n, b.cfg.d_model, f"blocks.{layer}."
+    if cfg.d_per_layer:
+        before = end
+        ple = b.add(f"L{layer}.per_layer", "per_layer", "Per-layer embedding", (n, cfg.d_per_layer), "n × d_per_layer",
+                    p + "ple.in", EMBED, layer, 1,
+                    details=(f"this layer's {cfg.d_per_layer} numbers of the token's per-layer embedding",
+                             "norm(W_proj(act(x·W_gate) ⊙ e_l)), added"), after=end)
+        end = b.add(f"L{layer}.add3", "add", "+ per-layer input", (n, d), "n × d_model",
+                    p + "ple.out" if cfg.layer_scalars else _stream_key(b, layer), RESID, layer, 0, after=ple)
+        b.residual(before, end)
+    if cfg.layer_scalars:
+        end = b.add(f"L{layer}.scale", "scale", "× layer scalar", (n, d), "n × d_model", _stream_key(b, layer), RESID,
+                    layer, 0, details=("the whole stream leaving the block times a learned number",), after=end)
     return end

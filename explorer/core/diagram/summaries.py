@@ -85,6 +85,14 @@ def box_summary(box: Box, trace: Trace, token: int, head: int = 0, tokenizer: An
         j = int(np.argmax(row))
         return Summary(f"head {h}: most to #{j} {quoted(trace.tokens[j], 10)} ({row[j]:.2f})", float(row[j]),
                        _series(row[: t + 1] if trace.config.causal else row), _mark(t, n))
+    if box.kind == "mixer" and layer is not None:  # a recurrent layer: one row of its effective attention
+        from explorer.core.mixers.effective import effective_block, scan_heads
+
+        h = min(head, scan_heads(trace.config, layer) - 1)
+        row = effective_block(trace, layer, [h], (t, t + 1), (0, t + 1))[0, 0]
+        j = int(np.argmax(np.abs(row)))
+        return Summary(f"head {h}: most weight on #{j} {quoted(trace.tokens[j], 10)} ({row[j]:.2g})", float(row[j]),
+                       _series(row), _mark(t, n))
     a = trace[box.key]
     if box.kind == "qkv" and layer is not None:
         h = min(head, a.shape[0] - 1)
@@ -154,7 +162,7 @@ def pattern_row(trace: Trace, layer: int, head: int, t: int) -> np.ndarray:
 def summary_keys(diagram: Diagram, layer: int, trace: Trace) -> list[str]:
     """The Trace keys the summaries of the head, block ``layer`` and the tail read (for ``materialize``)."""
     boxes = diagram.head() + diagram.block(layer) + diagram.tail()
-    return [b.key for b in boxes if b.key is not None and b.kind != "scores" and b.key in trace]
+    return [b.key for b in boxes if b.key is not None and b.kind not in ("scores", "mixer") and b.key in trace]
 
 
 def stream_norms(trace: Trace, token: int) -> tuple[float, ...]:

@@ -268,9 +268,10 @@ class PreallocatedKVCache(KVCache):
         self._v: list[torch.Tensor | None] = [None] * n_layers
         self._len = [0] * n_layers
 
-    @property
-    def length(self) -> int:
-        return self._len[0]
+    def seen(self, layer: int) -> int:
+        if self.states[layer] is not None:  # a recurrent layer's state (core/mixers/)
+            return self.states[layer].length
+        return self._len[layer]
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         start = self._len[layer]

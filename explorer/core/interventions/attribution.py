@@ -147,7 +147,7 @@ def attribution_patching(model: Transformer, clean_ids: Sequence[int], corrupt_i
         metric = _stream_metric(model, run.last, target, distractor)  # [2]: clean, corrupted
         m_clean, m_corrupt = (float(m) for m in metric.detach())
         forward_seconds = time.perf_counter() - t0
-        order = sorted(_sites(L, kinds), key=str)
+        order = sorted((s for s in _sites(L, kinds) if s in run.kept), key=str)  # (a recurrent layer has no z)
         grads = torch.autograd.grad(metric[1], [run.kept[s] for s in order], allow_unused=True)
     if abs(m_clean - m_corrupt) < 1e-6:
         raise InterventionError("the clean and the corrupted prompt give the same logit difference: "
@@ -168,7 +168,7 @@ def attribution_patching(model: Transformer, clean_ids: Sequence[int], corrupt_i
             else:                                                     # [p, d]
                 row = L if name == "resid_final" else layer
                 result.resid[row, :position + 1] = (delta.sum(dim=-1) / gap).cpu().numpy()
-    groups, _ = plan_cells(clean, corrupt, L, H, position, kinds)
+    groups, _ = plan_cells(clean, corrupt, L, H, position, kinds, heads_of=[p.layer for p in cfg.plan if p.is_attention])
     for first, group in groups:
         result.exact_runs += len(group)
         result.exact_forwards += len(group) * (position + 1 - first) / (position + 1)

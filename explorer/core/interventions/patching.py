@@ -124,14 +124,16 @@ def checked_position(model: Transformer, clean_ids: Sequence[int], corrupt_ids: 
 
 def plan_cells(clean: dict, corrupt: dict, n_layers: int, n_heads: int, position: int,
                kinds: Sequence[str] = ("resid", "head"), cells: Sequence[Cell] | None = None,
-               ) -> tuple[list[tuple[int, list[Cell]]], list[Cell]]:
+               heads_of: Sequence[int] | None = None) -> tuple[list[tuple[int, list[Cell]]], list[Cell]]:
     """The exact runs a grid takes: (groups of (first position run, cells), cells left out).
 
     A resid patch at p leaves positions before p as in the corrupted run, so those cells start at p with
     the corrupted run's keys and values before it in a KV cache. Left out (exactly 0, nothing run): cells
     whose clean value equals the corrupted one, the final stream before ``position``, and later positions.
-    ``clean``/``corrupt``: each run's activations by (site, layer), cut at ``position``."""
+    ``clean``/``corrupt``: each run's activations by (site, layer), cut at ``position``. ``heads_of``: the layers
+    whose heads can be patched (a hybrid's attention layers; None: every layer)."""
     L, H = n_layers, n_heads
+    attending = range(L) if heads_of is None else heads_of
 
     def changes_something(cell: Cell) -> bool:
         kind, layer, index = cell
@@ -147,7 +149,7 @@ def plan_cells(clean: dict, corrupt: dict, n_layers: int, n_heads: int, position
     if "resid" in kinds:
         groups += [(p, [("resid", layer, p) for layer in range(L + 1)]) for p in range(position + 1)]
     if "head" in kinds:
-        groups.append((0, [("head", layer, h) for layer in range(L) for h in range(H)]))
+        groups.append((0, [("head", layer, h) for layer in attending for h in range(H)]))
     if cells is not None:
         wanted = set(cells)
         groups = [(first, [c for c in group if c in wanted]) for first, group in groups]
@@ -171,9 +173,13 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
     is_cancelled = asker(cancel)
     t0 = time.perf_counter()
     L, H = cfg.n_layers, cfg.n_heads
+    # a hybrid's heads are its attention layers'; its recurrent layers' state cannot be cut to a prefix of the
+    # corrupted run, so every patched run starts at the first token there
+    attending = [p.layer for p in cfg.plan if p.is_attention]
+    recurrent = any(p.is_recurrent for p in cfg.plan)
     clean_cut, corrupt_cut = list(clean_ids[:position + 1]), list(corrupt_ids[:position + 1])
     sites = {("resid_pre", layer) for layer in range(L)} | {("resid_final", None)} | \
-            {("attn.z", layer) for layer in range(L)}
+            {("attn.z", layer) for layer in attending}
     clean, clean_logits = record_sites(model, clean_cut, sites)
     full_cache = KVCache(L)  # the corrupted run's keys and values: later runs start from a prefix of them
     corrupt, corrupt_logits = record_sites(model, corrupt_cut, sites, cache=full_cache)
@@ -183,9 +189,12 @@ def patching_steps(model: Transformer, clean_ids: Sequence[int], corrupt_ids: Se
         raise InterventionError("the clean and the corrupted prompt give the same logit difference: "
                                 "there is nothing for patching to restore")
     result = PatchingResult(np.zeros((L + 1, n)), np.zeros((L, H)), m_clean, m_corrupt, position, clean=clean)
-    result.naive_runs = (L + 1) * n * ("resid" in kinds) + L * H * ("head" in kinds) if cells is None else len(cells)
+    result.naive_runs = ((L + 1) * n * ("resid" in kinds) + len(attending) * H * ("head" in kinds) if cells is None
+                         else len(cells))
 
-    groups, skipped = plan_cells(clean, corrupt, L, H, position, kinds, cells)
+    groups, skipped = plan_cells(clean, corrupt, L, H, position, kinds, cells, attending)
+    if recurrent:
+        groups = [(0, group) for _, group in groups]
     total = sum(len(group) for _, group in groups) + len(skipped)
     done = len(skipped)  # their value is exactly 0: the patch would not change a number
     result.skipped = done
