@@ -8,8 +8,11 @@
   resident memory after the load, the first 64-token trace (default capture on the CPU) and the second,
   the peak, and greedy decoding with the KV cache in tokens/s.
 * ``gpt-oss``: a gpt-oss-20b-shaped file (24 layers, d_model 2880, 32 experts of 2880, top 4; experts MXFP4,
-  the rest Q8_0), random weights, measured like ``keep-q4_k``. It needs the gpt-oss family (the MoE work);
-  without it the section says so and writes nothing.
+  the rest Q8_0), random weights, measured like ``keep-q4_k``, plus how the expert banks were expanded: never
+  whole (each bank is one packed tensor; an expert's matrices are expanded when a token is routed to it), the
+  largest expansion one expert's matrix. The resident growth after the first trace is compared with the file plus
+  the trace: the pages of the file the chosen experts touched, the expanded weights the budget caches, and the
+  un-embedding expanded whole (vocabulary x d_model in float32: 2.3 GB at the real shape) while the logits run.
 * ``dequant``: the dequantisers' MB/s of float32 output, ours (torch, one thread and torch's default) beside
   ``gguf``'s numpy ones, per type.
 
@@ -102,6 +105,19 @@ def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
+from explorer.core.quant.packed import Packed
+banks = {{"whole": 0, "expert": 0, "bank": 0}}  # expert banks: whole-bank expansions (must stay 0), largest expert
+real_dense, real_expert = Packed.dense, Packed.expert
+def dense(self, dtype=None):
+    if len(self.shape) == 3:
+        banks["whole"] += 1
+    return real_dense(self, dtype)
+def expert(self, index, dtype=None):
+    out = real_expert(self, index, dtype)
+    banks["expert"] = max(banks["expert"], out.nbytes)
+    banks["bank"] = max(banks["bank"], out.nbytes * self.shape[0])
+    return out
+Packed.dense, Packed.expert = dense, expert
 if {budget} is not None:
     global_budget().set_limit({budget})
 before = status("VmRSS")
@@ -122,7 +138,8 @@ out = generate(loaded, ids[:8], SamplingParams(temperature=0.0, max_new_tokens={
 decode = len(out.token_ids) / (time.perf_counter() - start)
 print(json.dumps({{"load": load_seconds, "before": before, "after_load": after_load, "first": first, "second": second,
                   "after_trace": after_trace, "trace_bytes": trace_bytes, "peak": status("VmHWM"), "decode": decode,
-                  "cached": global_budget().cached, "budget": global_budget().limit, "weights": loaded.info()["weights"]}}))
+                  "cached": global_budget().cached, "budget": global_budget().limit, "weights": loaded.info()["weights"],
+                  "banks": banks}}))
 """
 
 
@@ -137,7 +154,7 @@ def run_child(path: Path, weights: str, budget: int | None, tokens: int, steps: 
 def _report(title: str, path: Path, tokens: int, steps: int) -> None:
     mb = 1e6
     file_mb = path.stat().st_size / mb
-    print(f"== {title}: file {file_mb:,.0f} MB")
+    print(f"== {title}: file {file_mb:,.0f} MB ({path.stat().st_size:,} bytes)")
     runs = {"keep, default budget (expanded layers cached)": ("keep", None),
             "keep, budget 64 MB (each layer expanded as it runs)": ("keep", 64 * 2**20),
             "dequantize (every weight float32 at load, as before)": ("dequantize", None)}
@@ -155,6 +172,10 @@ def _report(title: str, path: Path, tokens: int, steps: int) -> None:
               f"{r['trace_bytes'] / mb:,.0f} MB); peak {r['peak'] / mb:,.0f} MB; cache {r['cached'] / mb:,.0f} MB of "
               f"a {r['budget'] / mb:,.0f} MB budget")
         print(f"      greedy decoding with the KV cache: {r['decode']:.2f} tokens/s ({steps} tokens)")
+        banks = r["banks"]
+        if banks["expert"]:
+            print(f"      expert banks expanded whole: {banks['whole']} times (must be 0); the largest expansion of a "
+                  f"bank: one expert's matrix, {banks['expert'] / mb:,.1f} MB (the whole bank: {banks['bank'] / mb:,.0f} MB)")
 
 
 def keep_q4k(tmp: Path) -> None:

@@ -56,7 +56,12 @@ class Router(nn.Module):
 
 class Experts(nn.Module):
     """The expert bank: ``n_experts`` gated FFNs as three stacked weights (nn.Linear's [out, in] per expert):
-    W_gate, W_in [E, f, d], W_out [E, d, f] (and gpt-oss's biases)."""
+    W_gate, W_in [E, f, d], W_out [E, d, f] (and gpt-oss's biases).
+
+    A bank kept as a GGUF file stores it (core/quant/packed.py) is a ``Packed`` module in place of the
+    parameter: ``matrix(name, e)`` then expands expert ``e``'s matrix alone, never the whole bank."""
+
+    BANKS = ("W_gate", "W_in", "W_out")  # the weights a load may hold packed (core/quant/packed.packable)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -70,11 +75,17 @@ class Experts(nn.Module):
         self.b_in = nn.Parameter(torch.zeros(E, f)) if bias else None
         self.b_out = nn.Parameter(torch.zeros(E, d)) if bias else None
 
+    def matrix(self, name: str, e: int, dtype: torch.dtype) -> Tensor:
+        """Expert ``e``'s matrix of bank ``name`` (a packed bank expands that expert only, in ``dtype``)."""
+        bank = getattr(self, name)
+        return bank.expert(e, dtype) if isinstance(bank, nn.Module) else bank[e]  # a Packed bank is a module
+
     def forward(self, x: Tensor, e: int) -> Tensor:
         """Expert ``e`` on its tokens' vectors x [t, d] -> [t, d]."""
-        gate = F.linear(x, self.W_gate[e], None if self.b_gate is None else self.b_gate[e])   # [t, f]
-        up = F.linear(x, self.W_in[e], None if self.b_in is None else self.b_in[e])           # [t, f]
-        return F.linear(glu(self.cfg, gate, up), self.W_out[e], None if self.b_out is None else self.b_out[e])
+        W_gate, W_in, W_out = (self.matrix(name, e, x.dtype) for name in self.BANKS)
+        gate = F.linear(x, W_gate, None if self.b_gate is None else self.b_gate[e])   # [t, f]
+        up = F.linear(x, W_in, None if self.b_in is None else self.b_in[e])           # [t, f]
+        return F.linear(glu(self.cfg, gate, up), W_out, None if self.b_out is None else self.b_out[e])
 
 
 def glu(cfg: ModelConfig, gate: Tensor, up: Tensor) -> Tensor:

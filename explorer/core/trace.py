@@ -429,6 +429,9 @@ class Trace:
 
         from explorer.core.placement import weights_of
 
+        stored = self._arrays.get(f"blocks.{layer}.attn.sinks")  # brought back with the trace (nnsight)
+        if stored is not None:
+            return torch.as_tensor(np.asarray(stored), dtype=torch.float32, device=device)
         if self._model is None:
             raise KeyError(f"deriving layer {layer}'s attention pattern needs the sinks' weights, which this trace "
                            "does not have (it was opened from a file)")

@@ -17,6 +17,8 @@ from typing import Any
 from explorer.core.errors import CheckpointError, VerifyRefused
 
 GGUF_SUFFIXES = (".gguf",)
+# architectures transformers' GGUF loading knows under another name (it renames them as it reads the file)
+TRANSFORMERS_NAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss"}
 INSTALL_GGUF = ("transformers needs accelerate to read a GGUF file, and it is not installed: "
                 "pip install 'transformer-explorer[verify]'")
 
@@ -63,7 +65,7 @@ def gguf_reference(file: Path, transformers: Any) -> dict[str, Any]:
         raise VerifyRefused(str(exc)) from None
     _needs_accelerate()
     supported = supported_architectures(transformers)
-    if arch not in supported:
+    if arch not in supported and TRANSFORMERS_NAMES.get(arch) not in supported:
         raise VerifyRefused(f"{file}: transformers {transformers.__version__} does not read GGUF architecture "
                             f"{arch!r} (it reads " + (", ".join(supported) or "no GGUF files") + ")")
     gap = gguf_reference_gap(header, arch, spec, hf)

@@ -1,7 +1,8 @@
 """Why a head attends and what it moves (explorer/core/analysis/qk.py, ov.py): the parts add up exactly.
 
 * QK: for every family the app opens (tiny random transformers models, opened in memory as
-  ``explorer.show`` does), the query-part x key-part terms of a score add up to the score the model recorded,
+  ``explorer.show`` does; DeepSeek's latent attention with and without its query latent), the query-part x
+  key-part terms of a score add up to the score the model recorded,
   ``blocks.L.attn.scores[h, i, j]`` (before the cap where the model soft-caps: ``scores_precap``, and the
   capped value is reported), to 1e-4 of the score; for scores near zero, whose float32 rounding is larger
   than 1e-4 of them, to 1e-4 of a tenth of the row's largest score.
@@ -35,7 +36,12 @@ VARIANTS = {"opt-350m": ("OPTConfig", "OPTForCausalLM", dict(ffn_dim=96, pad_tok
                                                              word_embed_proj_dim=32)),
             "falcon-rw": ("FalconConfig", "FalconForCausalLM", dict(alibi=True, new_decoder_architecture=False,
                                                                     multi_query=False, parallel_attn=False,
-                                                                    bias=True, pad_token_id=0))}
+                                                                    bias=True, pad_token_id=0)),
+            # DeepSeek-V2-Lite's latent attention: a plain query projection, biases on the latents' projections
+            "deepseek-v2-lite": ("DeepseekV2Config", "DeepseekV2ForCausalLM", dict(
+                n_routed_experts=4, moe_intermediate_size=32, num_experts_per_tok=2, first_k_dense_replace=1,
+                kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12, q_lora_rank=None,
+                attention_bias=True, experts_implementation="eager"))}
 
 
 def opened(name: str):
@@ -58,10 +64,6 @@ def test_the_terms_add_up_to_the_recorded_score(name):
     trace = loaded.trace_ids(IDS)
     cfg, n = trace.config, trace.n_tokens
     layer = cfg.n_layers - 1
-    if cfg.kv_lora_rank is not None:  # DeepSeek's latent attention: refused with its reason, not guessed
-        with pytest.raises(SplitError, match="latent attention"):
-            qk_split(trace, layer, 0, n - 1, 0)
-        return
     checked = 0
     for head in (0, cfg.n_heads - 1):  # the last head reads another key head where K/V heads are grouped
         scores = trace[f"blocks.{layer}.attn.scores"][head]
@@ -93,6 +95,9 @@ def test_the_pieces_of_each_family_are_where_they_should_be():
     assert any("Rotary" in s for s in llama.notes)
     qwen3 = qk_split(opened("qwen3").trace_ids(IDS), 1, 0, 9, 4)
     assert any("q/k norm is frozen" in s for s in qwen3.notes)
+    deepseek = qk_split(opened("deepseek_v3").trace_ids(IDS), 1, 2, 9, 4)  # through MLA's latents
+    assert any("Latent attention (MLA): the query and the key" in s for s in deepseek.notes)
+    assert deepseek.total == pytest.approx(deepseek.score, rel=1e-4)
     bert = qk_split(opened("bert").trace_ids(IDS), 1, 0, 3, 9)  # an encoder: a later key has a score
     assert any("post-norm" in s for s in bert.notes) and {p.kind for p in bert.key_parts} >= {"type", "pos"}
 

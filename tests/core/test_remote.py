@@ -21,7 +21,12 @@ SPECS = {  # one tiny random model per family in the tables (GQA where the famil
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16, num_key_value_heads=2)),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(head_dim=16, num_key_value_heads=2, sliding_window=6,
                                                          query_pre_attn_scalar=16)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_key_value_heads=2, num_local_experts=4,
+                                                            num_experts_per_tok=2)),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(num_key_value_heads=2, num_local_experts=4,
+                                                          num_experts_per_tok=2, head_dim=16, sliding_window=6)),
 }
+MOE_SITES = ("router_logits", "probs", "weights", "experts")
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +52,31 @@ def test_nnsight_trace_equals_our_own(family, family_dirs, tiny_gpt2_dir):
     path = _directory(family, family_dirs, tiny_gpt2_dir)
     theirs = trace_directory(path, ids=IDS)
     ours = load_checkpoint(path, device="cpu").trace_ids(IDS)
+    cfg = ours.config
     assert not theirs.has_model
-    assert sorted(theirs.stored_keys()) == sorted(k for k in saved_keys(ours.config.n_layers) if k != "last_logits")
-    for layer in range(ours.config.n_layers):
-        for site in ("resid_pre", "attn.q", "attn.k", "attn.v", "attn.pattern", "attn.scores"):
+    expected = saved_keys(cfg.n_layers, FAMILIES[family], cfg.moe_layers)
+    assert sorted(theirs.stored_keys()) == sorted([k for k in expected if k != "last_logits"] +
+                                                  [f"blocks.{i}.moe.probs" for i in cfg.moe_layers])
+    for layer in range(cfg.n_layers):
+        sites = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.pattern", "attn.scores"]
+        sites += ["attn.sink"] if cfg.attn_sinks else []                  # gpt-oss: each row's share of the sink
+        sites += [f"moe.{site}" for site in MOE_SITES] if layer in cfg.moe_layers else []
+        for site in sites:
             key = f"blocks.{layer}.{site}"
+            if site == "moe.experts":  # the same experts, best first (the weights are compared beside them)
+                np.testing.assert_array_equal(theirs[key], ours[key], err_msg=f"{family} {key}")
+                continue
             np.testing.assert_allclose(theirs[key], ours[key], rtol=0, atol=1e-4, err_msg=f"{family} {key}")
     np.testing.assert_allclose(theirs["resid_final"], ours["resid_final"], rtol=0, atol=1e-4)
     np.testing.assert_allclose(theirs.meta.extra["last_logits"], ours["logits"][-1], rtol=0, atol=1e-4)
     with pytest.raises(Exception, match="model"):  # a model-less Trace: what needs weights says so
-        theirs["blocks.0.mlp.post"]
+        theirs["blocks.0.moe.expert_out" if cfg.moe_layers else "blocks.0.mlp.post"]
+    if cfg.moe_layers:  # what nnsight cannot reach in a mixture of experts, said in one line
+        line = theirs.meta.extra["not_available"]
+        assert "expert's output" in line and "\n" not in line
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2", "gpt_oss"])
 def test_export_backend_nnsight_contract(family, family_dirs, tiny_gpt2_dir, tmp_path):
     from explorer.cli import main
 
@@ -80,6 +97,10 @@ def test_export_backend_nnsight_contract(family, family_dirs, tiny_gpt2_dir, tmp
                                        atol=1e-4)
     np.testing.assert_allclose(ours["resid_final"], default["residual"][L], atol=1e-4)
     np.testing.assert_allclose(ours["last_logits"], default["logits"][-1], atol=1e-4)
+    for layer in reference.config.moe_layers:  # a mixture of experts: its routing is written too
+        np.testing.assert_array_equal(ours[f"blocks.{layer}.moe.experts"], reference[f"blocks.{layer}.moe.experts"])
+        np.testing.assert_allclose(ours[f"blocks.{layer}.moe.router_logits"],
+                                   reference[f"blocks.{layer}.moe.router_logits"], atol=1e-5)
 
 
 class Recording:
@@ -205,7 +226,10 @@ def test_details_on_demand_equal_our_own(family, family_dirs, tiny_gpt2_dir):
     ours = load_checkpoint(path, device="cpu").trace_ids(IDS)
     layer, position = cfg.n_layers - 1, 4
     got = fetch_details(open_model(path, hf), family, cfg, IDS, layer, position, k=5)
-    np.testing.assert_allclose(got["mlp.post"], ours[f"blocks.{layer}.mlp.post"][position], atol=1e-4)
+    if cfg.moe_layers:
+        assert "mlp.post" not in got  # an MoE layer has no single FFN's neurons to read (Family.unavailable)
+    else:
+        np.testing.assert_allclose(got["mlp.post"], ours[f"blocks.{layer}.mlp.post"][position], atol=1e-4)
     logits = ours["logits"][position]
     np.testing.assert_array_equal(got["top_ids"], np.argsort(-logits, kind="stable")[:5])
     np.testing.assert_allclose(got["top_logits"], logits[got["top_ids"]], atol=1e-4)
@@ -214,7 +238,8 @@ def test_details_on_demand_equal_our_own(family, family_dirs, tiny_gpt2_dir):
     np.testing.assert_allclose(got["lens_logits"], lens.logits[layer, position], atol=1e-4)
 
 
-def test_layers_arrive_a_request_at_a_time(family_dirs, monkeypatch):
+@pytest.mark.parametrize("family", ["qwen3", "gpt_oss"])
+def test_layers_arrive_a_request_at_a_time(family_dirs, monkeypatch, family):
     import json
 
     from nnsight.modeling import huggingface
@@ -222,10 +247,10 @@ def test_layers_arrive_a_request_at_a_time(family_dirs, monkeypatch):
     from explorer.core.remote.backend import stream_compact
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    path = family_dirs["qwen3"]
-    monkeypatch.setitem(huggingface._ID_CACHE, str(path), "org/tiny-qwen3")
+    path = family_dirs[family]
+    monkeypatch.setitem(huggingface._ID_CACHE, str(path), f"org/tiny-{family}")
     hf = json.loads((path / "config.json").read_text())
-    cfg, lm = our_config("qwen3", hf), open_model(path, hf)
+    cfg, lm = our_config(family, hf), open_model(path, hf)
     backends = []
 
     def backend_for():
@@ -233,11 +258,15 @@ def test_layers_arrive_a_request_at_a_time(family_dirs, monkeypatch):
         return backends[-1]
 
     ours = load_checkpoint(path, device="cpu").trace_ids(IDS)
-    arrived = list(stream_compact(lm, "qwen3", cfg, IDS, layers_per_request=1, backend_for=backend_for))
+    arrived = list(stream_compact(lm, family, cfg, IDS, layers_per_request=1, backend_for=backend_for))
     assert [(first, last) for first, last, _ in arrived] == [(0, 1), (1, 2)] and len(backends) == 2
-    assert sorted(arrived[0][2]) == ["blocks.0.attn.k", "blocks.0.attn.q", "blocks.0.attn.v", "blocks.0.resid_pre"]
+    first = ["blocks.0.attn.k", "blocks.0.attn.q", "blocks.0.attn.v", "blocks.0.resid_pre"]
+    if family == "gpt_oss":  # its sinks, and the routing of its mixture of experts
+        first += ["blocks.0.attn.sinks", "blocks.0.moe.experts", "blocks.0.moe.router_logits", "blocks.0.moe.weights"]
+    assert sorted(arrived[0][2]) == sorted(first)
     merged = {k: v for _, _, arrays in arrived for k, v in arrays.items()}
-    assert set(merged) == set(saved_keys(cfg.n_layers))
+    assert set(merged) == set(saved_keys(cfg.n_layers, FAMILIES[family], cfg.moe_layers))
+    merged = {k: v for k, v in merged.items() if not k.endswith("attn.sinks")}  # a weight: not a key of ours
     for key, value in merged.items():
         np.testing.assert_allclose(value, ours["logits"][-1] if key == "last_logits" else ours[key], atol=1e-5,
                                    err_msg=key)

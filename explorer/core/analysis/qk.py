@@ -8,7 +8,9 @@ key at j; the stream at each is a sum of parts (explorer/core/analysis/stream_pa
 
 where Q_a is part a's share of q_i after everything the model does to the query: the norm before
 attention, W_Q's rows of the head, OLMo's clamp (what it changed is a part of its own), the q/k norm
-(its scale frozen as computed), rotary (a rotation by i's angle: linear). The terms add up to the
+(its scale frozen as computed), rotary (a rotation by i's angle: linear). DeepSeek's latent attention
+(MLA) reads q and k through its compressed projections, each latent norm's scale frozen as computed, the
+rotary slice turned on its own (``qk_latent.py``). The terms add up to the
 score the model recorded before any soft cap; ``qk_split`` checks it and refuses rather than show terms
 that do not add up.
 
@@ -115,15 +117,21 @@ def side_parts(trace: Trace, model: Transformer, layer: int, head: int, position
     from explorer.core.model import apply_rotary, apply_rotary_interleaved
 
     cfg, blk, dh = model.cfg, model.blocks[layer], model.cfg.d_head
-    if getattr(cfg, "kv_lora_rank", None) is not None:
-        raise SplitError("latent attention (DeepSeek's MLA): q and k come through compressed projections, each "
-                         "with its own norm, and a separate rotary slice; their split is not written yet")
     full = cfg.qk_norm == "full"
-    with weights_of(blk.attn.W_Q if which == "q" else blk.attn.W_K) as proj:
-        rows = slice(None) if full else slice(head * dh, (head + 1) * dh)
-        A = param(proj.weight[rows]).T                   # [d, k]: the head's rows (every head's: a full q/k norm)
-        const = param(proj.bias[rows]) if proj.bias is not None else np.zeros(A.shape[1])
     norm = input_norm(trace, model, layer, position)
+    turned = 0                                           # the leading columns rotary leaves alone (MLA's no-rope part)
+    if cfg.kv_lora_rank is not None:                     # DeepSeek's latent attention: through its latents
+        from explorer.core.analysis.qk_latent import latent_reader
+
+        x = trace[f"blocks.{layer}.resid_pre"][position].astype(np.float64)
+        if norm is not None:
+            x = norm.apply(x) + (norm.bias if norm.bias is not None else 0.0)
+        A, const, turned = latent_reader(model, layer, head, x, which)
+    else:
+        with weights_of(blk.attn.W_Q if which == "q" else blk.attn.W_K) as proj:
+            rows = slice(None) if full else slice(head * dh, (head + 1) * dh)
+            A = param(proj.weight[rows]).T               # [d, k]: the head's rows (every head's: a full q/k norm)
+            const = param(proj.bias[rows]) if proj.bias is not None else np.zeros(A.shape[1])
     if norm is not None:
         const = const + norm.bias_read(A)
         A = norm.pull(A)
@@ -146,7 +154,7 @@ def side_parts(trace: Trace, model: Transformer, layer: int, head: int, position
     if rotary is not None:
         turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
         cos, sin = (t[position:position + 1].cpu() for t in rotary)
-        values = turn(torch.from_numpy(values)[:, None], cos, sin)[:, 0].numpy()
+        values[:, turned:] = turn(torch.from_numpy(values[:, turned:].copy())[:, None], cos, sin)[:, 0].numpy()
     bias = parts.index(Part("bias"))
     if not np.any(values[bias]):                                        # a model without biases: no such part
         parts, values = parts[:bias] + parts[bias + 1:], np.delete(values, bias, axis=0)
@@ -229,6 +237,11 @@ def notes(cfg, model: Transformer, layer: int, head: int, kv: int, score: float,
     if cfg.qk_norm != "none":
         out.append("The q/k norm is frozen too: its scale depends on the whole query (key), so each part is "
                    "measured at the scale the full query (key) had.")
+    if cfg.kv_lora_rank is not None:
+        what = "the query and the key come" if cfg.q_lora_rank is not None else "the key comes"
+        out.append(f"Latent attention (MLA): {what} through small latents, each RMS-normed with its scale taken as "
+                   "computed at that position; the key's rotary slice is read straight from the stream, shared by "
+                   "every head, and only the rotary slices of the query and the key turn.")
     if any(p.kind == "clip" for p in parts):
         out.append(f"The model clamps q and k to ±{cfg.qkv_clip:g}; what the clamp changed is its own part.")
     if cfg.positions == "rotary":

@@ -8,7 +8,10 @@ expert bank and shared expert, whichever form the tensors come in:
   and projection (``experts.{e}.w1.weight``, ``experts.{e}.gate_proj.weight``, ...), or the family's own fused
   form (GraniteMoE's ``input_linear``, gpt-oss's and Llama 4's 3-D ``gate_up_proj``);
 * a ``transformers`` model in memory (``model.state_dict()``), whose experts are fused 3-D tensors
-  (``experts.gate_up_proj`` [E, 2f, d] and ``experts.down_proj`` [E, d, f], or transposed).
+  (``experts.gate_up_proj`` [E, 2f, d] and ``experts.down_proj`` [E, d, f], or transposed);
+* a GGUF file (llama.cpp's layout, ``gguf_archs``): three stacked banks ``experts.gate_proj.weight``,
+  ``up_proj`` [E, f, d] and ``down_proj`` [E, d, f] (gpt-oss: with ``.bias`` [E, f] / [E, d]), taken as
+  they are, so a bank the load keeps quantised passes through as one tensor (core/quant/storage.py).
 
 Ours (core/moe.py): ``moe.router.weight`` [E, d] (+ ``bias``, ``choice_bias``), ``moe.experts.W_gate`` /
 ``W_in`` [E, f, d], ``W_out`` [E, d, f] (+ gpt-oss's biases), ``moe.shared.*`` and ``moe.shared_gate``.
@@ -73,7 +76,13 @@ def _block(t: Tensors, layer: int, layout: MoELayout) -> str:
 def _experts(t: Tensors, cfg: ModelConfig, base: str, layout: MoELayout, ours: str) -> dict[str, torch.Tensor]:
     E, f, d = cfg.n_experts, cfg.d_expert, cfg.d_model
     found: dict[str, torch.Tensor] = {}
-    if f"{base}.experts.gate_up_proj" in t.sd or f"{base}.input_linear.weight" in t.sd:
+    if f"{base}.experts.gate_proj.weight" in t.sd:                         # GGUF: three stacked banks, as they are
+        for theirs, mine, shape in (("gate_proj", "W_gate", (E, f, d)), ("up_proj", "W_in", (E, f, d)),
+                                    ("down_proj", "W_out", (E, d, f))):
+            found[mine] = t.take(f"{base}.experts.{theirs}.weight", shape)
+            if cfg.moe_expert_bias:                                         # gpt-oss
+                found[mine.replace("W_", "b_")] = t.take(f"{base}.experts.{theirs}.bias", shape[:2])
+    elif f"{base}.experts.gate_up_proj" in t.sd or f"{base}.input_linear.weight" in t.sd:
         granite = f"{base}.input_linear.weight" in t.sd
         transposed = layout.fused in ("concat_t", "interleaved_t") and not granite
         gate_up = t.take(f"{base}.input_linear.weight" if granite else f"{base}.experts.gate_up_proj",

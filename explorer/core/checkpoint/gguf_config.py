@@ -1,11 +1,12 @@
 """A GGUF file's metadata as the ``config.json`` of the Hugging Face directory it was converted from.
 
-* ``ARCHS``: each GGUF ``general.architecture`` read here, with its Hugging Face ``model_type``, the
-  Hugging Face tensor names of its family (mapped to GGUF names through ``gguf``'s own name map:
-  ``name_map``) and what llama.cpp changed when converting (q/k rows permuted, Gemma's norms + 1);
+* ``ARCHS`` (``gguf_archs``): each GGUF ``general.architecture`` read here, with its Hugging Face
+  ``model_type``, the Hugging Face tensor names of its family (mapped to GGUF names through ``gguf``'s own
+  name map: ``name_map``) and what llama.cpp changed when converting (q/k rows permuted, Gemma's norms + 1);
 * ``hf_config``: ``{arch}.*`` metadata -> ``config.json`` keys (``hidden_size``, ``num_hidden_layers``,
   ...), each value type-checked and named by its GGUF key when wrong, plus what the tensors imply
-  (tied embeddings, biases, StableLM's parallel residual, Falcon's decoder);
+  (tied embeddings, biases, StableLM's parallel residual, Falcon's decoder); a mixture of experts'
+  keys (experts, k, their width, routing) in ``gguf_moe``;
 * tensors llama.cpp derives from the configuration, read back into it: Llama 3.1+'s ``rope_freqs``
   (the ``llama3`` RoPE scaling, checked against its rule) and Phi-3's LongRoPE factors.
 """
@@ -13,13 +14,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from explorer.core.checkpoint.gguf_archs import ARCHS, FALCON_NEW, LATER, MIXTRAL, Arch, architecture
+from explorer.core.checkpoint.gguf_archs import meta as _meta
+from explorer.core.checkpoint.gguf_moe import moe_config
 from explorer.core.checkpoint.gguf_validate import Header, TensorInfo
 from explorer.core.errors import CheckpointError
+
+__all__ = ["ARCHS", "FALCON_NEW", "LATER", "MIXTRAL", "Arch", "architecture", "hf_config", "hf_names", "name_map"]
 
 
 def _f32(header: Header, t: TensorInfo) -> np.ndarray:
@@ -28,48 +33,6 @@ def _f32(header: Header, t: TensorInfo) -> np.ndarray:
         f.seek(t.start)
         return np.frombuffer(f.read(t.end - t.start), dtype="<f4").astype(np.float64)
 
-
-_LLAMA_LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
-_QK_NORM = ("self_attn.q_norm", "self_attn.k_norm")
-_SANDWICH = ("pre_feedforward_layernorm", "post_feedforward_layernorm")
-_LLAMA_TOP = ("model.embed_tokens", "model.norm", "lm_head")
-
-
-@dataclass(frozen=True)
-class Arch:
-    """How one GGUF ``general.architecture`` maps onto a Hugging Face family."""
-
-    model_type: str
-    layer: tuple[str, ...] = _LLAMA_LAYER  # Hugging Face names inside block i (without .weight/.bias)
-    top: tuple[str, ...] = _LLAMA_TOP
-    prefix: str = "model.layers.{i}."
-    permuted_qk: bool = False  # llama.cpp interleaved the rotary halves of q and k rows
-    norm_plus_one: bool = False  # llama.cpp stored Gemma's norm weights as 1 + w
-    extra: dict[str, Any] = field(default_factory=dict)  # config.json values the metadata does not carry
-
-
-ARCHS: dict[str, Arch] = {
-    "llama": Arch("llama", permuted_qk=True),
-    "qwen2": Arch("qwen2", extra={"use_sliding_window": False}),
-    "qwen3": Arch("qwen3", _LLAMA_LAYER + _QK_NORM, extra={"use_sliding_window": False}),
-    "gemma2": Arch("gemma2", _LLAMA_LAYER + _SANDWICH, ("model.embed_tokens", "model.norm"), norm_plus_one=True),
-    "gemma3": Arch("gemma3_text", _LLAMA_LAYER + _SANDWICH + _QK_NORM, ("model.embed_tokens", "model.norm"),
-                   norm_plus_one=True),
-    "phi3": Arch("phi3", ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj",
-                          "input_layernorm", "post_attention_layernorm")),
-    "stablelm": Arch("stablelm"),
-    "falcon": Arch("falcon", ("input_layernorm", "self_attention.query_key_value", "self_attention.dense",
-                              "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
-                   ("transformer.word_embeddings", "transformer.ln_f", "lm_head"), "transformer.h.{i}.",
-                   extra={"parallel_attn": True, "alibi": False}),
-    "gpt2": Arch("gpt2", ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"),
-                 ("transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"), "transformer.h.{i}.",
-                 extra={"activation_function": "gelu_new"}),
-}
-
-FALCON_NEW = Arch("falcon", ("ln_attn", "ln_mlp", *ARCHS["falcon"].layer[1:]), ARCHS["falcon"].top,
-                  ARCHS["falcon"].prefix, extra={**ARCHS["falcon"].extra, "new_decoder_architecture": True})
 
 # {arch}.<key> -> config.json key, with the kind of value it must be
 _KEYS: tuple[tuple[str, str, type], ...] = (
@@ -84,31 +47,6 @@ _KEYS: tuple[tuple[str, str, type], ...] = (
 )
 _GPT2_KEYS = {"max_position_embeddings": "n_positions", "hidden_size": "n_embd", "num_hidden_layers": "n_layer",
               "intermediate_size": "n_inner", "num_attention_heads": "n_head", "layer_norm_eps": "layer_norm_epsilon"}
-
-
-def _meta(header: Header, key: str, kind: type, default: Any = None) -> Any:
-    value = header.metadata.get(key, default)
-    if value is None:
-        return None
-    ok = (isinstance(value, int) and not isinstance(value, bool)) if kind is int else \
-        (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)) if kind is float \
-        else isinstance(value, kind)
-    if not ok:
-        what = "an integer" if kind is int else "a finite number" if kind is float else "text"
-        raise CheckpointError(f"{header.path}: GGUF metadata {key} should be {what} (got {value!r:.60})")
-    return float(value) if kind is float else value
-
-
-def architecture(header: Header) -> tuple[str, Arch]:
-    arch = _meta(header, "general.architecture", str)
-    if arch is None:
-        raise CheckpointError(f"{header.path}: the GGUF file names no general.architecture")
-    if arch not in ARCHS:
-        raise CheckpointError(f"{header.path}: GGUF architecture {arch!r:.60} is not supported; supported: "
-                              + ", ".join(ARCHS))
-    if arch == "falcon" and any(t.name == "blk.0.attn_norm_2.weight" for t in header.tensors):
-        return arch, FALCON_NEW  # Falcon-40B/180B's decoder: a norm for attention and one for the MLP
-    return arch, ARCHS[arch]
 
 
 def hf_config(header: Header) -> dict[str, Any]:
@@ -130,7 +68,7 @@ def hf_config(header: Header) -> dict[str, Any]:
         if value is not None:
             hf[ours] = value
     rotary = _meta(header, f"{arch}.rope.dimension_count", int)
-    if spec.model_type == "llama" and rotary is not None:
+    if spec.model_type in ("llama", "mixtral") and rotary is not None:
         hf.setdefault("head_dim", rotary)  # as transformers reads it for Llama
     scaling = _meta(header, f"{arch}.rope.scaling.type", str)
     if scaling not in (None, "none"):
@@ -162,6 +100,8 @@ def hf_config(header: Header) -> dict[str, Any]:
         elif kv != 1:
             raise CheckpointError(f"{header.path}: a Falcon file of the old decoder with {kv} K/V heads "
                                   "(llama.cpp converts only multi-query ones, with 1)")
+    if spec.moe:
+        moe_config(header, arch, spec, hf)
     if spec.model_type == "gpt2":
         hf = {_GPT2_KEYS.get(k, k): v for k, v in hf.items()}
         hf["n_ctx"] = hf.get("n_positions")
@@ -252,7 +192,8 @@ def hf_names(header: Header, arch: str, spec: Arch, n_layers: int) -> dict[str, 
         if kind not in ("weight", "bias") or base not in mapping:
             unknown.append(t.name)
             continue
-        out[t.name] = f"{mapping[base]}.{kind}"
+        hf = mapping[base]
+        out[t.name] = hf if kind == "weight" and spec.bare and hf.endswith(spec.bare) else f"{hf}.{kind}"
     if unknown:
         raise CheckpointError(f"{header.path}: GGUF tensors this {arch} model does not have: "
                               f"{', '.join(unknown[:6])}" + (" ..." if len(unknown) > 6 else ""))

@@ -38,6 +38,7 @@ from explorer.core.checkpoint.gguf_config import (
     longrope_from_tensors,
     rope_from_tensor,
 )
+from explorer.core.checkpoint.gguf_moe import as_hf_shape, hf_shape
 from explorer.core.checkpoint.gguf_validate import TYPES, Header, TensorInfo, read_header
 from explorer.core.checkpoint.families import FAMILIES
 from explorer.core.checkpoint.loader import configure, convert
@@ -149,7 +150,7 @@ def read_tensors(header: Header, hf: dict[str, Any], arch: str, spec: Arch, n_la
                 minus_one = spec.norm_plus_one and t.name.endswith("norm.weight")
                 held = half if t.name in keep and half is not None else dtype
                 tensor = dequantised(f, t, held, (lambda v: v - 1.0) if minus_one else None)
-                out[names[t.name]] = reorder(tensor) if reorder is not None else tensor
+                out[names[t.name]] = as_hf_shape(t.name, reorder(tensor) if reorder is not None else tensor)
     except OSError as exc:
         raise CheckpointError(f"cannot read {header.path} ({why(exc)})") from None
     return out
@@ -161,7 +162,7 @@ def kept(header: Header, names: dict[str, str], family: Any, hf: dict[str, Any],
     ctx = current()
     if ctx is None or ctx.weights not in ("keep", "bfloat16", "float16"):
         return frozenset()
-    shapes = {names[t.name]: t.shape for t in header.tensors if t.name in names}
+    shapes = {names[t.name]: hf_shape(t.name, t.shape) for t in header.tensors if t.name in names}
     targets = packable(meta_model(cfg))
     renamed = identity_names(lambda w: family.convert(w, cfg, hf), shapes, targets)
     item = ctx.dtype.itemsize
@@ -192,7 +193,7 @@ def load_gguf(path: Path, device: str, dtype: str, name: str | None = None) -> L
         ctx.config_file = path
     arch, spec = architecture(header)
     hf = hf_config(header)
-    if spec.model_type == "llama":
+    if spec.model_type in ("llama", "mixtral"):
         rope_from_tensor(header, hf)
     if spec.model_type == "phi3":
         longrope_from_tensors(header, hf)

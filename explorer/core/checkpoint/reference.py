@@ -68,7 +68,10 @@ def reference_map(model_type: str, hf: HFConfig) -> ReferenceMap:
 def gguf_reference_gap(header: Any, arch: str, spec: Any, hf: HFConfig) -> str:
     """Why transformers' GGUF loading does not give this file's model ("" where it does)."""
     from explorer.core.checkpoint.gguf_config import FALCON_NEW, LONGROPE, ROPE_FREQS
+    from explorer.core.checkpoint.gguf_moe import reference_gap
 
+    if spec.moe and (gap := reference_gap(arch, spec, hf)):
+        return gap
     names = {t.name for t in header.tensors}
     scaling = header.metadata.get(f"{arch}.rope.scaling.type")
     if spec is FALCON_NEW:

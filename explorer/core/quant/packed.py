@@ -13,7 +13,9 @@ budget's free room stay cached and the others are expanded as they run and dropp
 ``weight`` is the expanded tensor, so code that reads a weight directly (DLA, neurons, vectors) is
 unchanged. The expanded tensors are made outside inference mode and without gradients, so attribution's
 backward pass goes through them like through frozen weights. An expert bank (a 3-D GGUF tensor
-``[experts, rows, cols]``) is a ``Packed`` too: ``expert(e)`` expands one expert's matrix alone.
+``[experts, rows, cols]``) is a ``Packed`` too, installed in place of the bank's parameter (``install``):
+``expert(e)`` expands one expert's matrix alone, so the forward pass, which runs each expert only on the
+tokens routed to it (core/moe.py), never holds more than one expert's matrices expanded beyond the cache.
 """
 
 from __future__ import annotations
@@ -183,17 +185,30 @@ PACKED_MODULES = (PackedLinear, PackedEmbedding)
 
 
 def packable(model: nn.Module) -> dict[str, type]:
-    """Our weight names that a ``Packed`` can hold: every ``nn.Linear`` and ``nn.Embedding`` weight."""
-    return {f"{name}.weight": type(m) for name, m in model.named_modules()
-            if isinstance(m, (nn.Linear, nn.Embedding))}
+    """Our weight names that a ``Packed`` can hold: every ``nn.Linear`` and ``nn.Embedding`` weight, and the
+    banks a module names in its ``BANKS`` (an expert bank [experts, rows, cols], core/moe.py ``Experts``)."""
+    out: dict[str, type] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            out[f"{name}.weight"] = type(m)
+        for bank in getattr(type(m), "BANKS", ()):
+            out[f"{name}.{bank}"] = type(m)
+    return out
 
 
 def install(model: nn.Module, packed: dict[str, Packed]) -> None:
     """Put ``PackedLinear``/``PackedEmbedding`` in place of the modules whose weights are ``packed``
-    (a meta model: their biases stay meta parameters until the state dict is assigned)."""
+    (a meta model: their biases stay meta parameters until the state dict is assigned); a packed bank takes
+    the place of its parameter in the module that names it in ``BANKS``."""
     total = sum(p.numel() for p in {id(p): p for p in packed.values()}.values())
     for name, weight in packed.items():
         weight.group_numel = total
+        parent_name, _, leaf = name.rpartition(".")
+        owner = model.get_submodule(parent_name) if parent_name else model
+        if leaf in getattr(type(owner), "BANKS", ()):
+            delattr(owner, leaf)          # the parameter goes; the Packed module is the bank now
+            owner.add_module(leaf, weight)
+            continue
         path = name.removesuffix(".weight")
         parent_name, _, leaf = path.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model

@@ -64,7 +64,7 @@ def split(model: torch.nn.Module, weights: dict[str, Any], ctx: Any) -> dict[str
         if isinstance(value, Packed):
             packed[name] = value
         elif (name in names and isinstance(value, torch.Tensor) and value.dtype in HALF and value.dtype != compute
-              and ctx is not None and ctx.weights in ("keep", "bfloat16", "float16") and value.dim() == 2):
+              and ctx is not None and ctx.weights in ("keep", "bfloat16", "float16") and value.dim() in (2, 3)):
             if id(value) not in made:
                 made[id(value)] = Packed.from_tensor(value)
             packed[name] = made[id(value)]

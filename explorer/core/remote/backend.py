@@ -85,11 +85,11 @@ def open_model(source: str | Path, hf: dict[str, Any], remote: bool = False) -> 
 
 
 def _saves(lm: Any, ids: Any, family: Family, n_layers: int, first: int = 0, last: int | None = None,
-           **trace_kwargs: Any) -> list[Any]:
-    """One forward pass; the compact set of blocks ``first`` .. ``last - 1`` in execution order, and after the
-    last block resid_final and the logits; a pass that ends before the last block stops there (the server
-    runs no further). The body of the ``with`` block is what nnsight ships to a server: it refers only to
-    builtins, ``attrgetter`` and nnsight."""
+           moe_layers: tuple[int, ...] = (), **trace_kwargs: Any) -> list[Any]:
+    """One forward pass; the compact set of blocks ``first`` .. ``last - 1`` in execution order (with gpt-oss's
+    sinks, and each MoE layer's routing), and after the last block resid_final and the logits; a pass that ends
+    before the last block stops there (the server runs no further). The body of the ``with`` block is what
+    nnsight ships to a server: it refers only to builtins, ``attrgetter`` and nnsight."""
     import nnsight
 
     last = n_layers if last is None else last
@@ -99,10 +99,16 @@ def _saves(lm: Any, ids: Any, family: Family, n_layers: int, first: int = 0, las
         for layer in range(first, last):
             block = blocks[layer]
             saved.append(block.input[0])                                       # resid_pre [n, d]
-            call = getattr(getattr(block, family.attention).source, family.attention_op).inputs[0]
+            inputs = getattr(getattr(block, family.attention).source, family.attention_op).inputs
+            call = inputs[0]
             saved.append(call[1][0])                                           # q [H, n, dh] (after rotary)
             saved.append(call[2][0])                                           # k [Hkv, n, dh]
             saved.append(call[3][0])                                           # v [Hkv, n, dh]
+            if family.sinks:
+                saved.append(inputs[1]["s_aux"])                               # each head's sink logit [H]
+            if layer in moe_layers:
+                routed = attrgetter(family.router)(block).output
+                saved.extend([routed[0], routed[1], routed[2]])                # logits [n, E], weights, experts [n, k]
         if last < n_layers:
             tracer.stop()
         saved.append(attrgetter(family.final_norm)(lm).input[0])                # resid_final [n, d]
@@ -119,7 +125,7 @@ def stream_compact(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], layer
     import torch
 
     family = family_of(model_type)
-    L, step = cfg.n_layers, max(1, int(layers_per_request))
+    L, step, moe = cfg.n_layers, max(1, int(layers_per_request)), tuple(cfg.moe_layers)
     batch = torch.tensor([list(ids)], dtype=torch.long)
     for first in range(0, L, step):
         last = min(L, first + step)
@@ -130,15 +136,22 @@ def stream_compact(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], layer
             kwargs["backend"] = remote_backend(lm, settings or RemoteSettings.resolve())
         try:
             with torch.inference_mode():
-                values = _saves(lm, batch, family, L, first, last, **kwargs)
+                values = _saves(lm, batch, family, L, first, last, moe, **kwargs)
         except ExplorerError:
             raise
         except Exception as exc:  # noqa: BLE001
             raise _one_line(exc, model_type) from exc
-        keys = [k for k in saved_keys(L) if k.startswith(tuple(f"blocks.{i}." for i in range(first, last)))]
+        keys = [k for k in saved_keys(L, family, moe) if k.startswith(tuple(f"blocks.{i}." for i in range(first, last)))]
         keys += ["resid_final", "last_logits"] if last == L else []
-        yield first, last, {key: np.ascontiguousarray(torch.as_tensor(v).detach().float().cpu().numpy())
-                            for key, v in zip(keys, values)}
+        yield first, last, {key: _array(key, v) for key, v in zip(keys, values)}
+
+
+def _array(key: str, value: Any) -> np.ndarray:
+    """A saved value as a numpy array: float32, the chosen experts as integers."""
+    import torch
+
+    t = torch.as_tensor(value).detach().cpu()
+    return np.ascontiguousarray(t.long().numpy() if key.endswith("moe.experts") else t.float().numpy())
 
 
 def _details(lm: Any, ids: Any, family: Family, layer: int, position: int, k: int, **trace_kwargs: Any) -> list[Any]:
@@ -152,7 +165,8 @@ def _details(lm: Any, ids: Any, family: Family, layer: int, position: int, k: in
         stream = block.input[0, position]                                      # resid_pre at the position [d]
         lens = attrgetter(family.unembed)(lm)(attrgetter(family.final_norm)(lm)(stream))  # [V]
         saved.extend(lens.topk(k))                                             # values, ids
-        saved.append(attrgetter(family.mlp_out)(block).input[0, position])     # mlp.post [d_ff]
+        if family.mlp_out is not None:                                         # (experts: no single FFN)
+            saved.append(attrgetter(family.mlp_out)(block).input[0, position])  # mlp.post [d_ff]
         saved.extend(lm.output.logits[0, position].topk(k))                   # values, ids
     return list(saved)
 
@@ -160,7 +174,8 @@ def _details(lm: Any, ids: Any, family: Family, layer: int, position: int, k: in
 def fetch_details(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], layer: int, position: int, k: int = 10,
                   backend: Any = None, remote: bool = False, settings: RemoteSettings | None = None) -> dict:
     """On demand, for the selected layer and position: ``lens_ids``/``lens_logits`` (top k of the logit lens at
-    block ``layer``'s input), ``mlp.post`` there, and ``top_ids``/``top_logits`` of the model's output."""
+    block ``layer``'s input), ``mlp.post`` there (not for mixtures of experts: ``Family.unavailable``), and
+    ``top_ids``/``top_logits`` of the model's output."""
     import torch
 
     from explorer.core.model import output_logits
@@ -178,16 +193,24 @@ def fetch_details(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], layer:
         raise
     except Exception as exc:  # noqa: BLE001
         raise _one_line(exc, model_type) from exc
-    lens_values, lens_ids, post, top_values, top_ids = (torch.as_tensor(v).detach().float().cpu() for v in values)
-    return {"lens_ids": lens_ids.long().numpy(), "lens_logits": output_logits(cfg, lens_values).numpy(),
-            "mlp.post": post.numpy(), "top_ids": top_ids.long().numpy(), "top_logits": top_values.numpy()}
+    values = [torch.as_tensor(v).detach().float().cpu() for v in values]
+    lens_values, lens_ids, top_values, top_ids = values[0], values[1], values[-2], values[-1]
+    out = {"lens_ids": lens_ids.long().numpy(), "lens_logits": output_logits(cfg, lens_values).numpy(),
+           "top_ids": top_ids.long().numpy(), "top_logits": top_values.numpy()}
+    if family.mlp_out is not None:
+        out["mlp.post"] = values[2].numpy()
+    return out
 
 
-def saved_keys(n_layers: int) -> list[str]:
+def saved_keys(n_layers: int, family: Family | None = None, moe_layers: tuple[int, ...] = ()) -> list[str]:
     """The Trace keys of ``_saves``' values, in execution order."""
     keys = []
     for layer in range(n_layers):
         keys += [f"blocks.{layer}.{site}" for site in ("resid_pre", "attn.q", "attn.k", "attn.v")]
+        if family is not None and family.sinks:
+            keys.append(f"blocks.{layer}.attn.sinks")
+        if layer in moe_layers:
+            keys += [f"blocks.{layer}.moe.{site}" for site in ("router_logits", "weights", "experts")]
     return keys + ["resid_final", "last_logits"]
 
 
@@ -226,19 +249,19 @@ def trace_nnsight(lm: Any, model_type: str, cfg: Any, ids: Sequence[int], tokens
     t0 = time.perf_counter()
     try:
         with torch.inference_mode():
-            values = _saves(lm, torch.tensor([list(ids)], dtype=torch.long), family, cfg.n_layers, **kwargs)
+            values = _saves(lm, torch.tensor([list(ids)], dtype=torch.long), family, cfg.n_layers,
+                            moe_layers=tuple(cfg.moe_layers), **kwargs)
     except ExplorerError:
         raise
     except Exception as exc:  # noqa: BLE001 - nnsight's and the server's failures become one line
         raise _one_line(exc, model_type) from exc
     seconds = time.perf_counter() - t0
-    keys = saved_keys(cfg.n_layers)
+    keys = saved_keys(cfg.n_layers, family, tuple(cfg.moe_layers))
     if len(values) != len(keys):
         raise RemoteTraceError(f"the trace brought back {len(values)} values, {len(keys)} were asked for")
-    arrays = {key: np.ascontiguousarray(torch.as_tensor(v).detach().float().cpu().numpy())
-              for key, v in zip(keys, values)}
+    arrays = {key: _array(key, v) for key, v in zip(keys, values)}
     where = "remote" if (remote or backend is not None) else "nnsight"
-    return compact_trace(arrays, cfg, ids, tokens, name, where, seconds)
+    return compact_trace(arrays, cfg, ids, tokens, name, where, seconds, family.unavailable)
 
 
 def remote_backend(lm: Any, settings: RemoteSettings) -> Any:
@@ -302,25 +325,41 @@ def directory_tokenizer(directory: Path, model_type: str, cfg: Any, hf: dict[str
 
 
 def compact_trace(arrays: dict[str, np.ndarray], cfg: Any, ids: Sequence[int], tokens: Sequence[str], name: str,
-                  where: str, seconds: float) -> Trace:
-    """The model-less Trace of the compact set (``arrays`` under Trace keys, with ``last_logits``)."""
+                  where: str, seconds: float, unavailable: str = "") -> Trace:
+    """The model-less Trace of the compact set (``arrays`` under Trace keys, with ``last_logits``); a mixture of
+    experts' scores over every expert (``moe.probs``) from its router logits by the family's rule."""
+    import torch
+
+    from explorer.core.moe import router_scores
+
     arrays = dict(arrays)
     last_logits = arrays.pop("last_logits")
+    for layer in cfg.moe_layers:
+        logits = arrays.get(f"blocks.{layer}.moe.router_logits")
+        if logits is not None and not cfg.moe_choice_bias:  # (a choice bias is a weight the trace does not have)
+            arrays[f"blocks.{layer}.moe.probs"] = router_scores(cfg, torch.from_numpy(logits))[0].numpy()
     for a in arrays.values():
         a.flags.writeable = False
-    meta = TraceMeta(model_name=name, device=where, dtype="float32", forward_seconds=seconds,
-                     extra={"backend": where, "last_logits": last_logits})
+    extra = {"backend": where, "last_logits": last_logits}
+    if unavailable:
+        extra["not_available"] = unavailable
+    meta = TraceMeta(model_name=name, device=where, dtype="float32", forward_seconds=seconds, extra=extra)
     return Trace(list(ids), list(tokens), cfg, arrays, meta, model=None)
 
 
 def compact_arrays(trace: Trace) -> dict[str, np.ndarray]:
     """What ``export --backend nnsight`` writes to trace.npz, under Trace keys: every layer's resid_pre,
-    q, k, v and pattern (derived), resid_final, token ids and strings, the last position's logits."""
+    q, k, v and pattern (derived), a mixture of experts' routing, resid_final, token ids and strings, the last
+    position's logits."""
     out: dict[str, np.ndarray] = {"token_ids": trace.token_ids.astype(np.int64),
                                   "tokens": np.array(trace.tokens, dtype=str)}
     for layer in range(trace.config.n_layers):
         for site in ("resid_pre", "attn.q", "attn.k", "attn.v", "attn.pattern"):
             out[f"blocks.{layer}.{site}"] = np.asarray(trace[f"blocks.{layer}.{site}"], np.float32)
+        if layer in trace.config.moe_layers:  # a mixture of experts' routing, where the trace has it
+            for site in ("router_logits", "probs", "weights", "experts"):
+                if f"blocks.{layer}.moe.{site}" in trace.stored_keys():
+                    out[f"blocks.{layer}.moe.{site}"] = np.asarray(trace[f"blocks.{layer}.moe.{site}"])
     out["resid_final"] = np.asarray(trace["resid_final"], np.float32)
     out["last_logits"] = np.asarray(trace.meta.extra["last_logits"], np.float32)
     return out

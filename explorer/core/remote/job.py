@@ -129,4 +129,5 @@ def run_job(job: RemoteJob, layers_per_request: int = 4, backend_for: Callable[[
             raise RemoteTraceError("the remote trace was stopped")
     where = "remote" if job.remote or backend_for is not None else "nnsight"
     name = Path(job.source).name if not job.remote else job.source
-    return compact_trace(arrays, job.cfg, job.ids, job.tokens, name, where, time.perf_counter() - t0)
+    return compact_trace(arrays, job.cfg, job.ids, job.tokens, name, where, time.perf_counter() - t0,
+                         family_of(job.model_type).unavailable)

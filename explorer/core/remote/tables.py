@@ -17,6 +17,15 @@ its inputs are q and k after the rotary turn and v, per head, as this project re
 | last position's logits | the model's output ``.logits[0, -1]`` (after Gemma 2's soft cap) |
 | on demand: ``blocks.{l}.mlp.post`` | ``{layers}[l].{mlp_out}.input`` (the FFN's down projection's input) |
 | on demand: the lens at block l | ``{unembed}({final_norm}({layers}[l].input))``, top k on the server |
+
+Mixtures of experts (Mixtral, gpt-oss) add, for each MoE layer, the router module's output
+``{layers}[l].{router}.output``: (router logits [n, E], the chosen experts' weights [n, k], the chosen
+experts [n, k], best first) -> ``blocks.{l}.moe.router_logits``, ``.weights``, ``.experts``; the router's
+scores over every expert (``moe.probs``) follow from the logits by the family's rule (core/moe.py). gpt-oss's
+sinks are the eager call's ``s_aux`` keyword (``blocks.{l}.attn.sinks``), so its patterns derive with them.
+What nnsight cannot reach there is said in one line (``Family.unavailable``): transformers runs every expert
+of a layer in one fused module behind a dispatcher, so each chosen expert's own output (``moe.expert_out``)
+and the FFN's neurons (``mlp.post``) have no module or operation to read; trace locally for them.
 """
 
 from __future__ import annotations
@@ -32,10 +41,16 @@ class Family:
     attention: str       # the attention module inside a block
     attention_op: str    # the eager attention call inside the attention module's forward (.source)
     final_norm: str      # the norm after the last block: its input is resid_final
-    mlp_out: str         # the FFN's output projection inside a block: its input is mlp.post
+    mlp_out: str | None  # the FFN's output projection inside a block: its input is mlp.post (None: experts)
     unembed: str = "lm_head"
+    router: str | None = None  # a mixture of experts' router inside a block: (logits, weights, experts)
+    sinks: bool = False        # the eager call's s_aux keyword holds each head's sink logit (gpt-oss)
+    unavailable: str = ""      # what this family's Trace cannot get through nnsight, in one line
 
 
+_EXPERTS = ("through nnsight: the router's logits, each token's experts and their weights; not each chosen "
+            "expert's output nor the FFN's neurons (transformers runs the experts in one fused module): trace "
+            "locally for those")
 _DECODER = Family(layers="model.layers", attention="self_attn", attention_op="attention_interface_1",
                   final_norm="model.norm", mlp_out="mlp.down_proj")
 
@@ -45,6 +60,10 @@ FAMILIES: dict[str, Family] = {
     "qwen2": _DECODER,
     "qwen3": _DECODER,
     "gemma2": _DECODER,
+    "mixtral": Family(layers="model.layers", attention="self_attn", attention_op="attention_interface_1",
+                      final_norm="model.norm", mlp_out=None, router="mlp.gate", unavailable=_EXPERTS),
+    "gpt_oss": Family(layers="model.layers", attention="self_attn", attention_op="attention_interface_1",
+                      final_norm="model.norm", mlp_out=None, router="mlp.router", sinks=True, unavailable=_EXPERTS),
     "gpt2": Family(layers="transformer.h", attention="attn", attention_op="attention_interface_1",
                    final_norm="transformer.ln_f", mlp_out="mlp.c_proj"),
 }
