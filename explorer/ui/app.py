@@ -83,7 +83,7 @@ def ensure_app(color_scheme: str | None = None):
     return app
 
 
-DEVICE_KEY, DTYPE_KEY = "model/device", "model/dtype"
+DEVICE_KEY, DTYPE_KEY, WEIGHTS_KEY = "model/device", "model/dtype", "model/weights"
 
 
 def remembered_device(settings, device: str | None, dtype: str | None) -> tuple[str, str]:
@@ -105,6 +105,7 @@ def remember_device(window) -> None:
     def store(_loaded: object) -> None:
         window.settings.setValue(DEVICE_KEY, window.device_controls.device)
         window.settings.setValue(DTYPE_KEY, window.device_controls.dtype)
+        window.settings.setValue(WEIGHTS_KEY, window.device_controls.weights)
 
     window.model_loaded.connect(store)
 
@@ -130,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     apply_stored_budget(settings, args.memory_budget)
     device, dtype = remembered_device(settings, args.device, args.dtype)
     window = MainWindow(settings, device=device, dtype=dtype)
+    window.device_controls.set_weights(str(settings.value(WEIGHTS_KEY, "auto") or "auto"))  # before the first load
     remember_device(window)
 
     def show() -> None:

@@ -140,6 +140,30 @@ def choose(options: list[MemoryOption]) -> MemoryOption | None:
     return next((o for o in options if o.fits), None)
 
 
+def one_line(options: list[MemoryOption], asked: str = "auto") -> str:
+    """What the window says before a load: the way the weights will be held (``asked``, or the one ``auto``
+    picks) and what the others would take, e.g. "weights kept as stored: 0.70 GB; every weight in float32
+    would take 5.5 GB (does not fit)". "" without options (a built-in or nanoGPT model)."""
+    if not options:
+        return ""
+    by_way = {o.weights: o for o in options}
+    chosen = by_way.get(asked) if asked != "auto" else (choose(options) or min(options, key=lambda o: o.nbytes))
+    if chosen is None:
+        return ""
+    others = [o for o in options if o is not chosen and o.weights in ("keep", "dequantize")]
+    text = f"weights {_SHORT[chosen.weights]}: {_size(chosen.nbytes)}" + ("" if chosen.fits else " (does not fit)")
+    for o in others:
+        text += f"; {_SHORT[o.weights]} would take {_size(o.nbytes)}" + ("" if o.fits else " (does not fit)")
+    return text
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+_SHORT = {"keep": "kept as stored", "bfloat16": "in bfloat16", "float16": "in float16", "dequantize": "all expanded"}
+
+
 def describe_options(options: list[MemoryOption]) -> list[str]:
     """Lines for ``info`` and the window: each way with its bytes, the chosen one marked."""
     best = choose(options)

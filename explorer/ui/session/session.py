@@ -152,10 +152,13 @@ class Session(QObject):
 
     # --- verbs: the model ------------------------------------------------------------------------------
     def open(self, source: str | None, device: str = "auto", dtype: str = "float32",
-             fallbacks: tuple[str | None, ...] = (), quiet: bool = False, fit: bool = False) -> LoadRequest:
+             fallbacks: tuple[str | None, ...] = (), quiet: bool = False, fit: bool = False,
+             weights: str = "auto") -> LoadRequest:
         """Load ``source`` (None: the default model) in a worker; the newest load wins. ``fit``: lay the model
-        out across the GPU, CPU memory and disk (core/placement.py) when it does not fit one device."""
-        request = LoadRequest(None if source is None else str(source), device, dtype, fallbacks, quiet, fit=fit)
+        out across the GPU, CPU memory and disk (core/placement.py) when it does not fit one device;
+        ``weights``: how its weights are held (auto, keep, dequantize, bfloat16, float16)."""
+        request = LoadRequest(None if source is None else str(source), device, dtype, fallbacks, quiet, fit=fit,
+                              weights=weights)
         self.loading.emit(f"Loading {source or 'the default model'}…")
         return self.loader.load(request)
 

@@ -11,6 +11,8 @@ their arguments, so they can be called directly in tests. torch is only imported
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ class LoadRequest:
     quiet: bool = False  # report a failure of ``source`` as a notice, not a dialog (startup)
     id: int = 0
     fit: bool = False  # lay the model out across GPU, CPU memory and disk (core/placement.py fit_to_machine)
+    weights: str = "auto"  # how the weights are held (core/quant/storage.py): auto, keep, dequantize, bfloat16, float16
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,12 @@ def load_model_steps(request: LoadRequest, progress: Callable[[int, int, str], N
     first: BaseException | None = None
     for source in (request.source, *request.fallbacks):
         yield f"Loading {source or 'the default model'} on {request.device} ({request.dtype})…"
+        memory = _memory_line(source, request)
+        if memory:  # before any weight is read: what this way of holding them takes, and the others
+            yield f"Loading {source}: {memory}…"
         try:
             model = load_checkpoint(source, request.device, request.dtype, progress=progress, cancel=cancel,
-                                    placement=placement)
+                                    placement=placement, weights="dequantize" if placement else request.weights)
         except Cancelled:  # LoadCancelled: the user's Cancel, no fallback
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message, the next source is tried
@@ -80,6 +86,18 @@ def load_model_steps(request: LoadRequest, progress: Callable[[int, int, str], N
         return LoadResult(request, model, source, tuple(errors))
     assert first is not None
     raise first
+
+
+def _memory_line(source: str | None, request: LoadRequest) -> str:
+    """``quant.plan.one_line`` for ``source`` (headers only); "" where it cannot say (a built-in model)."""
+    if source is None:
+        return ""
+    from explorer.core.quant.plan import memory_options, one_line
+
+    try:
+        return one_line(memory_options(source, request.device, request.dtype), request.weights)
+    except Exception:  # noqa: BLE001 - the load itself reports what is wrong with the files
+        return ""
 
 
 class ModelLoader(QObject):
@@ -136,8 +154,7 @@ class ModelLoader(QObject):
 
     def load(self, request: LoadRequest) -> LoadRequest:
         rid = self.requests.next()
-        request = LoadRequest(request.source, request.device, request.dtype, request.fallbacks,
-                              request.quiet, rid, request.fit)
+        request = dataclasses.replace(request, id=rid)  # every other field as asked (fit, weights, ...)
         cancel = self._cancels[rid] = Cancel()
         last = [-1]
 

@@ -68,6 +68,7 @@ class LoadingChrome(QObject):
         cfg = loaded.config
         self.layer_head.set_ranges(cfg.n_layers, cfg.n_heads)
         self.devices.set_values(request.device, request.dtype)
+        self.devices.set_weights(request.weights)
         self.devices.refresh()
         self.status.show_model(loaded.info())
         budget = global_budget()
@@ -104,6 +105,7 @@ class LoadingChrome(QObject):
         kept = self.session.model_request
         if kept is not None:  # keep the model that is there, and show its settings again
             self.devices.set_values(kept.device, kept.dtype)
+            self.devices.set_weights(kept.weights)
 
     def prompt_for(self, loaded: LoadedModel, current: str) -> str:
         """The current prompt if the new model can read it; else a sample it can, after asking."""

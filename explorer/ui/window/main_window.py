@@ -226,6 +226,8 @@ class MainWindow(QMainWindow):
         self.menus.fit_chosen.connect(lambda source: self.open_checkpoint(source, fit=True))
         self.menus.compare_chosen.connect(lambda: ask_and_compare(self, self.session, self._dialog_dir()))
         self.device_controls.changed.connect(self._on_device_changed)
+        self.device_controls.weights_changed.connect(lambda _w: self._on_device_changed(
+            self.device_controls.device, self.device_controls.dtype))  # reopened with the new way to hold them
         app = QApplication.instance()
         if isinstance(app, QApplication):
             app.focusChanged.connect(self._on_focus_changed)
@@ -242,7 +244,7 @@ class MainWindow(QMainWindow):
     def open_checkpoint(self, source: str | None, fallbacks: tuple[str | None, ...] = (), quiet: bool = False,
                         device: str | None = None, dtype: str | None = None, fit: bool = False) -> LoadRequest:
         return self.session.open(source, device or self.device_controls.device, dtype or self.device_controls.dtype,
-                                 fallbacks, quiet, fit=fit)
+                                 fallbacks, quiet, fit=fit, weights=self.device_controls.weights)
 
     def _cancel_load(self) -> None:
         self.loader.cancel()  # looked up now: a test replaces it

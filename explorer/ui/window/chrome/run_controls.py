@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSpinBox, QWidget
 
@@ -10,6 +10,13 @@ from explorer.ui.session.selection import Selection
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
+WEIGHTS = ("auto", "keep", "dequantize", "bfloat16", "float16")
+WEIGHTS_TIPS = {"auto": "the way that fits this machine: a quantised GGUF kept as stored, else all expanded if it fits",
+                "keep": "as the file stores them (GGUF blocks, half precision), expanded as each layer runs: the "
+                        "same numbers in a fraction of the memory",
+                "dequantize": "every weight expanded into the compute precision at load: the fastest, the most memory",
+                "bfloat16": "matrices stored in bfloat16 (rounded once), computed in the chosen precision",
+                "float16": "matrices stored in float16 (rounded once), computed in the chosen precision"}
 
 
 def _enable_items(combo: QComboBox, enabled: set[str], tip: str) -> None:
@@ -23,7 +30,7 @@ def _enable_items(combo: QComboBox, enabled: set[str], tip: str) -> None:
 
 
 class DeviceControls(QWidget):
-    """Device and precision combos; only what this machine offers is enabled.
+    """Device, precision and weights combos; only what this machine offers is enabled.
 
     Signals
     -------
@@ -32,6 +39,7 @@ class DeviceControls(QWidget):
     """
 
     changed = Signal(str, str)
+    weights_changed = Signal(str)  # the user picked another way to hold the weights (reloads the model)
 
     def __init__(self, device: str = "auto", dtype: str = "float32", parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -42,6 +50,12 @@ class DeviceControls(QWidget):
         self.dtype_combo.addItems(DTYPES)
         self.dtype_combo.setToolTip("The precision the numbers are computed in (reloads the model); the weights may "
                                     "be stored in less: the status bar says in what")
+        self.weights_combo = QComboBox(self)
+        self.weights_combo.addItems(WEIGHTS)
+        for row, way in enumerate(WEIGHTS):
+            self.weights_combo.setItemData(row, WEIGHTS_TIPS[way], Qt.ItemDataRole.ToolTipRole)
+        self.weights_combo.setToolTip("How the weights are held in memory (reloads the model); the loading line "
+                                      "says what each way takes before anything is read")
         self.set_values(device, dtype)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 0, 4, 0)
@@ -50,7 +64,11 @@ class DeviceControls(QWidget):
         layout.addSpacing(6)
         layout.addWidget(QLabel("Precision", self))
         layout.addWidget(self.dtype_combo)
+        layout.addSpacing(6)
+        layout.addWidget(QLabel("Weights", self))
+        layout.addWidget(self.weights_combo)
         self.device_combo.activated.connect(self._on_device)
+        self.weights_combo.activated.connect(lambda _: self.weights_changed.emit(self.weights))
         self.dtype_combo.activated.connect(lambda _: self.changed.emit(self.device, self.dtype))
 
     @property
@@ -60,6 +78,14 @@ class DeviceControls(QWidget):
     @property
     def dtype(self) -> str:
         return self.dtype_combo.currentText()
+
+    @property
+    def weights(self) -> str:
+        return self.weights_combo.currentText()
+
+    def set_weights(self, weights: str) -> None:
+        with QSignalBlocker(self.weights_combo):
+            self.weights_combo.setCurrentText(weights if weights in WEIGHTS else "auto")
 
     def set_values(self, device: str, dtype: str) -> None:
         with QSignalBlocker(self.device_combo), QSignalBlocker(self.dtype_combo):
