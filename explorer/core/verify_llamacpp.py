@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -73,20 +72,47 @@ def compare_logits(ours: np.ndarray, theirs: np.ndarray, ids: list[int], runtime
                              runtime)
 
 
-def llamacpp_logits(path: Path, ids: list[int], threads: int | None = None) -> np.ndarray:
-    """llama.cpp's logits at every position of ``ids`` (``Llama.eval`` with ``logits_all``; CPU, no GPU layers)."""
-    import llama_cpp
+# The child that runs llama.cpp: llama.cpp is native code reading a user's file, and a crash there (a segfault
+# on a malformed file, a CPU path the machine lacks) must end one comparison, never the app.
+_CHILD = r"""
+import json, sys
+import numpy as np
+import llama_cpp
+a = json.loads(sys.stdin.read())
+n = max(len(a["ids"]), 8)
+llm = llama_cpp.Llama(model_path=a["path"], n_ctx=n, n_batch=n, logits_all=True, n_gpu_layers=0, verbose=False,
+                      n_threads=a["threads"])
+llm.reset()
+llm.eval(list(a["ids"]))
+np.save(a["out"], np.array(llm.scores[:len(a["ids"])], dtype=np.float32))
+"""
+TIMEOUT_S = 1800.0
 
-    llm: Any = llama_cpp.Llama(model_path=str(path), n_ctx=max(len(ids), 8), n_batch=max(len(ids), 8),
-                               logits_all=True, n_gpu_layers=0, verbose=False, n_threads=threads)
-    try:
-        llm.reset()
-        llm.eval(list(ids))
-        return np.array(llm.scores[:len(ids)], dtype=np.float32)
-    finally:
-        close = getattr(llm, "close", None)
-        if close is not None:
-            close()
+
+def llamacpp_logits(path: Path, ids: list[int], threads: int | None = None, timeout: float = TIMEOUT_S) -> np.ndarray:
+    """llama.cpp's logits at every position of ``ids`` (``Llama.eval`` with ``logits_all``; CPU, no GPU layers),
+    computed in a child process (``python -I``): a crash or a hang there is a ``RuntimeError`` here."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    if getattr(sys, "frozen", False):
+        raise RuntimeError("this build of the app cannot start a Python child process for llama.cpp")
+    with tempfile.TemporaryDirectory(prefix="explorer-llamacpp-") as folder:
+        out = Path(folder) / "logits.npy"
+        request = json.dumps({"path": str(path), "ids": [int(i) for i in ids], "threads": threads, "out": str(out)})
+        try:
+            done = subprocess.run([sys.executable, "-I", "-c", _CHILD], input=request, capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"llama.cpp did not finish within {timeout:.0f} s") from None
+        if done.returncode < 0:
+            raise RuntimeError(f"llama.cpp crashed (signal {-done.returncode})")
+        if done.returncode != 0 or not out.is_file():
+            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            raise RuntimeError(lines[-1] if lines else f"exit status {done.returncode}")
+        return np.load(out, allow_pickle=False)
 
 
 def compare_with_llamacpp(path: Path, ours: np.ndarray, ids: list[int]) -> RuntimeComparison | str:

@@ -89,12 +89,40 @@ def test_verify_without_the_binding_says_how_to_install_it(tmp_path, monkeypatch
     assert any(n.startswith("llama.cpp comparison not run: llama-cpp-python is not installed") for n in report.notes)
 
 
+def llamacpp_readable_file(tmp_path, qtype: str):
+    """A tiny Llama GGUF that llama.cpp itself opens: its BPE vocabulary needs a merges list (at least one
+    merge, whose result is a token), which the byte vocabulary of the other tests leaves out."""
+    from decoder_reference import build
+    from gguf_files import byte_vocabulary, write_model
+    from test_quant_keep import WIDE
+
+    vocab = byte_vocabulary(100)
+    vocab["tokens"] = vocab["tokens"][:-2] + ["!\"", vocab["tokens"][-1]]
+    vocab["merges"] = ["! \""]
+    return write_model(build("LlamaConfig", "LlamaForCausalLM", **WIDE), tmp_path / f"llama-{qtype}.gguf", "llama",
+                       qtype, tokenizer=vocab)
+
+
 @pytest.mark.skipif(not available(), reason="llama-cpp-python is not installed")
-def test_verify_runs_the_file_in_llama_cpp(tmp_path):
+@pytest.mark.parametrize("qtype", ["F16", "Q8_0", "Q4_K"])
+def test_verify_runs_the_file_in_llama_cpp(tmp_path, qtype):
+    """The real binding on the same ids: llama.cpp's next-token choice agrees with ours where its quantised
+    activations cannot flip it (an F16 file: all of them), and its logits are close."""
     from explorer.core.verify import verify_checkpoint
 
-    report = verify_checkpoint(llama_file(tmp_path, "Q8_0"), ids=list(range(1, 9)))
+    report = verify_checkpoint(llamacpp_readable_file(tmp_path, qtype), ids=list(range(1, 9)))
     runtime = report.runtime
     assert runtime is not None and len(runtime.top1_same) == 8
     assert runtime.agreement >= 0.5 and max(runtime.max_delta) < 5.0
     assert any(line.startswith("llama.cpp pos 7") for line in report.lines())
+
+
+def test_a_llamacpp_crash_is_one_line_and_the_app_stays_up(tmp_path, monkeypatch):
+    """llama.cpp runs in a child process: a crash there (here a child that kills itself with SIGSEGV, as a
+    malformed file or a CPU path the machine lacks can make llama.cpp do) is one line in the report."""
+    from explorer.core import verify_llamacpp
+
+    monkeypatch.setattr(verify_llamacpp, "available", lambda: True)
+    monkeypatch.setattr(verify_llamacpp, "_CHILD", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    said = verify_llamacpp.compare_with_llamacpp(tmp_path / "m.gguf", np.zeros((2, 4)), [1, 2])
+    assert said == "llama.cpp comparison not run: llama.cpp could not run m.gguf (llama.cpp crashed (signal 11))"
