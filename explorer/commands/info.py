@@ -18,7 +18,12 @@ def memory_table(args: argparse.Namespace) -> dict[str, str]:
     from explorer.core.checkpoint import default_model_name
     from explorer.core.quant.plan import choose, memory_options
 
-    options = memory_options(args.checkpoint or default_model_name(), args.device, args.dtype)
+    from explorer.core.errors import ExplorerError
+
+    try:
+        options = memory_options(args.checkpoint or default_model_name(), args.device, args.dtype)
+    except (ExplorerError, OSError):  # a file the load below reports on, in its own words
+        return {}
     best = choose(options)
     return {f"--weights {o.weights}": f"{o.nbytes / 1e9:,.2f} GB, {'fits' if o.fits else 'does not fit'}"
             f"{' (auto picks it)' if o is best and args.weights == 'auto' else ''}: {o.label}" for o in options}

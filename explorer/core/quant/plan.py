@@ -125,6 +125,10 @@ def memory_options(source: str | Path, device: str = "auto", dtype: str = "float
     free = available_memory(dev)
     if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
         return gguf_options(read_header(path).tensors, compute, free)
+    # a folder, or a file of one (config.json, a safetensors shard or its index): the folder's safetensors files;
+    # any other file (a .pt, a .bin) says nothing of its folder, whose other files are none of its business
+    if path.is_file() and not (path.name == "config.json" or path.name.endswith((".safetensors", ".safetensors.index.json"))):
+        return []
     directory = path if path.is_dir() else path.parent
     found = _directory_bytes(directory, compute) if directory.is_dir() else None
     if found is None:
