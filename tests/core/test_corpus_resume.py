@@ -74,7 +74,9 @@ def test_a_run_killed_at_random_points_and_resumed_equals_an_uninterrupted_run(s
         child.wait(timeout=60)
         kills += 1
         seen.append(tokens_kept(out))
-    assert kills == 3 and seen == sorted(seen) and 0 < seen[0] < whole.tokens
+    # batches are committed on a writer thread while the next computes: a kill soon after a progress line may
+    # land before that batch's commit (a loaded machine), so a first kill can keep nothing; the last keeps some
+    assert kills == 3 and seen == sorted(seen) and 0 < seen[-1] < whole.tokens
     with open_run(out) as run:
         assert run.info.tokens == whole.tokens and run.info.complete
     same_results(whole.path, out)
