@@ -83,6 +83,13 @@ def test_a_neurons_top_examples_are_the_runs_and_a_click_makes_one_the_prompt(qt
     assert dist.counts[:first].sum() == 0 and dist.counts[first + len(bars["x"]):].sum() == 0
     assert evidence.marker.isVisible() and evidence.marker.value() == dist.bin_of(now)
     assert "tokens" in evidence.bin_tooltip(dist.bin_of(now)) and "this prompt" in evidence.bin_tooltip(dist.bin_of(now))
+    exports = {e.name: e for e in panel.exportables()}               # export and copy: the numbers shown
+    values, rows, cols = exports["neuron top examples over the corpus"].data()
+    np.testing.assert_array_equal(values, np.float32([e.value for e in expected]))
+    assert len(rows) == 20 and rows[0].startswith(expected[0].doc_name) and cols == ["value"]
+    counts, rows, cols = exports["neuron histogram over the corpus"].data()
+    np.testing.assert_array_equal(counts, dist.counts)
+    assert rows[34] == "exactly 0" and rows[-1] == "> 10000" and cols == ["tokens"]
 
     # a click on the third example: its context becomes the prompt, the firing token selected
     example = expected[2]

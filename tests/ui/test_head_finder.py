@@ -47,14 +47,15 @@ def test_the_head_finder_ranks_head_1_2_first_by_induction_on_the_induction_mode
         previous = run.head_ranking("previous_token")
         scores = run.head_scores()
     model = table.model()
-    shown = [model.data(model.index(r, 1)) for r in range(model.rowCount())]
+    shown = [model.data(model.index(r, 0)) for r in range(model.rowCount())]
     assert shown[0] == "L1 H2"                                       # the named induction head, first
     assert shown == [f"L{r.layer} H{r.head}" for r in ranking]
     column = len(FIXED) + STATS.index("induction")
     assert model.data(model.index(0, column)) == f"{ranking[0].score:.3f}"
-    assert f"chance {ranking[0].chance:.3f}" in model.headerData(column, Qt.Orientation.Horizontal)
+    assert model.headerData(column, Qt.Orientation.Horizontal) == f"induction\n{ranking[0].chance:.3f}"  # its chance
+    assert model.headerData(0, Qt.Orientation.Vertical) == "1"                                     # the rank
 
-    click_cell(qtbot, table, 0, 1)                                   # selects L1 H2 in the whole window
+    click_cell(qtbot, table, 0, 0)                                   # selects L1 H2 in the whole window
     assert (window.selection.layer, window.selection.head) == (1, 2)
     assert panel.pairs == pairs and len(pairs) > 0
     assert panel.pairs_view.toPlainText().splitlines()[0].startswith(f"{pairs[0].weight:.3f}")
@@ -64,7 +65,7 @@ def test_the_head_finder_ranks_head_1_2_first_by_induction_on_the_induction_mode
     QTest.mouseClick(header.viewport(), Qt.MouseButton.LeftButton,
                      pos=QPoint(header.sectionViewportPosition(section) + 8, header.height() // 2))
     assert panel.statistic == "previous_token"
-    assert [model.data(model.index(r, 1)) for r in range(model.rowCount())][0] == \
+    assert [model.data(model.index(r, 0)) for r in range(model.rowCount())][0] == \
         f"L{previous[0].layer} H{previous[0].head}" == "L0 H1"
 
     # the Attention panel's head statistics: the corpus's scores instead of this prompt's

@@ -77,8 +77,9 @@ class CorpusEvidence(QWidget):
         self.browser.setToolTip(CLICK_TIP)
         self.browser.anchorClicked.connect(self._clicked)
         self.hist = fixed_plot()
+        self.hist.setMaximumHeight(190)  # the examples take the rest of the height
         self.hist.setLabel("left", "% of tokens")
-        self.hist.setLabel("bottom", "value (bins: 0, then 4 per decade each side)")
+        self.hist.setLabel("bottom", "value over the corpus (log bins)")
         self.hist_bars = pg.BarGraphItem(x=[], height=[], width=0.85, brush=HIST_BRUSH, pen=pg.mkPen(None))
         self.hist.addItem(self.hist_bars)
         self.marker = pg.InfiniteLine(angle=90, pen=MARK_PEN)
@@ -150,9 +151,8 @@ class CorpusEvidence(QWidget):
         d, info = self.distribution, self.run.info
         rate = f"{d.firing_rate:.1%}" if math.isfinite(d.firing_rate) else "\u2013"
         self.title.setText(f"<b>L{layer} {self.noun} #{unit} over {html.escape(info.corpus)}</b> "
-                           f"({d.tokens:,} tokens): above 0 on {rate} of them, mean {d.mean:.3g}, max {d.max:.4g}. "
-                           f"Its top {len(self.shown)} contexts, the firing token highlighted; click one to make "
-                           "it the prompt.")
+                           f"({d.tokens:,} tokens): above 0 on {rate}, mean {d.mean:.3g}, max {d.max:.4g}. "
+                           f"Its top {len(self.shown)} contexts (click one to make it the prompt):")
         text = self.palette().color(QPalette.ColorRole.Text).name()
         muted = self.palette().color(QPalette.ColorRole.PlaceholderText).name()
         rows = []
@@ -182,8 +182,7 @@ class CorpusEvidence(QWidget):
         self.marker.setVisible(marker is not None)
         if marker is not None:
             self.marker.setValue(float(marker))
-            where = bars.texts[marker - bars.first]
-            self.hist.setTitle(f"over the corpus; this prompt's token: {value:.4g}, in bin {where}")
+            self.hist.setTitle(f"this token: {value:.3g} (dashed)")
         else:
             self.hist.setTitle("over the corpus")
 
@@ -233,7 +232,7 @@ class CorpusEvidence(QWidget):
         for example in self.shown:
             line = example_line(example)
             rows.append(f"{line.where}: {line.before}[{line.focus}]{line.after}")
-        return np.array([e.value for e in self.shown], np.float32), rows, ["value"]
+        return np.array([e.value for e in self.shown], np.float32), rows, ["value"] if rows else []
 
     def histogram_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """Tokens per bin of the whole histogram, rows the bins' intervals."""

@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 Index = QModelIndex | QPersistentModelIndex
 STATS = ("induction", "previous_token", "duplicate_token", "first_token", "entropy")  # the columns, in order
-SHORT = {"induction": "induction", "previous_token": "previous token", "duplicate_token": "duplicate token",
-         "first_token": "first token", "entropy": "entropy (nats)"}
-FIXED = ("rank", "head")
+SHORT = {"induction": "induction", "previous_token": "previous\ntoken", "duplicate_token": "duplicate\ntoken",
+         "first_token": "first\ntoken", "entropy": "entropy\n(nats)"}  # narrow columns: the side dock's width
+FIXED = ("head",)
+CHANCE_NOTE = ("Under each score: its chance level (a head spreading its attention evenly, on the same windows). "
+               "Click a header to rank by it.")
 KEY_BACKGROUND = "#9ad0f5"
 NO_RUN = ("Open a corpus run that kept head statistics (File \u25b8 Open corpus run\u2026, or File \u25b8 Run over a "
           "corpus\u2026) to rank every head by its scores over many texts.")
@@ -76,14 +78,14 @@ class HeadScoresModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(FIXED) + len(STATS)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if orientation != Qt.Orientation.Horizontal:
-            return None
+        if orientation != Qt.Orientation.Horizontal:  # the rows' numbers: the ranks
+            return str(section + 1) if role == Qt.ItemDataRole.DisplayRole else None
         stat = STATS[section - len(FIXED)] if section >= len(FIXED) else None
         if role == Qt.ItemDataRole.DisplayRole:
             if stat is None:
                 return FIXED[section]
             chance = self.chance.get(stat, math.nan)
-            return SHORT[stat] + (f"\nchance {chance:.3f}" if math.isfinite(chance) else "\nchance \u2013")
+            return SHORT[stat] + (f"\n{chance:.3f}" if math.isfinite(chance) else "\n\u2013")
         if role == Qt.ItemDataRole.ToolTipRole and stat is not None:
             chance = self.chance.get(stat, math.nan)
             return (f"{STATISTIC_LABELS[stat]}: each head's mean over the run's windows; chance "
@@ -99,7 +101,7 @@ class HeadScoresModel(QAbstractTableModel):
         value = float(self.scores[stat][rank.layer, rank.head]) if stat is not None else math.nan
         if role == Qt.ItemDataRole.DisplayRole:
             if stat is None:
-                return str(index.row() + 1) if column == 0 else f"L{rank.layer} H{rank.head}"
+                return f"L{rank.layer} H{rank.head}"
             return f"{value:.3f}" if math.isfinite(value) else "\u2013"
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -120,7 +122,7 @@ class HeadFinderPanel(Panel):
         self.pairs: list[PairExample] = []
         self._run: Any = None                      # the run the table shows
         row = QHBoxLayout()
-        row.addWidget(QLabel("Rank heads by:"))
+        row.addWidget(QLabel("Rank by:"))
         self.stat_box = QComboBox()
         for name in STATS:
             self.stat_box.addItem(STATISTIC_LABELS[name], name)
@@ -130,14 +132,18 @@ class HeadFinderPanel(Panel):
         self.highest.setChecked(True)
         self.highest.toggled.connect(lambda on: self.sort_by(self.statistic, on))
         row.addWidget(self.highest)
-        self.info = QLabel()
+        row.addStretch(1)
+        self.body.addLayout(row)
+        self.info = QLabel()  # the run: on a line of its own (the side dock is narrow)
         self.info.setWordWrap(True)
         self.info.setStyleSheet("color: palette(placeholder-text)")
-        row.addWidget(self.info, 1)
-        self.body.addLayout(row)
+        self.body.addWidget(self.info)
         self.note = QLabel(NO_RUN)
         self.note.setWordWrap(True)
         self.body.addWidget(self.note)
+        self.chance_note = QLabel(CHANCE_NOTE)
+        self.chance_note.setWordWrap(True)
+        self.chance_note.setStyleSheet("color: palette(placeholder-text); font-size: 11px")
 
         self.model = HeadScoresModel(self)
         self.table = QTableView()
@@ -146,11 +152,11 @@ class HeadFinderPanel(Panel):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
-        self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(False)
+        header = self.table.horizontalHeader()  # the head's column fits it, the scores share the rest (narrow dock)
+        header.setMinimumSectionSize(self.table.fontMetrics().horizontalAdvance("duplicate") + 14)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionsClickable(True)
         header.setSortIndicatorShown(True)
         header.sectionClicked.connect(self._header_clicked)
@@ -167,8 +173,13 @@ class HeadFinderPanel(Panel):
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.pairs_title)
         column.addWidget(self.pairs_view, 1)
+        above = QWidget()
+        column = QVBoxLayout(above)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.chance_note)
+        column.addWidget(self.table, 1)
         self.split = QSplitter(Qt.Orientation.Vertical)
-        self.split.addWidget(self.table)
+        self.split.addWidget(above)
         self.split.addWidget(below)
         self.split.setStretchFactor(0, 3)
         self.split.setStretchFactor(1, 2)
@@ -288,9 +299,9 @@ class HeadFinderPanel(Panel):
             self.pairs = []
             self.pairs_title.setText(html.escape(" ".join(str(exc).split())))
             return
-        self.pairs_title.setText(f"<b>L{layer} H{head}: its top query/key pairs over the corpus</b> (the query, "
-                                 "highlighted, gives its key, in blue, this much of its attention; in brackets: "
-                                 "how far above spreading it evenly). Click one to make it the prompt.")
+        self.pairs_title.setText(f"<b>L{layer} H{head}'s top query/key pairs over the corpus</b>: the query "
+                                 "(yellow) gives the key (blue) this much attention (in brackets: above even). "
+                                 "Click one to make it the prompt.")
         text = self.palette().color(QPalette.ColorRole.Text).name()
         muted = self.palette().color(QPalette.ColorRole.PlaceholderText).name()
         rows = []
@@ -316,7 +327,7 @@ class HeadFinderPanel(Panel):
         """Every head's scores in the table's order: rows "L{l} H{h}", one column per statistic."""
         order = self.model.order
         if not order:
-            return np.zeros((0, len(STATS))), [], list(STATS)
+            return np.zeros((0, len(STATS))), [], []
         values = np.array([[self.model.scores[s][r.layer, r.head] for s in STATS] for r in order], np.float64)
         return values, [f"L{r.layer} H{r.head}" for r in order], [STATISTIC_LABELS[s] for s in STATS]
 
@@ -327,4 +338,4 @@ class HeadFinderPanel(Panel):
             before, first, between, second, where = pair_line(pair, 16)
             rows.append(f"{where}: {before}[{first}]{between}[{second}]")
         values = np.array([[p.weight, p.lift] for p in self.pairs], np.float64).reshape(-1, 2)
-        return values, rows, ["weight", "above uniform"]
+        return values, rows, ["weight", "above uniform"] if rows else []

@@ -56,12 +56,13 @@ def default_out(model: str, corpus: str, sae: Any, text_field: str = "text") -> 
     return user_data_dir() / RUNS_FOLDER / default_name(model, Corpus(corpus, text_field), sae)
 
 
-def resumable(path: str | Path) -> int:
-    """Tokens an unfinished run at ``path`` holds (0: no run there, or a finished one)."""
+def resumable(path: str | Path, tokens: int | None = None) -> int:
+    """Tokens an unfinished run at ``path`` holds, short of ``tokens`` (None: the whole corpus); 0: no run there,
+    or one that read them all."""
     try:
         with open_run(path) as run:
             info = run.info
-            return 0 if info.complete else info.tokens
+            return 0 if info.complete or (tokens is not None and info.tokens >= tokens) else info.tokens
     except (CorpusError, OSError, sqlite3.Error):
         return 0
 
@@ -82,7 +83,6 @@ class CorpusRunDialog(QDialog):
         self._out_edited = False
         self.relay = _Relay(self)
         self.relay.progressed.connect(self._on_progress)
-        loaded = session.loaded
         layout = QVBoxLayout(self)
         intro = QLabel("The model reads the corpus in windows and keeps, for every neuron, feature and expert, the "
                        "contexts where it fires hardest and its histogram, and for every head its scores over the "
@@ -118,16 +118,9 @@ class CorpusRunDialog(QDialog):
         self.tokens.setValue(DEFAULT_TOKENS)
         form.addRow("Tokens to read", self.tokens)
         self.window_size = QSpinBox()
-        n_ctx = loaded.config.n_ctx if loaded is not None else 256
-        self.window_size.setRange(2, n_ctx)
-        self.window_size.setValue(min(n_ctx, 256))
         self.window_size.setToolTip("Tokens per window: the model reads the corpus this many tokens at a time")
         form.addRow("Window", self.window_size)
         self.sae_box = QComboBox()
-        self.sae_box.addItem("none", None)
-        for sae in session.features.saes:
-            self.sae_box.addItem(f"{sae.path.name} ({sae.hook.hook_name}, {sae.d_sae:,} features)", sae)
-        self.sae_box.setEnabled(self.sae_box.count() > 1)
         self.sae_box.setToolTip("Keep every feature of an open SAE too (File \u25b8 Open SAE\u2026 opens one)")
         form.addRow("SAE", self.sae_box)
         self.out = QLineEdit()
@@ -162,15 +155,39 @@ class CorpusRunDialog(QDialog):
         for signal in (self.sample.toggled, self.path.editingFinished, self.sae_box.currentIndexChanged,
                        self.text_field.editingFinished):
             signal.connect(lambda *_: self._suggest_out())
-        self._suggest_out()
+        self.tokens.valueChanged.connect(lambda _v: self._update_button())
+        self.loaded: Any = None
+        self.model_changed()
+        session.model_loaded.connect(lambda _loaded: self.model_changed())
+        session.features.changed.connect(self.model_changed)
         self.resize(760, 430)
 
     # --- the settings -------------------------------------------------------------------------------
+    def model_changed(self) -> None:
+        """The window's model or its SAEs changed: the window's range, the SAEs and the database follow (a run under
+        way goes on with the model it started with)."""
+        loaded = self.session.loaded
+        if loaded is not self.loaded:
+            self.loaded, self._out_edited = loaded, False  # a database named for the old model is not this one's
+            n_ctx = loaded.config.n_ctx if loaded is not None else 256
+            self.window_size.setRange(2, n_ctx)
+            self.window_size.setValue(min(n_ctx, 256))
+        current = self.sae()
+        self.sae_box.blockSignals(True)
+        self.sae_box.clear()
+        self.sae_box.addItem("none", None)
+        for sae in self.session.features.saes:
+            self.sae_box.addItem(f"{sae.path.name} ({sae.hook.hook_name}, {sae.d_sae:,} features)", sae)
+        self.sae_box.setCurrentIndex(max(0, self.sae_box.findData(current)) if current is not None else 0)
+        self.sae_box.blockSignals(False)
+        self.sae_box.setEnabled(self.sae_box.count() > 1)
+        self._suggest_out()
+
     def corpus_spec(self) -> str:
         return SAMPLE if self.sample.isChecked() else self.path.text().strip()
 
     def sae(self) -> Any:
-        return self.sae_box.currentData()
+        return self.sae_box.currentData() if self.sae_box.count() else None
 
     def set_corpus(self, path: str | None) -> None:
         """The corpus to read: a file or folder, or None for the bundled sample."""
@@ -209,7 +226,8 @@ class CorpusRunDialog(QDialog):
         self._update_button()
 
     def _update_button(self) -> None:
-        held = resumable(self.out.text().strip()) if self.out.text().strip() and not self.busy() else 0
+        out = self.out.text().strip()
+        held = resumable(out, self.tokens.value() or None) if out and not self.busy() else 0
         self.run_button.setText("Resume" if held else "Run")
         self.run_button.setToolTip(f"Go on from the {held:,} tokens this database holds" if held else
                                    "Start the run (a database of the same settings is resumed)")
@@ -229,7 +247,7 @@ class CorpusRunDialog(QDialog):
         if not spec or not out:
             return self._say("Choose a corpus and a database.", error=True)
         self.cancel, self.summary = Cancel(), None
-        held = resumable(out)
+        held = resumable(out, self.tokens.value() or None)
         self.bar.setValue(0)
         self._say(f"Resuming after {held:,} tokens\u2026" if held else "Reading the corpus\u2026")
         self._set_running(True)

@@ -5,6 +5,9 @@ Opening a run goes through the session's ``CorpusState`` (its check that the run
 runs on a worker); a run that does not match is one line: a warning for a run the user chose, the status bar
 for one reopened by itself. The run open for a model is remembered in the settings (``corpus/runs``: model ->
 database) and opened again whenever that model is loaded, if the file is still there.
+
+The Head finder's dock is a tab beside the generation pane (as the Journey's is): selecting a head there shows
+it in the Attention panel beside it. A run the user opened brings it to the front.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from explorer.ui.window.corpus_dialog import RUNS_FOLDER, CorpusRunDialog
@@ -35,6 +38,9 @@ class CorpusRuns(QObject):
         self.state.changed.connect(self._changed)
         self.state.failed.connect(self._failed)
         self.session.model_loaded.connect(lambda _loaded: self.reopen_last())
+        finder, side = window.dock("head_finder"), getattr(window, "generation_dock", None)
+        if finder is not None and side is not None:  # once the window is shown (see timeline_bar's Journey)
+            QTimer.singleShot(0, window, lambda: (window.tabifyDockWidget(side, finder), side.raise_()))
 
     # --- the menu's verbs ---------------------------------------------------------------------------
     def run_dialog(self) -> CorpusRunDialog | None:
@@ -42,9 +48,7 @@ class CorpusRuns(QObject):
         if self.session.loaded is None:
             QMessageBox.information(self.window, "Run over a corpus", "Open a model first: the corpus run reads it.")
             return None
-        if self.dialog is None or (not self.dialog.busy() and self.dialog.session.loaded is not self.session.loaded):
-            if self.dialog is not None:
-                self.dialog.deleteLater()
+        if self.dialog is None:  # kept: a run under way goes on while it is closed, and shows again here
             self.dialog = CorpusRunDialog(self.session, self.window)
             self.dialog.finished_run.connect(self.open)
         self.dialog.show()
@@ -100,6 +104,10 @@ class CorpusRuns(QObject):
         info = run.info
         self.window.status.notice(f"Corpus run {run.path.name}: {info.model} over {info.corpus}, "
                                   f"{info.tokens:,} tokens", OPENED_MS)
+        finder = self.window.dock("head_finder")
+        if self._asked is not None and finder is not None and self.state.has_heads():
+            finder.show()
+            finder.raise_()  # a run the user chose: its heads ranked, beside the panels
         self._asked = None
 
     def _failed(self, line: str) -> None:

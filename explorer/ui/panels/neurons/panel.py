@@ -31,24 +31,9 @@ from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.neurons.snapshot import NeuronsSnapshot, NeuronsView, neurons_view
 from explorer.ui.panels.neurons.detail import NeuronDetail, NeuronFocus
-from explorer.ui.panels.neurons.views import (
-    DEFAULT_TOP_K,
-    ORDERS,
-    LayerView,
-    arranged,
-    column_marks,
-    layer_of,
-    layer_view,
-    neuron_for,
-    switched_off,
-    top_ids,
-)
-from explorer.ui.panels.neurons.widgets import (
-    BAR_POSITIVE,
-    COLUMN_OUTLINE,
-    ROW_OUTLINE,
-    NeuronHeatmap,
-)
+from explorer.ui.panels.neurons.views import (DEFAULT_TOP_K, ORDERS, LayerView, arranged, column_marks, layer_of,
+                                              layer_view, neuron_for, switched_off, top_ids)
+from explorer.ui.panels.neurons.widgets import BAR_POSITIVE, COLUMN_OUTLINE, ROW_OUTLINE, NeuronHeatmap
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
 from explorer.ui.widgets.steady_label import SteadyLabel
@@ -167,6 +152,11 @@ class NeuronsPanel(Panel):
         """The selection, K and the neuron chosen by hand (with its layer), on the GUI thread."""
         return self._snapshot(NeuronsSnapshot, top_k=self.top_k, order=self.order, neuron=self.selected_neuron,
                               neuron_layer=self._neuron_layer)
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
+        """The minimum (as the Features panel's): asked because of the word-wrapped titles, the layout would answer
+        its preferred height, and the dock's scroll area would make the panel that tall (the plots below the fold)."""
+        return self.minimumSizeHint().height()
 
     def attach(self, session) -> None:  # noqa: ANN001 - the window's Session
         super().attach(session)
