@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import math
 import sqlite3
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +45,12 @@ CHANCE_NOTE = ("Under each score: its chance level (a head spreading its attenti
 KEY_BACKGROUND = "#9ad0f5"
 NO_RUN = ("Open a corpus run that kept head statistics (File \u25b8 Open corpus run\u2026, or File \u25b8 Run over a "
           "corpus\u2026) to rank every head by its scores over many texts.")
+
+
+@dataclass(frozen=True)
+class HeadFinderView(PanelView):
+    """The Head finder's view of a trace: nothing of the prompt (its table and pairs are the corpus run's, drawn when
+    the run or the selected head changes)."""
 
 
 class HeadScoresModel(QAbstractTableModel):
@@ -276,10 +283,10 @@ class HeadFinderPanel(Panel):
             self.show_pairs()
 
     # --- the panel contract (nothing here depends on the prompt) --------------------------------------
-    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> PanelView:
-        return PanelView(trace)
+    def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> HeadFinderView:
+        return HeadFinderView(trace)
 
-    def draw(self, view: PanelView) -> None:
+    def draw(self, view: HeadFinderView) -> None:
         if self._run is not self.run:
             self.refresh()
 
