@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QThreadPool, Qt
 from PySide6.QtTest import QTest
 
 import explorer.ui  # noqa: F401  (binds pyqtgraph to PySide6)
@@ -81,3 +81,25 @@ def test_a_corpus_that_cannot_be_read_is_one_line(qtbot, window, tmp_path):
     line = dialog.status.text()
     assert "binary.txt" in line and "\n" not in line and dialog.summary is None
     assert window.session.corpus.run is None
+
+
+def test_closing_the_window_stops_a_run_and_keeps_its_finished_batches(qtbot, make_window, tiny_checkpoint, tmp_path):
+    window = make_window()
+    with qtbot.waitSignal(window.trace_applied, timeout=30_000):
+        window.open_checkpoint(str(tiny_checkpoint))
+    dialog = window.corpus_runs.run_dialog()
+    dialog.set_corpus(str(write_corpus(tmp_path / "held.jsonl")))
+    out = tmp_path / "run.db"
+    dialog.set_out(out)
+    dialog.tokens.setValue(TOKENS)
+    dialog.window_size.setValue(W)
+    dialog.batch = BATCH
+    reported, go_on = threading.Event(), threading.Event()
+    dialog.relay.progressed.connect(lambda _p: (reported.set(), go_on.wait(30)), Qt.ConnectionType.DirectConnection)
+    QTest.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(reported.is_set, timeout=60_000)               # the first batch is done, the run goes on
+    window.close()                                                  # stops it after the block under way
+    go_on.set()
+    assert QThreadPool.globalInstance().waitForDone(60_000)
+    with open_run(out) as run:                                      # the finished batch is kept, the rest not read
+        assert run.info.tokens == W * BATCH and not run.info.complete

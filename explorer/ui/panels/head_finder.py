@@ -314,8 +314,10 @@ class HeadFinderPanel(Panel):
         rows = []
         for i, pair in enumerate(self.pairs):
             before, first, between, second, where = pair_line(pair, 16)
-            key_first = pair.key <= pair.query
-            a, b = (KEY_BACKGROUND, FOCUS_BACKGROUND) if key_first else (FOCUS_BACKGROUND, KEY_BACKGROUND)
+            key_first, itself = pair.key <= pair.query, pair.key == pair.query
+            a, b = (KEY_BACKGROUND, FOCUS_BACKGROUND) if key_first and not itself else (FOCUS_BACKGROUND,
+                                                                                        KEY_BACKGROUND)
+            where = f"(it attends to itself) {where}" if itself else where
             rows.append(f'<p style="margin: 0 0 6px 0"><a href="pair:{i}" style="color: {text}; text-decoration: '
                         f'none"><b>{pair.weight:.3f}</b> (+{pair.lift:.3f})&nbsp;&nbsp;{html.escape(before)}'
                         f'<span style="background-color: {a}; color: #000000">{html.escape(first)}</span>'

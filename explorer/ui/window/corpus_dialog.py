@@ -81,7 +81,7 @@ class CorpusRunDialog(QDialog):
         self.summary: Any = None
         self.batch: int | None = None  # windows per batch (None: run_corpus's default for the device)
         self._out_edited = False
-        self.relay = _Relay(self)
+        self.relay = _Relay()  # no Qt parent: a run still going when the window closes reports to a live object
         self.relay.progressed.connect(self._on_progress)
         layout = QVBoxLayout(self)
         intro = QLabel("The model reads the corpus in windows and keeps, for every neuron, feature and expert, the "
@@ -300,5 +300,9 @@ class CorpusRunDialog(QDialog):
         self.status.setText(text)
 
     def shutdown(self) -> None:
-        """The window closes: a run under way stops after its block (it resumes next time)."""
+        """The window closes: a run under way stops after its block (it resumes next time); nothing it still
+        sends reaches this closed dialog."""
         self.stop()
+        if self.task is not None:
+            self.task.release()
+            self.task = None
