@@ -12,6 +12,9 @@ copies, ~1.7M tokens, when more than one is needed) in windows of ``--window`` t
   peak allocation): flat means the memory does not grow with the corpus;
 * opening a neuron's top examples: ``open_run`` then ``top_examples`` for random neurons, each in a fresh
   process-level open (median and max, goal <= 50 ms), and warm.
+* the same in the window (``--no-window`` skips it): the Neurons panel's "Over the corpus" tab showing a
+  neuron's top examples and corpus histogram, alone and within a whole neuron switch, repaint included
+  (benchmarks/_corpus_window.py).
 
 Usage: python benchmarks/corpus.py [--device cuda] [--tokens 1000000] [--window 1024] [--batch B]
        python benchmarks/corpus.py --device cpu --max-layers 1 --tokens 4096 --window 128   (a smoke run)
@@ -32,6 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
@@ -158,6 +162,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--max-layers", type=int, default=None, help="a reduced run: the first layers only")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-window", action="store_true", help="skip the window's time to open top examples")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -201,6 +206,11 @@ def main() -> int:
         cold, warm = open_times(Path(args.out), 3072, layers)
         print(f"open a neuron's top examples: median {statistics.median(cold):.1f} ms, max {max(cold):.1f} ms "
               f"(open + read, 50 neurons; goal <= 50 ms); warm median {statistics.median(warm):.1f} ms")
+        if not args.no_window:
+            from _corpus_window import line, window_open_times
+
+            _, loaded = loaded_model(args)  # the same seed: the weights the run's fingerprint names
+            print(line(*window_open_times(loaded, Path(args.out), args.device)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -295,7 +295,8 @@ def test_exportables_have_labelled_data_of_the_right_shape(qtbot, gpt2):
     panel.select_neuron(17)
     exports = {e.name: e for e in panel.exportables()}
     assert set(exports) == {"neuron activations", "selected token's top neurons", "selected neuron across tokens",
-                            "selected neuron histogram", "selected neuron vocabulary effect"}
+                            "selected neuron histogram", "selected neuron vocabulary effect",
+                            "neuron top examples over the corpus", "neuron histogram over the corpus"}  # corpus: empty
     labels = [f"{i}:{t}" for i, t in enumerate(trace.tokens)]
     post = post_of(trace, 1)
 

@@ -79,6 +79,8 @@ PANELS: tuple[PanelSpec, ...] = (
               "journey"),
     PanelSpec("diagram", "explorer.ui.panels.diagram", "DiagramPanel", "Model diagram", "Flow", "diagram"),
     PanelSpec("features", "explorer.ui.panels.features", "FeaturesPanel", "Features (SAE)", "Features", "features"),
+    PanelSpec("head_finder", "explorer.ui.panels.head_finder", "HeadFinderPanel", "Head finder (corpus scores)",
+              "Head finder", "head_finder"),
 )
 
 # the generation pane: a panel the window docks on its right, on its own (the tour links to it)

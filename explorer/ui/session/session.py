@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
 from explorer.ui.session.compare import Comparing
+from explorer.ui.session.corpus import CorpusState
 from explorer.ui.session.features import FeatureState
 from explorer.ui.session.frame import FILE, PROMPT, Frame, Source
 from explorer.ui.session.interventions import Entry, InterventionState
@@ -89,6 +90,7 @@ class Session(QObject):
         self.selection = Selection(self)
         self.interventions = InterventionState(self)
         self.features = FeatureState(lambda: self.loaded, self)  # the SAEs open for the model
+        self.corpus = CorpusState(lambda: self.loaded, self)  # the corpus run open for the model
         self.progressive = ProgressiveWork(self)  # the panels' expensive views
         self.presenter = Presenter(self.selection, self.progressive, self)  # the trace on screen, its drawing
         self.loader = ModelLoader(self)
@@ -187,6 +189,7 @@ class Session(QObject):
         finally:
             self._changing_model = False
         self.features.close_all()  # their hook points name the old model's layers
+        self.corpus.model_changed()  # a run describes the model that made it
         self.model_changed.emit(result)
         self._trace_now(self.prompt)  # model_loaded's listeners follow it
         self.model_loaded.emit(loaded)
@@ -263,6 +266,7 @@ class Session(QObject):
         self.loaded, self.trace_file = None, path
         self.controller.set_model(None)
         self.features.close_all()
+        self.corpus.model_changed()
         prompt = str(trace.meta.extra.get("prompt", "")) or "".join(trace.tokens)
         self.controller.text = prompt
         self.trace_file_opened.emit(path)
@@ -313,6 +317,7 @@ class Session(QObject):
         # the connections among the session's own objects hold Python callables from C++, which the
         # garbage collector cannot see: cut them, so that the session is freed with its window
         for obj in (self, self.loader, self.controller, self.progressive, self.presenter, self.selection,
-                    self.interventions, self.timeline, self.compare, self.features):
+                    self.interventions, self.timeline, self.compare, self.features, self.corpus):
             disconnect_all(obj)
+        self.corpus.close()  # its database connection (no one hears the signal now)
         QThreadPool.globalInstance().waitForDone(wait_ms)

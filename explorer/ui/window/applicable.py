@@ -27,6 +27,7 @@ class PanelApplicability(QObject):
         session.presenter.shown.connect(lambda frame: self.apply(frame.trace.config))
         # a panel with an ``available()`` (Features: an SAE is open) is shown only while it says so, from the start
         session.features.changed.connect(lambda: None if self.config is None else self.apply(self.config))
+        session.corpus.changed.connect(lambda: None if self.config is None else self.apply(self.config))  # Head finder
         for dock in docks:
             if not getattr(dock.panel, "available", lambda: True)():
                 self.hidden_here.add(dock.objectName())

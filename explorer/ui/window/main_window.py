@@ -38,6 +38,7 @@ from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadCont
 from explorer.ui.window.chrome.status_bar import StatusBar
 from explorer.ui.window.chrome.timeline_bar import add_timeline_bar
 from explorer.ui.window.compare_view import add_compare_dock, ask_and_compare
+from explorer.ui.window.corpus_runs import CorpusRuns
 from explorer.ui.window.docks import PanelDock, add_generation_dock, dock_of, place_docks, size_docks
 from explorer.ui.window.drawing import PanelDrawing
 from explorer.ui.window.features import FeatureTools
@@ -113,6 +114,7 @@ class MainWindow(QMainWindow):
         self.intervention_strip: InterventionStrip = add_intervention_bar(self, self.session)
         self.feature_tools = FeatureTools(self)  # File > Open SAE…, the Steering tab
         self.session_files = SessionFiles(self)  # File > Save session…, Open session…, Export as script…
+        self.corpus_runs = CorpusRuns(self)  # File > Run over a corpus…, Open corpus run…
         actions = build_menus(self)
         self.open_trace_action, self.hub_action = actions.open_trace, actions.hub
         self.export_trace_action, self.export_maps_action = actions.export_trace, actions.export_maps
@@ -398,6 +400,7 @@ class MainWindow(QMainWindow):
             self.attention_export = None
         self.generation.shutdown()
         self.feature_tools.shutdown()
+        self.corpus_runs.shutdown()
         self.drawing.shutdown()
         self.session.shutdown()  # loads, traces and the panels' views stop; waits briefly for them
         app = QApplication.instance()

@@ -64,6 +64,10 @@ def build_menus(window: MainWindow) -> MenuActions:
                      "Pick a model already downloaded to the Hugging Face cache (offline)")
     add_action(file, "Open &SAE…", window.feature_tools.opener.dialog, None,
                "Open a sparse autoencoder (SAELens directory, or a folder of them) for the open model")
+    add_action(file, "&Run over a corpus…", window.corpus_runs.run_dialog, None,
+               "Read a corpus with the open model: every neuron's, feature's and head's evidence over many texts")
+    add_action(file, "Open corpus r&un…", window.corpus_runs.open_dialog, None,
+               "Open a database a corpus run of this model wrote (checked against the open model)")
     file.addMenu(window.menus.recent_menu)
     file.addSeparator()
     add_action(file, "Open sessio&n…", window.session_files.open_dialog, None,

@@ -59,7 +59,7 @@ class AttentionOverview:
 
     def __init__(self, selection: Selection, info: QLabel, stats_toggle: QCheckBox, later: Later,
                  refresh_marks: Callable[[], None], layer_head: Callable[[], tuple[int, int]],
-                 statistic: Callable[[], str]) -> None:
+                 statistic: Callable[[], str], corpus: Callable[[str], Any] = lambda name: None) -> None:
         self.selection = selection
         self.info = info
         self.stats_toggle = stats_toggle
@@ -67,6 +67,7 @@ class AttentionOverview:
         self.refresh_marks = refresh_marks
         self.layer_head = layer_head
         self._statistic = statistic
+        self.corpus = corpus  # a statistic's scores over the open corpus run, while shown (corpus_scores.py)
         self.trace: Trace | None = None
         self.geometry: MosaicGeometry | None = None
         self.mosaic = np.zeros((0, 0), dtype=np.float32)
@@ -144,6 +145,9 @@ class AttentionOverview:
     def statistic_values(self, name: str | None = None) -> np.ndarray:
         """The [L, H] values of a head statistic for the current trace (computed once per trace)."""
         name = name or self.statistic
+        over_corpus = self.corpus(name)
+        if over_corpus is not None:
+            return over_corpus.values
         if name not in self._statistics:
             self._statistics[name] = statistic_of(self.trace, name)
         return self._statistics[name]
@@ -239,7 +243,8 @@ class AttentionOverview:
         if self.trace is None or not self.stats_toggle.isChecked():
             return
         cfg, trace, name = self.trace.config, self.trace, self.statistic
-        if name not in self._statistics and not all_heads_cheap(trace) \
+        over_corpus = self.corpus(name)
+        if over_corpus is None and name not in self._statistics and not all_heads_cheap(trace) \
                 and trace.memo_get(("attention.statistic", name)) is None:
             self.statistics.plot.setTitle(f"{analysis.STATISTIC_LABELS[name]}: computing\u2026")
             self.statistics.set_data(np.full((cfg.n_layers, cfg.n_heads), np.nan, np.float32))
@@ -248,8 +253,9 @@ class AttentionOverview:
             return
         values = self.statistic_values()
         label = analysis.STATISTIC_LABELS[self.statistic]
-        levels = statistic_levels(self.statistic, values, self.trace.n_tokens)
-        chance = chance_level(self.statistic, trace.token_ids, cfg.causal)  # uniform attention's score
+        levels = statistic_levels(self.statistic, values, over_corpus.window if over_corpus else self.trace.n_tokens)
+        chance = over_corpus.chance if over_corpus else chance_level(self.statistic, trace.token_ids, cfg.causal)
+        label += f" {over_corpus.source}" if over_corpus else ""  # else this prompt's; chance: uniform attention's
         self.statistics.plot.setTitle(label + (f" (chance {chance:.3f})" if math.isfinite(chance) else ""))
         self.statistics.set_data(values, [f"L{layer}" for layer in range(cfg.n_layers)],
                                  [f"H{head}" for head in range(cfg.n_heads)], levels=levels, value_name=label)

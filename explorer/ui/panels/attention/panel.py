@@ -42,6 +42,7 @@ from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Point, Target, head_cells
 from explorer.ui.panels.attention.long_detail import (LongHeadView, is_long, long_detail_data, pooled_head, row_bars,
                                                       show_long_head)
+from explorer.ui.panels.attention.corpus_scores import CorpusScores
 from explorer.ui.panels.attention.overview import AttentionOverview
 from explorer.ui.panels.attention.views import (
     BAR_NEGATIVE,
@@ -131,6 +132,9 @@ class AttentionPanel(Panel):
         self.stat_box.setEnabled(False)
         self.stat_box.currentIndexChanged.connect(lambda _: self.set_statistic(self.stat_box.currentData()))
         row.addWidget(self.stat_box)
+        self.corpus_scores = CorpusScores(lambda: self.show_statistics(True) if not self.stats_toggle.isChecked()
+                                          else self.all_heads.draw_statistics())  # a corpus run's scores instead
+        row.addWidget(self.corpus_scores.toggle)
         self.info = SteadyLabel()  # its height kept across head switches: the plots below do not move
         self.info.setStyleSheet("color: palette(placeholder-text)")
         self.info.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -141,7 +145,8 @@ class AttentionPanel(Panel):
     def _build_overview(self) -> None:
         """The all-heads grid and the head statistics: an object of their own, handed what they use."""
         self.all_heads = heads = AttentionOverview(self.selection, self.info, self.stats_toggle, self.later,
-                                                   self.refresh_marks, self.layer_head, lambda: self.statistic)
+                                                   self.refresh_marks, self.layer_head, lambda: self.statistic,
+                                                   self.corpus_scores.of)
         # the widgets, under the panel's names too (tests, exports, the layout)
         self.overview, self.overview_plot, self.overview_image = heads.overview, heads.overview_plot, heads.overview_image
         self.overview_colorbar, self.selected_outline = heads.overview_colorbar, heads.selected_outline
@@ -214,6 +219,10 @@ class AttentionPanel(Panel):
         self.add_exportable("head statistics", self.statistics, self.all_heads.statistics_data)
         install_targets(self)  # right-click a tile or a cell: switch a head off (intervention_targets)
         self.add_exportable("head statistics table", self.statistics_table, self.all_heads.statistics_table_data)
+
+    def attach(self, session) -> None:  # noqa: ANN001 - the window's Session
+        super().attach(session)
+        self.corpus_scores.attach(session.corpus)  # "over the corpus" while a run is open
 
     # --- the panel contract ----------------------------------------------------------------------
     def snapshot(self) -> AttentionSnapshot:

@@ -5,7 +5,9 @@ selected token's strongest features (one row encoded at once), a tokens x featur
 features strongest anywhere in the prompt (the rows on screen first, then every row, on the
 progressive lane), the chosen feature along the prompt, what it writes (its decoder direction
 through the final norm and the un-embedding), and the reconstruction error at each token. A right
-click on a feature switches it off, scales or clamps it (``interventions/features.py``).
+click on a feature switches it off, scales or clamps it (``interventions/features.py``). Beside the prompt's
+views, a tab shows the chosen feature over the open corpus run, when the run kept this SAE's features: its
+top examples and its histogram, the selected token's value marked (``panels/evidence.py``).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QInputDialog, QLabel, QMenu, QSplitter, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QInputDialog, QLabel, QMenu, QSplitter, QTabWidget,
+                               QVBoxLayout, QWidget)
 
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted, vocab_quoted
@@ -25,6 +27,7 @@ from explorer.ui.interventions.features import FeatureComponent
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Point, Target
 from explorer.ui.panels.base import Panel, clamp_token
+from explorer.ui.panels.evidence import CorpusEvidence
 from explorer.ui.panels.features.views import (
     FeaturesSnapshot,
     FeaturesView,
@@ -109,9 +112,14 @@ class FeaturesPanel(Panel):
         plots.addWidget(self.error_plot, 1)
         side.addLayout(plots, 2)
         side.addWidget(self.error_note)
+        self.evidence = CorpusEvidence("features", "feature")  # the chosen feature over the open corpus run
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(right, "This prompt")
+        self.tabs.addTab(self.evidence, "Over the corpus")
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
-        splitter.addWidget(right)
+        splitter.addWidget(self.tabs)
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 3)
         splitter.setSizes([300, 900])
@@ -123,6 +131,7 @@ class FeaturesPanel(Panel):
         self.add_exportable("feature_along", self.along_plot, self._along_data)
         self.add_exportable("feature_writes", self.writes_table, self._writes_data)
         self.add_exportable("reconstruction_error", self.error_plot, self._error_data)
+        self.evidence.register_exports(self)
         self.sae_combo.currentIndexChanged.connect(lambda _i: self._sae_chosen())
         self.top_table.cellClicked.connect(lambda row, _c: self.choose_feature(int(self._view.ids[row])))
         self.top_table.customContextMenuRequested.connect(self._top_menu)
@@ -139,6 +148,8 @@ class FeaturesPanel(Panel):
         super().attach(session)
         self.state = session.features
         self.state.changed.connect(self._saes_changed)
+        self.evidence.attach(session)
+        session.corpus.changed.connect(self._draw_corpus)
         self._saes_changed()
 
     @classmethod
@@ -199,6 +210,7 @@ class FeaturesPanel(Panel):
         if self.feature is None or self.feature >= sae.d_sae:
             self.feature = int(view.ids[0]) if len(view.ids) else 0
         self.state.select(sae, self.feature)
+        self._draw_corpus()
         self.map.plot.setTitle(f"strongest features: {COMPUTING}")
         self.along_plot.setTitle(f"feature {self.feature} along the prompt: {COMPUTING}")
         self.error_plot.setTitle(f"reconstruction error per token: {COMPUTING}")
@@ -215,6 +227,8 @@ class FeaturesPanel(Panel):
         self._view = FeaturesView(view.trace, view.sae, token, ids, acts)
         self._draw_top()
         self.refresh_marks()
+        if self.evidence.unit is not None:
+            self.evidence.mark(self._value_now())
 
     def _draw_top(self) -> None:
         view = self._view
@@ -245,6 +259,8 @@ class FeaturesPanel(Panel):
         self._draw_along()
         self._draw_error()
         self.refresh_marks()
+        if self.evidence.unit is not None:
+            self.evidence.mark(self._value_now())
 
     def _draw_along(self) -> None:
         values = along(self._whole.acts if self._whole is not None else None, self.feature or 0)
@@ -293,6 +309,25 @@ class FeaturesPanel(Panel):
         self.state.select(self.sae, self.feature)
         self._draw_along()
         self._draw_writes()
+        self._draw_corpus()
+
+    # --- the open corpus run (explorer/ui/session/corpus.py) -----------------------------------------
+    def _value_now(self) -> float | None:
+        """The chosen feature's value at the selected token (None until every row is computed)."""
+        acts = self._whole.acts if self._whole is not None else None
+        token = self.selected_token
+        return None if acts is None or self.feature is None or token >= acts.shape[0] else float(acts[token, self.feature])
+
+    def _draw_corpus(self) -> None:
+        sae, corpus = self.sae, self.session.corpus if self.session is not None else None
+        if sae is None or self.feature is None or corpus is None or corpus.run is None:
+            self.evidence.clear()
+            return
+        matches = corpus.sae_matches(sae)
+        if matches is None:
+            self.evidence.clear(f"Checking that the open corpus run kept this SAE's features {COMPUTING}")
+            return
+        self.evidence.show_unit(sae.hook.block, self.feature, self._value_now(), kept=matches)
 
     def _map_clicked(self, row: int, col: int) -> None:
         if self._whole is None or col >= len(self._whole.ids):

@@ -1,5 +1,7 @@
 """The neurons panel's detail views: the selected token's ranked neurons, and the selected neuron's
-activation at every token (bars), their histogram and its vocabulary effect, with their exported data.
+activation at every token (bars), their histogram and its vocabulary effect, with their exported data;
+beside them, in a tab of their own, the neuron's evidence over the open corpus run (``panels/evidence.py``:
+its top examples and its histogram over the corpus, this prompt's value marked).
 
 ``NeuronDetail`` is an object ``NeuronsPanel`` owns: it builds the right-hand column's widgets, draws
 into them and the panel's bar plot (handed to it), keeps what it shows (the ranked list, the bars,
@@ -16,13 +18,14 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTabWidget, QVBoxLayout, QWidget
 
 from explorer.core.analysis.neurons import activation_histogram, top_neurons
 from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted, vocab_quoted, vocab_text
 from explorer.core.trace import Trace
+from explorer.ui.panels.evidence import CorpusEvidence
 from explorer.ui.panels.neurons.views import TOP_TOKEN_NEURONS, VOCAB_K, VOCAB_NOW_MACS, LayerView, vocab_effect_of
 from explorer.ui.panels.neurons.widgets import (
     BAR_HIST,
@@ -79,6 +82,7 @@ class NeuronDetail:
         self.bar_mark.setZValue(5)
         self.bars_plot.addItem(self.bar_mark)
         self._filling = False  # the table being refilled: its selection signals are ours, not the user's
+        self._run_shown: Any = None  # the corpus run whose evidence was last brought to the front
         self.column = self._build()
         self.bars_plot.getViewBox().sigResized.connect(lambda *_: self.bar_ticks())
 
@@ -95,6 +99,7 @@ class NeuronDetail:
         self.hist_bars.setOpts(x0=[], width=[], height=[])
         self.ranked.setRowCount(0)
         self.vocab.setRowCount(0)
+        self.evidence.clear()
 
     def _on_ranked_row(self, row: int, _col: int, _prev_row: int, _prev_col: int) -> None:
         if self._filling or not 0 <= row < self.ranked_ids[0].size:
@@ -141,7 +146,33 @@ class NeuronDetail:
         right.setStretchFactor(0, 3)
         right.setStretchFactor(1, 2)
         right.setStretchFactor(2, 3)
-        return right
+        self.evidence = CorpusEvidence("neurons", "neuron")  # the selected neuron over the open corpus run
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(right, "This prompt")
+        self.tabs.addTab(self.evidence, "Over the corpus")
+        self.tabs.setTabToolTip(1, "The selected neuron's top examples and histogram over the open corpus run")
+        return self.tabs
+
+    # --- the corpus run (explorer/ui/session/corpus.py) ---------------------------------------------
+    def attach(self, session: Any) -> None:
+        """Read the session's corpus run: the evidence follows it (a run just opened is shown at once)."""
+        self.evidence.attach(session)
+        session.corpus.changed.connect(self._corpus_changed)
+
+    def _corpus_changed(self) -> None:
+        if self.evidence.run is not None and self.evidence.run.path != self._run_shown:
+            self._run_shown = self.evidence.run.path
+            self.tabs.setCurrentWidget(self.evidence)  # a run the user just opened: its evidence in front
+        self.draw_corpus()
+
+    def draw_corpus(self) -> None:
+        """The selected neuron's top examples and corpus histogram, this token's value marked."""
+        f = self._focus()
+        if f is None or f.neuron is None:
+            self.evidence.clear()
+            return
+        self.evidence.show_unit(f.layer, f.neuron, float(f.view.post[f.token, f.neuron]))
 
     def draw_ranked(self) -> None:
         f = self._focus()
@@ -185,6 +216,7 @@ class NeuronDetail:
         self.draw_bars()
         self.draw_histogram()
         self.draw_vocab()
+        self.draw_corpus()
 
     def draw_bars(self) -> None:
         f = self._focus()
@@ -251,6 +283,8 @@ class NeuronDetail:
         if f is None or f.neuron is None:
             return
         self.hist_marker.setValue(float(f.view.post[f.token, f.neuron]))
+        if self.evidence.unit == (f.layer, f.neuron):
+            self.evidence.mark(float(f.view.post[f.token, f.neuron]))
 
     def draw_vocab(self) -> None:
         f = self._focus()

@@ -21,15 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
-    QLabel,
-    QSpinBox,
-    QSplitter,
-    QToolButton,
-    QWidget,
-)
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSpinBox, QSplitter, QToolButton, QWidget
 
 from explorer.core.display.labels import token_labels
 from explorer.core.trace import Trace
@@ -39,24 +31,9 @@ from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.neurons.snapshot import NeuronsSnapshot, NeuronsView, neurons_view
 from explorer.ui.panels.neurons.detail import NeuronDetail, NeuronFocus
-from explorer.ui.panels.neurons.views import (
-    DEFAULT_TOP_K,
-    ORDERS,
-    LayerView,
-    arranged,
-    column_marks,
-    layer_of,
-    layer_view,
-    neuron_for,
-    switched_off,
-    top_ids,
-)
-from explorer.ui.panels.neurons.widgets import (
-    BAR_POSITIVE,
-    COLUMN_OUTLINE,
-    ROW_OUTLINE,
-    NeuronHeatmap,
-)
+from explorer.ui.panels.neurons.views import (DEFAULT_TOP_K, ORDERS, LayerView, arranged, column_marks, layer_of,
+                                              layer_view, neuron_for, switched_off, top_ids)
+from explorer.ui.panels.neurons.widgets import BAR_POSITIVE, COLUMN_OUTLINE, ROW_OUTLINE, NeuronHeatmap
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
 from explorer.ui.widgets.steady_label import SteadyLabel
@@ -167,6 +144,7 @@ class NeuronsPanel(Panel):
         self.add_exportable("selected neuron across tokens", self.bars_plot, self.detail.bars_data)
         self.add_exportable("selected neuron histogram", self.hist_plot, self.detail.hist_data)
         self.add_exportable("selected neuron vocabulary effect", self.vocab, self.detail.vocab_data)
+        self.detail.evidence.register_exports(self)  # its top examples and histogram over a corpus run
         install_targets(self)  # right-click a column: switch that neuron off (intervention_targets)
 
     # --- the panel contract ----------------------------------------------------------------------
@@ -174,6 +152,15 @@ class NeuronsPanel(Panel):
         """The selection, K and the neuron chosen by hand (with its layer), on the GUI thread."""
         return self._snapshot(NeuronsSnapshot, top_k=self.top_k, order=self.order, neuron=self.selected_neuron,
                               neuron_layer=self._neuron_layer)
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
+        """The minimum (as the Features panel's): asked because of the word-wrapped titles, the layout would answer
+        its preferred height, and the dock's scroll area would make the panel that tall (the plots below the fold)."""
+        return self.minimumSizeHint().height()
+
+    def attach(self, session) -> None:  # noqa: ANN001 - the window's Session
+        super().attach(session)
+        self.detail.attach(session)  # the selected neuron over the session's corpus run
 
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
         if not trace.config.has_ffn:
