@@ -79,6 +79,8 @@ PANELS: tuple[PanelSpec, ...] = (
               "journey"),
     PanelSpec("diagram", "explorer.ui.panels.diagram", "DiagramPanel", "Model diagram", "Flow", "diagram"),
     PanelSpec("features", "explorer.ui.panels.features", "FeaturesPanel", "Features (SAE)", "Features", "features"),
+    PanelSpec("qkov", "explorer.ui.panels.qkov", "QKOVPanel", "Why a head attends, what it moves (QK/OV)", "QK/OV",
+              "qkov", tour_title="QK/OV"),
 )
 
 # the generation pane: a panel the window docks on its right, on its own (the tour links to it)

@@ -1,0 +1,100 @@
+"""Screenshots of the QK/OV panel on the bundled induction model (the real window under Xvfb):
+
+* docs/qkov-<size>-menu.png: the Attention panel's right-click menu on head 1.2's cell from the second ' sweet'
+  to ' prince' (the token after the first ' sweet'), with "Why does it attend here?" and "What does it move?";
+* docs/qkov-<size>-why.png: the answer to "Why does it attend here?": the score's terms (query parts x key
+  parts), the largest ones ranked, the sum checked against the score;
+* docs/qkov-<size>-what.png: "What does it move?" at the same query: each source's share of the output and its
+  direct effect on the logit of ' prince', and the OV circuit copying each source's value.
+
+    env -u QT_QPA_PLATFORM xvfb-run -a -s "-screen 0 1920x1200x24" python docs/shots_qkov.py --size 1280x800 --out docs
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from screenshots import complete, pump, screenshot_window, settle  # noqa: E402
+
+PROMPT = " Good night, sweet prince. Good night, sweet"
+LAYER, HEAD = 1, 2  # the model card's induction head
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="1280x800")
+    parser.add_argument("--out", default="docs")
+    args = parser.parse_args()
+    w, h = (int(x) for x in args.size.split("x"))
+
+    from PySide6.QtCore import QPointF, Qt, QTimer
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QApplication, QMenu
+
+    from explorer.ui.window.docks import dock_of
+
+    out = Path(args.out)
+    with screenshot_window(w, h, at_origin=True) as (app, window):
+        window.open_checkpoint("induction")
+        pump(app, lambda: complete(window) and window.loaded is not None)
+        window.session.set_prompt(PROMPT)
+        pump(app, lambda: complete(window) and "".join(window.trace.tokens) == PROMPT)
+        tokens = window.trace.tokens
+        query = len(tokens) - 1                                     # the second ' sweet'
+        key = tokens.index(tokens[query]) + 1                       # ' prince', after the first ' sweet'
+        attention = window.panel("attention")
+        dock_of(attention).raise_()
+        window.session.selection.set_layer_head(LAYER, HEAD)
+        window.session.selection.set_token(query)
+        pump(app, lambda: complete(window) and not attention.redraw_pending)
+        settle(app, 0.8)
+
+        def screen(path: Path) -> None:
+            frame = window.frameGeometry()
+            QGuiApplication.primaryScreen().grabWindow(0, frame.x(), frame.y(), w, h).save(str(path))
+            print("wrote", path)
+
+        # a real right-click on the cell; the screen grabbed while its menu is open, then "Why…" chosen
+        view = attention.detail
+        scene = view.plot.vb.mapViewToScene(QPointF(key + 0.5, query + 0.5))
+        point = view.viewport().mapTo(window, view.mapFromScene(scene))
+        chosen = {}
+
+        def in_menu() -> None:
+            menu = QApplication.activePopupWidget()
+            if not isinstance(menu, QMenu) or not menu.isVisible():
+                QTimer.singleShot(30, in_menu)
+                return
+            settle(app, 0.4)
+            screen(out / f"qkov-{w}x{h}-menu.png")
+            action = next(a for a in menu.actions() if a.text().startswith("Why does it attend"))
+            menu.close()
+            action.trigger()
+            chosen["done"] = True
+
+        QTimer.singleShot(0, in_menu)
+        handle = window.windowHandle()
+        QTest.mousePress(handle, Qt.MouseButton.RightButton, Qt.KeyboardModifier.NoModifier, point)
+        QTest.mouseRelease(handle, Qt.MouseButton.RightButton, Qt.KeyboardModifier.NoModifier, point)
+        pump(app, lambda: chosen.get("done", False))
+        panel = window.panel("qkov")
+        pump(app, lambda: complete(window) and panel.answer is not None)
+        settle(app, 0.8)
+        window.grab().save(str(out / f"qkov-{w}x{h}-why.png"))
+        print("wrote", out / f"qkov-{w}x{h}-why.png")
+
+        panel.ov.copy.setCurrentIndex(panel.ov.copy.findData("value"))  # the copy this model really makes
+        panel.set_kind("ov")
+        pump(app, lambda: complete(window) and panel.answer is not None and panel.question.kind == "ov")
+        settle(app, 0.8)
+        window.grab().save(str(out / f"qkov-{w}x{h}-what.png"))
+        print("wrote", out / f"qkov-{w}x{h}-what.png")
+
+
+if __name__ == "__main__":
+    main()
