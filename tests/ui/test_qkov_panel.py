@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import QScrollArea
 
 from explorer.core.analysis.ov import ov_circuit, ov_split
 from explorer.core.analysis.qk import qk_split
@@ -96,6 +97,19 @@ def test_why_does_it_attend_here_shows_the_exact_split(qtbot, induction_window):
     assert f"{top.value:+.6f}" in panel.qk.heatmap.cell_text(a, b)  # the exact value in the tooltip
     assert "Rotary" in panel.qk.notes.text()
 
+    # the query row's bars ask the same questions, for the row's query and the bar's key
+    show_head(qtbot, window, query)
+    bar = dock_of(attention).findChild(QScrollArea).verticalScrollBar()
+    bar.setValue(bar.maximum())  # the panel scrolled down to the row, as a user does
+    row = attention.row_plot.getPlotItem().vb
+    texts = right_click_menu(qtbot, attention.row_plot, lambda: row.mapViewToScene(QPointF(key + 0.5, 0.05)),
+                             choose="What does it move?")
+    assert texts[:2] == ["Why does it attend here?", "What does it move?"]
+    qtbot.waitUntil(lambda: window.presenter.is_idle() and panel.answer is not None and panel.question.kind == "ov",
+                    timeout=30_000)
+    assert (panel.question.layer, panel.question.head, panel.question.query, panel.question.key) == \
+        (LAYER, HEAD, query, key)
+
 
 def test_what_does_it_move_shares_add_up_and_the_copy_choice(qtbot, induction_window):
     window = induction_window
@@ -111,6 +125,8 @@ def test_what_does_it_move_shares_add_up_and_the_copy_choice(qtbot, induction_wi
     assert float(values[:, 1].sum()) == pytest.approx(1.0, abs=1e-6)
     assert float(values[:, 2].sum()) == pytest.approx(split.dla_total, rel=1e-5, abs=1e-6)
     np.testing.assert_allclose(panel.ov.share.bars.opts["height"], split.shares, atol=1e-9)  # the bars drawn
+    where = panel.ov.share.widget.getPlotItem().vb.mapViewToScene(QPointF(key + 0.5, 0.01))
+    assert f"share of the head's output: {split.shares[key]:+.4%}" in panel.ov.share.text_at(where)  # its tooltip
     assert labels[int(np.argmax(values[:, 1]))] == f"#{key} {quoted(trace.tokens[key])}"
 
     panel.ov.copy.setCurrentIndex(panel.ov.copy.findData("value"))
