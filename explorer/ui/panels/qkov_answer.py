@@ -19,8 +19,8 @@ from explorer.core.analysis.qk import QKSplit, Term, qk_split
 from explorer.core.analysis.stream_parts import Part
 from explorer.core.display.tokens import quoted, vocab_quoted
 from explorer.core.errors import ExplorerError
-from explorer.core.plan import MIXER_NAMES
 from explorer.core.trace import Trace
+from explorer.ui.panels.interventions.dla import dla_target  # the token the Logit attribution panel measures
 from explorer.ui.session.background import one_line
 from explorer.ui.session.question import Question
 
@@ -54,14 +54,6 @@ def default_by(trace: Trace) -> str:
     return "head" if trace.config.n_layers * trace.config.n_heads <= BY_HEAD_MAX else "layer"
 
 
-def dla_target(trace: Trace, position: int) -> int:
-    """The token the direct effects are measured on: the one that follows ``position`` in the prompt, or the
-    model's top choice after the last (the Logit attribution panel's default)."""
-    if position < trace.n_tokens - 1:
-        return int(trace.token_ids[position + 1])
-    return int(np.argmax(trace["logits"][position]))
-
-
 def refusal(trace: Trace, question: Question) -> str | None:
     """Why ``question`` has no answer on ``trace`` before anything is computed (None: go ahead)."""
     cfg, n = trace.config, trace.n_tokens
@@ -70,10 +62,6 @@ def refusal(trace: Trace, question: Question) -> str | None:
     for what, p in (("query", question.query), ("key", question.key)):
         if p is not None and not 0 <= p < n:
             return f"the prompt has {n} tokens now, no #{p} for the {what}: right-click a cell in Attention again"
-    plan = cfg.layer(question.layer)
-    if not plan.is_attention:
-        return (f"block {question.layer} is a {MIXER_NAMES.get(plan.mixer, plan.mixer)} layer, not attention: no query meets a key there, "
-                "so there is no score to split and no pattern to move values by")
     if not trace.has_model:
         return "this needs the model's weights: the trace was opened from a file without them"
     return None
