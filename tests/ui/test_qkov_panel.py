@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtWidgets import QScrollArea
+from PySide6.QtWidgets import QScrollArea, QTabBar
 
 from explorer.core.analysis.ov import ov_circuit, ov_split
 from explorer.core.analysis.qk import qk_split
@@ -109,6 +109,20 @@ def test_why_does_it_attend_here_shows_the_exact_split(qtbot, induction_window):
                     timeout=30_000)
     assert (panel.question.layer, panel.question.head, panel.question.query, panel.question.key) == \
         (LAYER, HEAD, query, key)
+
+
+def test_the_new_tab_scrolls_the_bar_instead_of_cutting_titles(qtbot, induction_window):
+    window = induction_window
+    window.resize(1024, 768)  # a small laptop: the QK/OV tab does not fit beside the others
+    query, key = cell(window.trace.tokens)
+    panel = window.panel("qkov")
+    window.session.ask(Question("qk", LAYER, HEAD, query, key))
+    qtbot.waitUntil(lambda: window.presenter.is_idle() and panel.answer is not None and dock_of(panel).isVisible(),
+                    timeout=30_000)
+    bar = next(b for b in window.findChildren(QTabBar) if b.isVisible()
+               and any(b.tabText(i) == "QK/OV" for i in range(b.count())))
+    qtbot.waitUntil(lambda: all(bar.tabRect(i).width() >= bar.tabSizeHint(i).width() for i in range(bar.count())))
+    assert sum(bar.tabSizeHint(i).width() for i in range(bar.count())) > bar.width()  # (it really overflows)
 
 
 def test_what_does_it_move_shares_add_up_and_the_copy_choice(qtbot, induction_window):
