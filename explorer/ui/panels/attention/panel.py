@@ -173,8 +173,7 @@ class AttentionPanel(Panel):
 
     # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
     def intervention_targets(self) -> list[Target]:
-        """A head's tile in the all-heads grid, and its cell in the head-statistics heatmap; the selected
-        head's cells ask why it attends and what it moves (``questions.py``)."""
+        """A head's tile in the all-heads grid, its cell in the head-statistics heatmap; questions (questions.py)."""
         heads = self.all_heads
         return [Target(self.overview_plot, heads.tile_component, heads.tile_mark_points), head_cells(self.statistics),
                 *attention_questions(self)]
