@@ -23,7 +23,7 @@ import numpy as np
 
 from explorer.core.analysis.dla import DLAError, direct_logit_attribution, final_norm, final_reader
 from explorer.core.analysis.frozen import frozen_at, param
-from explorer.core.analysis.stream_parts import SplitError, input_norm, read_stream, tolerance
+from explorer.core.analysis.stream_parts import SplitError, attention_layer, input_norm, read_stream, tolerance
 from explorer.core.placement import weights_of
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ def _check_head(trace: Trace, layer: int, head: int, query: int) -> tuple[np.nda
     cfg, n = trace.config, trace.n_tokens
     if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads and -n <= query < n):
         raise SplitError(f"no head {layer}.{head} or query #{query} in this trace")
+    attention_layer(cfg, layer)
     scores = trace.head(layer, head, "scores")[query % n]
     return np.flatnonzero(np.isfinite(scores)), trace.head(layer, head, "pattern")[query % n].astype(np.float64)
 
@@ -90,6 +91,9 @@ def ov_split(trace: Trace, layer: int, head: int, query: int, target: int | None
     cfg, n = trace.config, trace.n_tokens
     sources, pattern = _check_head(trace, layer, head, query)
     query %= n
+    if cfg.attn_output_gate:
+        raise SplitError("this model gates each head's output at the query (an output gate, Qwen3.5/Next): the "
+                         "split of the gated output by source is not written yet")
     kv = head // (cfg.n_heads // cfg.kv_heads)
     W = _w_o(model, layer, head)
     v = trace[f"blocks.{layer}.attn.v"][kv].astype(np.float64)       # [n, dh]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from explorer.core.analysis.frozen import frozen_at, param
-from explorer.core.analysis.stream_parts import Part, SplitError, input_norm, read_stream, tolerance
+from explorer.core.analysis.stream_parts import Part, SplitError, attention_layer, input_norm, read_stream, tolerance
 from explorer.core.display.tokens import quoted
 from explorer.core.placement import weights_of
 
@@ -186,6 +186,7 @@ def qk_split(trace: Trace, layer: int, head: int, query: int, key: int, by: str 
     cfg, n = trace.config, trace.n_tokens
     layer, head = _index(layer, cfg.n_layers, "layer"), _index(head, cfg.n_heads, "head")
     query, key = _index(query, n, "query position"), _index(key, n, "key position")
+    attention_layer(cfg, layer)
     recorded = float(trace.head(layer, head, "scores")[query, key])
     if not math.isfinite(recorded):
         raise SplitError(f"key #{key} is hidden from query #{query} in block {layer} (the mask): it has no score")

@@ -70,6 +70,16 @@ class Part:
                 "type": "segment embedding", "bias": "biases", "clip": "clamp"}.get(self.kind, self.kind)
 
 
+def attention_layer(cfg, layer: int) -> None:
+    """Refuse (one line) a block whose token mixer is not attention: it has no query, key or pattern."""
+    plan = cfg.layer(layer)
+    if not plan.is_attention:
+        from explorer.core.plan import MIXER_NAMES
+
+        raise SplitError(f"block {layer} is a {MIXER_NAMES.get(plan.mixer, plan.mixer)} layer, not attention: no "
+                         "query meets a key there, so it has no score to split and no pattern to move values by")
+
+
 def _pre_norm(model: Transformer, layer: int) -> bool:
     blk = model.blocks[layer]
     return model.cfg.norm_placement in ("pre", "sandwich") and blk.ln1 is not None
@@ -132,6 +142,12 @@ def read_stream(trace: Trace, model: Transformer, layer: int, position: int, rea
     rs = float(cfg.residual_scale)
     for layer_ in reversed(range(layer)):
         blk = model.blocks[layer_]
+        plan = cfg.layer(layer_)
+        if plan.mixer not in ("attention", "none"):  # a recurrent mixer's writes: not split into parts yet
+            from explorer.core.plan import MIXER_NAMES
+
+            raise SplitError(f"block {layer_} is a {MIXER_NAMES.get(plan.mixer, plan.mixer)} layer: what it writes "
+                             "to the stream is not split into parts yet, so nothing read after it has an exact split")
         post = not _pre_norm(model, layer_) and blk.ln1 is not None
         if post and cfg.parallel_residual:
             raise SplitError("a parallel block with post-norms: no model here has one, so its split is not written")
@@ -148,29 +164,30 @@ def read_stream(trace: Trace, model: Transformer, layer: int, position: int, rea
             n1 = frozen_at(trace, blk.ln1, f"blocks.{layer_}.ln1", position)
             bias = bias + n1.bias_read(A)
             A = n1.pull(A)
-        Aw = A * rs                                     # attention output = rs * out_norm(W_O z + b_O)
-        out_norm = None
-        if blk.ln1_out is not None:
-            out_norm = frozen_at(trace, blk.ln1_out, f"blocks.{layer_}.ln1_out", position)
-            bias = bias + out_norm.bias_read(Aw)
-            Aw = out_norm.pull(Aw)
-        b_O = _attn_bias(model, layer_)
-        bias = bias + b_O @ Aw
-        if embed_only:
-            head_parts = ([Part("attn", layer_)] if by == "layer"
-                          else [Part("head", layer_, h) for h in range(cfg.n_heads)])
-            parts[:0], values[:0] = head_parts, [np.zeros(k)] * len(head_parts)
-        else:
-            writes = head_writes(model, trace[f"blocks.{layer_}.attn.z"][:, position], layer_)  # [H, d]
-            total = writes.sum(0) + b_O
-            added = rs * (total if out_norm is None else out_norm.apply(total) + (
-                out_norm.bias if out_norm.bias is not None else 0.0))
-            _check(added, trace[f"blocks.{layer_}.attn.out"][position], f"block {layer_}'s attention output", tol)
-            read = writes @ Aw                           # [H, k]
-            if by == "layer":
-                parts[:0], values[:0] = [Part("attn", layer_)], [read.sum(0)]
+        if plan.is_attention:  # (a block without a token mixer writes only its FFN's output)
+            Aw = A * rs                                     # attention output = rs * out_norm(W_O z + b_O)
+            out_norm = None
+            if blk.ln1_out is not None:
+                out_norm = frozen_at(trace, blk.ln1_out, f"blocks.{layer_}.ln1_out", position)
+                bias = bias + out_norm.bias_read(Aw)
+                Aw = out_norm.pull(Aw)
+            b_O = _attn_bias(model, layer_)
+            bias = bias + b_O @ Aw
+            if embed_only:
+                head_parts = ([Part("attn", layer_)] if by == "layer"
+                              else [Part("head", layer_, h) for h in range(cfg.n_heads)])
+                parts[:0], values[:0] = head_parts, [np.zeros(k)] * len(head_parts)
             else:
-                parts[:0], values[:0] = [Part("head", layer_, h) for h in range(cfg.n_heads)], list(read)
+                writes = head_writes(model, trace[f"blocks.{layer_}.attn.z"][:, position], layer_)  # [H, d]
+                total = writes.sum(0) + b_O
+                added = rs * (total if out_norm is None else out_norm.apply(total) + (
+                    out_norm.bias if out_norm.bias is not None else 0.0))
+                _check(added, trace[f"blocks.{layer_}.attn.out"][position], f"block {layer_}'s attention output", tol)
+                read = writes @ Aw                           # [H, k]
+                if by == "layer":
+                    parts[:0], values[:0] = [Part("attn", layer_)], [read.sum(0)]
+                else:
+                    parts[:0], values[:0] = [Part("head", layer_, h) for h in range(cfg.n_heads)], list(read)
         blocks.append((parts, values))
     first_parts: list[Part] = []
     first_values: list[np.ndarray] = []

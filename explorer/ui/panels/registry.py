@@ -81,6 +81,8 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("features", "explorer.ui.panels.features", "FeaturesPanel", "Features (SAE)", "Features", "features"),
     PanelSpec("head_finder", "explorer.ui.panels.head_finder", "HeadFinderPanel", "Head finder (corpus scores)",
               "Head finder", "head_finder"),
+    PanelSpec("qkov", "explorer.ui.panels.qkov", "QKOVPanel", "Why a head attends, what it moves (QK/OV)", "QK/OV",
+              "qkov", tour_title="QK/OV"),
 )
 
 # the generation pane: a panel the window docks on its right, on its own (the tour links to it)

@@ -35,6 +35,9 @@ trace_file_opened(str)
     ``open_trace_file`` made a trace read from that file the shown one (there is no model now).
 panel_requested(str)
     Someone (the diagram, the tour) asked to see a panel (its id): the window shows its dock.
+asked(Question)
+    Someone (a right-click on an attention cell, the tour) asked a question about a cell of the trace on
+    screen (``question.py``); the panel it names answers it, and ``panel_requested`` follows.
 
 The trace on screen is the presenter's (``presenter``: ``shown(Frame)``, ``drawn(Frame)``, ``is_idle()``):
 the prompt passes, the timeline's steps, trace files and the comparison hand it their traces.
@@ -63,6 +66,7 @@ from explorer.ui.session.workers import LoadRequest, LoadResult, ModelLoader, Tr
 if TYPE_CHECKING:
     from explorer.core.interventions.spec import Intervention
     from explorer.core.loaded import LoadedModel
+    from explorer.ui.session.question import Question
     from explorer.core.trace import Trace
 
 CLOSE_WAIT_MS = 1000  # closing waits at most this long for cancelled work to reach a layer boundary
@@ -84,6 +88,7 @@ class Session(QObject):
     failed = Signal(str)
     trace_file_opened = Signal(str)
     panel_requested = Signal(str)
+    asked = Signal(object)
 
     def __init__(self, debounce_ms: int = 150, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -287,6 +292,12 @@ class Session(QObject):
         if token is not None:
             self.selection.set_token(token)
         self.panel_requested.emit(name)
+
+    def ask(self, question: Question) -> None:
+        """Ask ``question`` (why a head attends at a cell, what it moves: ``question.py``): its panel gets it
+        (``asked``) and is shown with the question's layer, head and query selected."""
+        self.asked.emit(question)
+        self.show_panel(question.panel, question.layer, question.head, question.query)
 
     # --- verbs: interventions --------------------------------------------------------------------------
     def set_interventions(self, interventions: Sequence[Intervention]) -> None:

@@ -11,7 +11,7 @@ asked for (an event filter on the window's tab bars), never stored in the tab ba
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QMainWindow, QTabBar, QToolTip
 
@@ -32,6 +32,14 @@ def _mnemonic_safe(text: str) -> str:
     return text.replace("&", "&&")  # "&" would be read as a mnemonic marker in tabs and menus
 
 
+def scroll_not_cut(bar: QTabBar) -> None:
+    """A bar with more tabs than room (the QK/OV tab once a question is asked, Features with an SAE open)
+    scrolls with its arrows instead of cutting every title (Qt makes the dock tab bars eliding)."""
+    if bar.elideMode() != Qt.TextElideMode.ElideNone:
+        bar.setElideMode(Qt.TextElideMode.ElideNone)
+        bar.setUsesScrollButtons(True)
+
+
 class TabTitles(QObject):
     """Watches ``window``'s dock tab bars (made and remade by Qt as docks are tabbed) and answers a
     tab's tooltip with its panel's full title. ``docks`` are the window's ``PanelDock``s."""
@@ -47,6 +55,7 @@ class TabTitles(QObject):
             dock.toggleViewAction().setText(_mnemonic_safe(full))
             dock.toggleViewAction().setToolTip(full)
             self.full[short] = full
+        self._watch_soon = False
         window.installEventFilter(self)
         self.watch()
 
@@ -54,6 +63,11 @@ class TabTitles(QObject):
         for bar in self.window.findChildren(QTabBar):
             bar.removeEventFilter(self)  # never twice
             bar.installEventFilter(self)
+            scroll_not_cut(bar)
+
+    def _watch_again(self) -> None:
+        self._watch_soon = False
+        self.watch()
 
     def tooltip(self, bar: QTabBar, index: int) -> str | None:
         """The full title for tab ``index`` of ``bar`` (None: not a panel's tab)."""
@@ -62,8 +76,14 @@ class TabTitles(QObject):
         return self.full.get(bar.tabText(index))
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
-        if obj is self.window and event.type() == QEvent.Type.ChildAdded and isinstance(event.child(), QTabBar):
-            event.child().installEventFilter(self)
+        if obj is self.window and event.type() == QEvent.Type.ChildAdded:
+            if isinstance(event.child(), QTabBar):
+                event.child().installEventFilter(self)
+            elif not self._watch_soon:  # (a tab bar being built is not a QTabBar yet here): look once it is
+                self._watch_soon = True
+                QTimer.singleShot(0, self, self._watch_again)
+        elif isinstance(obj, QTabBar) and event.type() in (QEvent.Type.Polish, QEvent.Type.Show):
+            scroll_not_cut(obj)
         elif isinstance(obj, QTabBar) and event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
             text = self.tooltip(obj, obj.tabAt(event.pos()))
             if text is not None:

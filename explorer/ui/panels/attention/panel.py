@@ -44,6 +44,7 @@ from explorer.ui.panels.attention.long_detail import (LongHeadView, is_long, lon
                                                       show_long_head)
 from explorer.ui.panels.attention.corpus_scores import CorpusScores
 from explorer.ui.panels.attention.overview import AttentionOverview
+from explorer.ui.panels.attention.questions import attention_questions
 from explorer.ui.panels.attention.views import (
     BAR_NEGATIVE,
     BAR_PATTERN,
@@ -177,9 +178,10 @@ class AttentionPanel(Panel):
 
     # --- what a right-click can switch off (explorer.ui.interventions.targets) ---------------------
     def intervention_targets(self) -> list[Target]:
-        """A head's tile in the all-heads grid, and its cell in the head-statistics heatmap."""
+        """A head's tile in the all-heads grid, its cell in the head-statistics heatmap; questions (questions.py)."""
         heads = self.all_heads
-        return [Target(self.overview_plot, heads.tile_component, heads.tile_mark_points), head_cells(self.statistics)]
+        return [Target(self.overview_plot, heads.tile_component, heads.tile_mark_points), head_cells(self.statistics),
+                *attention_questions(self)]
 
     def tile_marks(self) -> list[Point]:
         """Where the all-heads grid draws its red crosses now (one per switched-off head)."""

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLa
 from explorer.core.diagram.tour import TourStep
 from explorer.core.display.tokens import quoted
 from explorer.ui.panels.registry import find
+from explorer.ui.session.question import Question
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
@@ -53,12 +54,17 @@ class TourDialog(QDialog):
         self.back = QPushButton("◀ Back")
         self.next = QPushButton("Next ▶")
         self.open_panel = QPushButton()
+        self.why = QPushButton("Why this score?")  # the score step: its split in the QK/OV panel
+        self.why.setToolTip("Split this score into the parts of the query's and the key's residual streams")
+        self.why.setVisible(False)
+        self.why.clicked.connect(self.ask_why)
         self.back.clicked.connect(lambda: self.go(self.index - 1))
         self.next.clicked.connect(lambda: self.go(self.index + 1))
         self.open_panel.clicked.connect(self.show_panel)
         buttons = QHBoxLayout()
         buttons.addWidget(self.back)
         buttons.addWidget(self.counter, 1, Qt.AlignmentFlag.AlignCenter)
+        buttons.addWidget(self.why)
         buttons.addWidget(self.open_panel)
         buttons.addWidget(self.next)
         layout = QVBoxLayout(self)
@@ -77,6 +83,7 @@ class TourDialog(QDialog):
         for button in (self.back, self.next, self.open_panel):
             button.setEnabled(False)
         self.open_panel.setText("Show in …")
+        self.why.setVisible(False)
 
     @property
     def waiting(self) -> bool:
@@ -110,9 +117,16 @@ class TourDialog(QDialog):
         self.back.setEnabled(self.index > 0)
         self.next.setEnabled(self.index < len(self.steps) - 1)
         self.open_panel.setText(f"Show in {link_title(step.panel)}")
+        self.why.setVisible(step.name == "score" and "j" in step.values and self.session is not None)
 
     def show_panel(self) -> None:
         """Select the step's layer, head and token and show its panel (through the Session)."""
         step = self.step
         if self.session is not None:
             self.session.show_panel(step.panel, step.layer, step.head, step.token)
+
+    def ask_why(self) -> None:
+        """The score step's score split into its terms: the QK/OV panel answers (``Session.ask``)."""
+        step = self.step
+        if self.session is not None and step.name == "score":
+            self.session.ask(Question("qk", step.layer, step.head, step.token, int(step.values["j"])))
