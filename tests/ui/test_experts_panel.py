@@ -227,3 +227,26 @@ def test_the_panel_is_hidden_for_a_dense_model_and_before_any_model(qtbot, make_
     assert window.dock("experts").isHidden() and not window.dock("experts").toggleViewAction().isEnabled()
     empty = make_window()
     assert empty.dock("experts").isHidden()
+
+
+def test_the_patching_estimate_is_cores_expert_attribution(qtbot, moe_window):
+    from explorer.core.interventions.expert_attribution import expert_attribution
+
+    panel = show(qtbot, moe_window, moe_model())
+    panel.content.setCurrentIndex(2)
+    patching = panel.patching
+    corrupt = "The quick brown cat jumps over the lazy dog while the fox watches"
+    tokenizer = moe_window.loaded.tokenizer
+    assert len(tokenizer.encode(corrupt)) == moe_window.trace.n_tokens
+    qtbot.keyClicks(patching.corrupt_edit, corrupt)
+    qtbot.mouseClick(patching.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: patching.result is not None, timeout=60_000)
+    clean = [int(i) for i in moe_window.trace.token_ids]
+    target = int(np.argmax(moe_window.trace["logits"][-1]))
+    core = expert_attribution(moe_window.loaded.model, clean, tokenizer.encode(corrupt), target)
+    np.testing.assert_allclose(patching.map.matrix, core.estimates, atol=1e-6)
+    assert patching.map.row_labels == ["L0", "L2"] and "clean" in patching.status.text()
+    qtbot.waitUntil(patching.run_button.isEnabled)
+    qtbot.keyClicks(patching.corrupt_edit, " and more")
+    qtbot.mouseClick(patching.run_button, Qt.MouseButton.LeftButton)
+    assert "patching needs the same number" in patching.status.text()

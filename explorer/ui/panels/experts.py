@@ -34,9 +34,26 @@ from explorer.ui.interventions.targets import Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.experts_patching import ExpertPatching
 from explorer.ui.panels.experts_token import SelectedToken, ordinal
-from explorer.ui.panels.experts_views import (NO_MOE, ORDERS, VALUES, ExpertsSnapshot, ExpertsView, LayerView,
-                                              effects_are_cheap, effects_of, experts_view, lanes_of, layer_view,
-                                              margin_text, moe_layer_of, routing_note)
+from explorer.ui.panels.experts_views import (
+    NO_MOE,
+    ORDERS,
+    VALUES,
+    ExpertsSnapshot,
+    ExpertsView,
+    LayerView,
+    axis_tops,
+    effects_are_cheap,
+    effects_of,
+    experts_view,
+    lanes_of,
+    layer_view,
+    load_table,
+    margin_table,
+    margin_text,
+    moe_layer_of,
+    routing_note,
+    strip_image,
+)
 from explorer.ui.panels.experts_widgets import ROW_PEN, ChoiceMap, LoadBars, MarginStrip
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
@@ -54,6 +71,7 @@ class ExpertsPanel(Panel):
         self._view: LayerView | None = None
         self._columns = np.zeros(0, np.int64)
         self._limits: dict | None = None
+        self._strip_of: LayerView | None = None
         self._warned: bool | None = None
         self.factor_value: Any = None  # tests replace the "Scale by…" dialog (a callable giving the factor)
         self._build()
@@ -216,7 +234,8 @@ class ExpertsPanel(Panel):
         self._columns = view.columns(self.order)
         cols = self._columns
         matrix = (view.weights if self.values == "weights" else view.scores)[:, cols]
-        top = max(float(matrix.max(initial=0.0)), 1e-6)
+        tops = axis_tops(trace)
+        top = max(tops.weight if self.values == "weights" else tops.score, 1e-6)  # every layer's: the bar stays put
         limits = dict(xMin=0, xMax=max(cols.size, 1), yMin=0, yMax=max(n, 1), minXRange=min(4, max(cols.size, 1)),
                       minYRange=min(2, n))
         if limits != self._limits:  # first (the old ones would clamp the new range); only on a change of shape
@@ -224,11 +243,15 @@ class ExpertsPanel(Panel):
             self.map.plot.vb.setLimits(**limits)
         self.map.set_choice(matrix, view.chosen[:, cols], token_labels(trace.tokens), [f"#{e}" for e in cols.tolist()],
                             (0.0, top), "weight" if self.values == "weights" else "router score",
-                            dim=215 if self.values == "weights" else 150)
+                            dim=215 if self.values == "weights" else 150, key=(view, self.order))
         what = "chosen weights" if self.values == "weights" else "router scores"
-        self.map.plot.setTitle(f"L{view.layer} {what}, top {cfg.experts_per_token} of {cfg.n_experts}")
-        self.strip.set_margins(view.margin, view.close, float(np.median(view.tolerance)) if n else 0.0)
-        self.load.set_load(view.load[cols], n * cfg.experts_per_token / max(cfg.n_experts, 1))
+        title = f"L{view.layer} {what}, top {cfg.experts_per_token} of {cfg.n_experts}"
+        if self.map.plot.titleLabel.text != title:  # (a title set again is laid out again)
+            self.map.plot.setTitle(title)
+        if self._strip_of is not view:  # (the margins do not depend on the map's values or columns)
+            self._strip_of = view
+            self.strip.set_margins(view.margin, strip_image(trace, view), view.typical_tolerance, tops.margin)
+        self.load.set_load(view.load[cols], n * cfg.experts_per_token / max(cfg.n_experts, 1), tops.load)
         if self.layer_combo.currentData() != view.layer:
             self.layer_combo.setCurrentIndex(max(self.layer_combo.findData(view.layer), 0))
         dense = self.selection.layer != view.layer
@@ -301,20 +324,10 @@ class ExpertsPanel(Panel):
         return np.asarray(self.map.matrix), self.map.row_labels, self.map.col_labels
 
     def _margin_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        view = self._view
-        if view is None or self.trace is None:
-            return np.zeros((0, 4)), [], []
-        values = np.stack([view.margin, view.tolerance, view.kth, view.next], axis=1).astype(np.float64)
-        return values, token_labels(self.trace.tokens), ["margin", "rounding tolerance", "last expert in",
-                                                         "best expert out"]
+        return margin_table(self._view, self.trace)
 
     def _load_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        view = self._view
-        if view is None:
-            return np.zeros((0, 3)), [], []
-        cols = self._columns
-        values = np.stack([view.load[cols], view.load_weight[cols], view.load_share[cols]], axis=1).astype(np.float64)
-        return values, [f"#{e}" for e in cols.tolist()], ["tokens", "weight", "share of slots"]
+        return load_table(self._view, self._columns)
 
     # --- clicks and right-clicks -----------------------------------------------------------------
     def _lane_clicked(self, row: int, _col: int) -> None:

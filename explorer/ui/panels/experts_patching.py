@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
 from explorer.core.display.tokens import vocab_quoted
 from explorer.core.trace import Trace
@@ -100,7 +100,11 @@ class ExpertPatching(QWidget):
         matrix, rows, cols = self.data()
         self.map.set_data(matrix, rows, cols, levels=(-1.0, 1.0), value_name="share restored (estimate)")
         best = np.unravel_index(np.argmax(np.abs(result.estimates)), result.estimates.shape)
+        from explorer.core.interventions.patching import gap_warning
+
+        warning = gap_warning(result.clean_metric, result.corrupt_metric)
         self.status.setText(
+            (f"\u26a0 Careful: {warning}. " if warning else "") +
             f"Logit of {vocab_quoted(self._tokenizer, self._target)}: clean {result.clean_metric:.3f}, corrupted "
             f"{result.corrupt_metric:.3f}. Largest estimate: expert {result.layers[best[0]]}:{best[1]} "
             f"({result.estimates[best]:+.3f}), in {result.seconds:.2f} s. Estimates are linear: check one with an "

@@ -5,13 +5,15 @@ numbers are ``core/analysis/experts.py``'s, unchanged."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from explorer.core.analysis.dla import DLAError
-from explorer.core.display.tokens import quoted
 from explorer.core.analysis.experts import expert_load, expert_logit_effects, flip_tolerance, routing_map, topk_margin
+from explorer.core.display.labels import token_labels
+from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.panels.base import PanelSnapshot, PanelView, clamp_token
 from explorer.ui.panels.interventions.dla import dla_target
@@ -19,7 +21,7 @@ from explorer.ui.panels.interventions.dla import dla_target
 ORDERS = {"index": "expert number", "load": "load (busiest first)"}
 VALUES = {"weights": "chosen weights", "scores": "every expert's router score"}
 LANE_VALUES = {"weight": "weight", "effect": "direct effect on the logit"}
-EFFECTS_NOW = 1 << 18  # tokens x d_model x MoE layers up to this: the effects are computed at once, else in the background
+EFFECTS_NOW = 5e7  # multiply-adds of re-running the MoE blocks (their experts' outputs) up to this: at once, else later
 NO_MOE = ("This model has no mixture-of-experts layers: each block's FFN is one dense network, so there are "
           "no experts to route to. The FFN neurons panel shows what its neurons do.")
 
@@ -50,6 +52,7 @@ class LayerView:
     load_weight: np.ndarray  # [E] the sum of the weights they gave it
     load_share: np.ndarray   # [E] the expert's share of the layer's n x k routed slots
     by_load: np.ndarray      # [E] expert ids, busiest first (ties by number)
+    typical_tolerance: float  # the median tolerance (the strip's dashed line)
 
     def columns(self, order: str) -> np.ndarray:
         return self.by_load if order == "load" else np.arange(self.weights.shape[1])
@@ -78,9 +81,53 @@ def layer_view(trace: Trace, layer: int) -> LayerView:
         close_bf16 = int((margin.margin <= flip_tolerance("bfloat16", margin.scale)).sum())
         return LayerView(layer, routing.weights, routing.chosen, np.asarray(routing.probs, np.float32),
                          margin.margin, margin.kth, margin.next, tolerance, margin.margin <= tolerance, close_bf16,
-                         load.tokens, load.weight, load.share, by_load)
+                         load.tokens, load.weight, load.share, by_load,
+                         float(np.median(tolerance)) if tolerance.size else 0.0)
 
     return trace.memo(("experts.layer", layer), compute)
+
+
+@dataclass(frozen=True)
+class Tops:
+    """Where the axes end over every MoE layer of a trace: a layer switch keeps them (no axis laid out again)."""
+
+    margin: int              # the margin strip's last log10
+    load: float              # the busiest expert's tokens
+    weight: float            # the largest chosen weight
+    score: float             # the largest router score
+
+
+def axis_tops(trace: Trace) -> Tops:
+    """``Tops`` of ``trace`` (memoised)."""
+    def compute() -> Tops:
+        views = [layer_view(trace, m) for m in trace.config.moe_layers]
+        margins = np.concatenate([v.margin[np.isfinite(v.margin)] for v in views] + [np.zeros(0)])
+        top = math.ceil(np.log10(max(float(margins.max(initial=0.0)), 1e-9)))
+        return Tops(top, float(max(v.load.max(initial=0) for v in views)),
+                    max(float(v.weights.max(initial=0.0)) for v in views), max(float(v.scores.max(initial=0.0)) for v in views))
+
+    return trace.memo(("experts.tops",), compute)
+
+
+MARGIN_BINS = 96  # the margin strip's columns
+LOG_FLOOR = -9    # margins below 1e-9 (a tie) are drawn at the floor
+
+
+def strip_image(trace: Trace, view: LayerView) -> np.ndarray:
+    """The margin strip as an RGBA image [n, MARGIN_BINS, 4]: each token's bar up to log10 of its margin (red for
+    a close call), over [LOG_FLOOR, Tops.margin] (memoised per layer)."""
+    def compute() -> np.ndarray:
+        top = max(axis_tops(trace).margin, LOG_FLOOR + 1)
+        finite = np.isfinite(view.margin)
+        logs = np.where(finite, np.log10(np.maximum(np.where(finite, view.margin, 1.0), 10.0 ** LOG_FLOOR)), top)
+        centers = LOG_FLOOR + (np.arange(MARGIN_BINS) + 0.5) * (top - LOG_FLOOR) / MARGIN_BINS
+        filled = centers[None, :] <= logs[:, None]
+        rgba = np.zeros((view.margin.size, MARGIN_BINS, 4), np.uint8)
+        rgba[filled & view.close[:, None]] = (214, 39, 40, 255)
+        rgba[filled & ~view.close[:, None]] = (140, 140, 140, 255)
+        return rgba
+
+    return trace.memo(("experts.strip", view.layer), compute)
 
 
 @dataclass(frozen=True)
@@ -98,7 +145,7 @@ def experts_view(trace: Trace, snapshot: ExpertsSnapshot) -> ExpertsView:
     if layer is None:
         return ExpertsView(trace)
     for other in trace.config.moe_layers:
-        layer_view(trace, other)
+        strip_image(trace, layer_view(trace, other))
     return ExpertsView(trace, layer_view(trace, layer), clamp_token(snapshot.token, trace.n_tokens))
 
 
@@ -167,8 +214,11 @@ def effects_of(trace: Trace, position: int) -> Effects | str:
 
 
 def effects_are_cheap(trace: Trace) -> bool:
+    """Whether the effects can be computed on the GUI thread: each MoE block runs again (attention and the chosen
+    experts, for every token) unless its experts' outputs are kept already."""
     cfg = trace.config
-    return trace.n_tokens * cfg.d_model * max(len(cfg.moe_layers), 1) <= EFFECTS_NOW
+    per_token = cfg.experts_per_token * 3 * cfg.d_model * cfg.d_expert + 4 * cfg.d_model * cfg.d_model
+    return trace.n_tokens * len(cfg.moe_layers) * per_token <= EFFECTS_NOW
 
 
 def margin_text(view: LayerView, p: int, token: str, dtype: str) -> str:
@@ -208,3 +258,19 @@ def routing_note(view: LayerView, tokens: list[str], dtype: str, k: int) -> tupl
 def ordinal_k(k: int) -> str:
     """'8th' for k = 8: the last expert a token takes."""
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
+def margin_table(view: LayerView | None, trace: Trace | None) -> tuple[np.ndarray, list[str], list[str]]:
+    """The margin strip's export: per token, its margin, the rounding tolerance, the last expert in, the best out."""
+    if view is None or trace is None:
+        return np.zeros((0, 4)), [], []
+    values = np.stack([view.margin, view.tolerance, view.kth, view.next], axis=1).astype(np.float64)
+    return values, token_labels(trace.tokens), ["margin", "rounding tolerance", "last expert in", "best expert out"]
+
+
+def load_table(view: LayerView | None, columns: np.ndarray) -> tuple[np.ndarray, list[str], list[str]]:
+    """The load bars' export, in the map's column order: tokens, their summed weight, the share of the slots."""
+    if view is None:
+        return np.zeros((0, 3)), [], []
+    values = np.stack([view.load[columns], view.load_weight[columns], view.load_share[columns]], axis=1)
+    return values.astype(np.float64), [f"#{e}" for e in columns.tolist()], ["tokens", "weight", "share of slots"]

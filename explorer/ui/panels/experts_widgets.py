@@ -13,15 +13,14 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip
 
+from explorer.ui.panels.experts_views import LOG_FLOOR
 from explorer.ui.panels.neurons.widgets import NeuronHeatmap
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import cached_image
 
 DIM = (255, 255, 255, 215)  # over the experts a token did not choose: washed out, the chosen ones stand out
-CLOSE_BRUSH, CLEAR_BRUSH = pg.mkBrush("#d62728"), pg.mkBrush("#8c8c8c")
 LOAD_BRUSH = pg.mkBrush("#2a788e")
 ROW_PEN = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)
-LOG_FLOOR = -9  # margins below 1e-9 (a tie) are drawn at the floor
 
 
 class ChoiceMap(NeuronHeatmap):
@@ -36,6 +35,7 @@ class ChoiceMap(NeuronHeatmap):
         self.plot.addItem(self.dim)
         self.chosen = np.zeros((0, 0), bool)
         self._dim = DIM[3]
+        self._key: tuple | None = None
         self.companions: list = []  # a MarginStrip, LoadBars: plots in this layout with their own tooltips
 
     def companion_plot(self, row: int, col: int) -> pg.PlotItem:
@@ -48,18 +48,23 @@ class ChoiceMap(NeuronHeatmap):
         return plot
 
     def set_choice(self, matrix: np.ndarray, chosen: np.ndarray, rows: list[str], cols: list[str],
-                   levels: tuple[float, float] | None, value_name: str, dim: int = DIM[3]) -> None:
-        """``dim``: how opaque the wash over the unchosen cells is (less where their values are worth reading)."""
+                   levels: tuple[float, float] | None, value_name: str, dim: int = DIM[3], key: tuple | None = None) -> None:
+        """``dim``: how opaque the wash over the unchosen cells is (less where their values are worth reading);
+        ``key``: (an object, more) that names ``chosen``: the same object and the rest equal, the wash is kept."""
         self.set_data(matrix, rows, cols, levels=levels, value_name=value_name)
-        if self.chosen.shape != chosen.shape or not np.array_equal(self.chosen, chosen) or dim != self._dim:
-            self.chosen, self._dim = np.array(chosen, bool), dim
-            rgba = np.zeros((*chosen.shape, 4), np.uint8)
-            rgba[~self.chosen] = (*DIM[:3], dim)
-            if chosen.size:
-                self.dim.setImage(rgba, autoLevels=False, levels=(0, 255))
-                self.dim.setRect(0, 0, chosen.shape[1], chosen.shape[0])
-            else:
-                self.dim.clear()
+        old = self._key
+        if key is not None and old is not None and key[0] is old[0] and key[1:] == old[1:] and dim == self._dim:
+            return
+        if key is None and self.chosen.shape == chosen.shape and dim == self._dim and np.array_equal(self.chosen, chosen):
+            return
+        self.chosen, self._dim, self._key = np.asarray(chosen, bool), dim, key
+        if not chosen.size:
+            self.dim.clear()
+            return
+        wash = np.array((*DIM[:3], dim), np.uint8).view(np.uint32)[0]
+        pixels = np.ascontiguousarray(np.where(self.chosen, np.uint32(0), wash))  # one uint32 per cell: RGBA bytes
+        self.dim.setImage(pixels.view(np.uint8).reshape(*chosen.shape, 4), autoLevels=False, levels=(0, 255))
+        self.dim.setRect(0, 0, chosen.shape[1], chosen.shape[0])
 
     def cell_text(self, row: int, col: int) -> str:
         return self.describe(row, col) if self.describe is not None else super().cell_text(row, col)
@@ -85,7 +90,9 @@ class ChoiceMap(NeuronHeatmap):
 
 class MarginStrip:
     """Each token's top-k margin as a horizontal bar (log10 scale), its rows those of the routing map beside it
-    (in its layout, linked y); close calls red. ``text(row)`` is a row's tooltip."""
+    (in its layout, linked y); close calls red. Drawn as one image (``BINS`` columns over the log range): a
+    thousand bars as items would cost a repaint of a thousand rectangles on every switch. ``text(row)`` is a
+    row's tooltip, with the exact numbers."""
 
     align_left = False
 
@@ -101,27 +108,32 @@ class MarginStrip:
         self.plot.setPreferredWidth(130)
         self.plot.setMaximumWidth(160)
         owner.companions.append(self)
-        self.bars = pg.BarGraphItem(x0=[], y=[], height=[], width=[], pen=None)
-        self.plot.addItem(self.bars)
+        self.image = cached_image(axisOrder="row-major")
+        self.plot.addItem(self.image)
         self.tolerance = pg.InfiniteLine(angle=90, pen=pg.mkPen("#d62728", width=1, style=Qt.PenStyle.DashLine))
         self.plot.addItem(self.tolerance)
         self.text: Callable[[int], str] | None = None
         self.values = np.zeros(0)
+        self._range: tuple[int, int] | None = None
 
-    def set_margins(self, margin: np.ndarray, close: np.ndarray, tolerance: float) -> None:
+    def set_margins(self, margin: np.ndarray, image: np.ndarray, tolerance: float, top: int) -> None:
+        """``image``: the bars (``experts_views.strip_image``) over [LOG_FLOOR, ``top``], the same range for every
+        layer of a trace (a layer switch keeps the axis)."""
         finite = np.isfinite(margin)
-        top = math.ceil(np.log10(max(float(margin[finite].max()), 1e-9))) if finite.any() else 0
-        top = max(top, LOG_FLOOR + 1)
-        logs = np.where(finite, np.log10(np.maximum(np.where(finite, margin, 1.0), 10.0 ** LOG_FLOOR)), top)
-        self.values = logs
+        top = max(int(top), LOG_FLOOR + 1)
+        self.values = np.where(finite, np.log10(np.maximum(np.where(finite, margin, 1.0), 10.0 ** LOG_FLOOR)), top)
         n = margin.size
-        brushes = [CLOSE_BRUSH if c else CLEAR_BRUSH for c in close.tolist()]
-        self.bars.setOpts(x0=np.full(n, float(LOG_FLOOR)), y=np.arange(n) + 0.5, height=np.full(n, 0.8),
-                          width=logs - LOG_FLOOR, brushes=brushes)
+        if n:
+            self.image.setImage(image, autoLevels=False, levels=(0, 255))
+            self.image.setRect(LOG_FLOOR, 0, top - LOG_FLOOR, n)
+        else:
+            self.image.clear()
         self.tolerance.setValue(math.log10(max(tolerance, 10.0 ** LOG_FLOOR)))
-        self.plot.setXRange(LOG_FLOOR, top, padding=0.02)
-        step = 3 if top - LOG_FLOOR > 6 else 1
-        self.plot.getAxis("bottom").setTicks([[(v, f"{v:g}") for v in range(LOG_FLOOR, top + 1, step)]])
+        if self._range != (LOG_FLOOR, top):  # (a new range re-lays out the axis: only when it changes)
+            self._range = (LOG_FLOOR, top)
+            self.plot.setXRange(LOG_FLOOR, top, padding=0.02)
+            step = 3 if top - LOG_FLOOR > 6 else 1
+            self.plot.getAxis("bottom").setTicks([[(v, f"{v:g}") for v in range(LOG_FLOOR, top + 1, step)]])
 
     def text_at(self, point: QPointF) -> str | None:
         row = math.floor(point.y())
@@ -149,12 +161,17 @@ class LoadBars:
         self.plot.addItem(self.even)
         self.text: Callable[[int], str] | None = None
         self.values = np.zeros(0)
+        self._top: float | None = None
 
-    def set_load(self, tokens: np.ndarray, even: float) -> None:
+    def set_load(self, tokens: np.ndarray, even: float, top: float) -> None:
+        """``top``: the y axis' end (the busiest expert of any layer: a layer switch keeps the axis)."""
         self.values = np.asarray(tokens, np.float64)
         self.bars.setOpts(x=np.arange(self.values.size) + 0.5, height=self.values)
         self.even.setValue(even)
-        self.plot.setYRange(0, max(float(self.values.max(initial=0)), even, 1.0) * 1.05, padding=0)
+        top = max(float(top), even, 1.0) * 1.05
+        if self._top != top:
+            self._top = top
+            self.plot.setYRange(0, top, padding=0)
 
     def text_at(self, point: QPointF) -> str | None:
         col = math.floor(point.x())
