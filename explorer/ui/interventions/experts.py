@@ -21,6 +21,8 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QWidget
 
+import numpy as np
+
 from explorer.core.interventions.spec import Intervention
 
 if TYPE_CHECKING:
@@ -114,3 +116,32 @@ class ExpertComponent:
         factor = self.ask_factor() if self.ask_factor is not None else None
         if factor is not None:
             state.set(self.intervention("scale", positions, float(factor)))
+
+
+# --- where an expert intervention is marked (red crosses: ``menu.Marks``) --------------------------------
+def map_marks(iv: Intervention, layer: int, columns: np.ndarray, rows: int) -> list[tuple[float, float]]:
+    """A tokens x experts map of ``layer`` (its columns the expert ids ``columns``): down the expert's column, or
+    at the tokens the intervention names."""
+    where = np.flatnonzero(columns == iv.index) if iv.target == "expert" and iv.layer == layer else []
+    if not len(where):
+        return []
+    at = range(rows) if iv.positions is None else [p for p in iv.positions if p < rows]
+    return [(float(where[0]) + 0.5, r + 0.5) for r in at]
+
+
+def bar_marks(iv: Intervention, layer: int, columns: np.ndarray, y: float) -> list[tuple[float, float]]:
+    """Bars per expert of ``layer``: one cross at height ``y`` under an expert intervened on for every token."""
+    if iv.target != "expert" or iv.positions is not None or iv.layer != layer:
+        return []
+    where = np.flatnonzero(columns == iv.index)
+    return [(float(where[0]) + 0.5, y)] if where.size else []
+
+
+def grid_marks(iv: Intervention, layers: tuple[int, ...], position: int | None) -> list[tuple[float, float]]:
+    """A layers x experts grid (rows ``layers``, column e is expert e) about the token ``position`` (None: about
+    every token, so only every-token interventions are marked)."""
+    if iv.target != "expert" or iv.layer not in layers:
+        return []
+    if iv.positions is not None and (position is None or position not in iv.positions):
+        return []
+    return [(iv.index + 0.5, layers.index(iv.layer) + 0.5)]

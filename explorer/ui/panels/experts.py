@@ -28,7 +28,7 @@ from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted
 from explorer.core.interventions.spec import Intervention
 from explorer.core.trace import Trace
-from explorer.ui.interventions.experts import ExpertComponent
+from explorer.ui.interventions.experts import ExpertComponent, bar_marks, grid_marks, map_marks
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
@@ -386,31 +386,17 @@ class ExpertsPanel(Panel):
                 Target(lanes_map.plot, on_lanes, self._lane_marks), Target(patch_map.plot, on_patch, self._patch_marks)]
 
     def _map_marks(self, iv: Intervention) -> list[Point]:
-        if iv.target != "expert" or self._view is None or iv.layer != self._view.layer:
-            return []
-        where = np.flatnonzero(self._columns == iv.index)
-        n = self._view.margin.size
-        if not where.size:
-            return []
-        rows = range(n) if iv.positions is None else [p for p in iv.positions if p < n]
-        return [(float(where[0]) + 0.5, r + 0.5) for r in rows]
+        view = self._view
+        return [] if view is None else map_marks(iv, view.layer, self._columns, view.margin.size)
 
     def _load_marks(self, iv: Intervention) -> list[Point]:
-        if iv.target != "expert" or iv.positions is not None or self._view is None or iv.layer != self._view.layer:
-            return []
-        where = np.flatnonzero(self._columns == iv.index)
-        return [(float(where[0]) + 0.5, 0.1 * max(float(self.load.values.max(initial=0.0)), 1.0))] if where.size else []
+        y = 0.1 * max(float(self.load.values.max(initial=0.0)), 1.0)
+        return [] if self._view is None else bar_marks(iv, self._view.layer, self._columns, y)
 
     def _lane_marks(self, iv: Intervention) -> list[Point]:
         lanes = self.token_side.lanes
-        if iv.target != "expert" or lanes is None or iv.layer not in lanes.layers:
-            return []
-        if iv.positions is not None and lanes.position not in iv.positions:
-            return []
-        return [(iv.index + 0.5, lanes.layers.index(iv.layer) + 0.5)]
+        return [] if lanes is None else grid_marks(iv, lanes.layers, lanes.position)
 
     def _patch_marks(self, iv: Intervention) -> list[Point]:
         r = self.patching.result
-        if iv.target != "expert" or iv.positions is not None or r is None or iv.layer not in r.layers:
-            return []
-        return [(iv.index + 0.5, r.layers.index(iv.layer) + 0.5)]
+        return [] if r is None else grid_marks(iv, r.layers, None)
