@@ -14,7 +14,9 @@
 The routers' weights are scaled up (x6) from transformers' init, so that tokens prefer some experts clearly, as
 a trained router does; everything else is as the init leaves it.
 
-    env -u QT_QPA_PLATFORM xvfb-run -a -s "-screen 0 1920x1200x24" python docs/shots_experts.py --size 1280x800 --out docs
+    env -u QT_QPA_PLATFORM xvfb-run -a -s "-screen 0 1920x1200x24" \
+        python docs/shots_experts.py --size 1280x800 --out docs
+    (and --size 1600x1000 --only olmoe)
 """
 from __future__ import annotations
 
@@ -35,10 +37,12 @@ NARROW = dict(vocab_size=50304, hidden_size=256, num_attention_heads=4, num_key_
 SHAPES = {  # transformers' config and model classes, and the routing of the real model (widths narrowed)
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", "OLMoE-1B-7B routing (64 experts, top 8), 4 layers, narrow",
               dict(intermediate_size=128, num_experts=64, num_experts_per_tok=8)),
-    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", "Qwen3-30B-A3B routing (128 experts, top 8), 4 layers, narrow",
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                 "Qwen3-30B-A3B routing (128 experts, top 8), 4 layers, narrow",
                  dict(intermediate_size=384, moe_intermediate_size=96, head_dim=64, num_experts=128,
                       num_experts_per_tok=8, norm_topk_prob=True)),
-    "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", "Qwen2-MoE routing (60 experts, top 4, shared expert), narrow",
+    "qwen2moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                 "Qwen2-MoE routing (60 experts, top 4, shared expert), narrow",
                  dict(intermediate_size=384, moe_intermediate_size=96, shared_expert_intermediate_size=256,
                       num_experts=60, num_experts_per_tok=4)),
 }
@@ -118,7 +122,8 @@ def main() -> None:
             show(moe_shaped("qwen2moe"), "diagram", 1, 5)
             diagram = window.panel("diagram")
             pump(app, lambda: "L1.moe.experts" in diagram.scene.items_by_id)
-            experts, shared = (diagram.scene.items_by_id[f"L1.moe.{b}"].sceneBoundingRect() for b in ("experts", "shared"))
+            experts, shared = (diagram.scene.items_by_id[f"L1.moe.{b}"].sceneBoundingRect()
+                               for b in ("experts", "shared"))
             diagram.graphics.centerOn(experts.united(shared).center())  # the router, the experts, the shared expert
             shot("experts-{size}-diagram")
 

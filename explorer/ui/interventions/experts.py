@@ -90,8 +90,8 @@ class ExpertComponent:
 
         entries: list[tuple[str, Callable[[], None], bool]] = [
             (f"Switch off {self.name}{where}", lambda: state.set(self.intervention("zero", positions)), now("zero")),
-            (f"Force {self.name} into the top {self.k}{where}", lambda: state.set(self.intervention("force", positions)),
-             now("force"))]
+            (f"Force {self.name} into the top {self.k}{where}",
+             lambda: state.set(self.intervention("force", positions)), now("force"))]
         for factor in FACTORS:
             entries.append((f"Scale {self.name}'s router logit \u00d7{factor:g}{where}",
                             lambda f=factor: state.set(self.intervention("scale", positions, f)), now("scale", factor)))

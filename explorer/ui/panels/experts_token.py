@@ -134,7 +134,8 @@ class SelectedToken(QWidget):
         if self.result is None:
             return np.zeros((0, 2)), [], ["weight", "direct effect"]
         values = np.array([[w, e] for _layer, _expert, w, e in self.result.rows], np.float64)
-        labels = [f"L{layer} {'shared' if expert is None else f'#{expert}'}" for layer, expert, _w, _e in self.result.rows]
+        labels = [f"L{layer} {'shared' if expert is None else f'#{expert}'}"
+                  for layer, expert, _w, _e in self.result.rows]
         return values, labels, ["weight", "direct effect"]
 
     def lanes_data(self) -> tuple[np.ndarray, list[str], list[str]]:

@@ -104,7 +104,8 @@ def axis_tops(trace: Trace) -> Tops:
         margins = np.concatenate([v.margin[np.isfinite(v.margin)] for v in views] + [np.zeros(0)])
         top = math.ceil(np.log10(max(float(margins.max(initial=0.0)), 1e-9)))
         return Tops(top, float(max(v.load.max(initial=0) for v in views)),
-                    max(float(v.weights.max(initial=0.0)) for v in views), max(float(v.scores.max(initial=0.0)) for v in views))
+                    max(float(v.weights.max(initial=0.0)) for v in views),
+                    max(float(v.scores.max(initial=0.0)) for v in views))
 
     return trace.memo(("experts.tops",), compute)
 
@@ -238,7 +239,8 @@ def routing_note(view: LayerView, tokens: list[str], dtype: str, k: int) -> tupl
     n = view.margin.size
     close = np.flatnonzero(view.close)
     if close.size:
-        named = ", ".join(f"{p} {quoted(tokens[p], 12)}" for p in close[:4].tolist()) + (", \u2026" if close.size > 4 else "")
+        named = ", ".join(f"{p} {quoted(tokens[p], 12)}" for p in close[:4].tolist())
+        named += ", \u2026" if close.size > 4 else ""
         return (f"\u26a0 A small change flips the routing here: at L{view.layer}, for {close.size} of {n} tokens the "
                 f"{ordinal_k(k)} expert in beat the best one left out by less than {dtype} rounding can move a score "
                 f"(red in the margin strip: {named}). In another precision, or after a "

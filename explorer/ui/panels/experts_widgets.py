@@ -48,14 +48,16 @@ class ChoiceMap(NeuronHeatmap):
         return plot
 
     def set_choice(self, matrix: np.ndarray, chosen: np.ndarray, rows: list[str], cols: list[str],
-                   levels: tuple[float, float] | None, value_name: str, dim: int = DIM[3], key: tuple | None = None) -> None:
+                   levels: tuple[float, float] | None, value_name: str, dim: int = DIM[3],
+                   key: tuple | None = None) -> None:
         """``dim``: how opaque the wash over the unchosen cells is (less where their values are worth reading);
         ``key``: (an object, more) that names ``chosen``: the same object and the rest equal, the wash is kept."""
         self.set_data(matrix, rows, cols, levels=levels, value_name=value_name)
         old = self._key
         if key is not None and old is not None and key[0] is old[0] and key[1:] == old[1:] and dim == self._dim:
             return
-        if key is None and self.chosen.shape == chosen.shape and dim == self._dim and np.array_equal(self.chosen, chosen):
+        same = self.chosen.shape == chosen.shape and dim == self._dim
+        if key is None and same and np.array_equal(self.chosen, chosen):
             return
         self.chosen, self._dim, self._key = np.asarray(chosen, bool), dim, key
         if not chosen.size:
