@@ -45,6 +45,13 @@ Timeline and compare (GPT-2-small shape, 256 tokens; ``timeline-256``, ``compare
 With ``--device cuda|cpu`` given (or ``--sections``): the sections of benchmarks/_sections.py instead (each
 shape at its prompt length, in the window as above); ``--max-layers`` / ``--tokens`` make a reduced run,
 said in the header, e.g. ``--device cpu --sections llama8b-8192 --max-layers 2 --tokens 128``.
+
+A mixture-of-experts section (``olmoe-1024``: OLMoE-1B-7B's shape, 4 of its 16 layers, 64 experts, top 8, on the
+CPU; ``qwen3moe-1024`` on a GPU) then times the Experts panel too (``_ui_experts.py``: layer, token, map and
+column switches, the stalls of an edit and of an expert switched off; targets 16 and 50 ms); ``--experts-only``
+skips the every-panel numbers before it:
+
+    python benchmarks/ui.py --device cpu --sections olmoe-1024 --runs 5
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ import torch  # noqa: E402
 import explorer.ui  # noqa: E402,F401
 from _edit_probe import JobTimes  # noqa: E402
 from _models import default_or_stand_in, gpt2_small_loaded, llama_1b_loaded  # noqa: E402
+from _ui_experts import experts_bench  # noqa: E402
 from _ui_views import compare_bench, timeline_bench  # noqa: E402
 from _window import STALL_MS, SWITCH_MS, Heartbeat, complete, prompt_of, pump_until, side_by_side  # noqa: E402
 
@@ -253,6 +261,8 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["default", "gpt2-256", "gpt2-1024", "llama-1b",
                                                         "timeline-256", "compare-256"])
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--experts-only", action="store_true",
+                        help="a mixture-of-experts section: only the Experts panel's switches and stalls")
     import _sections
 
     _sections.add_arguments(parser)
@@ -280,7 +290,12 @@ def main() -> int:
         for name in sections or []:
             s = _sections.build(name, args.device, dtype, args.max_layers, args.tokens)
             window.set_prompt(prompt_of(s.loaded, 16, 0))  # a stand-in vocabulary: the window has no prompt for it
-            bench(app, window, s.loaded, s.header("ui").strip(), s.tokens, args.runs, beat)
+            if not (args.experts_only and s.shape in _sections.MOE_SHAPES):
+                bench(app, window, s.loaded, s.header("ui").strip(), s.tokens, args.runs, beat)
+            else:
+                print(s.header("ui").strip())
+            if s.shape in _sections.MOE_SHAPES:
+                experts_bench(app, window, s.loaded, s.tokens, args.runs, beat, s.name)
             from explorer.core.budget import global_budget
 
             print(f"  {global_budget().describe()}{_sections.peak_line(args.device)}")

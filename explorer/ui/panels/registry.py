@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from importlib import import_module
 
-from explorer.core.diagram.boxes import ATTN, EMBED, MASKED, NEURONS, RESID, TOKENS
+from explorer.core.diagram.boxes import ATTN, EMBED, EXPERTS, MASKED, NEURONS, RESID, TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ PANELS: tuple[PanelSpec, ...] = (
               "embeddings"),
     PanelSpec(ATTN, "explorer.ui.panels.attention", "AttentionPanel", "Attention", "Attention", "attention"),
     PanelSpec(NEURONS, "explorer.ui.panels.neurons", "NeuronsPanel", "FFN neurons", "Neurons", "ffn"),
+    PanelSpec(EXPERTS, "explorer.ui.panels.experts", "ExpertsPanel", "Mixture of experts", "MoE", "experts",
+              tour_title="Experts"),
     PanelSpec(RESID, "explorer.ui.panels.residual", "ResidualPanel", "Residual stream & logit lens", "Residual",
               "residual", tour_title="Residual stream"),
     PanelSpec("what_changed", "explorer.ui.panels.interventions", "WhatChangedPanel", "What changed",

@@ -245,6 +245,10 @@ class DiagramScene(QGraphicsScene):
                 path.lineTo(x, start.y() + 6)
                 path.lineTo(x, end.y() - 6)
                 path.lineTo(end)
+            elif a.x() != b.x() and b.y() - a.y() > BOX_H + ROW_GAP:  # to another column past a row between
+                path = QPainterPath(a.mapToScene(QPointF(BOX_W, BOX_H / 2)))  # (the norm to a shared expert):
+                path.lineTo(end.x(), path.currentPosition().y())            # out of its side, past the boxes
+                path.lineTo(end)                                              # in the row between, not behind them
             else:
                 mid = (start.y() + end.y()) / 2
                 path.cubicTo(QPointF(start.x(), mid), QPointF(end.x(), mid), end)
