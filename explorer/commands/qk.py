@@ -45,10 +45,14 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from explorer.core.analysis.qk import qk_split
+    from explorer.core.analysis.stream_parts import attention_layer
     from explorer.core.display.tokens import quoted
 
     loaded, trace, query = head_trace(args)
     key = args.key
+    layers = trace.config.n_layers
+    if -layers <= args.layer < layers:  # a recurrent layer: one line, before looking for its (absent) pattern
+        attention_layer(trace.config, args.layer % layers, "attention scores to split")
     if key is None:
         key = int(np.argmax(trace.head(args.layer % trace.config.n_layers, args.head, "pattern")[query]))
     split = qk_split(trace, args.layer, args.head, query, key, by=args.by)

@@ -49,3 +49,23 @@ def test_ov_prints_the_sources_and_what_the_head_would_copy(capsys):
     assert re.search(r"^  '·cat' \(#1, weight [0-9.]+\): '·cat' \+", out, re.M)
     assert main(["ov", "-c", "induction", "-p", REPEAT, "-l", "3", "--head", "2"]) == 2
     assert "no head 3.2" in capsys.readouterr().err
+
+
+def test_qk_on_a_recurrent_layer_says_what_it_is_in_one_line(capsys):
+    """A hybrid's DeltaNet layer has no scores: the command ends with one line naming the layer's kind and where
+    its effective attention is; its attention layer splits as any other."""
+    from decoder_reference import VOCAB
+    from test_in_memory_families import tiny
+
+    from explorer.core.checkpoint.in_memory import register
+    from explorer.core.tokenize.base import VocabTokenizer
+
+    source = register(tiny("qwen3_5_text"), VocabTokenizer([f"w{i}" for i in range(VOCAB)]))
+    prompt = " ".join(f"w{i}" for i in (3, 9, 4, 17, 3, 9))
+    assert main(["qk", "-c", source, "-p", prompt, "-l", "0", "--head", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "layer 0 is a Gated DeltaNet layer" in err[0]
+    assert "blocks.0.mixer.effective_attention" in err[0]
+    assert main(["qk", "-c", source, "-p", prompt, "-l", "3", "--head", "1", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("head 3.1, query #5 'w9' -> key #") and "note: A Gated DeltaNet layer is not linear" in out

@@ -1,7 +1,7 @@
-"""The QK and OV splits on hybrid models: a block whose mixer is not attention has no score and no pattern,
-a recurrent mixer's writes are not split into parts yet, and a gated head's output by source is not written
-yet: each refused with one line (a SplitError), never an AttributeError. A block without a token mixer writes
-only its FFN, and the split after it still adds up to the score."""
+"""The QK and OV splits on hybrid models: a block whose mixer is not attention has no score and no pattern
+(refused with one line, a SplitError, never an AttributeError); a recurrent layer's whole output is one part of
+the stream read after it, and a gated head's output by source takes the gate as computed, so both splits add
+up. A block without a token mixer writes only its FFN, and the split after it still adds up to the score."""
 
 from __future__ import annotations
 
@@ -32,16 +32,17 @@ def traced(shape: dict):
     return LoadedModel(model, tokenizer, "hybrid", "test", "hybrid").trace_ids(IDS)
 
 
-def test_hybrid_refusals_are_one_line():
+def test_hybrid_refusals_are_one_line_and_attention_after_recurrent_layers_adds_up():
     trace = traced(QWEN35)
-    with pytest.raises(SplitError, match="block 0 is a Gated DeltaNet layer, not attention"):
+    with pytest.raises(SplitError, match="layer 0 is a Gated DeltaNet layer, not attention"):
         qk_split(trace, 0, 1, 6, 2)
-    with pytest.raises(SplitError, match="block 0 is a Gated DeltaNet layer, not attention"):
+    with pytest.raises(SplitError, match="layer 0 is a Gated DeltaNet layer, not attention"):
         ov_split(trace, 0, 1, 6)
-    with pytest.raises(SplitError, match="block 2 is a Gated DeltaNet layer: what it writes"):
-        qk_split(trace, 3, 1, 6, 2)
-    with pytest.raises(SplitError, match="output gate"):
-        ov_split(trace, 3, 1, 6)
+    split = qk_split(trace, 3, 1, 6, 2)  # read after three DeltaNet layers: each one part
+    assert split.total == pytest.approx(float(trace["blocks.3.attn.scores"][1, 6, 2]), rel=1e-4, abs=1e-6)
+    assert any(p.kind == "mixer" and p.layer == 2 for p in split.key_parts)
+    moved = ov_split(trace, 3, 1, 6)  # the output gate taken as computed
+    assert float(moved.shares.sum()) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_a_block_without_a_mixer_is_its_ffn_alone():

@@ -13,7 +13,7 @@ So the logit of token t at position p splits exactly into one term per piece:
 each term being norm_frozen(piece) . W_U[t]. With a ``distractor`` the direction is
 W_U[t] - W_U[distractor] and the terms add up to the logit difference.
 
-An RMSNorm on a sublayer's output (Gemma 2-4, OLMo 2, EXAONE 4) is frozen the same way, at its own input's
+A norm on a sublayer's output (Gemma 2-4, OLMo 2, EXAONE 4) is frozen the same way, at its own input's
 scale, so each head keeps its term. A recurrent layer (DeltaNet, Mamba-2, a convolution) is one ``mixer`` term,
 Gemma 4's per-layer inputs one ``per_layer`` term per block, and its layer scalars multiply every term written in
 a block by the scalars of that block and every later one (the embedding by all of them). With soft-capped logits
@@ -37,7 +37,7 @@ from explorer.core.per_layer import scale_of
 from explorer.core.placement import weights_of
 
 if TYPE_CHECKING:
-    from explorer.core.model import Transformer
+    from explorer.core.model import Norm, Transformer
     from explorer.core.trace import Trace
 
 
@@ -110,6 +110,69 @@ def _head_outputs(W_O, z: np.ndarray) -> np.ndarray:
     return out.double().cpu().numpy()
 
 
+def scalars_after(model: Transformer, upto: int | None = None) -> np.ndarray:
+    """What each block's writes are multiplied by on their way to the stream entering block ``upto`` (the last
+    stream when None): the layer scalars of that block and of every later block before ``upto`` (Gemma 4 scales
+    the whole stream leaving a block; ones for every other model). [upto]; the embedding's factor is element 0."""
+    stop = model.cfg.n_layers if upto is None else upto
+    scalars = np.array([scale_of(blk) for blk in model.blocks[:stop]], dtype=np.float64)
+    return np.cumprod(scalars[::-1])[::-1]
+
+
+def output_norm(norm: Norm | None, x: np.ndarray, what: str = "") -> FrozenNorm | None:
+    """A sublayer's output norm (Gemma 2-4's sandwich, OLMo 2's) with its scale frozen at the scale of its own
+    input ``x`` [d] (the sublayer's whole output at this position, float64): exact for x, and linear, so each part
+    of x keeps its share. None without one."""
+    if norm is None:
+        return None
+    spread = x.var() if norm.kind == "layernorm" else (x ** 2).mean()
+    return freeze(norm, float(np.sqrt(spread + norm.eps)), what=what)
+
+
+@dataclass(frozen=True)
+class AttentionWrites:
+    """What an attention sublayer writes at one position, before its output norm and the residual scale."""
+
+    heads: np.ndarray            # [H, d] each head's W_O[:, h] z_h (z after any output gate)
+    bias: np.ndarray             # [d] W_O's bias (zeros without one)
+    scan: np.ndarray | None      # [d] Falcon-H1: the Mamba-2 scan's output beside the heads
+    norm: FrozenNorm | None      # the output norm, frozen at the scale of the whole sum (``output_norm``)
+    scale: float                 # the residual scale (Granite)
+
+    def added(self, x: np.ndarray) -> np.ndarray:
+        """What a part ``x`` [..., d] of the sum adds to the stream: residual scale x frozen norm (bias apart)."""
+        return self.scale * (x if self.norm is None else self.norm.apply(x))
+
+    def pull(self, reader: np.ndarray) -> np.ndarray:
+        """The reader [d, k] of the sum's parts that reads what ``reader`` reads off the stream."""
+        return self.scale * (reader if self.norm is None else self.norm.pull(reader))
+
+    @property
+    def constant(self) -> np.ndarray:
+        """What the sublayer adds whatever its heads write: W_O's bias through the norm, and the norm's bias."""
+        out = self.added(self.bias)
+        return out if self.norm is None or self.norm.bias is None else out + self.scale * self.norm.bias
+
+    @property
+    def output(self) -> np.ndarray:
+        """The sublayer's whole output as added to the stream (the recorded ``attn.out``)."""
+        written = self.heads.sum(0) + (self.scan if self.scan is not None else 0.0)
+        return self.added(written) + self.constant
+
+
+def attention_writes(trace: Trace, model: Transformer, layer: int, position: int) -> AttentionWrites:
+    """Attention layer ``layer``'s writes at ``position`` from its recorded z (and Falcon-H1's ``mixer.out``), with its
+    output norm frozen at their sum: the one rule every split of a head's output follows."""
+    cfg, blk = model.cfg, model.blocks[layer]
+    with weights_of(blk.attn.W_O) as W_O:
+        per_head = _head_outputs(W_O.weight, trace[f"blocks.{layer}.attn.z"][:, position])
+        b_O = _param(W_O.bias) if W_O.bias is not None else np.zeros(cfg.d_model)
+    scan = trace[f"blocks.{layer}.mixer.out"][position].astype(np.float64) if cfg.layer(layer).parallel_ssm else None
+    total = per_head.sum(0) + b_O + (scan if scan is not None else 0.0)
+    norm = output_norm(blk.ln1_out, total, f"block {layer}'s attention output norm")
+    return AttentionWrites(per_head, b_O, scan, norm, float(getattr(cfg, "residual_scale", 1.0)))
+
+
 def direct_logit_attribution(trace: Trace, target: int, position: int = -1, distractor: int | None = None,
                              model: Transformer | None = None) -> DLA:
     from explorer.core import arguments
@@ -126,7 +189,6 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
     if cfg.norm != "none" and cfg.norm_placement == "post":
         raise DLAError("direct logit attribution needs a pre-norm model: here each block normalises its output")
     logit_scale = float(getattr(cfg, "logit_scale", 1.0))       # Granite: logits times a constant
-    residual_scale = float(getattr(cfg, "residual_scale", 1.0))  # Granite: sublayer outputs times a constant
     n = trace.n_tokens
     p = position % n
     L, H = cfg.n_layers, cfg.n_heads
@@ -138,24 +200,20 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
 
     heads = np.zeros((L, H))
     attn_bias, mlp, mixer, per_layer = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
-    # Gemma 4: block l's output (the whole stream) times its layer scalar, so what block l writes reaches the end
-    # times the scalars of l and every later block (the embedding: all of them)
-    after = np.cumprod([scale_of(blk) for blk in model.blocks][::-1])[::-1]
-    pieces = trace["blocks.0.resid_pre"][p].astype(np.float64) * after[0]
+    after = scalars_after(model)  # Gemma 4: what block l writes reaches the end times its scalar and every later one
+    pieces = trace["blocks.0.resid_pre"][p].astype(np.float64) * (after[0] if L else 1.0)
     embed = float(pieces @ r)
     for layer in range(L):
         blk, plan, factor = model.blocks[layer], cfg.layer(layer), float(after[layer])
         if plan.is_attention:  # each head's write W_O z_h (z after any output gate), through a frozen output norm
-            with weights_of(blk.attn.W_O) as W_O:
-                per_head = _head_outputs(W_O.weight, trace[f"blocks.{layer}.attn.z"][:, p])
-                b_O = _param(W_O.bias) if W_O.bias is not None else np.zeros(cfg.d_model)
-            gain = residual_scale * factor * _output_gain(blk.ln1_out, per_head.sum(0) + b_O)
-            per_head, b_O = per_head * gain, b_O * gain
+            writes = attention_writes(trace, model, layer, p)
+            per_head = factor * writes.added(writes.heads)
+            constant = factor * writes.constant
             heads[layer, :len(per_head)] = per_head @ r
-            attn_bias[layer] = float(b_O @ r)
-            attn_out = per_head.sum(0) + b_O
-            if plan.parallel_ssm:  # Falcon-H1: the Mamba-2 scan beside the attention, one term
-                ssm_out = residual_scale * factor * trace[f"blocks.{layer}.mixer.out"][p].astype(np.float64)
+            attn_bias[layer] = float(constant @ r)
+            attn_out = per_head.sum(0) + constant
+            if writes.scan is not None:  # Falcon-H1: the Mamba-2 scan beside the attention, one term
+                ssm_out = factor * writes.added(writes.scan)
                 mixer[layer] = float(ssm_out @ r)
                 attn_out = attn_out + ssm_out
             _check(attn_out, factor * trace[f"blocks.{layer}.attn.out"][p], f"layer {layer}'s attention output")
@@ -188,19 +246,6 @@ def direct_logit_attribution(trace: Trace, target: int, position: int = -1, dist
                  mixer if mixer.any() else None, per_layer if model.ple is not None else None, cap)
     _check(np.array([result.total]), np.array([logit]), "the logit")
     return result
-
-
-def _output_gain(norm, x: np.ndarray) -> np.ndarray | float:
-    """What a sublayer's output norm (Gemma 2-4's sandwich, OLMo 2's) multiplies each dimension of x [d] by, its
-    scale frozen at x's own (exact for x, linear in the parts of x): w / sqrt(mean(x^2) + eps); 1 without one."""
-    if norm is None:
-        return 1.0
-    if norm.kind != "rmsnorm":
-        raise DLAError("direct logit attribution does not apply here: a LayerNorm on each sublayer's output is not "
-                       "a scale of its input")
-    with weights_of(norm):
-        w = _param(norm.weight) + float(norm.offset or 0.0) if norm.weight is not None else 1.0
-    return w / np.sqrt((x ** 2).mean() + norm.eps)
 
 
 def _check(ours: np.ndarray, model: np.ndarray, what: str) -> None:

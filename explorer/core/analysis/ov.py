@@ -12,6 +12,14 @@ the token's embedding as it enters block L at its own position (norms frozen the
 here), through the head's W_V and W_O, on to the logits at the query through every norm after it
 (frozen at i) and W_U. Gemma 2's logit cap is left out (the values are before the cap); a masked-LM head
 (BERT) is not linear, so there it is refused.
+
+What the model does on the way is taken as computed, as direct logit attribution takes it (one rule, in
+dla.py): the block's output norm frozen at the attention output's own scale (``dla.attention_writes``), the
+layer scalars of the block and every later one (``dla.scalars_after``: Gemma 4), and Qwen3.5's sigmoid gate on
+the head's output at the query (one number per dimension: it scales every source's write alike). On the value
+side Gemma 4's sharing layers read an earlier layer's values (the embedding copy reads them there), its global
+layers' values are their keys' projection (K = V), and each value is RMS-normed per head at its own scale.
+A recurrent layer has no heads to split: refused in one line (``stream_parts.attention_layer``).
 """
 
 from __future__ import annotations
@@ -21,7 +29,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from explorer.core.analysis.dla import DLAError, direct_logit_attribution, final_norm, final_reader
+from explorer.core.analysis.dla import (
+    DLAError,
+    attention_writes,
+    direct_logit_attribution,
+    final_norm,
+    final_reader,
+    scalars_after,
+)
 from explorer.core.analysis.frozen import frozen_at, param
 from explorer.core.analysis.stream_parts import SplitError, attention_layer, input_norm, read_stream, tolerance
 from explorer.core.placement import weights_of
@@ -46,6 +61,7 @@ class OVSplit:
     dla: np.ndarray | None       # [m] each source's direct effect on the target's logit (minus the distractor's)
     dla_total: float | None      # the head's direct logit attribution term: dla sums to it
     dla_note: str                # why there is no DLA split ("" where there is)
+    notes: tuple[str, ...] = ()  # what the split takes as computed (an output gate, an output norm, layer scalars)
 
 
 @dataclass(frozen=True)
@@ -69,18 +85,65 @@ def _model(trace: Trace, model: Transformer | None) -> Transformer:
 
 
 def _w_o(model: Transformer, layer: int, head: int) -> np.ndarray:
-    dh = model.cfg.d_head
+    dv = model.cfg.layer(layer).d_head_v
     with weights_of(model.blocks[layer].attn.W_O) as W_O:
-        return param(W_O.weight[:, head * dh:(head + 1) * dh])        # [d, dh]
+        return param(W_O.weight[:, head * dv:(head + 1) * dv])        # [d, dv]
 
 
 def _check_head(trace: Trace, layer: int, head: int, query: int) -> tuple[np.ndarray, np.ndarray]:
     cfg, n = trace.config, trace.n_tokens
-    if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads and -n <= query < n):
+    if 0 <= layer < cfg.n_layers:
+        attention_layer(cfg, layer, "heads whose output to split")
+    if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.layer(layer).n_heads and -n <= query < n):
         raise SplitError(f"no head {layer}.{head} or query #{query} in this trace")
-    attention_layer(cfg, layer)
     scores = trace.head(layer, head, "scores")[query % n]
     return np.flatnonzero(np.isfinite(scores)), trace.head(layer, head, "pattern")[query % n].astype(np.float64)
+
+
+def _value_head(trace: Trace, layer: int, head: int) -> int:
+    """The value head query head ``head`` reads (grouped K/V heads; MLA: its own)."""
+    from explorer.core.trace_keys import site_shape
+
+    cfg = trace.config
+    return head // (cfg.layer(layer).n_heads // site_shape(cfg, "attn.v", trace.n_tokens, layer)[0])
+
+
+def _gate(trace: Trace, layer: int, head: int, query: int) -> np.ndarray | float:
+    """Qwen3.5/Next: the sigmoid gate on head ``head``'s output at ``query`` ([dv], as computed); 1 without one."""
+    if not trace.config.attn_output_gate:
+        return 1.0
+    return trace[f"blocks.{layer}.attn.gate"][head, query].astype(np.float64)
+
+
+def _notes(cfg, norms: bool = True) -> list[str]:
+    """What the split of a head's output takes as computed (its gate, the output norm, the layer scalars)."""
+    out = []
+    if cfg.attn_output_gate:
+        out.append("The head's output is multiplied by its sigmoid gate at the query (one number per dimension, "
+                   "computed from the query's own input): the gate is taken as computed, so it scales every "
+                   "source's write alike.")
+    if norms and cfg.norm != "none" and cfg.norm_placement in ("sandwich", "output"):
+        out.append("The direct effects pass through the block's output norm, its scale frozen at the attention "
+                   "output's own (as direct logit attribution does).")
+    if cfg.layer_scalars:
+        out.append("The direct effects count times the layer scalars of this block and every later one.")
+    return out
+
+
+def _circuit_notes(cfg, layer: int) -> list[str]:
+    """What the embedding copy takes as computed on the values' side (Gemma 4's sharing, K = V, value norm)."""
+    plan = cfg.layer(layer)
+    source = cfg.layer(plan.kv_from) if plan.kv_from is not None else plan
+    out = []
+    if plan.kv_from is not None:
+        out.append(f"Layer {layer} reuses layer {plan.kv_from}'s values (KV sharing): each embedding is read as it "
+                   f"enters block {plan.kv_from}, through that layer's projection.")
+    if source.k_eq_v:
+        out.append("The values are the keys' projection (K = V), taken before the key norm.")
+    if cfg.v_norm:
+        out.append("Each value is RMS-normed per head: the norm's scale is taken as computed at each source, so "
+                   "the embedding's part is rescaled as the whole value was.")
+    return out
 
 
 def ov_split(trace: Trace, layer: int, head: int, query: int, target: int | None = None,
@@ -91,13 +154,9 @@ def ov_split(trace: Trace, layer: int, head: int, query: int, target: int | None
     cfg, n = trace.config, trace.n_tokens
     sources, pattern = _check_head(trace, layer, head, query)
     query %= n
-    if cfg.attn_output_gate:
-        raise SplitError("this model gates each head's output at the query (an output gate, Qwen3.5/Next): the "
-                         "split of the gated output by source is not written yet")
-    kv = head // (cfg.n_heads // cfg.kv_heads)
     W = _w_o(model, layer, head)
-    v = trace[f"blocks.{layer}.attn.v"][kv].astype(np.float64)       # [n, dh]
-    writes = (pattern[sources, None] * v[sources]) @ W.T               # [m, d]
+    v = trace[f"blocks.{layer}.attn.v"][_value_head(trace, layer, head)].astype(np.float64)   # [n, dv]
+    writes = (pattern[sources, None] * v[sources] * _gate(trace, layer, head, query)) @ W.T    # [m, d]
     output = W @ trace[f"blocks.{layer}.attn.z"][head, query].astype(np.float64)
     if float(np.abs(writes.sum(0) - output).max()) > tolerance(trace) * max(1.0, float(np.abs(output).max())):
         raise SplitError("the sources do not add up to the head's output: this run edited the head's output")
@@ -113,25 +172,25 @@ def ov_split(trace: Trace, layer: int, head: int, query: int, target: int | None
             W_U = unembed.weight
             u = cfg.logit_scale * (param(W_U[target]) - (param(W_U[distractor]) if distractor is not None else 0.0))
         r, _ = final_reader(trace, model, query, u)
-        dla = cfg.residual_scale * (writes @ r)
+        # the head's DLA term, split by source: through the output norm frozen as DLA freezes it, times the scalars
+        dla = float(scalars_after(model)[layer]) * attention_writes(trace, model, layer, query).added(writes) @ r
         dla_total = float(attribution.heads[layer, head])
     except DLAError as exc:
         note = str(exc)
     return OVSplit(layer, head, query, sources, pattern[sources], writes, output, shares,
-                   target, distractor, dla, dla_total, note)
+                   target, distractor, dla, dla_total, note, tuple(_notes(cfg)))
 
 
 def to_logits(trace: Trace, model: Transformer, layer: int, position: int, writes: np.ndarray) -> np.ndarray:
     """Writes [S, d] of a head of block ``layer`` at ``position`` carried to the last stream before the
-    un-embedding, every norm on the way frozen at ``position`` (biases left out: they are no token's).  [S, d]"""
+    un-embedding: the block's output norm frozen as direct logit attribution freezes it, the layer scalars of the
+    block and every later one, and every later post-norm frozen at ``position`` (biases left out: they are no
+    token's).  [S, d]"""
     cfg = model.cfg
     if model.mlm is not None:
         raise SplitError("a masked-LM head (dense, activation, norm) sits before the un-embedding: it is not "
                          "linear, so what a head adds to the logits has no exact form here")
-    x = cfg.residual_scale * np.asarray(writes, dtype=np.float64)
-    blk = model.blocks[layer]
-    if blk.ln1_out is not None:
-        x = cfg.residual_scale * frozen_at(trace, blk.ln1_out, f"blocks.{layer}.ln1_out", position).apply(writes)
+    x = float(scalars_after(model)[layer]) * attention_writes(trace, model, layer, position).added(writes)
     for layer_ in range(layer, cfg.n_layers):                          # post-norm: every later norm rescales it
         b = model.blocks[layer_]
         if input_norm(trace, model, layer_, position) is None and b.ln1 is not None:
@@ -140,6 +199,37 @@ def to_logits(trace: Trace, model: Transformer, layer: int, position: int, write
                 x = frozen_at(trace, b.ln2, f"blocks.{layer_}.ln2", position).apply(x)
     norm = final_norm(trace, model, position)
     return x if norm is None else norm.apply(x)
+
+
+def embedding_value(trace: Trace, model: Transformer, layer: int, kv: int, position: int) -> np.ndarray:
+    """The token embedding's part of value head ``kv`` of block ``layer`` at ``position`` (the embedding as it
+    enters the block that computes the values: a KV-sharing layer's are an earlier layer's), through the input
+    norm, W_V (K = V: W_K; MLA: its latent) and the per-head value norm, each norm's scale frozen at
+    ``position``.  [dv]"""
+    from explorer.core.analysis.frozen import freeze
+    from explorer.core.analysis.stream_parts import key_layer
+
+    cfg = model.cfg
+    layer = key_layer(cfg, layer)
+    plan, attn = cfg.layer(layer), model.blocks[layer].attn
+    dv = plan.d_head_v
+    norm = input_norm(trace, model, layer, position)
+    x = trace[f"blocks.{layer}.resid_pre"][position].astype(np.float64)
+    x = x if norm is None else norm.apply(x) + (norm.bias if norm.bias is not None else 0.0)
+    if cfg.kv_lora_rank is not None:                                    # MLA: the value comes through the latent
+        from explorer.core.analysis.qk_latent import latent_reader
+
+        A, c, _ = latent_reader(model, layer, kv, x, "v")
+    else:
+        with weights_of(attn.W_V if attn.W_V is not None else attn.W_K) as proj:  # Gemma 4's K = V: W_K
+            A = param(proj.weight[kv * dv:(kv + 1) * dv]).T                # [d, dv]
+            c = param(proj.bias[kv * dv:(kv + 1) * dv]) if proj.bias is not None else np.zeros(dv)
+    value = read_stream(trace, model, layer, position, A if norm is None else norm.pull(A), by="layer",
+                        embed_only=True)[1][0]
+    if attn.v_norm is not None:                                        # Gemma 4: v RMS-normed at its own scale
+        whole = x @ A + c
+        value = freeze(attn.v_norm, float(np.sqrt((whole ** 2).mean() + attn.v_norm.eps))).apply(value)
+    return value
 
 
 def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5, copy: str = "embedding",
@@ -154,11 +244,11 @@ def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5, co
     model = _model(trace, model)
     if copy not in ("embedding", "value"):
         raise ValueError("copy must be 'embedding' or 'value'")
-    cfg, n, dh = trace.config, trace.n_tokens, trace.config.d_head
+    cfg, n = trace.config, trace.n_tokens
     visible, pattern = _check_head(trace, layer, head, query)
     query %= n
     ids = trace.token_ids
-    kv = head // (cfg.n_heads // cfg.kv_heads)
+    kv = _value_head(trace, layer, head)
     if copy == "value":
         sources = visible[np.argsort(-pattern[visible], kind="stable")][:limit]
         values = trace[f"blocks.{layer}.attn.v"][kv, sources].astype(np.float64)
@@ -168,14 +258,9 @@ def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5, co
             if int(ids[j]) not in heaviest or pattern[j] > pattern[heaviest[int(ids[j])]]:
                 heaviest[int(ids[j])] = int(j)
         sources = np.array(sorted(heaviest.values(), key=lambda j: -pattern[j]), dtype=np.int64)[:limit]
-        with weights_of(model.blocks[layer].attn.W_V) as W_V:
-            A0 = param(W_V.weight[kv * dh:(kv + 1) * dh]).T            # [d, dh]
-        rows = []
-        for j in sources:                                               # the embedding's part of v_j
-            norm = input_norm(trace, model, layer, int(j))
-            A = A0 if norm is None else norm.pull(A0)
-            rows.append(read_stream(trace, model, layer, int(j), A, by="layer", embed_only=True)[1][0])
-        values = np.asarray(rows).reshape(-1, dh)
+        values = np.asarray([embedding_value(trace, model, layer, kv, int(j)) for j in sources])
+        values = values.reshape(len(sources), cfg.layer(layer).d_head_v)
+    values = values * _gate(trace, layer, head, query)                 # Qwen3.5/Next: the gate at the query
     writes = values @ _w_o(model, layer, head).T                        # [S, d]
     final = to_logits(trace, model, layer, query, writes)
     top_ids, top_values = [], []
@@ -201,6 +286,8 @@ def ov_circuit(trace: Trace, layer: int, head: int, query: int, top: int = 5, co
         notes.append("The values are before the model's logit cap.")
     if cfg.qkv_clip is not None and copy == "embedding":
         notes.append("OLMo's clamp of the values is left out: a clamp has no per-token form.")
+    notes += _circuit_notes(cfg, layer) if copy == "embedding" else []
+    notes += _notes(cfg, norms=False)
     return OVCircuit(layer, head, query, sources, ids[sources], pattern[sources],
                      np.concatenate(top_ids) if top_ids else np.zeros((0, k), np.int64),
                      np.concatenate(top_values) if top_values else np.zeros((0, k)), tuple(notes))

@@ -10,9 +10,11 @@ where Q_a is part a's share of q_i after everything the model does to the query:
 attention, W_Q's rows of the head, OLMo's clamp (what it changed is a part of its own), the q/k norm
 (its scale frozen as computed), rotary (a rotation by i's angle: linear). DeepSeek's latent attention
 (MLA) reads q and k through its compressed projections, each latent norm's scale frozen as computed, the
-rotary slice turned on its own (``qk_latent.py``). The terms add up to the
-score the model recorded before any soft cap; ``qk_split`` checks it and refuses rather than show terms
-that do not add up.
+rotary slice turned on its own (``qk_latent.py``). Per-layer shapes come from the layer's plan (Gemma 4's
+wider global heads); a KV-sharing layer's key is split where it was computed (``key_layer``); Llama 4's
+temperature multiplies the query's parts. The terms add up to the score the model recorded before any soft
+cap; ``qk_split`` checks it and refuses rather than show terms that do not add up. A layer without attention
+(a recurrent mixer, an FFN-only block) has no score: refused in one line naming its kind.
 
 ``qk_split(trace, layer, head, query, key)`` -> ``QKSplit``: the table (query parts x key parts), the ALiBi
 term, the recorded score (and the capped value where the model caps), plain notes, and ``terms()``: the
@@ -28,7 +30,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from explorer.core.analysis.frozen import frozen_at, param
-from explorer.core.analysis.stream_parts import Part, SplitError, attention_layer, input_norm, read_stream, tolerance
+from explorer.core.analysis.stream_parts import (
+    Part,
+    SplitError,
+    attention_layer,
+    input_norm,
+    key_layer,
+    read_stream,
+    stream_notes,
+    tolerance,
+)
 from explorer.core.display.tokens import quoted
 from explorer.core.placement import weights_of
 
@@ -95,7 +106,7 @@ class QKSplit:
 
 
 def _name(part: Part, side: str, token: str, position: int) -> str:
-    if part.kind in ("head", "attn", "ffn"):
+    if part.kind in ("head", "attn", "ffn", "mixer", "ple"):
         return f"{part.name()} at the {side}"
     if part.kind == "embed":
         return f"the {side}'s embedding of {quoted(token)}"
@@ -111,13 +122,16 @@ def _name(part: Part, side: str, token: str, position: int) -> str:
 def side_parts(trace: Trace, model: Transformer, layer: int, head: int, position: int, which: str,
                by: str = "head") -> tuple[list[Part], np.ndarray]:
     """Each part's share of head ``head``'s query (``which="q"``; a key head's key: ``"k"``) at ``position``,
-    as the model computes it up to the dot product: [P, d_head]; they add up to the recorded q (k)."""
+    as the model computes it up to the dot product: [P, d_head]; they add up to the recorded q (k). A key of a
+    KV-sharing layer is split where it was computed: in the layer it shares with (``key_layer``)."""
     import torch
 
-    from explorer.core.model import apply_rotary, apply_rotary_interleaved
+    from explorer.core.model import apply_rotary, apply_rotary_interleaved, query_temperature
 
-    cfg, blk, dh = model.cfg, model.blocks[layer], model.cfg.d_head
-    full = cfg.qk_norm == "full"
+    cfg = model.cfg
+    layer = key_layer(cfg, layer) if which == "k" else layer
+    plan, blk = cfg.layer(layer), model.blocks[layer]
+    dh, full = plan.d_head, plan.qk_norm == "full"
     norm = input_norm(trace, model, layer, position)
     turned = 0                                           # the leading columns rotary leaves alone (MLA's no-rope part)
     if cfg.kv_lora_rank is not None:                     # DeepSeek's latent attention: through its latents
@@ -155,6 +169,9 @@ def side_parts(trace: Trace, model: Transformer, layer: int, head: int, position
         turn = apply_rotary_interleaved if cfg.rotary_interleaved else apply_rotary
         cos, sin = (t[position:position + 1].cpu() for t in rotary)
         values[:, turned:] = turn(torch.from_numpy(values[:, turned:].copy())[:, None], cos, sin)[:, 0].numpy()
+    if which == "q" and plan.temperature:                               # Llama 4's NoPE layers: q times a number
+        values = values * float(query_temperature(torch.tensor([position]), cfg.attn_temperature,
+                                                  cfg.attn_temperature_floor)[0])
     bias = parts.index(Part("bias"))
     if not np.any(values[bias]):                                        # a model without biases: no such part
         parts, values = parts[:bias] + parts[bias + 1:], np.delete(values, bias, axis=0)
@@ -184,16 +201,18 @@ def qk_split(trace: Trace, layer: int, head: int, query: int, key: int, by: str 
     if model is None:
         raise SplitError("splitting a score needs the model's weights: this trace was opened without them")
     cfg, n = trace.config, trace.n_tokens
-    layer, head = _index(layer, cfg.n_layers, "layer"), _index(head, cfg.n_heads, "head")
+    layer = _index(layer, cfg.n_layers, "layer")
+    attention_layer(cfg, layer, "attention scores to split")
+    plan = cfg.layer(layer)
+    head = _index(head, plan.n_heads, "head")
     query, key = _index(query, n, "query position"), _index(key, n, "key position")
-    attention_layer(cfg, layer)
     recorded = float(trace.head(layer, head, "scores")[query, key])
     if not math.isfinite(recorded):
         raise SplitError(f"key #{key} is hidden from query #{query} in block {layer} (the mask): it has no score")
-    kv = head // (cfg.n_heads // cfg.kv_heads)
+    kv = head // (plan.n_heads // plan.n_kv_heads)
     q_parts, Q = side_parts(trace, model, layer, head, query, "q", by)
     k_parts, K = side_parts(trace, model, layer, kv, key, "k", by)
-    scale = 1.0 / math.sqrt(cfg.d_head) if cfg.attn_scale is None else float(cfg.attn_scale)
+    scale = 1.0 / math.sqrt(Q.shape[1]) if cfg.attn_scale is None else float(cfg.attn_scale)  # as attention_scores
     table = scale * (Q @ K.T)
     bias = score_bias(cfg, n, n, "cpu", slice(head, head + 1))
     alibi = float(bias[0, query, key]) if bias is not None else 0.0
@@ -235,7 +254,7 @@ def notes(cfg, model: Transformer, layer: int, head: int, kv: int, score: float,
     if cfg.parallel_residual:
         out.append("Attention and the FFN of a block read the same input, so block "
                    f"{layer}'s own FFN is not among the parts.")
-    if cfg.qk_norm != "none":
+    if cfg.layer(layer).qk_norm != "none":
         out.append("The q/k norm is frozen too: its scale depends on the whole query (key), so each part is "
                    "measured at the scale the full query (key) had.")
     if cfg.kv_lora_rank is not None:
@@ -245,12 +264,20 @@ def notes(cfg, model: Transformer, layer: int, head: int, kv: int, score: float,
                    "every head, and only the rotary slices of the query and the key turn.")
     if any(p.kind == "clip" for p in parts):
         out.append(f"The model clamps q and k to ±{cfg.qkv_clip:g}; what the clamp changed is its own part.")
-    if cfg.positions == "rotary":
+    plan = cfg.layer(layer)
+    if plan.rotary:
         out.append("Rotary positions turn each part of the query by the query's angle and each part of the key "
                    "by the key's: a rotation is linear, so the parts still add up.")
-    if cfg.kv_heads != cfg.n_heads:
+    if plan.temperature:
+        out.append("This layer has no rotary positions; its query is multiplied by a number that grows with the "
+                   "query's position (Llama 4's temperature), and so is each part of it.")
+    if plan.n_kv_heads != plan.n_heads:
         out.append(f"Key and value heads are shared: query head {head} reads key head {kv} "
-                   f"(of {cfg.kv_heads}).")
+                   f"(of {plan.n_kv_heads}).")
+    if plan.kv_from is not None:
+        out.append(f"Layer {layer} computes no keys of its own: it reuses layer {plan.kv_from}'s (KV sharing), so "
+                   f"the key is split where it was computed, in the stream entering block {plan.kv_from}.")
+    out += stream_notes(cfg, parts)
     if alibi:
         out.append(f"ALiBi adds {alibi:+.4g} to the score for the distance: its own term, not part of the stream.")
     if capped is not None:

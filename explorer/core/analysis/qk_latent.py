@@ -38,8 +38,9 @@ def _through_latent(x: np.ndarray, down, norm, rows: slice, what: str) -> tuple[
 
 def latent_reader(model: Transformer, layer: int, head: int, x: np.ndarray,
                   which: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Head ``head``'s query (``which="q"``) or key (``"k"``) in block ``layer`` as a read of the block's normed
-    input ``x`` [d] at one position: (reader [d, d_head], constant [d_head], the columns that do not turn)."""
+    """Head ``head``'s query (``which="q"``), key (``"k"``) or value (``"v"``: the OV circuit's copied embedding)
+    in block ``layer`` as a read of the block's normed input ``x`` [d] at one position: (reader [d, d_head],
+    constant [d_head], the columns that do not turn)."""
     cfg = model.cfg
     plan = cfg.layer(layer)
     dh, rope, rank = plan.d_head, cfg.rotary_dim, cfg.kv_lora_rank
@@ -55,6 +56,9 @@ def latent_reader(model: Transformer, layer: int, head: int, x: np.ndarray,
             W_b = param(attn.W_Q_b.weight)[rows]                           # [dh, q_rank]
             return A @ W_b.T, W_b @ c, nope
         A, c, _ = _through_latent(x, attn.W_KV_a, attn.kv_a_norm, slice(0, rank), "the key latent's norm")
+        if which == "v":                                                   # the head's value rows, after its key's
+            W_v = param(attn.W_KV_b.weight)[head * (nope + dv) + nope:(head + 1) * (nope + dv)]
+            return A @ W_v.T, W_v @ c, dv
         W_b = param(attn.W_KV_b.weight)[head * (nope + dv):head * (nope + dv) + nope]   # the head's key rows
         W_rot, b_rot = param(attn.W_KV_a.weight)[rank:rank + rope], _bias(attn.W_KV_a)[rank:rank + rope]
         reader = np.concatenate([A @ W_b.T, W_rot.T], axis=1)              # [d, nope + rope]
