@@ -132,7 +132,7 @@ def head_statistics(trace: Trace, stat: str | Callable[[np.ndarray, np.ndarray],
     cfg = trace.config
     from explorer.core.analysis.layer_maps import layer_statistics, uniform
 
-    if not uniform(cfg):
+    if hasattr(cfg, "layer") and not uniform(cfg):  # (a duck-typed config of n_layers x n_heads: the plain grid)
         if not isinstance(stat, str):
             raise ValueError("a model with recurrent layers (or layers without attention) takes a named statistic: "
                              + ", ".join(STATISTICS))
