@@ -6,7 +6,8 @@ convolution: per channel; core/mixers/effective.py); a block without a token mix
 none. One layer at a time goes through ``effective_tiles``; this module lays every layer out on one grid:
 
 * ``maps_of(cfg, layer)``: how many maps the layer has (0 without a token mixer);
-* ``max_maps(cfg)``: the most any layer has (the head a selection may name);
+* ``max_maps(cfg)``: the most any layer has (the head a selection may name); ``attention_head(cfg, layer, head)``:
+  whether a map is an attention head (what a head's switch-off or logit term is of);
 * ``grid_maps(cfg, layer)`` / ``grid_columns(cfg)``: how many of a layer's maps the grid shows, and its columns: all
   of them, but a convolution's channels (d_model of them, each a band a few tokens wide) only as many as the
   widest other layer has heads (``CONV_GRID`` without one); the detail view shows any channel;
@@ -43,6 +44,21 @@ CONV_GRID = 16  # a convolution's channels on the grid when no other layer has h
 def maps_of(cfg: ModelConfig, layer: int) -> int:
     """How many maps ``layer`` has: heads, a recurrent layer's heads, a convolution's channels; 0 without a mixer."""
     return 0 if cfg.layer(layer).mixer == "none" else effective_tiles.maps(cfg, layer)
+
+
+def attention_head(cfg: ModelConfig, layer: int, head: int) -> bool:
+    """Whether (layer, head) is an attention head (what a head intervention or a head's DLA term is of)."""
+    plan = cfg.layer(layer)
+    return plan.is_attention and 0 <= head < plan.n_heads
+
+
+def describe_mixer(cfg: ModelConfig, layer: int) -> str:
+    """A layer's token mixer in words: "a Gated DeltaNet layer", "layer 2 has 8 heads", "a block without a mixer"."""
+    plan = cfg.layer(layer)
+    kind = effective_kind(cfg, layer)
+    if kind is not None:
+        return f"a {kind} layer"
+    return f"layer {layer} has {plan.n_heads} heads" if plan.is_attention else "a block without a token mixer"
 
 
 def max_maps(cfg: ModelConfig) -> int:
