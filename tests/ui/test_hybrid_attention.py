@@ -48,7 +48,7 @@ def test_a_deltanet_layer_shows_its_effective_attention(qtbot, make_window):
     np.testing.assert_allclose(panel.detail.image.image, np.where(panel.detail.masked, panel.detail.levels[0],
                                                                   expected), atol=1e-6)
     assert "L1 H2: Gated DeltaNet" in title(panel.detail.plot)
-    assert "effective attention (weights can be negative)" in title(panel.detail.plot)
+    assert "effective attention (can be negative)" in title(panel.detail.plot)
     lo, hi = panel.detail.levels
     assert lo == pytest.approx(-hi) and hi > 0 and panel.detail.symmetric  # diverging: 0 in the middle
     assert (expected < 0).any()  # a real DeltaNet: some weights are negative

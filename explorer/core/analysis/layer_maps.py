@@ -61,6 +61,13 @@ def describe_mixer(cfg: ModelConfig, layer: int) -> str:
     return f"layer {layer} has {plan.n_heads} heads" if plan.is_attention else "a block without a token mixer"
 
 
+def short_kind(cfg: ModelConfig, layer: int) -> str:
+    """A layer's token mixer in a word, for labels where room is short: "attn", "DeltaNet", "Mamba-2", "conv",
+    "FFN" (a block with no token mixer, only its FFN)."""
+    mixer = cfg.layer(layer).mixer
+    return {"deltanet": "DeltaNet", "mamba2": "Mamba-2", "short_conv": "conv", "none": "FFN"}.get(mixer, "attn")
+
+
 def max_maps(cfg: ModelConfig) -> int:
     """The most maps any layer has (at least 1): the heads a selection may name."""
     return max([1, *(maps_of(cfg, layer) for layer in range(cfg.n_layers))])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from explorer.core.analysis import effective_tiles
+from explorer.core.analysis import effective_tiles, layer_maps
 from explorer.core.analysis.layer_maps import attention_head, grid_columns, grid_maps, max_maps, maps_of, uniform
 from explorer.core.mixers.effective import effective_kind
 from explorer.core.trace import Trace
@@ -52,14 +52,15 @@ def layer_heads(trace: Trace, layer: int) -> int:
 
 
 def detail_title(trace: Trace, layer: int, head: int, what: str = "") -> str:
-    """The detail's title: on a recurrent layer "L0 H3: Gated DeltaNet" over "effective attention (weights can be
-    negative)"; on an attention layer "L3 H1: ``what``", over the kind of attention where a model's layers differ
-    ("sliding attention (window 512)"): two lines wherever a layer of the model needs them, so a layer switch
+    """The detail's title: on a recurrent layer "L0 H3: Gated DeltaNet" over "effective attention (can be
+    negative)" (its weights; a line that fits the detail's width at 1280 x 800); on an attention layer
+    "L3 H1: ``what``", over the kind of attention where a model's layers differ ("sliding attention (window
+    512)"): two lines wherever a layer of the model needs them, so a layer switch
     keeps the plot's height (and the kind of layer is never the part a narrow plot elides)."""
     word = "H" if map_word(trace, layer) == "head" else "channel "
     kind = kind_of(trace, layer)
     if kind is not None:
-        return f"L{layer} {word}{head}: {kind}<br>effective attention (weights can be negative)"
+        return f"L{layer} {word}{head}: {kind}<br>effective attention (can be negative)"
     first = f"L{layer} {word}{head}: {what}"
     if not layers_differ(trace.config):
         return first
@@ -78,9 +79,8 @@ def row_title(trace: Trace, layer: int) -> str:
 
 
 def short_kind(trace: Trace, layer: int) -> str:
-    """A layer's kind in a few letters, for the grid's row labels ("attn", "DeltaNet", "Mamba-2", "conv", "FFN")."""
-    mixer = trace.config.layer(layer).mixer
-    return {"deltanet": "DeltaNet", "mamba2": "Mamba-2", "short_conv": "conv", "none": "FFN"}.get(mixer, "attn")
+    """A layer's kind in a word, for the grid's row labels ("attn", "DeltaNet", "Mamba-2", "conv", "FFN")."""
+    return layer_maps.short_kind(trace.config, layer)
 
 
 def head_map(trace: Trace, layer: int, head: int) -> np.ndarray:
