@@ -143,3 +143,28 @@ def test_a_long_prompts_recurrent_head_is_drawn_from_tiles(qtbot, make_window):
     assert np.isnan(view.tile_values[later]).all()
     qtbot.waitUntil(lambda: panel.row_values.shape == (n,) and window.presenter.is_idle(), timeout=30_000)
     np.testing.assert_allclose(panel.row_values, effective_block(trace, 0, [1], (n - 1, n))[0, 0], atol=1e-6)
+
+
+def test_only_attention_heads_are_offered_to_switch_off_and_what_changed_follows(qtbot, make_window):
+    from right_click import right_click_menu
+
+    window = open_hybrid(qtbot, make_window, "qwen35")
+    panel = attention_panel(qtbot, window)
+
+    def tile(layer: int, head: int):
+        return lambda: panel.overview_image.mapToScene(QPointF(*panel.geometry.tile_center(layer, head)))
+
+    texts = right_click_menu(qtbot, panel.overview, tile(0, 1))  # a DeltaNet head: nothing to switch off
+    assert not any(t.startswith(("Switch off", "Mean-ablate")) for t in texts) and "Copy data" in texts
+    with qtbot.waitSignal(window.trace_applied, timeout=60_000):
+        right_click_menu(qtbot, panel.overview, tile(3, 1), choose="Switch off head 3.1")
+    trace = window.trace
+    assert [iv.key for iv in trace.interventions] == [("head", 3, 1, "zero", None)]
+    assert not trace["blocks.3.attn.z"][1].any() and trace["blocks.3.attn.z"][0].any()
+    changed = window.panel("what_changed")
+    dock_of(changed).raise_()
+    qtbot.waitUntil(lambda: changed.trace is window.trace and window.presenter.is_idle(), timeout=60_000)
+    baseline = window.session.baseline_of(trace)
+    assert baseline is not None and not np.allclose(trace["logits"][-1], baseline["logits"][-1])
+    np.testing.assert_array_equal(trace["blocks.3.resid_pre"], baseline["blocks.3.resid_pre"])  # only layer 3 on
+    assert np.abs(exported(changed, "what changed: residual stream difference")).max() > 0  # what the panel draws
