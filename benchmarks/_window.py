@@ -11,11 +11,13 @@ from PySide6.QtCore import Qt, QTimer
 SWITCH_MS, STALL_MS = 16.0, 50.0
 
 
-def prompt_of(loaded, n_tokens: int, variant: int) -> str:
-    """A text of exactly ``n_tokens`` tokens; each variant differs in its last tokens."""
+def prompt_of(loaded, n_tokens: int, variant: int, limit: int | None = None) -> str:
+    """A text of exactly ``n_tokens`` tokens; each variant differs in its last tokens. ``limit``: a stand-in
+    vocabulary's words drawn below this id (Gemma-4-E2B's cut per-layer table, benchmarks/_hybrid_shapes.py)."""
     tok = loaded.tokenizer
     if tok.name == "stand-in words":
-        return " ".join(f"w{(i * 7 + variant * 13 + 1) % tok.vocab_size}" for i in range(n_tokens))
+        size = min(tok.vocab_size, limit or tok.vocab_size)
+        return " ".join(f"w{(i * 7 + variant * 13 + 1) % size}" for i in range(n_tokens))
     from explorer.ui.window.main_window import sample_prompts
 
     base = tok.encode(" ".join(sample_prompts() * 40))

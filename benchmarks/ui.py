@@ -52,6 +52,14 @@ column switches, the stalls of an edit and of an expert switched off; targets 16
 skips the every-panel numbers before it:
 
     python benchmarks/ui.py --device cpu --sections olmoe-1024 --runs 5
+
+Hybrids (issue 36): ``--device cpu --sections qwen35-1024 gemma4-1024``: a Qwen3.5-0.8B-shaped (18 Gated DeltaNet
++ 6 gated attention layers) and a Gemma-4-E2B-shaped (35 sliding / global layers, KV sharing, per-layer inputs)
+random model at 1024 tokens in the window, the switch (<= 16 ms) and stall (<= 50 ms) targets among them. The
+head switch runs through the widest layer's heads (a DeltaNet layer's 16); a recurrent layer's head at 1024
+tokens is the long-prompt view (its pooled effective attention and each query row computed on a worker), the
+all-heads grid every layer's maps (``core/analysis/layer_maps.py``). Gemma 4's prompts are drawn below its cut
+per-layer table's rows (``_hybrid_shapes.ID_LIMITS``).
 """
 
 from __future__ import annotations
@@ -80,7 +88,9 @@ from _window import STALL_MS, SWITCH_MS, Heartbeat, complete, prompt_of, pump_un
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heartbeat) -> dict[str, float]:
+def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heartbeat,
+          id_limit: int | None = None) -> dict[str, float]:
+    from explorer.core.analysis.layer_maps import max_maps
     from explorer.ui.session.workers import LoadRequest, LoadResult
 
     window.session.use_model(LoadResult(LoadRequest(None, str(loaded.device)), loaded, None))
@@ -100,7 +110,7 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     window.trace_applied.connect(applied.append)  # after the last panel's show_trace
     rows = {k: [] for k in ("first", "drawn", "complete", "worker", "forward", "stall", "views")}
     for run in range(runs + 2):
-        text = prompt_of(loaded, n_tokens, run + 1)
+        text = prompt_of(loaded, n_tokens, run + 1, id_limit)
         first_drawn.clear()
         results.clear()
         applied.clear()
@@ -121,6 +131,7 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
     jobs.stop()
 
     cfg, sel = loaded.config, window.selection
+    heads = max_maps(cfg)  # a hybrid's switches run through its widest layer's heads (a DeltaNet layer's 16)
     switches = {"head": [], "layer": [], "token": []}
     settled = {"head": [], "layer": [], "token": []}  # until every visible panel is complete (deferred work too)
     cpu = {"head": [], "layer": [], "token": []}  # the GUI thread's own CPU time in the switch (load-independent-ish)
@@ -135,7 +146,7 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
         shown = ", ".join(p.title for p in window.panels if p.on_screen)
         times = tabbed[shown] = {"head": [], "layer": [], "token": []}
         for run in range(2 * runs + 2):
-            for what, change in (("head", lambda: sel.set_head((sel.head + 1) % cfg.n_heads)),
+            for what, change in (("head", lambda: sel.set_head((sel.head + 1) % heads)),
                                  ("layer", lambda: sel.set_layer((sel.layer + 1) % cfg.n_layers)),
                                  ("token", lambda: sel.set_token(((sel.token or 0) + 7) % n_tokens))):
                 t0 = time.perf_counter()
@@ -154,7 +165,7 @@ def bench(app, window, loaded, label: str, n_tokens: int, runs: int, beat: Heart
 
         panel.selection_changed = timed_selection
     for run in range(2 * runs + 2):
-        for what, change in (("head", lambda: sel.set_head((sel.head + 1) % cfg.n_heads)),
+        for what, change in (("head", lambda: sel.set_head((sel.head + 1) % heads)),
                              ("layer", lambda: sel.set_layer((sel.layer + 1) % cfg.n_layers)),
                              ("token", lambda: sel.set_token(((sel.token or 0) + 7) % n_tokens))):
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -289,9 +300,9 @@ def main() -> int:
         gpt2 = None
         for name in sections or []:
             s = _sections.build(name, args.device, dtype, args.max_layers, args.tokens)
-            window.set_prompt(prompt_of(s.loaded, 16, 0))  # a stand-in vocabulary: the window has no prompt for it
+            window.set_prompt(prompt_of(s.loaded, 16, 0, s.id_limit))  # a stand-in vocabulary: no prompt of its own
             if not (args.experts_only and s.shape in _sections.MOE_SHAPES):
-                bench(app, window, s.loaded, s.header("ui").strip(), s.tokens, args.runs, beat)
+                bench(app, window, s.loaded, s.header("ui").strip(), s.tokens, args.runs, beat, s.id_limit)
             else:
                 print(s.header("ui").strip())
             if s.shape in _sections.MOE_SHAPES:

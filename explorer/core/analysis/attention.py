@@ -117,7 +117,10 @@ def head_statistics(trace: Trace, stat: str | Callable[[np.ndarray, np.ndarray],
     """One statistic for every head of the traced model: a float64 array [n_layers, n_heads].
 
     ``stat`` is a name from ``STATISTICS`` or a function ``f(pattern, token_ids) -> float``.
-    Patterns come from ``trace.head(layer, head, "pattern")`` (stored, or derived from q and k).
+    Patterns come from ``trace.head(layer, head, "pattern")`` (stored, or derived from q and k). A model whose
+    layers differ (recurrent layers, blocks without attention) gets ``layer_maps.layer_statistics``' grid:
+    [n_layers, its columns], a recurrent layer's maps read on their rows' shares of |weights|, NaN where a
+    layer has no such map (a named statistic only).
     """
     if isinstance(stat, str):
         try:
@@ -127,6 +130,13 @@ def head_statistics(trace: Trace, stat: str | Callable[[np.ndarray, np.ndarray],
     else:
         fn = stat
     cfg = trace.config
+    from explorer.core.analysis.layer_maps import layer_statistics, uniform
+
+    if hasattr(cfg, "layer") and not uniform(cfg):  # (a duck-typed config of n_layers x n_heads: the plain grid)
+        if not isinstance(stat, str):
+            raise ValueError("a model with recurrent layers (or layers without attention) takes a named statistic: "
+                             + ", ".join(STATISTICS))
+        return layer_statistics(trace, stat)
     ids = np.asarray(trace.token_ids)
     out = np.empty((cfg.n_layers, cfg.n_heads), dtype=np.float64)
     if isinstance(stat, str) and len(ids) > CHUNKED_FROM:  # long prompts: no head's [n, n] built

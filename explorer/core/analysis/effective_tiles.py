@@ -10,12 +10,14 @@ reading ``attn.pattern`` (absent on a recurrent layer) or building a whole [n, n
 * ``weights_block(trace, layer, head, rows, cols)``: the exact weights of a rectangle of queries x keys [r, c];
 * ``weights_row(trace, layer, head, query)``: one query's weights over every key [n];
 * ``weights_overview(trace, layer, head, pixels, pool)``: the whole map pooled to at most ``pixels`` a side;
-* ``weights_statistic(trace, layer, head, name)``: ``analysis.attention.STATISTICS`` on the map.
+* ``weights_statistic(trace, layer, head, name)``: ``analysis.attention.STATISTICS`` on the map;
+* ``row_shares(values)``: each row's shares of its weights' sizes (what a recurrent map's statistics read).
 
 An attention layer goes through core/analysis/attention_tiles.py unchanged. A recurrent layer's weights are not a
 softmax: they can be negative and their rows need not sum to 1 (Mamba-2's include the skip D on the diagonal), so
-its overview pools their size (|A|) and its statistics read each row's shares of sum_s |A[t, s]|. Each call holds
-at most ``ROW_BLOCK`` query rows of one head at once.
+its overview pools their size (|A|, or the signed weight of largest size) and its statistics read each row's shares
+of sum_s |A[t, s]|. Each call holds one head's rows a block at a time (``row_step``: about ``BLOCK_NUMBERS``
+numbers). core/analysis/layer_maps.py does the same for every layer at once (the all-heads grid, statistics).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import torch
 from explorer.core.analysis import attention_tiles
 from explorer.core.display.mosaic import downsample_factor
 from explorer.core.mixers.effective import ROW_BLOCK, effective_block, effective_kind, head_count
+
+BLOCK_NUMBERS = 1 << 20  # numbers of one head's block per ``effective_block`` call when a whole map is read
 
 if TYPE_CHECKING:
     from explorer.core.config import ModelConfig
@@ -76,17 +80,20 @@ def _rows(trace: Trace, layer: int, head: int, step: int, check: Callable[[], No
 def weights_overview(trace: Trace, layer: int, head: int, pixels: int, pool: str = "max",
                      check: Callable[[], None] | None = None) -> tuple[np.ndarray, int]:
     """The map pooled to at most ``pixels`` a side: (image [ceil(n/f), ceil(n/f)] float32, f tokens per pixel). A
-    recurrent layer's pixel is the ``pool`` of |A| over its f x f block (a key after the query counts as 0)."""
+    recurrent layer's pixel is the ``pool`` of |A| over its f x f block (a key after the query counts as 0), or
+    with ``pool="signed"`` the weight of largest size in the block, its sign kept (what a diverging colour map
+    shows: the exact cells' colours where the block is one cell)."""
     if effective_kind(trace.config, layer) is None:
         return attention_tiles.overview(trace, layer, head, "pattern", pixels, pool, check)
-    if pool not in attention_tiles.POOLS:
-        raise ValueError(f"pool must be one of {attention_tiles.POOLS}")
+    if pool not in (*attention_tiles.POOLS, "signed"):
+        raise ValueError(f"pool must be one of {(*attention_tiles.POOLS, 'signed')}")
 
     def compute() -> tuple[np.ndarray, int]:
         n = trace.n_tokens
         factor = downsample_factor(n, pixels)
-        step = max(factor, (ROW_BLOCK // factor) * factor)
-        parts = [attention_tiles._pool_rows(torch.from_numpy(np.abs(values)), factor, pool)
+        step = row_step(n, factor)
+        parts = [signed_max(values, factor) if pool == "signed" else
+                 attention_tiles._pool_rows(torch.from_numpy(np.abs(values)), factor, pool)
                  for _, values in _rows(trace, layer, head, step, check)]
         image = torch.cat(parts).numpy() if parts else np.zeros((0, 0), np.float32)
         image.flags.writeable = False
@@ -95,31 +102,45 @@ def weights_overview(trace: Trace, layer: int, head: int, pixels: int, pool: str
     return trace.memo(("effective_tiles.overview", layer, head, pixels, pool), compute)
 
 
+def row_step(n: int, factor: int = 1) -> int:
+    """Query rows per ``effective_block`` call when a whole map is read row block by row block: as many as keep
+    one head's block within ``BLOCK_NUMBERS`` numbers (a DeltaNet block restarts from the first chunk, so fewer,
+    larger blocks cost less), at least ``ROW_BLOCK``, whole pixels of ``factor`` rows."""
+    step = max(ROW_BLOCK, BLOCK_NUMBERS // max(1, n))
+    return max(factor, (step // factor) * factor)
+
+
+def signed_max(values: np.ndarray, factor: int) -> torch.Tensor:
+    """[r, c] -> [ceil(r/f), ceil(c/f)]: in each f x f block the entry of largest size, with its sign (float32)."""
+    r, c = values.shape
+    rows, cols = math.ceil(r / factor), math.ceil(c / factor)
+    padded = np.zeros((rows * factor, cols * factor), np.float32)
+    padded[:r, :c] = values
+    blocks = padded.reshape(rows, factor, cols, factor).transpose(0, 2, 1, 3).reshape(rows, cols, factor * factor)
+    pick = np.take_along_axis(blocks, np.abs(blocks).argmax(-1)[..., None], -1)[..., 0]
+    return torch.from_numpy(np.ascontiguousarray(pick))
+
+
 def weights_statistic(trace: Trace, layer: int, head: int, name: str,
                       check: Callable[[], None] | None = None) -> float:
-    """``name`` ("entropy", "first_token", "previous_token", "induction") of one map: an attention head's
-    (attention_tiles.head_statistic), or a recurrent layer's on each row's shares of its |weights|."""
+    """``name`` (one of ``analysis.attention.STATISTICS``) of one map: an attention head's
+    (attention_tiles.head_statistic), or a recurrent layer's on each row's shares of its |weights|
+    (``row_shares``), through the same arithmetic (``head_sums.statistic_sums``)."""
     if effective_kind(trace.config, layer) is None:
         return attention_tiles.head_statistic(trace, layer, head, name, check)
-    ids = np.asarray(trace.token_ids).reshape(-1)
-    n = trace.n_tokens
+    from explorer.core.analysis.head_sums import statistic_sums
+
+    ids = np.asarray(trace.token_ids).reshape(1, -1)
     total, rows = 0.0, 0
-    for r0, values in _rows(trace, layer, head, ROW_BLOCK, check):
-        size = np.abs(values.astype(np.float64))
-        p = size / np.maximum(size.sum(-1, keepdims=True), 1e-300)
-        i = np.arange(r0, r0 + len(p))
-        if name == "entropy":
-            total += float(-(p * np.log(np.where(p > 0, p, 1.0))).sum())
-            rows += len(p)
-        elif name in ("first_token", "previous_token"):
-            keep = i >= 1
-            total += float(p[keep, 0].sum() if name == "first_token" else p[keep, i[keep] - 1].sum())
-            rows += int(keep.sum())
-        elif name == "induction":
-            after = (ids[None, :-1] == ids[i, None]) & (np.arange(n - 1)[None, :] <= i[:, None] - 2)
-            has = after.any(axis=1)
-            total += float(np.where(after, p[:, 1:], 0.0).sum(axis=1)[has].sum())
-            rows += int(has.sum())
-        else:
-            raise ValueError(f"unknown head statistic {name!r}")
+    for r0, values in _rows(trace, layer, head, row_step(trace.n_tokens), check):
+        sums, counted = statistic_sums(row_shares(values)[None, None], ids, r0, (name,))[name]
+        total += float(sums[0, 0])
+        rows += int(counted[0])
     return total / rows if rows else math.nan
+
+
+def row_shares(values: np.ndarray) -> np.ndarray:
+    """Each row's shares of its weights' sizes, |A[t, s]| / sum_s |A[t, s]| (float64; a row of zeros stays 0):
+    what a recurrent map's statistics and its tile in the all-heads grid read, a row summing to 1 as a pattern's."""
+    size = np.abs(np.asarray(values, dtype=np.float64))
+    return size / np.maximum(size.sum(-1, keepdims=True), 1e-300)

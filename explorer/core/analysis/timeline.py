@@ -102,7 +102,7 @@ class Journey:
     labels: tuple[str, ...]    # the L + 1 lens boundaries
     ranks: np.ndarray          # [L + 1] its 0-based rank at each boundary (the last: the model's output)
     probs: np.ndarray          # [L + 1] its probability there
-    attention: np.ndarray      # [L, H, position]: what the predicting position reads, every earlier token
+    attention: np.ndarray      # [L, H, position]: what the predicting position reads, every earlier token (reads_of)
     top_sources: np.ndarray    # [L, H, top]: the positions it reads most, most first (ties: the earlier)
 
     def first_top_layer(self) -> int | None:
@@ -110,6 +110,31 @@ class Journey:
         top = self.ranks == 0
         stays = np.flip(np.logical_and.accumulate(np.flip(top)))
         return int(np.argmax(stays)) if stays[-1] else None
+
+
+def reads_of(trace: Trace, q: int, position: int) -> np.ndarray:
+    """[L, H, position]: what query ``q`` reads of the first ``position`` tokens, per head: its attention
+    pattern's row; a model whose layers differ (``layer_maps``): per map on its all-heads grid, a recurrent
+    layer's row as shares of its effective weights' sizes (``effective_tiles.row_shares``), NaN where a layer
+    has no such map."""
+    from explorer.core.analysis import effective_tiles
+    from explorer.core.analysis.layer_maps import grid_columns, grid_maps, uniform
+    from explorer.core.mixers.effective import effective_kind
+
+    cfg = trace.config
+    if uniform(cfg):
+        attention = np.zeros((cfg.n_layers, cfg.n_heads, position), dtype=np.float32)
+        for layer in range(cfg.n_layers):
+            for head in range(cfg.n_heads):
+                attention[layer, head] = trace.head(layer, head)[q, :position]
+        return attention
+    attention = np.full((cfg.n_layers, grid_columns(cfg), position), np.nan, dtype=np.float32)
+    for layer in range(cfg.n_layers):
+        recurrent = effective_kind(cfg, layer) is not None
+        for head in range(grid_maps(cfg, layer)):
+            row = effective_tiles.weights_row(trace, layer, head, q)
+            attention[layer, head] = (effective_tiles.row_shares(row) if recurrent else row)[:position]
+    return attention
 
 
 def journey(trace: Trace, n_prompt: int, t: int, top: int = 3, vocab_size: int | None = None,
@@ -126,12 +151,9 @@ def journey(trace: Trace, n_prompt: int, t: int, top: int = 3, vocab_size: int |
     q = position - 1
     block = lens_columns(trace, q, q + 1, top=1, vocab_size=vocab_size, next_id=token_id if after else None)
     cfg = trace.config
-    attention = np.zeros((cfg.n_layers, cfg.n_heads, position), dtype=np.float32)
-    for layer in range(cfg.n_layers):
-        for head in range(cfg.n_heads):
-            attention[layer, head] = trace.head(layer, head)[q, :position]
+    attention = reads_of(trace, q, position)
     k = max(1, min(int(top), position))
-    order = np.argsort(-attention, axis=-1, kind="stable")[..., :k]
+    order = np.argsort(-np.nan_to_num(attention, nan=-np.inf), axis=-1, kind="stable")[..., :k]
     return Journey(step=t, position=position, token_id=int(token_id if after else trace.token_ids[position]),
                    labels=tuple(boundary_labels(cfg.n_layers)), ranks=block.target_ranks[:, 0].copy(),
                    probs=block.target_probs[:, 0].copy(), attention=attention, top_sources=order)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from explorer.core.config import ModelConfig
 
-MIXER_TITLES = {"deltanet": "Gated DeltaNet: a memory updated per token", "mamba2": "Mamba-2: a selective scan",
+MIXER_TITLES = {"deltanet": "Gated DeltaNet: running memory", "mamba2": "Mamba-2: a selective scan",
                 "short_conv": "Short gated convolution"}
 
 

@@ -62,7 +62,7 @@ def scan_heads(cfg: ModelConfig, layer: int) -> int:
 
 
 def _f64(trace: Trace, key: str) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(trace[key]), dtype=torch.float64)
+    return torch.from_numpy(np.array(trace[key], dtype=np.float64))  # a copy: the trace's arrays are read-only
 
 
 def _heads(trace: Trace, layer: int, heads) -> list[int]:

@@ -68,12 +68,14 @@ class Target:
     marks_for: Callable[[Intervention], list[Point]]
 
 
-def head_cells(heatmap: Heatmap, heads: Callable[[], int] | None = None) -> Target:
+def head_cells(heatmap: Heatmap, heads: Callable[[], int] | None = None,
+               is_head: Callable[[int, int], bool] | None = None) -> Target:
     """A layers x heads heatmap: cell (l, h) is head l.h. ``heads()``: how many of the columns are heads
-    (the DLA map's last column is the FFN's, see ``ffn_column``); default all."""
+    (the DLA map's last column is the FFN's, see ``ffn_column``); default all. ``is_head(l, h)``: whether the
+    cell is an attention head at all (a hybrid's recurrent layers have none to switch off); default yes."""
     def at(scene_pos: QPointF) -> Component | None:
         cell = heatmap.cell_at(scene_pos)
-        if cell is None or (heads is not None and cell[1] >= heads()):
+        if cell is None or (heads is not None and cell[1] >= heads()) or (is_head is not None and not is_head(*cell)):
             return None
         return Component.head(*cell)
 

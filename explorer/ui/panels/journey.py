@@ -143,8 +143,8 @@ class JourneyPanel(Panel):
         self.rank_curve.setData(x, np.log10(j.ranks.astype(np.float64) + 1))
         self.lens.getAxis("bottom").setTicks([[(i, label) for i, label in enumerate(j.labels)]])
         matrix, rows, cols = self._reads_data()
-        self.reads.set_data(matrix, rows, cols, levels=(0.0, max(1e-6, float(matrix.max(initial=0.0)))),
-                            value_name="attention")
+        top = float(np.nanmax(matrix, initial=0.0)) if np.isfinite(matrix).any() else 0.0  # NaN: a hybrid's gaps
+        self.reads.set_data(matrix, rows, cols, levels=(0.0, max(1e-6, top)), value_name="attention")
         self.controls.setRowCount(len(view.stages))
         for row, stage in enumerate(view.stages):
             top_id = vocab_quoted(self.tokenizer, stage.top_id) if self.tokenizer is not None else str(stage.top_id)

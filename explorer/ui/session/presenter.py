@@ -40,6 +40,7 @@ import shiboken6
 from PySide6.QtCore import QCoreApplication, QEventLoop, QObject, QTimer, Signal
 
 from explorer.core.cancel import Cancel, Cancelled
+from explorer.core.analysis.layer_maps import max_maps
 from explorer.ui.session import background
 from explorer.ui.session.background import Newest
 from explorer.ui.session.frame import COMPARISON, Frame, PanelRequest, Source, Timing
@@ -102,6 +103,7 @@ class Presenter(QObject):
         self._views: dict[str, Callable[[Any], None]] = {}  # views drawn from a comparison frame (the compare dock)
         self._sources: list[Idle] = []
         self._stale: set[str] = set()
+        self._catching_up: set[str] = set()  # panels shown after their frame, being prepared (panel_shown)
         self._newest = Newest()  # the sources' traces: only the newest is shown
         self._first: background.Task | None = None  # a present_trace's first panel, being prepared
         self._drawing: Cancel | None = None  # set: the drawing of the shown frame is stale
@@ -167,7 +169,7 @@ class Presenter(QObject):
     def is_idle(self) -> bool:
         """Nothing more is coming: no source has work in flight, the shown trace is drawn on every shown
         panel and complete (no view computing), the lane and the NaN check are done."""
-        if any(not source.is_idle() for source in self._sources) or self._first is not None:
+        if any(not source.is_idle() for source in self._sources) or self._first is not None or self._catching_up:
             return False
         if self.frame is not None and self._applied is not self.frame.trace:
             return False
@@ -244,7 +246,7 @@ class Presenter(QObject):
         self.frame = frame
         self.lane.discard_parked()  # a trace is shown: views stopped for an older one are stale
         cfg = trace.config
-        self.selection.clamp(cfg.n_layers, cfg.n_heads, trace.n_tokens)
+        self.selection.clamp(cfg.n_layers, max_maps(cfg), trace.n_tokens)  # a hybrid's most heads (a convolution's channels)
         start = time.perf_counter()
         self.shown.emit(frame)
         self.timed.emit(Timing("shown", "", start, time.perf_counter()))
@@ -344,7 +346,9 @@ class Presenter(QObject):
             if not self.closed and trace is self.trace:
                 self._set_trace(panel_id, trace, view)
 
-        background.run(self._request(panel_id), trace, on_done=draw)
+        self._catching_up.add(panel_id)  # not idle until it is drawn (or its preparation failed)
+        background.run(self._request(panel_id), trace, on_done=draw,
+                       on_finished=lambda: self._catching_up.discard(panel_id))
 
     def shutdown(self) -> None:
         """The window closes: whatever is still prepared or drawn stops, nothing more is shown."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -296,11 +296,13 @@ class Heatmap(pg.GraphicsLayoutWidget):
             return row, col
         return None
 
+    masked_text: Callable[[int, int], str] | None = None  # why a masked cell is masked ("masked" without it)
+
     def cell_text(self, row: int, col: int) -> str:
-        """The tooltip for one cell: "row_label → col_label: value_name = 0.123456" (or "masked")."""
+        """The tooltip for one cell: "row_label → col_label: value_name = 0.123456" (or "masked", or why)."""
         where = f"{self.row_labels[row]} \u2192 {self.col_labels[col]}"
         if self._masked[row, col]:
-            return f"{where}: masked"
+            return f"{where}: {self.masked_text(row, col) if self.masked_text is not None else 'masked'}"
         return f"{where}: {self.value_name} = {format_value(self._matrix[row, col])}"
 
     def _on_mouse_moved(self, args: tuple) -> None:

@@ -60,11 +60,11 @@ class AttentionMapsExport(QObject):
     def __init__(self, trace: Trace, folder: Path, parent: QWidget,
                  on_finished: Callable[[AttentionMapsExport], None] | None = None) -> None:
         super().__init__(parent)
-        from explorer.ui.export.attention_maps import write_attention_maps
+        from explorer.ui.export.attention_maps import map_count, write_attention_maps
 
         self.parent_widget, self.folder, self.on_finished = parent, folder, on_finished
         self.cancel = Cancel()
-        self.total = trace.config.n_layers * trace.config.n_heads
+        self.total = map_count(trace)
         self.done = 0
         self.message = ""
         self.closed = False

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 
 from explorer.core.budget import global_budget
 from explorer.core.paths import resources_dir
+from explorer.core.analysis.layer_maps import max_maps
 from explorer.ui.session.session import Session
 from explorer.ui.session.workers import LoadRequest, LoadResult
 from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
@@ -66,7 +67,7 @@ class LoadingChrome(QObject):
         self.recent.add(self.session.source)
         self.menus.current, self.menus.unfit = self.session.source, None
         cfg = loaded.config
-        self.layer_head.set_ranges(cfg.n_layers, cfg.n_heads)
+        self.layer_head.set_ranges(cfg.n_layers, max_maps(cfg))  # a hybrid: its widest layer's heads
         self.devices.set_values(request.device, request.dtype)
         self.devices.set_weights(request.weights)
         self.devices.refresh()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
+from explorer.core.analysis.layer_maps import max_maps
 from explorer.ui.session import background
 from explorer.ui.session.frame import FILE, REMOTE, Frame
 from explorer.ui.session.session import Session
@@ -88,7 +89,7 @@ class TraceFileOpener(QObject):
         """Make ``trace`` (from a file, without a model; ``kind`` REMOTE: a remote trace, ``path`` its
         label) the session's trace."""
         cfg = trace.config
-        self.layer_head.set_ranges(cfg.n_layers, cfg.n_heads)
+        self.layer_head.set_ranges(cfg.n_layers, max_maps(cfg))
         self.prompt.set_read_only(True)
         self.status.set_loading(None)
         self.status.show_model({"name": f"{trace.meta.model_name or 'trace'} (trace file)", "description": cfg.describe(),

@@ -25,6 +25,7 @@ from PySide6.QtGui import QColor, QCursor
 from PySide6.QtWidgets import QToolTip, QWidget
 
 from explorer.core.analysis import attention_tiles as tiles
+from explorer.core.analysis import effective_tiles
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.widgets.axis import readable, thin_axes
@@ -117,7 +118,8 @@ class LongHeadView(pg.GraphicsLayoutWidget):
 
     def _label_keys(self) -> None:
         """The key axis says what the picture is: exact cells (a tile) or the maximum over f x f blocks."""
-        pooled = f" \u00b7 max over {self.factor}\u00d7{self.factor}-token blocks" if self.factor > 1 else ""
+        most = "largest |weight|" if self.kind == "effective" else "max"  # signed weights: the largest in size
+        pooled = f" \u00b7 {most} over {self.factor}\u00d7{self.factor}-token blocks" if self.factor > 1 else ""
         label = "key (position)" + (" \u00b7 exact cells" if self.tile_rect else pooled)
         if label != self._key_label:  # a pan inside the tile changes nothing: no relayout
             self._key_label = label
@@ -150,7 +152,7 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         pad_r, pad_c = (TILE_MAX - (r1 - r0)) // 2, (TILE_MAX - (c1 - c0)) // 2
         r0, r1 = max(0, r0 - pad_r // 2), min(n, r1 + pad_r // 2)
         c0, c1 = max(0, c0 - pad_c // 2), min(n, c1 + pad_c // 2)
-        values = tiles.block(self.trace, self.layer, self.head, self.kind, (r0, r1), (c0, c1), masked=np.nan)
+        values = tile_block(self.trace, self.layer, self.head, self.kind, (r0, r1), (c0, c1))
         self.tile_rect, self.tile_values = (r0, r1, c0, c1), values
         shown = np.where(np.isfinite(values), values, np.nan).astype(np.float32)
         self.tile.setImage(shown, levels=self.levels, autoLevels=False)
@@ -181,7 +183,8 @@ class LongHeadView(pg.GraphicsLayoutWidget):
         value = self.image[r, c]
         rows = f"{r * f}\u2013{min(self.n, (r + 1) * f) - 1}"
         cols = f"{c * f}\u2013{min(self.n, (c + 1) * f) - 1}"
-        shown = "all masked" if not np.isfinite(value) else f"max {self.value_name} {format_value(value)}"
+        most = "largest" if self.kind == "effective" else "max"
+        shown = "all masked" if not np.isfinite(value) else f"{most} {self.value_name} {format_value(value)}"
         return f"queries {rows} \u2192 keys {cols}: {shown}"
 
     def _on_hover(self, args: tuple) -> None:
@@ -205,12 +208,27 @@ def is_long(trace: Trace | None) -> bool:
 
 
 def pooled_head(trace: Trace, layer: int, head: int, kind: str, check=None) -> tuple[np.ndarray, int]:
-    """The max-pooled overview of one head (kept with the trace; computed on a worker)."""
+    """The max-pooled overview of one head (kept with the trace; computed on a worker); ``kind`` "effective": a
+    recurrent layer's, each pixel its block's weight of largest size, signed (``effective_tiles``)."""
+    if kind == "effective":
+        return effective_tiles.weights_overview(trace, layer, head, OVERVIEW_PIXELS, "signed", check)
     return tiles.overview(trace, layer, head, kind, OVERVIEW_PIXELS, "max", check)
 
 
 def pooled_ready(trace: Trace, layer: int, head: int, kind: str) -> bool:
+    if kind == "effective":
+        return trace.memo_get(("effective_tiles.overview", layer, head, OVERVIEW_PIXELS, "signed")) is not None
     return trace.memo_get(("attention_tiles.overview", layer, head, kind, OVERVIEW_PIXELS, "max")) is not None
+
+
+def tile_block(trace: Trace, layer: int, head: int, kind: str, rows: tuple[int, int],
+               cols: tuple[int, int]) -> np.ndarray:
+    """The exact values of a rectangle of queries x keys, NaN where masked (a recurrent layer: later keys)."""
+    if kind != "effective":
+        return tiles.block(trace, layer, head, kind, rows, cols, masked=np.nan)
+    values = effective_tiles.weights_block(trace, layer, head, rows, cols)
+    later = np.arange(cols[0], cols[0] + values.shape[1])[None, :] > np.arange(rows[0], rows[0] + values.shape[0])[:, None]
+    return np.where(later & trace.config.causal, np.float32(np.nan), values)
 
 
 def row_bars(values: np.ndarray, masked: np.ndarray, bars: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -235,7 +253,7 @@ def long_detail_data(view: LongHeadView) -> tuple[np.ndarray, list[str], list[st
 
     labels = token_labels(view.trace.tokens)
     if view.n <= EXPORT_WHOLE:
-        return tiles.block(view.trace, view.layer, view.head, view.kind, (0, view.n), (0, view.n)), labels, labels
+        return tile_block(view.trace, view.layer, view.head, view.kind, (0, view.n), (0, view.n)), labels, labels
     if view.tile_rect is not None:
         r0, r1, c0, c1 = view.tile_rect
         return view.tile_values, labels[r0:r1], labels[c0:c1]
@@ -248,14 +266,16 @@ def show_long_head(view: LongHeadView, trace: Trace, layer: int, head: int, kind
     """Draw a long prompt's head in ``view`` if its pooled overview is ready (True), else ask
     ``later`` (the panel's) to compute it on a worker and ``redraw`` then (False)."""
     from explorer.core.display.labels import scores_formula
+    from explorer.ui.panels.attention import effective
     from explorer.ui.panels.attention.views import KINDS
 
     if not pooled_ready(trace, layer, head, kind):
         view.plot.setTitle(f"L{layer} H{head}: computing\u2026")
         later(("detail",), lambda check: pooled_head(trace, layer, head, kind, check), lambda _: redraw(), priority=0)
         return False
-    name, colormap, symmetric = KINDS[kind]
+    name, colormap, symmetric = effective.EFFECTIVE if kind == "effective" else KINDS[kind]  # signed weights
     what = "attention pattern" if kind == "pattern" else scores_formula(trace.config, layer)
+    title = effective.detail_title(trace, layer, head, what)  # names the kind of layer where the layers differ
     view.set_head(trace, layer, head, kind, name, pooled_head(trace, layer, head, kind),
-                  pg.colormap.get(colormap), symmetric, f"L{layer} H{head}: {what}")
+                  pg.colormap.get(colormap), symmetric, title)
     return True

@@ -39,6 +39,7 @@ from explorer.ui.panels.attention.views import (
     statistic_of,
 )
 from explorer.ui.panels.attention.statistics_table import HeadStatisticsTable
+from explorer.ui.panels.attention import effective
 from explorer.ui.panels.residual.cells import CellTexts
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import cached_image, dark_cells, format_value
@@ -164,14 +165,16 @@ class AttentionOverview:
     def tile_component(self, scene_pos: QPointF) -> Component | None:
         """The head whose tile is under ``scene_pos`` (the panel's intervention target)."""
         picked = self.head_at_scene(scene_pos) if self.trace is not None else None
-        return None if picked is None else Component.head(*picked)
+        if picked is None or not effective.attention_head(self.trace.config, *picked):
+            return None  # a recurrent layer's map, or no map: nothing to switch off here
+        return Component.head(*picked)
 
     def tile_mark_points(self, iv: Intervention) -> list[Point]:
         """Where a switched-off head's cross goes: its tile's centre."""
         if iv.target != "head" or self.geometry is None or self.trace is None:
             return []
         cfg = self.trace.config
-        if not (0 <= iv.layer < cfg.n_layers and 0 <= iv.index < cfg.n_heads):
+        if not (0 <= iv.layer < cfg.n_layers and 0 <= iv.index < self.geometry.n_heads):
             return []
         return [self.geometry.tile_center(iv.layer, iv.index)]
 
@@ -182,7 +185,7 @@ class AttentionOverview:
             self.geometry = None
             self.overview_image.clear()
             self.overview_plot.setTitle("all heads: computing\u2026")
-            self.info.setText(f"{cfg.n_layers} layers \u00d7 {cfg.n_heads} heads \u00b7 {trace.n_tokens} tokens")
+            self.info.setText(self._shape_text())
             self.later(("mosaic",), lambda check: mosaic_of(trace, check), lambda _: self.draw_overview(),
                        priority=2)
             return
@@ -196,17 +199,32 @@ class AttentionOverview:
         self._home = ((-1, cols + 1), (-1, rows + 1))  # room for the outline
         self._fit_home()
         step_l = max(1, math.ceil(cfg.n_layers / 24))
-        step_h = max(1, math.ceil(cfg.n_heads / 24))
+        step_h = max(1, math.ceil(geo.n_heads / 24))
+        mixed = not effective.uniform(cfg)  # a hybrid's rows say which kind of layer they are
         self.overview_plot.getAxis("left").setTicks(
-            [[(geo.tile_center(layer, 0)[1], f"L{layer}") for layer in range(0, cfg.n_layers, step_l)]])
+            [[(geo.tile_center(layer, 0)[1], f"L{layer}" + (f" {effective.short_kind(trace, layer)}" if mixed else ""))
+              for layer in range(0, cfg.n_layers, step_l)]])
         self.overview_plot.getAxis("top").setTicks(
-            [[(geo.tile_center(0, head)[0], f"H{head}") for head in range(0, cfg.n_heads, step_h)]])
-        shape = f"{cfg.n_layers} layers \u00d7 {cfg.n_heads} heads \u00b7 {trace.n_tokens} tokens"
+            [[(geo.tile_center(0, head)[0], f"H{head}") for head in range(0, geo.n_heads, step_h)]])
+        shape = self._shape_text()
         if geo.downsampled:
             shape += f" \u00b7 overview averaged over {geo.factor}\u00d7{geo.factor}-token blocks"
         self.info.setText(shape)
         self.place_outlines()
         self.refresh_marks()  # the crosses follow the tiles (drawn later than the trace on long prompts)
+
+    def _shape_text(self) -> str:
+        """The grid in words: "4 layers x 4 heads · 14 tokens"; a hybrid's kinds of layer and what its tiles show."""
+        trace, cfg = self.trace, self.trace.config
+        if effective.uniform(cfg):
+            return f"{cfg.n_layers} layers \u00d7 {cfg.n_heads} heads \u00b7 {trace.n_tokens} tokens"
+        kinds: dict[str, int] = {}
+        for layer in range(cfg.n_layers):
+            kind = effective.kind_of(trace, layer) or ("attention" if cfg.layer(layer).is_attention else "no mixer")
+            kinds[kind] = kinds.get(kind, 0) + 1
+        parts = ", ".join(f"{count} {kind}" for kind, count in kinds.items())
+        return (f"{cfg.n_layers} layers ({parts}) \u00b7 {trace.n_tokens} tokens \u00b7 recurrent layers' tiles: "
+                "each row's shares of |weights|")
 
     def _fit_home(self, *_) -> None:
         """Fit the mosaic to the view (the aspect is locked): the room left over goes below it, not
@@ -247,7 +265,7 @@ class AttentionOverview:
         if over_corpus is None and name not in self._statistics and not all_heads_cheap(trace) \
                 and trace.memo_get(("attention.statistic", name)) is None:
             self.statistics.plot.setTitle(f"{analysis.STATISTIC_LABELS[name]}: computing\u2026")
-            self.statistics.set_data(np.full((cfg.n_layers, cfg.n_heads), np.nan, np.float32))
+            self.statistics.set_data(np.full((cfg.n_layers, self.columns()), np.nan, np.float32))
             self.later(("statistic",), lambda check: statistic_of(trace, name),
                        lambda _: self.draw_statistics() if self.statistic == name else None, priority=3)
             return
@@ -257,9 +275,10 @@ class AttentionOverview:
         chance = over_corpus.chance if over_corpus else chance_level(self.statistic, trace.token_ids, cfg.causal)
         label += f" {over_corpus.source}" if over_corpus else ""  # else this prompt's; chance: uniform attention's
         self.statistics.plot.setTitle(label + (f" (chance {chance:.3f})" if math.isfinite(chance) else ""))
+        self.statistics.absent = self.absent_text
         self.statistics.set_data(values, [f"L{layer}" for layer in range(cfg.n_layers)],
-                                 [f"H{head}" for head in range(cfg.n_heads)], levels=levels, value_name=label)
-        self.statistics_table.set_values(values, label, chance)
+                                 [f"H{head}" for head in range(values.shape[1])], levels=levels, value_name=label)
+        self.statistics_table.set_values(values, label, chance, self.present())
         self.statistics_table.select_head(*self.layer_head())
         # each value in its cell, in black or white by the cell's luminance; CellTexts leaves out text
         # that has no room on screen (the table and the tooltips have every value)
@@ -271,15 +290,21 @@ class AttentionOverview:
     # --- hover and click on the overview ---------------------------------------------------------
     def overview_text(self, layer: int, head: int, query: int, key: int) -> str:
         tokens, geo = self.trace.tokens, self.geometry
+        missing = self.absent_text(layer, head)
+        if missing:
+            return missing
         x, y = geo.tile_origin(layer, head)
         value = self.mosaic[y + query // geo.factor, x + key // geo.factor]
+        kind = effective.kind_of(self.trace, layer)
+        what = "weight" if kind is None else "share of |effective weights|"
+        where = f"L{layer} H{head}" + (f" ({kind})" if kind is not None else "")
         if geo.downsampled:
             qs, ks = geo.tokens_of_pixel(query // geo.factor), geo.tokens_of_pixel(key // geo.factor)
-            text = (f"L{layer} H{head}: queries {qs.start}\u2013{qs.stop - 1} \u2192 "
-                    f"keys {ks.start}\u2013{ks.stop - 1}: mean weight {format_value(value)}")
+            text = (f"{where}: queries {qs.start}\u2013{qs.stop - 1} \u2192 "
+                    f"keys {ks.start}\u2013{ks.stop - 1}: mean {what} {format_value(value)}")
         else:
-            text = (f"L{layer} H{head}: query {quoted(tokens[query])} ({query}) \u2192 "
-                    f"key {quoted(tokens[key])} ({key}): weight {format_value(value)}")
+            text = (f"{where}: query {quoted(tokens[query])} ({query}) \u2192 "
+                    f"key {quoted(tokens[key])} ({key}): {what} {format_value(value)}")
         name = self.statistic
         ready = name in self._statistics or self.trace.memo_get(("attention.statistic", name)) is not None
         if self.stats_toggle.isChecked() and ready:
@@ -307,11 +332,40 @@ class AttentionOverview:
             self.selection.set_layer_head(*picked)
 
 
+    # --- a model whose layers differ --------------------------------------------------------------
+    def columns(self) -> int:
+        """The grid's columns: the heads, or (layers that differ) the most maps a layer shows."""
+        cfg = self.trace.config
+        return cfg.n_heads if effective.uniform(cfg) else effective.grid_columns(cfg)
+
+    def present(self) -> np.ndarray | None:
+        """[L, columns] bool: which cells of the grid are a map (None: all of them)."""
+        cfg = self.trace.config
+        if effective.uniform(cfg):
+            return None
+        shown = [effective.grid_maps(cfg, layer) for layer in range(cfg.n_layers)]
+        return np.arange(self.columns())[None, :] < np.array(shown)[:, None]
+
+    def absent_text(self, layer: int, head: int) -> str:
+        """Why the grid has no map at (layer, head) ("" where it has one)."""
+        cfg = self.trace.config
+        if effective.uniform(cfg) or head < effective.grid_maps(cfg, layer):
+            return ""
+        count = effective.maps_of(cfg, layer)
+        if count == 0:
+            return f"L{layer}: a block without a token mixer (only its FFN): no weights over tokens"
+        if count > head:  # a convolution's channels beyond the grid's columns
+            return f"L{layer}: channel {head} of {count}: choose it with the Head box to see it in the detail view"
+        return f"L{layer} has {count} {'heads' if count != 1 else 'head'}"
+
     # --- exported data ---------------------------------------------------------------------------
     def overview_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """Every head's exact pattern stacked: [L*H*n, n], rows "L{l} H{h} {i}:{token}", columns keys;
-        when every layer's patterns do not fit the budget, the all-heads image as drawn (pooled tiles)."""
+        """Every head's exact pattern stacked: [L*H*n, n], rows "L{l} H{h} {i}:{token}", columns keys (a hybrid:
+        each map on the grid, a recurrent layer's exact effective attention); when they do not fit the budget,
+        the all-heads image as drawn (pooled tiles)."""
         trace, cfg = self.trace, self.trace.config
+        if not effective.uniform(cfg) and effective.maps_fit(trace):
+            return effective.stacked_maps(trace)
         if not layer_patterns_fit(trace):
             rows, cols = self.mosaic.shape
             return self.mosaic, [f"pixel row {r}" for r in range(rows)], [f"pixel column {c}" for c in range(cols)]
@@ -335,5 +389,5 @@ class AttentionOverview:
     def statistics_data(self) -> tuple[np.ndarray, list[str], list[str]]:
         """The chosen head statistic [L, H] with "L{l}" / "H{h}" labels."""
         cfg = self.trace.config
-        return (self.statistic_values(), [f"L{layer}" for layer in range(cfg.n_layers)],
-                [f"H{head}" for head in range(cfg.n_heads)])
+        values = self.statistic_values()
+        return (values, [f"L{layer}" for layer in range(cfg.n_layers)], [f"H{head}" for head in range(values.shape[1])])

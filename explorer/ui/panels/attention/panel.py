@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
+from PySide6.QtCore import QPointF, Qt, QTimer
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -34,21 +34,21 @@ from PySide6.QtWidgets import (
 from explorer.core.analysis import attention as analysis
 from explorer.core.analysis import attention_tiles as tiles
 from explorer.core.display.labels import scores_formula, token_labels
-from explorer.core.display.levels import finite_extent, finite_levels, kept_ticks
+from explorer.core.display.levels import finite_levels
 from explorer.core.display.mosaic import MosaicGeometry
-from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Point, Target, head_cells
-from explorer.ui.panels.attention.long_detail import (LongHeadView, is_long, long_detail_data, pooled_head, row_bars,
+from explorer.ui.panels.attention.long_detail import (LongHeadView, is_long, long_detail_data, pooled_head,
                                                       show_long_head)
 from explorer.ui.panels.attention.corpus_scores import CorpusScores
+from explorer.ui.panels.attention.layer_kinds import (KIND_TIPS, draw_query_row, follow_layer_kind, long_recurrent_row,
+                                                      recurrent_map_ready, show_no_mixer)
+from explorer.ui.panels.attention import effective
 from explorer.ui.panels.attention.overview import AttentionOverview
 from explorer.ui.panels.attention.questions import attention_questions
 from explorer.ui.panels.attention.views import (
-    BAR_NEGATIVE,
     BAR_PATTERN,
-    BAR_POSITIVE,
     KINDS,
     QUERY_OUTLINE,
     AttentionHeatmap,
@@ -59,7 +59,7 @@ from explorer.ui.panels.attention.views import (
 )
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
-from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
+from explorer.ui.widgets.plots import fixed_plot, outline
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 
@@ -79,6 +79,7 @@ class AttentionView(PanelView):
     mosaic: tuple[np.ndarray, MosaicGeometry] | None = None
     statistic: str = "induction"
     statistic_values: np.ndarray | None = None
+    detail: tuple[int, int, np.ndarray] | None = None  # a recurrent head's map (layer, head, [n, n]) for the detail
 
 
 class AttentionPanel(Panel):
@@ -86,7 +87,9 @@ class AttentionPanel(Panel):
         super().__init__(selection, parent)
         self.kind = "pattern"
         self.statistic = "induction"
-        self._head_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # current trace only
+        self._head_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = {}  # current trace only
+        self._rows: dict[tuple[int, int, int], np.ndarray] = {}  # a long recurrent head's rows, current trace only
+        self._detail_shown: tuple | None = None  # (trace, layer, head, kind) the detail heatmap holds
         self._detail_timer = QTimer(self)  # coalesces "layer" + "head" into one redraw
         self._detail_timer.setSingleShot(True)
         self._detail_timer.setInterval(0)
@@ -108,10 +111,8 @@ class AttentionPanel(Panel):
         row.addWidget(QLabel("Detail:"))
         self._kind_group = QButtonGroup(self)
         self.kind_buttons: dict[str, QToolButton] = {}
-        for kind, text, tip in (("pattern", "pattern", "softmax weights: each row sums to 1"),
-                                ("scores", "scores",
-                                 "q\u00b7k / \u221ad_head (plus ALiBi's bias where the model has one) before the "
-                                 "softmax; masked cells hatched")):
+        for kind, text in (("pattern", "pattern"), ("scores", "scores")):
+            tip = KIND_TIPS[kind]
             button = QToolButton()
             button.setText(text)
             button.setToolTip(tip)
@@ -180,8 +181,11 @@ class AttentionPanel(Panel):
     def intervention_targets(self) -> list[Target]:
         """A head's tile in the all-heads grid, its cell in the head-statistics heatmap; questions (questions.py)."""
         heads = self.all_heads
-        return [Target(self.overview_plot, heads.tile_component, heads.tile_mark_points), head_cells(self.statistics),
-                *attention_questions(self)]
+        return [Target(self.overview_plot, heads.tile_component, heads.tile_mark_points),
+                head_cells(self.statistics, is_head=self._is_head), *attention_questions(self)]
+
+    def _is_head(self, layer: int, head: int) -> bool:
+        return self.trace is not None and effective.attention_head(self.trace.config, layer, head)
 
     def tile_marks(self) -> list[Point]:
         """Where the all-heads grid draws its red crosses now (one per switched-off head)."""
@@ -244,19 +248,25 @@ class AttentionPanel(Panel):
         """On the worker thread: the patterns (when they fit), the mosaic and, if the snapshot shows
         them, the statistic."""
         super().prepare(trace, snapshot)
+        layer = min(snapshot.layer, trace.config.n_layers - 1)
+        head = min(snapshot.head, effective.layer_heads(trace, layer) - 1)
+        recurrent = effective.kind_of(trace, layer) is not None
+        detail = None
+        if recurrent and not is_long(trace):  # the selected recurrent head's map, off the GUI thread
+            detail = (layer, head, effective.head_map(trace, layer, head))
         if not all_heads_cheap(trace):  # the mosaic and statistics come progressively (draw)
-            cfg = trace.config
-            layer, head = min(snapshot.layer, cfg.n_layers - 1), min(snapshot.head, cfg.n_heads - 1)
             if is_long(trace):  # the selected head's pooled overview, never its [n, n] matrix
-                pooled_head(trace, layer, head, "pattern")
-            else:
+                pooled_head(trace, layer, head, "effective" if recurrent else "pattern")
+            elif effective.maps_of(trace.config, layer) and not recurrent:
                 trace.head(layer, head)
-            return AttentionView(trace, statistic=snapshot.statistic)
+            return AttentionView(trace, statistic=snapshot.statistic, detail=detail)
         values = statistic_of(trace, snapshot.statistic) if snapshot.statistics_on else None
-        return AttentionView(trace, mosaic_of(trace), snapshot.statistic, values)
+        return AttentionView(trace, mosaic_of(trace), snapshot.statistic, values, detail)
 
     def draw(self, view: AttentionView) -> None:
-        self._head_cache = {}
+        self._head_cache, self._rows = {}, {}
+        if view.detail is not None:
+            self._head_cache[view.detail[:2]] = (view.detail[2], None)
         prepared = {view.statistic: view.statistic_values} if view.statistic_values is not None else {}
         self.all_heads.show(view.trace, view.mosaic, prepared)
         self._draw_detail()
@@ -314,46 +324,63 @@ class AttentionPanel(Panel):
         return n - 1 if token is None else min(max(token, 0), n - 1)
 
     def layer_head(self) -> tuple[int, int]:
-        """The selected (layer, head), kept inside the current trace's ranges."""
-        cfg = self.trace.config
-        return min(self.selection.layer, cfg.n_layers - 1), min(self.selection.head, cfg.n_heads - 1)
+        """The selected (layer, head), kept inside the current trace's ranges (the layer's own heads)."""
+        layer = min(self.selection.layer, self.trace.config.n_layers - 1)
+        return layer, min(self.selection.head, effective.layer_heads(self.trace, layer) - 1)
 
 
     # --- drawing ---------------------------------------------------------------------------------
-    def head_matrices(self, layer: int, head: int) -> tuple[np.ndarray, np.ndarray]:
-        """(pattern, scores) [n, n] of one head, exact, from the trace (the last few kept)."""
+    def head_matrices(self, layer: int, head: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(pattern, scores) [n, n] of one head, exact, from the trace (the last few kept); a recurrent layer's
+        (effective attention, None)."""
         key = (layer, head)
         if key not in self._head_cache:
             while len(self._head_cache) >= 4:
                 self._head_cache.pop(next(iter(self._head_cache)))
-            self._head_cache[key] = (self.trace.head(layer, head, "pattern"), self.trace.head(layer, head, "scores"))
+            if effective.kind_of(self.trace, layer) is not None:
+                self._head_cache[key] = (effective.head_map(self.trace, layer, head), None)
+            else:
+                self._head_cache[key] = (self.trace.head(layer, head, "pattern"), self.trace.head(layer, head, "scores"))
         return self._head_cache[key]
 
     def _detail_matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        pattern, scores = self.head_matrices(*self.layer_head())
+        layer, head = self.layer_head()
+        pattern, scores = self.head_matrices(layer, head)
+        if scores is None:  # a recurrent layer: its effective attention, later keys hatched
+            return pattern, effective.future_keys(self.trace.n_tokens, self.trace.config.causal)
         return (scores if self.kind == "scores" else pattern), np.isneginf(scores)
 
     def _draw_detail(self) -> None:
         self._detail_timer.stop()
         if self.trace is None:
             return
+        layer, head = self.layer_head()
+        kind = effective.kind_of(self.trace, layer)
+        follow_layer_kind(self, kind)
+        if not effective.maps_of(self.trace.config, layer):
+            show_no_mixer(self, layer)
+            return
         if is_long(self.trace):
             self._draw_long_detail()
             return
         self.detail_stack.setCurrentWidget(self.detail)
+        if kind is not None and not recurrent_map_ready(self, layer, head):
+            return
         matrix, masked = self._detail_matrix()
-        name, colormap, symmetric = KINDS[self.kind]
+        name, colormap, symmetric = effective.EFFECTIVE if kind is not None else KINDS[self.kind]
         self.detail.set_colormap(colormap, symmetric)
-        if self.kind == "pattern":
+        if kind is not None:
+            levels = effective.levels_of(matrix, ~masked)
+        elif self.kind == "pattern":
             levels = (0.0, finite_levels(matrix)[1])
         else:
             levels = finite_levels(matrix, symmetric=True, masked=masked)
         tokens = list(self.trace.tokens)
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
-        layer, head = self.layer_head()
+        self._detail_shown = (self.trace, layer, head, kind is not None or self.kind)
         cfg = self.trace.config  # the family's own scale, bias, cap and window, as the forward pass applies them
         what = "attention pattern" if self.kind == "pattern" else scores_formula(cfg, layer)
-        self.detail.plot.setTitle(f"L{layer} H{head}: {what}")  # the axes say query and key
+        self.detail.plot.setTitle(effective.detail_title(self.trace, layer, head, what))  # the axes: query, key
         self.detail.plot.setLabel("left", "query")
         self.detail.plot.setLabel("bottom", "key")
         self._draw_query_row()
@@ -361,14 +388,21 @@ class AttentionPanel(Panel):
     def _draw_long_detail(self) -> None:
         """A long prompt's head: its pooled overview (computed on a worker the first time) and tiles."""
         self.detail_stack.setCurrentWidget(self.long_detail)
-        if show_long_head(self.long_detail, self.trace, *self.layer_head(), self.kind, self.later, self._draw_detail):
+        layer, head = self.layer_head()
+        kind = "effective" if effective.kind_of(self.trace, layer) is not None else self.kind
+        if show_long_head(self.long_detail, self.trace, layer, head, kind, self.later, self._draw_detail):
             self._draw_query_row()
 
-    def _query_values(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """The selected head's row for query ``i`` and its mask, exact."""
-        if not is_long(self.trace):
-            return np.asarray(self.detail.matrix[i], dtype=np.float32), self.detail.masked[i]
+    def _query_values(self, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The selected head's row for query ``i`` and its mask, exact (None: a long recurrent row being computed)."""
         layer, head = self.layer_head()
+        recurrent = effective.kind_of(self.trace, layer) is not None
+        if not is_long(self.trace):
+            if recurrent and self._detail_shown != (self.trace, layer, head, True):
+                return None  # its map is being computed: the bars follow it
+            return np.asarray(self.detail.matrix[i], dtype=np.float32), self.detail.masked[i]
+        if recurrent:  # one row of a long recurrent map is tens of ms: on a worker, kept for the next switch
+            return long_recurrent_row(self, layer, head, i)
         if self.kind == "scores":
             scores = tiles.query_row(self.trace, layer, head, "scores", i)
             return scores, np.isneginf(scores)
@@ -376,27 +410,7 @@ class AttentionPanel(Panel):
         return pattern, np.isneginf(scores)
 
     def _draw_query_row(self) -> None:
-        i = self.query_row()
-        values, masked_row = self._query_values(i)
-        n = values.shape[0]
-        self.row_values = values
-        x, heights, f = row_bars(values, masked_row, max(64, self.row_plot.width()) if is_long(self.trace) else n)
-        if self.kind == "pattern":
-            brushes = [BAR_PATTERN] * len(heights)
-        else:
-            brushes = [BAR_NEGATIVE if h < 0 else BAR_POSITIVE for h in heights]
-        self.row_bars.setOpts(x=x, height=heights, width=0.8 * f, brushes=brushes)
-        (self.long_query_outline if is_long(self.trace) else self.query_outline).setRect(QRectF(0, i, n, 1))
-        tokens = self.trace.tokens
-        name = KINDS[self.kind][0] + (f" (largest of each {f} keys)" if f > 1 else "")
-        earlier = masked_row[:i].any()  # a sliding window hides keys before the query too
-        later = (" (keys outside its window masked)" if earlier
-                 else " (later keys masked)" if masked_row.any() else "")
-        self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
-        self.row_plot.getAxis("bottom").setTicks([kept_ticks(tuple(tokens), max(2, min(40, n)), 8)])
-        lo, hi = finite_extent(heights)
-        set_x_range(self.row_plot, 0, max(n, 1), padding=0.01)  # (the same keys again: kept)
-        self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
+        draw_query_row(self)
 
     # --- exported data ---------------------------------------------------------------------------
     def _detail_data(self) -> tuple[np.ndarray, list[str], list[str]]:
@@ -411,5 +425,8 @@ class AttentionPanel(Panel):
         """The selected query's row [n]: one entry per key (row labels); the one column label
         names the query and the quantity."""
         labels = token_labels(self.trace.tokens)
-        i = self.query_row()
-        return self._query_values(i)[0], labels, [f"{KINDS[self.kind][0]} from query {labels[i]}"]
+        i, layer = self.query_row(), self.layer_head()[0]
+        got = self._query_values(i)
+        values = got[0] if got is not None else np.full(len(labels), np.nan, np.float32)  # (still being computed)
+        quantity = effective.row_title(self.trace, layer) if effective.kind_of(self.trace, layer) else KINDS[self.kind][0]
+        return values, labels, [f"{quantity} from query {labels[i]}"]

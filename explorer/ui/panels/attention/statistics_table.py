@@ -35,28 +35,38 @@ def chance_text(chance: float, sep: str) -> str:
 
 
 class HeadStatisticsModel(QAbstractTableModel):
-    """[L, H] values as L*H rows of (layer, head, value)."""
+    """[L, H] values as L*H rows of (layer, head, value); with ``present`` (a model whose layers differ) only
+    the cells that are a map."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.values = np.zeros((0, 0), dtype=np.float64)
+        self.cells = np.zeros((0, 2), dtype=np.int64)  # (layer, head) of each row
         self.name = "value"
         self.chance = math.nan  # what uniform attention gives on this prompt (core/analysis/chance.py)
 
-    def set_values(self, values: np.ndarray, name: str, chance: float = math.nan) -> None:
+    def set_values(self, values: np.ndarray, name: str, chance: float = math.nan,
+                   present: np.ndarray | None = None) -> None:
         self.beginResetModel()
         self.values = np.asarray(values, dtype=np.float64)
+        shown = np.ones(self.values.shape, bool) if present is None else np.asarray(present, bool)
+        self.cells = np.argwhere(shown)  # row-major: layer by layer, head by head
         self.name = name
         self.chance = chance
         self.endResetModel()
         self.headerDataChanged.emit(Qt.Orientation.Horizontal, 2, 2)
 
     def head_of(self, row: int) -> tuple[int, int]:
-        heads = max(self.values.shape[1], 1)
-        return row // heads, row % heads
+        layer, head = self.cells[row]
+        return int(layer), int(head)
+
+    def row_of(self, layer: int, head: int) -> int | None:
+        """The model row of (layer, head), None where the table has none."""
+        hits = np.flatnonzero((self.cells[:, 0] == layer) & (self.cells[:, 1] == head)) if len(self.cells) else []
+        return int(hits[0]) if len(hits) else None
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:
-        return 0 if parent.isValid() else int(self.values.size)
+        return 0 if parent.isValid() else len(self.cells)
 
     def columnCount(self, parent: Index = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(HEADERS)
@@ -124,8 +134,9 @@ class HeadStatisticsTable(QTableView):
         self.setMinimumSize(width, 4 * (metrics.height() + 6) + 30)  # a header and a few rows
         self.clicked.connect(self._on_clicked)
 
-    def set_values(self, values: np.ndarray, name: str, chance: float = math.nan) -> None:
-        self.source.set_values(values, name, chance)
+    def set_values(self, values: np.ndarray, name: str, chance: float = math.nan,
+                   present: np.ndarray | None = None) -> None:
+        self.source.set_values(values, name, chance, present)
 
     def head_at(self, row: int) -> tuple[int, int]:
         """(layer, head) shown in table row ``row`` (after sorting)."""
@@ -136,8 +147,8 @@ class HeadStatisticsTable(QTableView):
 
     def select_head(self, layer: int, head: int) -> None:
         """Highlight the row of (layer, head) without emitting ``head_clicked``."""
-        heads = self.source.values.shape[1] if self.source.values.ndim == 2 else 0
-        if not heads or layer * heads + head >= self.source.rowCount():
+        found = self.source.row_of(layer, head)
+        if found is None:
             return
-        row = self.proxy.mapFromSource(self.source.index(layer * heads + head, 0)).row()
+        row = self.proxy.mapFromSource(self.source.index(found, 0)).row()
         self.selectRow(row)

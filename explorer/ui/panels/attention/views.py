@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -14,6 +15,7 @@ from PySide6.QtCore import Qt
 
 from explorer.core.analysis import attention as analysis
 from explorer.core.analysis.attention_tiles import pooled_mosaic
+from explorer.core.analysis.layer_maps import grid_cost, layer_mosaic, uniform
 from explorer.core.display.mosaic import MosaicGeometry, tile_heads
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
@@ -40,9 +42,10 @@ def statistic_levels(name: str, values: np.ndarray, n_tokens: int) -> tuple[floa
 
 
 def layer_patterns_fit(trace: Trace) -> bool:
-    """Whether every layer's [H, n, n] pattern together is small enough to precompute and cache."""
+    """Whether every layer's [H, n, n] pattern together is small enough to precompute and cache (never for a model
+    whose layers differ: its grid is built layer by layer, ``layer_maps.layer_mosaic``)."""
     cfg, n = trace.config, trace.n_tokens
-    return cfg.n_layers * cfg.n_heads * n * n * 4 <= LAYER_PATTERN_BUDGET
+    return uniform(cfg) and cfg.n_layers * cfg.n_heads * n * n * 4 <= LAYER_PATTERN_BUDGET
 
 
 class AttentionHeatmap(Heatmap):
@@ -62,9 +65,15 @@ class AttentionHeatmap(Heatmap):
 
 
 class StatisticHeatmap(Heatmap):
-    """The L x H table of one head statistic, with "L0 H1: name value" tooltips."""
+    """The L x H table of one head statistic, with "L0 H1: name value" tooltips. ``absent(layer, head)``: why
+    a cell has no map ("" where it has one; a model whose layers differ)."""
+
+    absent: Callable[[int, int], str] | None = None
 
     def cell_text(self, row: int, col: int) -> str:
+        why = self.absent(row, col) if self.absent is not None else ""
+        if why:
+            return why
         value = self.matrix[row, col]
         shown = format_value(value) if math.isfinite(value) else "undefined (no repeated tokens)"
         return f"{self.row_labels[row]} {self.col_labels[col]}: {self.value_name} {shown}"
@@ -75,6 +84,8 @@ def all_heads_cheap(trace: Trace) -> bool:
     """Whether work over every head (the mosaic, a statistic) is cheap enough to do with the trace
     (multiply-adds of all heads' q.k under ``ALL_HEADS_NOW_MACS``); else it is done progressively."""
     cfg, n = trace.config, trace.n_tokens
+    if not uniform(cfg):  # recurrent layers: their effective attention's cost (layer_maps.grid_cost)
+        return grid_cost(cfg, n) <= ALL_HEADS_NOW_MACS
     return cfg.n_layers * cfg.n_heads * n * n * cfg.d_head <= ALL_HEADS_NOW_MACS
 
 
@@ -92,6 +103,8 @@ def mosaic_of(trace: Trace, check=None) -> tuple[np.ndarray, MosaicGeometry]:
     patterns do not fit ``LAYER_PATTERN_BUDGET`` each tile is pooled from its head's q and k row chunk
     by row chunk (``attention_tiles.pooled_mosaic``): no head's [n, n] matrix is built."""
     cfg = trace.config
+    if not uniform(cfg):  # layers that differ: each layer's own maps (a recurrent layer's effective attention)
+        return trace.memo(("attention.mosaic", MAX_TILE), lambda: layer_mosaic(trace, MAX_TILE, check=check))
     if not layer_patterns_fit(trace):
         return trace.memo(("attention.mosaic", MAX_TILE), lambda: pooled_mosaic(trace, MAX_TILE, check=check))
     source = head_source(trace)
@@ -106,5 +119,6 @@ def mosaic_of(trace: Trace, check=None) -> tuple[np.ndarray, MosaicGeometry]:
 
 
 def statistic_of(trace: Trace, name: str) -> np.ndarray:
-    """The [L, H] values of one head statistic, once per trace."""
+    """The [L, H] values of one head statistic, once per trace ([L, the grid's columns] for a model whose layers
+    differ, NaN where a layer has no such map: ``analysis.head_statistics``)."""
     return trace.memo(("attention.statistic", name), lambda: analysis.head_statistics(trace, name))

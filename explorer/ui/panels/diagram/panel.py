@@ -42,6 +42,13 @@ class DiagramPanelView(PanelView):
     pending: tuple[str, ...] = ()  # boxes whose summary is being computed on a worker ("computing…")
 
 
+def block_kinds(cfg: Any) -> tuple[str, ...]:
+    """Each block's token mixer in a word, for the layer strip, where the model's blocks differ (else ())."""
+    from explorer.core.analysis.layer_maps import short_kind, uniform
+
+    return () if uniform(cfg) else tuple(short_kind(cfg, layer) for layer in range(cfg.n_layers))
+
+
 def diagram_of(trace: Trace) -> Diagram:
     return trace.memo(("diagram",), lambda: build_diagram(trace.config, trace.n_tokens))
 
@@ -144,7 +151,7 @@ class DiagramPanel(Panel):
         for strip in self.scene.strips:
             part = view.stream[strip.first: strip.last + 2]
             strip.set_summary(Summary(f"stream ‖x‖ {part[0]:.3g} → {part[-1]:.3g}" if part else "", None, part))
-        self.strip.set_state(cfg.n_layers, view.layer, view.stream[1:])
+        self.strip.set_state(cfg.n_layers, view.layer, view.stream[1:], block_kinds(cfg))
         token = view.trace.tokens[view.token] if view.trace.n_tokens else ""
         self._set_caption(f"{cfg.arch}: {cfg.n_layers} blocks, n = {view.diagram.n} tokens. Numbers for "
                              f"token #{view.token} {token!r}, head {view.head}. Click a box to open its panel.")

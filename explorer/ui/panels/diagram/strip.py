@@ -1,5 +1,6 @@
 """The layer selector strip above the diagram: one cell per block, the selected one filled; a click or
-the arrow keys select a block (the shared selection's layer)."""
+the arrow keys select a block (the shared selection's layer). A model whose blocks differ (a hybrid) colours each
+cell by its token mixer (``KIND_HUES``) and names it where the cell has room ("3 attn", "0 DeltaNet")."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPaintEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 CELL_MIN, HEIGHT = 14, 24
+# the hue of a block's cell by its token mixer (a hybrid's): attention blue, recurrent layers green / teal
+KIND_HUES = {"attn": 0.6, "DeltaNet": 0.4, "Mamba-2": 0.47, "conv": 0.33, "FFN": 0.0}
 
 
 class LayerStrip(QWidget):
@@ -17,6 +20,7 @@ class LayerStrip(QWidget):
         super().__init__(parent)
         self.n_layers, self.layer = 1, 0
         self.values: tuple[float, ...] = ()  # the stream's norm per block (shading)
+        self.kinds: tuple[str, ...] = ()  # each block's token mixer in a word (a hybrid's; else empty)
         self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setToolTip("Blocks: click one to draw it in full (←/→ move)")
@@ -24,12 +28,16 @@ class LayerStrip(QWidget):
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(max(200, self.n_layers * CELL_MIN), HEIGHT)
 
-    def set_state(self, n_layers: int, layer: int, values: tuple[float, ...] = ()) -> None:
-        if (max(1, n_layers), layer, values) == (self.n_layers, self.layer, self.values):
+    def set_state(self, n_layers: int, layer: int, values: tuple[float, ...] = (), kinds: tuple[str, ...] = ()) -> None:
+        if (max(1, n_layers), layer, values, kinds) == (self.n_layers, self.layer, self.values, self.kinds):
             return
         if max(1, n_layers) != self.n_layers:
             self.updateGeometry()  # its size hint follows the number of blocks
-        self.n_layers, self.layer, self.values = max(1, n_layers), layer, values
+        if kinds != self.kinds:
+            legend = ", ".join(dict.fromkeys(kinds))
+            self.setToolTip("Blocks: click one to draw it in full (\u2190/\u2192 move)"
+                            + (f"; coloured by their token mixer ({legend})" if kinds else ""))
+        self.n_layers, self.layer, self.values, self.kinds = max(1, n_layers), layer, values, kinds
         self.update()
 
     def cell(self, layer: int) -> QRect:
@@ -42,11 +50,17 @@ class LayerStrip(QWidget):
         for layer in range(self.n_layers):
             r = self.cell(layer).adjusted(1, 1, -1, -1)
             shade = self.values[layer] / top if layer < len(self.values) else 0.0
-            colour = QColor("#d9480f") if layer == self.layer else QColor.fromHsvF(0.6, 0.15 + 0.5 * shade, 0.95)
+            kind = self.kinds[layer] if layer < len(self.kinds) else "attn"
+            hue = KIND_HUES.get(kind, 0.6)
+            saturation = 0.0 if kind == "FFN" else 0.15 + 0.5 * shade
+            colour = QColor("#d9480f") if layer == self.layer else QColor.fromHsvF(hue, saturation, 0.95)
             p.fillRect(r, colour)
             if r.width() >= 14:
                 p.setPen(QColor("white") if layer == self.layer else QColor("#1f2937"))
-                p.drawText(r, Qt.AlignmentFlag.AlignCenter, str(layer))
+                text = f"{layer} {kind}" if self.kinds else str(layer)
+                if p.fontMetrics().horizontalAdvance(text) > r.width() - 4:
+                    text = str(layer)  # no room for the word: the colour says it
+                p.drawText(r, Qt.AlignmentFlag.AlignCenter, text)
         p.end()
 
     def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802

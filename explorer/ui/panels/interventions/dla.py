@@ -15,14 +15,15 @@ import numpy as np
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
-from explorer.core.display.tokens import quoted, vocab_quoted
+from explorer.core.analysis.layer_maps import attention_head
+from explorer.core.display.tokens import vocab_quoted
 from explorer.core.trace import Trace
 from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, ffn_column, head_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.panels.interventions.dla_choice import DLAChoice, DLATargetBar, top_predictions
+from explorer.ui.panels.interventions.dla_table import FFN, DLAHeatmap, dla_sentence, dla_table
 from explorer.ui.session.selection import Selection
-from explorer.ui.widgets.heatmap import Heatmap
 
 DEFAULT = DLAChoice()
 TOP_NOW_VOCAB = 1 << 16  # a vocabulary up to this: a token switch lists the top predictions at once, else on a worker
@@ -83,6 +84,7 @@ class DLAPanel(Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.result: DLA | None = None
+        self._columns: list[str] = []  # the heatmap's column labels as drawn (heads, then the layers' other terms)
         self.note = ""  # why the chosen target was cleared or cannot be used (one line, before the numbers)
         self.choose = DLATargetBar(self)  # the target (and distractor) chosen: dla_choice.py
         self.choose.changed.connect(self._on_choice)
@@ -92,21 +94,24 @@ class DLAPanel(Panel):
         # preferred height); the tooltip has the whole text
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.body.addWidget(self.info)
-        self.heatmap = Heatmap(colormap="CET-D1", symmetric=True, title="direct contribution to the logit")
+        self.heatmap = DLAHeatmap(colormap="CET-D1", symmetric=True, title="direct contribution to the logit")
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
         self.body.addWidget(self.heatmap, 1)
         self.add_exportable("direct logit attribution", self.heatmap, self._data)
         install_targets(self)  # right-click a head's cell or an FFN's: switch it off
 
     def intervention_targets(self) -> list[Target]:
-        """A head's cell, and a layer's FFN cell (the last column, where the model has FFNs)."""
+        """A head's cell (an attention layer's), and a layer's FFN cell (its column, where the model has FFNs)."""
         def heads() -> int:
             return self.trace.config.n_heads if self.trace is not None else 0
 
         def ffn() -> int | None:
-            return heads() if self.trace is not None and self.trace.config.has_ffn else None
+            return self._columns.index(FFN) if FFN in self._columns else None
 
-        return [head_cells(self.heatmap, heads), ffn_column(self.heatmap, ffn)]
+        def is_head(layer: int, head: int) -> bool:
+            return self.trace is not None and attention_head(self.trace.config, layer, head)
+
+        return [head_cells(self.heatmap, heads, is_head), ffn_column(self.heatmap, ffn)]
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> DLAView:
         """On the worker: the attribution at the snapshot's token (memoised with the trace)."""
@@ -162,17 +167,12 @@ class DLAPanel(Panel):
             return
         self.result = d = got
         matrix, rows, cols = self._data()
-        self.heatmap.set_data(matrix, rows, cols, value_name="logit contribution")
+        self._columns, self.heatmap.config = cols, trace.config
+        self.heatmap.set_data(matrix, rows, cols, masked=dla_table(d, trace.config)[1], value_name="logit contribution")
         target = vocab_quoted(self.tokenizer, d.target)
         if d.distractor is not None:
             target += f" minus the logit of {vocab_quoted(self.tokenizer, d.distractor)}"
-        ffn = f" + FFNs {d.mlp.sum():.3f}" if trace.config.has_ffn else ""
-        self._say(
-            (f"{self.note} " if self.note else "") +
-            f"Logit of {target} after {d.position}:{quoted(trace.tokens[d.position])} = {d.logit:.3f} = "
-            f"heads {d.heads.sum():.3f}{ffn} + embedding {d.embed:.3f} + biases "
-            f"{d.attn_bias.sum() + d.norm_bias + d.unembed_bias:.3f} (final norm's scale frozen). "
-            "Click a cell to select its head.")
+        self._say((f"{self.note} " if self.note else "") + dla_sentence(d, trace, target))
 
     def _offer(self, trace: Trace, here: int) -> None:
         """The top predictions at ``here`` under the target boxes: kept with the trace, else computed at once
@@ -197,14 +197,12 @@ class DLAPanel(Panel):
         self.info.setToolTip(text)
 
     def _on_cell_clicked(self, row: int, col: int) -> None:
-        if self.result is not None and col < self.result.heads.shape[1]:
+        if self.result is not None and col < self.result.heads.shape[1] and not self.heatmap.masked[row, col]:
             self.selection.set_layer_head(row, col)
 
     def _data(self) -> tuple[np.ndarray, list[str], list[str]]:
         d = self.result
-        if d is None:
+        if d is None or self.trace is None:
             return np.zeros((0, 0)), [], []
-        L, H = d.heads.shape
-        has_ffn = self.trace is not None and self.trace.config.has_ffn
-        matrix = np.concatenate([d.heads, d.mlp[:, None]], axis=1) if has_ffn else d.heads
-        return matrix, [f"L{layer}" for layer in range(L)], [f"H{h}" for h in range(H)] + (["FFN"] if has_ffn else [])
+        matrix, masked, cols = dla_table(d, self.trace.config)
+        return np.where(masked, np.nan, matrix), [f"L{layer}" for layer in range(matrix.shape[0])], cols

@@ -29,6 +29,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
                                QSplitter, QWidget)
 
+from explorer.core.analysis.layer_maps import attention_head, describe_mixer
 from explorer.core.cancel import Cancel
 from explorer.core.display.labels import token_labels
 from explorer.core.display.tokens import quoted, vocab_quoted
@@ -133,6 +134,8 @@ class PatchingPanel(Panel):
         self.body.addWidget(self.legend)
         self.resid_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="residual stream: share restored")
         self.head_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="heads: share restored")
+        self.head_map.masked_text = lambda layer, head: (  # a hybrid's recurrent layer, a block without attention
+            f"no attention head here ({describe_mixer(self.trace.config, layer)}): patch its residual stream instead")
         self.resid_map.cell_clicked.connect(lambda r, c: self.clicked(("resid", r, c)))
         self.head_map.cell_clicked.connect(lambda r, c: self.clicked(("head", r, c)))
         splitter = QSplitter()
@@ -145,7 +148,11 @@ class PatchingPanel(Panel):
         install_targets(self)  # right-click: switch that head or cell off (a click runs its patch)
 
     def intervention_targets(self) -> list[Target]:
-        return [resid_cells(self.resid_map), head_cells(self.head_map)]
+        return [resid_cells(self.resid_map), head_cells(self.head_map, is_head=self._is_head)]
+
+    def _is_head(self, layer: int, head: int) -> bool:
+        """Whether a cell of the heads grid is an attention head (a hybrid's recurrent layers have none)."""
+        return self.trace is not None and attention_head(self.trace.config, layer, head)
 
     # --- the panel contract ----------------------------------------------------------------------
 
@@ -162,7 +169,8 @@ class PatchingPanel(Panel):
             self._clean_ids = list(view.clean_ids)
         if not self._mode_chosen and self._clean_ids:  # large grids start with the estimate
             cfg = view.trace.config
-            cells = (cfg.n_layers + 1) * len(self._clean_ids) + cfg.n_layers * cfg.n_heads
+            heads = sum(cfg.layer(layer).n_heads for layer in range(cfg.n_layers) if cfg.layer(layer).is_attention)
+            cells = (cfg.n_layers + 1) * len(self._clean_ids) + heads
             self.mode_box.setCurrentIndex(list(MODES).index(ESTIMATE if cells >= LARGE_GRID else EXACT))
         self._check_lengths()
         if self.result is not None:  # the grids stay, but say which prompt they are for
@@ -177,7 +185,7 @@ class PatchingPanel(Panel):
         self._runs.drop()  # the old worker's updates and result are dropped
         self._worker, self.result, self._clean_ids = None, None, []
         self.estimate = None
-        for name in ("_resid", "_heads", "_labels", "_estimated"):
+        for name in ("_resid", "_heads", "_labels", "_estimated", "_no_head"):
             self.__dict__.pop(name, None)
         self.top_button.setEnabled(False)
         self.legend.setVisible(False)
@@ -238,6 +246,9 @@ class PatchingPanel(Panel):
         self._resid = np.full((L + 1, n), np.nan)
         self._heads = np.full((L, H), np.nan)
         self._estimated = (np.zeros((L + 1, n), bool), np.zeros((L, H), bool))
+        # a hybrid's recurrent layers have no heads to patch: their cells hatched, never run nor estimated
+        self._no_head = np.array([[not attention_head(self.trace.config, layer, h) for h in range(H)]
+                                  for layer in range(L)])
         self.result, self.estimate = None, None
         self._labels = token_labels(self.trace.tokens)
         self._draw()
@@ -262,6 +273,8 @@ class PatchingPanel(Panel):
     def clicked(self, cell: tuple[str, int, int]) -> None:
         """An estimated cell: its exact patch replaces the estimate. An exact cell: run it in the window."""
         kind, layer, index = cell
+        if kind == "head" and hasattr(self, "_no_head") and self._no_head[layer, index]:
+            return  # no head there (a recurrent layer): nothing to patch
         estimated = hasattr(self, "_estimated") and self._estimated[kind == "head"][layer, index]
         if estimated and self._can_refine():
             self._launch(EXACT, [cell], "Exact patch of one cell…")
@@ -323,7 +336,7 @@ class PatchingPanel(Panel):
         self._heads = np.where(~np.isnan(self._heads) & ~self._estimated[1], self._heads, estimate.heads)
         self._estimated[0][:, :pos + 1] = ~resid_known[:, :pos + 1]
         self._estimated[0][L, :pos] = False  # exactly 0: the final stream before pos feeds no logit
-        self._estimated[1][:] = True
+        self._estimated[1][:] = ~self._no_head
         seconds = estimate.exact_seconds()
         self.mode_box.setItemText(list(MODES).index(EXACT), f"{MODES[EXACT]} (about {_duration(seconds)})")
         self._exact_text = (f"The exact full grid: {estimate.exact_runs} patched runs, about {_duration(seconds)} "
@@ -369,7 +382,7 @@ class PatchingPanel(Panel):
                                 levels=(-1.0, 1.0), value_name="share restored")
         self.head_map.set_data(self._heads, [f"L{layer}" for layer in range(L)],
                                [f"H{h}" for h in range(self._heads.shape[1])], levels=(-1.0, 1.0),
-                               value_name="share restored")
+                               masked=self._no_head, value_name="share restored")
         self.resid_map.set_estimated(self._estimated[0])
         self.head_map.set_estimated(self._estimated[1])
         self.legend.setVisible(self._estimates_left() > 0)

@@ -31,15 +31,29 @@ from explorer.ui.interventions.targets import Component, Point, Target
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.neurons.snapshot import NeuronsSnapshot, NeuronsView, neurons_view
 from explorer.ui.panels.neurons.detail import NeuronDetail, NeuronFocus
-from explorer.ui.panels.neurons.views import (DEFAULT_TOP_K, ORDERS, LayerView, arranged, column_marks, layer_of,
-                                              layer_view, neuron_for, switched_off, top_ids)
-from explorer.ui.panels.neurons.widgets import BAR_POSITIVE, COLUMN_OUTLINE, ROW_OUTLINE, NeuronHeatmap
+from explorer.ui.panels.neurons.views import (
+    DEFAULT_TOP_K,
+    ORDERS,
+    LayerView,
+    arranged,
+    column_marks,
+    layer_of,
+    layer_view,
+    neuron_for,
+    neurons_note,
+    switched_off,
+    top_ids,
+)
+from explorer.ui.panels.neurons.widgets import (
+    BAR_POSITIVE,
+    COLUMN_OUTLINE,
+    ROW_OUTLINE,
+    NeuronHeatmap,
+)
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
 from explorer.ui.widgets.steady_label import SteadyLabel
 
-NO_FFN_NOTE = ("This model has no FFN: it is attention-only, so its blocks have no neurons to show. "
-               "Each block's attention output goes straight into the residual stream.")
 LAYER_NOW_ELEMENTS = 1 << 20  # n × d_ff up to this: a layer switch scans the new layer at once, else in the background
 NOT_CAPTURED_NOTE = ("Layer {layer}'s FFN activations were not captured in this trace, and without the model "
                      "they cannot be recomputed.")
@@ -163,7 +177,7 @@ class NeuronsPanel(Panel):
         self.detail.attach(session)  # the selected neuron over the session's corpus run
 
     def needed_keys(self, trace: Trace, snapshot: PanelSnapshot) -> list[str]:
-        if not trace.config.has_ffn:
+        if neurons_note(trace, snapshot.layer):  # no FFN here (or anywhere)
             return []
         return [f"blocks.{layer_of(trace, snapshot.layer)}.mlp.post"]
 
@@ -290,7 +304,7 @@ class NeuronsPanel(Panel):
         (levels, order, top K: scans of n × d_ff) while the heatmap says "computing…"."""
         trace = self.trace
         layer = self._layer_of(trace) if trace is not None else 0
-        if (trace is None or not trace.config.has_ffn or trace.memo_get(("neurons.layer", layer)) is not None
+        if (trace is None or neurons_note(trace, layer) or trace.memo_get(("neurons.layer", layer)) is not None
                 or trace.n_tokens * trace.config.d_ff <= LAYER_NOW_ELEMENTS):
             self._draw_layer()
             return
@@ -309,10 +323,11 @@ class NeuronsPanel(Panel):
         self._layer = self._layer_of(trace)
         if ready is not None and (ready.trace is not trace or ready.layer != self._layer):
             ready = None  # prepared for another trace or layer
-        if not trace.config.has_ffn:
+        note = neurons_note(trace, self._layer)
+        if note:  # a model without FFNs, a block without one
             self._view = None
             self._clear()
-            self._show_note(NO_FFN_NOTE)
+            self._show_note(note)
             self.info.setText("")
             return
         self._view = ready.layer_view if ready is not None else layer_view(trace, self._layer)

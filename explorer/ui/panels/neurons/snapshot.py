@@ -17,6 +17,7 @@ from explorer.ui.panels.neurons.views import (
     layer_of,
     layer_view,
     neuron_for,
+    neurons_note,
     top_ids,
     vocab_effect_of,
 )
@@ -45,9 +46,9 @@ class NeuronsView(PanelView):
 
 def neurons_view(trace: Trace, snapshot: NeuronsSnapshot) -> NeuronsView:
     """On the worker thread: everything that scans the snapshot's layer."""
-    if not trace.config.has_ffn:
-        return NeuronsView(trace)
     layer = layer_of(trace, snapshot.layer)
+    if neurons_note(trace, layer):  # no FFN here (or anywhere)
+        return NeuronsView(trace, layer)
     view = layer_view(trace, layer)
     if view is None:
         return NeuronsView(trace, layer)

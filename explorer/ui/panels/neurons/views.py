@@ -72,6 +72,26 @@ def layer_view(trace: Trace, layer: int) -> LayerView | None:
     return trace.memo(("neurons.layer", layer), compute)
 
 
+NO_FFN_NOTE = ("This model has no FFN: it is attention-only, so its blocks have no neurons to show. "
+               "Each block's attention output goes straight into the residual stream.")
+NO_BLOCK_FFN_NOTE = ("Layer {layer} has no FFN: this block is only its token mixer ({mixer}), so it has no neurons "
+                     "to show. The layers with an FFN have them (the Layer box).")
+
+
+def neurons_note(trace: Trace, layer: int) -> str | None:
+    """Why ``layer`` has no neurons to show (None where it has): a model without FFNs, a block without one
+    (Nemotron-H's mixer blocks)."""
+    from explorer.core.analysis.layer_maps import describe_mixer
+
+    cfg = trace.config
+    if not cfg.has_ffn:
+        return NO_FFN_NOTE
+    layer = layer_of(trace, layer)
+    if cfg.layer(layer).ffn == "none":
+        return NO_BLOCK_FFN_NOTE.format(layer=layer, mixer=describe_mixer(cfg, layer))
+    return None
+
+
 def layer_of(trace: Trace, layer: int) -> int:
     """``layer`` kept inside the trace's layers."""
     return min(max(layer, 0), trace.config.n_layers - 1)

@@ -51,7 +51,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, depths
 from explorer.ui.panels.residual.headroom import LegendHeadroom
 from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView
-from explorer.ui.panels.residual.view import ResidualView, residual_view
+from explorer.ui.panels.residual.view import ResidualView, mixer_name, residual_view
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
 from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
@@ -330,7 +330,7 @@ class ResidualPanel(Panel):
             self._legend_for = legend
             self.bars_legend.clear()
             if legend[0]:
-                self.bars_legend.addItem(self.attn_bars, "attention")
+                self.bars_legend.addItem(self.attn_bars, mixer_name(cfg))  # a hybrid's: "token mixer"
                 if legend[1]:
                     self.bars_legend.addItem(self.ffn_bars, "FFN")
         if self.contributions is None:
@@ -388,7 +388,7 @@ class ResidualPanel(Panel):
         rows = [f"block {layer}" for layer in range(cfg.n_layers)]
         if self.contributions is None:
             return np.zeros((cfg.n_layers, 0), np.float32), rows, []
-        names = ["attention", "FFN"] if cfg.has_ffn else ["attention"]
+        names = [mixer_name(cfg), "FFN"] if cfg.has_ffn else [mixer_name(cfg)]
         keys = ["attn", "mlp"] if cfg.has_ffn else ["attn"]
         return np.stack([self.contributions[k][:, i] for k in keys], axis=1), rows, names
 

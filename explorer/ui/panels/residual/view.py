@@ -52,3 +52,11 @@ def residual_view(trace: Trace, snapshot: PanelSnapshot) -> ResidualView:
     return ResidualView(trace, tuple(core.boundary_labels(trace.config.n_layers)), norms_of(trace),
                         contributions_of(trace), cosine_of(trace), lens,
                         tuple(tuple(row) for row in lens_texts(lens, snapshot.tokenizer)))
+
+
+def mixer_name(cfg) -> str:
+    """What the first sublayer of a block is called in the bars: "attention", or where some layers are recurrent
+    (Gated DeltaNet, Mamba-2, a convolution: their output is ``attn.out`` too) "token mixer"."""
+    from explorer.core.analysis.layer_maps import uniform
+
+    return "attention" if uniform(cfg) else "token mixer"
