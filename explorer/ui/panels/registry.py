@@ -79,6 +79,7 @@ PANELS: tuple[PanelSpec, ...] = (
               "journey"),
     PanelSpec("diagram", "explorer.ui.panels.diagram", "DiagramPanel", "Model diagram", "Flow", "diagram"),
     PanelSpec("features", "explorer.ui.panels.features", "FeaturesPanel", "Features (SAE)", "Features", "features"),
+    PanelSpec("roles", "explorer.ui.panels.roles", "RolesPanel", "Conversation roles", "Roles", "roles"),
 )
 
 # the generation pane: a panel the window docks on its right, on its own (the tour links to it)

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QGraphicsItem, QToolTip, QWidget
 
 from explorer.core.display.levels import all_finite, finite_levels, thinned_ticks
 from explorer.ui.widgets.axis import readable, thin_axes
+from explorer.ui.widgets.role_bands import Band, band_at, legend_html
 
 MASK_LIGHT = (205, 205, 205, 255)
 MASK_DARK = (150, 150, 150, 255)
@@ -140,6 +141,9 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._tick_memo: dict[str, tuple] = {}  # per axis: the ticks of the labels given last (_update_ticks)
         self.value_name = "weight"
         self.levels: tuple[float, float] = (0.0, 1.0)
+        self.row_bands: tuple[Band, ...] = ()  # a conversation's roles along the rows / columns (set_token_bands)
+        self.col_bands: tuple[Band, ...] = ()
+        self.legend: pg.LabelItem | None = None  # the bands' key, under the plot (made with the first bands)
 
         self._hover_proxy = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=self.HOVER_RATE,
                                            slot=self._on_mouse_moved)
@@ -285,6 +289,29 @@ class Heatmap(pg.GraphicsLayoutWidget):
         if not getattr(self, "closed", False):  # GraphicsView.close() deletes the items, then resizes
             self._update_ticks()
 
+    def set_token_bands(self, rows: tuple[Band, ...] = (), cols: tuple[Band, ...] = ()) -> None:
+        """A conversation's role bands along the token rows and/or columns (``role_bands.trace_bands``), with
+        their key under the plot; () for an axis that is not tokens or a trace that is not a conversation."""
+        self.row_bands, self.col_bands = tuple(rows), tuple(cols)
+        for side, bands in (("left", self.row_bands), ("bottom", self.col_bands)):
+            axis = self.plot.getAxis(side)
+            if hasattr(axis, "set_bands"):
+                axis.set_bands(bands)
+        key = legend_html(self.row_bands + self.col_bands, "9pt")
+        if key and self.legend is None:
+            self.legend = pg.LabelItem("", justify="left")
+            self.addItem(self.legend, row=1, col=0, colspan=2)
+        if self.legend is not None:
+            self.legend.setText(key)
+            self.legend.setVisible(bool(key))
+            self.legend.setMaximumHeight(10_000 if key else 0)
+
+    def band_text(self, row: int, col: int) -> str:
+        """The roles of a cell's row and column tokens ("" without bands)."""
+        parts = [band.describe() for band in (band_at(self.row_bands, row), band_at(self.col_bands, col))
+                 if band is not None]
+        return " [" + " \u2192 ".join(parts) + "]" if parts else ""
+
     # --- hover and click -----------------------------------------------------------------------
     def cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
         """The (row, col) under a scene position, or None outside the matrix."""
@@ -303,12 +330,16 @@ class Heatmap(pg.GraphicsLayoutWidget):
             return f"{where}: masked"
         return f"{where}: {self.value_name} = {format_value(self._matrix[row, col])}"
 
+    def tooltip(self, row: int, col: int) -> str:
+        """What hovering a cell shows: its ``cell_text`` and, in a conversation, the roles of its tokens."""
+        return self.cell_text(row, col) + (self.band_text(row, col) if self.row_bands or self.col_bands else "")
+
     def _on_mouse_moved(self, args: tuple) -> None:
         cell = self.cell_at(args[0])
         if cell is None:
             QToolTip.hideText()
             return
-        QToolTip.showText(QCursor.pos(), self.cell_text(*cell), self)
+        QToolTip.showText(QCursor.pos(), self.tooltip(*cell), self)
         self.cell_hovered.emit(*cell)
 
     def _on_mouse_clicked(self, event) -> None:

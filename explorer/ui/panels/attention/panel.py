@@ -58,6 +58,7 @@ from explorer.ui.panels.attention.views import (
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
+from explorer.ui.widgets.role_bands import set_plot_bands, trace_bands
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 
@@ -339,6 +340,7 @@ class AttentionPanel(Panel):
             levels = finite_levels(matrix, symmetric=True, masked=masked)
         tokens = list(self.trace.tokens)
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
+        self.detail.set_token_bands(*(trace_bands(self.trace),) * 2)  # a conversation's roles on both axes
         layer, head = self.layer_head()
         cfg = self.trace.config  # the family's own scale, bias, cap and window, as the forward pass applies them
         what = "attention pattern" if self.kind == "pattern" else scores_formula(cfg, layer)
@@ -350,6 +352,7 @@ class AttentionPanel(Panel):
     def _draw_long_detail(self) -> None:
         """A long prompt's head: its pooled overview (computed on a worker the first time) and tiles."""
         self.detail_stack.setCurrentWidget(self.long_detail)
+        set_plot_bands(self.long_detail.plot, *(trace_bands(self.trace),) * 2)
         if show_long_head(self.long_detail, self.trace, *self.layer_head(), self.kind, self.later, self._draw_detail):
             self._draw_query_row()
 
@@ -383,6 +386,7 @@ class AttentionPanel(Panel):
                  else " (later keys masked)" if masked_row.any() else "")
         self.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
         self.row_plot.getAxis("bottom").setTicks([kept_ticks(tuple(tokens), max(2, min(40, n)), 8)])
+        set_plot_bands(self.row_plot, bottom=trace_bands(self.trace))
         lo, hi = finite_extent(heights)
         set_x_range(self.row_plot, 0, max(n, 1), padding=0.01)  # (the same keys again: kept)
         self.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)
