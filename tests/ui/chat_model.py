@@ -28,10 +28,11 @@ def _greedy(model: Any, ids: list[int], n: int) -> list[int]:
 
 def build_chat_model(directory: Path, family: str = "qwen3", messages: list[dict[str, str]] | None = None,
                      emits: tuple[tuple[str, int], ...] = (("eos", 3),), size: dict[str, int] | None = None,
-                     **template_options: Any) -> dict[str, Any]:
+                     std: float = 0.5, **template_options: Any) -> dict[str, Any]:
     """Write the model; its greedy reply to ``messages`` (default ``STARTER``, rendered with the generation
     prompt and ``template_options``) emits each token of ``emits`` ((token text or "eos", step)) at its step.
-    Returns the directory, the templated ids, the reply's ids and the end-of-turn id."""
+    ``std``: the spread of the random weights. Returns the directory, the templated ids, the reply's ids and the
+    end-of-turn id."""
     import torch
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -46,7 +47,7 @@ def build_chat_model(directory: Path, family: str = "qwen3", messages: list[dict
                                          attn_implementation="eager", eos_token_id=end, **shape)).eval()
     with torch.no_grad():
         for p in model.parameters():
-            p.normal_(0.0, 0.5 if p.dim() > 1 else 0.1).add_(1.0 if p.dim() == 1 else 0.0)
+            p.normal_(0.0, std if p.dim() > 1 else 0.1).add_(1.0 if p.dim() == 1 else 0.0)
     ids = tok.apply_chat_template(messages or STARTER, add_generation_prompt=True, tokenize=True,
                                   **template_options)["input_ids"]
     for text, step in emits:

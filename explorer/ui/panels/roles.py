@@ -128,10 +128,9 @@ class RolesPanel(Panel):
             return
         trace, spans = view.trace, view.trace.meta.chat
         a, b = view.answer[0], view.answer[-1]
-        kind = spans.kinds[a]
-        what = ("the last token, whose prediction is the answer's first token (the answer is not written yet)"
-                if len(view.answer) == 1 and kind == "markup" else
-                f"tokens {a}\u2013{b} ({len(view.answer)}: the last assistant turn's text)")
+        written = spans.kinds[a] in ("content", "final")
+        what = (f"tokens {a}\u2013{b} ({len(view.answer)}: the last assistant turn's text)" if written else
+                f"the last token ({a}), whose prediction is the answer's first token (the answer is not written yet)")
         self.info.setText(f"The answer: {what}. Each bar is the share of its attention, averaged over its tokens "
                           "and over every head, that lands on a span; click a map's row to select that layer or head.")
         averaged = view.values.mean(axis=(0, 1))

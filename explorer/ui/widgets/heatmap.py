@@ -114,7 +114,13 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.setMinimumSize(MIN_WIDTH, MIN_HEIGHT)  # smaller, the panel scrolls (see docks.PanelDock)
         self.colormap = pg.colormap.get(colormap)
         self.title = title
-        self.plot: pg.PlotItem = readable(self.addPlot(row=0, col=0, title=title or None, axisItems=thin_axes()))
+        # row 0: a conversation's role key (empty and flat otherwise); row 1: the plot and its colour bar
+        self.legend = pg.LabelItem("", justify="left")
+        self.addItem(self.legend, row=0, col=0, colspan=2)
+        self.legend.setMaximumHeight(0)
+        self.legend.setVisible(False)
+        self.ci.layout.setRowSpacing(0, 0)
+        self.plot: pg.PlotItem = readable(self.addPlot(row=1, col=0, title=title or None, axisItems=thin_axes()))
         self.plot.invertY(True)
         self.plot.hideButtons()
         self.plot.showGrid(x=False, y=False)
@@ -129,7 +135,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.plot.addItem(self._overlay)
         self.colorbar = pg.ColorBarItem(colorMap=self.colormap, width=14, interactive=False, colorMapMenu=False)
         self.colorbar.setImageItem(self.image)
-        self.addItem(self.colorbar, row=0, col=1)
+        self.addItem(self.colorbar, row=1, col=1)
 
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._masked = np.zeros((0, 0), dtype=bool)
@@ -143,7 +149,6 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.levels: tuple[float, float] = (0.0, 1.0)
         self.row_bands: tuple[Band, ...] = ()  # a conversation's roles along the rows / columns (set_token_bands)
         self.col_bands: tuple[Band, ...] = ()
-        self.legend: pg.LabelItem | None = None  # the bands' key, under the plot (made with the first bands)
 
         self._hover_proxy = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=self.HOVER_RATE,
                                            slot=self._on_mouse_moved)
@@ -291,20 +296,18 @@ class Heatmap(pg.GraphicsLayoutWidget):
 
     def set_token_bands(self, rows: tuple[Band, ...] = (), cols: tuple[Band, ...] = ()) -> None:
         """A conversation's role bands along the token rows and/or columns (``role_bands.trace_bands``), with
-        their key under the plot; () for an axis that is not tokens or a trace that is not a conversation."""
+        their key over the plot; () for an axis that is not tokens or a trace that is not a conversation."""
         self.row_bands, self.col_bands = tuple(rows), tuple(cols)
         for side, bands in (("left", self.row_bands), ("bottom", self.col_bands)):
             axis = self.plot.getAxis(side)
             if hasattr(axis, "set_bands"):
                 axis.set_bands(bands)
         key = legend_html(self.row_bands + self.col_bands, "9pt")
-        if key and self.legend is None:
-            self.legend = pg.LabelItem("", justify="left")
-            self.addItem(self.legend, row=1, col=0, colspan=2)
-        if self.legend is not None:
+        if key != self.legend.text or self.legend.isVisible() != bool(key):  # (the same key again: no re-layout)
             self.legend.setText(key)
             self.legend.setVisible(bool(key))
             self.legend.setMaximumHeight(10_000 if key else 0)
+            self.ci.layout.setRowSpacing(0, 2 if key else 0)
 
     def band_text(self, row: int, col: int) -> str:
         """The roles of a cell's row and column tokens ("" without bands)."""

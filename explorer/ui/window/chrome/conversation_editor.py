@@ -3,7 +3,7 @@
 Beside the raw prompt (``prompt_area``): on the left the turns, one line each in its role's colour (added
 with "+ System" / "+ User" / "+ Assistant", moved with ▲ ▼, removed with ✕); in the middle the selected
 turn (its role and text, and an assistant turn's reasoning); on the right what the template made of it,
-"Formatted" or "Raw tokens" (``conversation_view``). Above them, the template's options as controls
+"Formatted" or "Tokens" (raw) (``conversation_view``). Above them, the template's options as controls
 (``add_generation_prompt``, and what the template reads: ``enable_thinking`` and the like), and a line
 saying where the template comes from, or that the model has none (the raw prompt still works).
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from explorer.ui.session.chat import Conversation
 
 PREVIEW_CHARS = 60
+MIN_WIDTH = 420
 BOOLEAN_OPTIONS = ("enable_thinking", "thinking", "add_vision_id", "continue_final_message")
 _ERROR = "QLabel { color: #8a1c1c; }"
 
@@ -101,13 +102,12 @@ class ConversationEditor(QWidget):
         self.raw_button = QPushButton("\u25c2 Raw prompt", self)
         self.raw_button.setToolTip("Type a raw prompt instead: the text as it is, without the chat template")
         self.raw_button.clicked.connect(self.raw_prompt_requested)
-        self.add_buttons: dict[str, QPushButton] = {}
+        self.add_buttons: dict[str, QToolButton] = {}
         top = QHBoxLayout()
         top.setSpacing(4)
         top.addWidget(self.raw_button)
         for role in ("system", "user", "assistant"):
-            button = QPushButton(f"+ {role.capitalize()}", self)
-            button.setToolTip(f"Add a {role} turn after the selected one")
+            button = self._tool(f"+ {role.capitalize()}", f"Add a {role} turn after the selected one")
             button.clicked.connect(lambda _=False, r=role: self.add_turn(r))
             self.add_buttons[role] = button
             top.addWidget(button)
@@ -122,12 +122,9 @@ class ConversationEditor(QWidget):
         top.addSpacing(8)
         self.turn_label = QLabel("Turn", self)
         self.previous_turn, self.next_turn = self._tool("\u25c0", ""), self._tool("\u25b6", "")
-        for widget in (self.turn_label, self.previous_turn, self.next_turn):
-            top.addWidget(widget)
-        top.addSpacing(8)
         self.view_buttons: dict[str, QToolButton] = {}
         for mode, text, tip in ((FORMATTED, "Formatted", "The text the template wrote, tinted by role"),
-                                (RAW, "Raw tokens", "The model's tokens of that text, with their ids")):
+                                (RAW, "Tokens", "The model's tokens of that text, with their ids (raw)")):
             button = self._tool(text, tip)
             button.setCheckable(True)
             button.clicked.connect(lambda _=False, m=mode: self.set_view(m))
@@ -150,6 +147,8 @@ class ConversationEditor(QWidget):
         self.options_row.addWidget(self.generation_prompt)
         self._fixed_options = self.options_row.count()
         self.options_row.addWidget(self.status, 1)
+        for widget in (self.turn_label, self.previous_turn, self.next_turn):
+            self.options_row.addWidget(widget)
         self.corrupted_button = QPushButton("Use as corrupted run", self)
         self.corrupted_button.setObjectName("conversation-corrupted")
         self.corrupted_button.setToolTip("Activation patching between two conversations: make this one the Patching "
@@ -202,6 +201,7 @@ class ConversationEditor(QWidget):
         layout.addLayout(self.options_row)
         layout.addWidget(self.splitter, 1)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.setMinimumWidth(MIN_WIDTH)  # (its rows' own width would widen the window: they are clipped instead)
         self.set_view(FORMATTED)
 
     def _tool(self, text: str, tip: str) -> QToolButton:

@@ -1,7 +1,7 @@
-"""What the template made of the conversation: its rendered text ("Formatted") or its tokens ("Raw tokens").
+"""What the template made of the conversation: its rendered text ("Formatted") or its tokens ("Tokens", raw).
 
 "Formatted" is the text the model reads, each part tinted by its turn's role or kind (the template's
-markup in grey, the thinking in orange), with the role named in the margin of each turn. "Raw tokens" is
+markup in grey, the thinking in orange), with the role named in the margin of each turn. "Tokens" is
 the same text as the model's tokens, one chip per token with its id and its role bar (``TokenChips`` and
 the shared ``role_bands``); clicking a chip selects that token in every panel.
 """
