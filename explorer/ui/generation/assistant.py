@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolButton
 
 from explorer.core.chat.assistant import split_reply, with_reply
 from explorer.ui.generation.token_text import THINKING_TEXT, legend_html
@@ -41,7 +41,8 @@ class AssistantTurn(QObject):
         self.session: Session | None = None
         self.encoding: ChatEncoding | None = None  # the conversation the pane's prompt is
         self.end_ids: tuple[int, ...] = ()
-        self.keep_button = QPushButton("Keep as a turn", pane)
+        self.keep_button = QToolButton(pane)  # (a push button's height made the pane, and the window, taller)
+        self.keep_button.setText("Keep as a turn")
         self.keep_button.setObjectName("keep-reply")
         self.keep_button.setToolTip(KEEP_TIP)
         self.keep_button.setEnabled(False)
@@ -52,7 +53,11 @@ class AssistantTurn(QObject):
         """The pane's colour key with the "Keep as a turn" button at its right."""
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
-        legend.setWordWrap(True)  # beside the button it wraps, rather than widen the dock (and the window)
+        # one line, whatever its width: wrapped it made the pane (and the window) taller, unwrapped wider; beside
+        # the button its words are shorter (update)
+        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.keep_button.setStyleSheet("QToolButton { padding: 0px 6px; }")  # the row as tall as the key's line
+        self.keep_button.setFixedHeight(legend.fontMetrics().height() + 1)
         row.addWidget(legend, 1)
         row.addWidget(self.keep_button)
         return row
@@ -134,5 +139,5 @@ class AssistantTurn(QObject):
         self.keep_button.setVisible(self.encoding is not None)
         self.keep_button.setEnabled(chat and not self.pane.running and self.pane.result is not None)
         thinking = chat and any(self.pane.text_view.kind_of(i) == "thinking" for i in range(len(self.pane.steps)))
-        self.pane.legend.setText(legend_html() + (f" &nbsp;<i style='color:{THINKING_TEXT}'>italic: thinking</i>"
-                                                   if thinking else ""))
+        self.pane.legend.setText(legend_html(short=self.encoding is not None)
+                                 + (f" <i style='color:{THINKING_TEXT}'>italic: thinking</i>" if thinking else ""))

@@ -46,11 +46,12 @@ def prob_colour(p: float) -> QColor:
 
 
 
-def legend_html() -> str:
-    """The colour key shown under the text."""
+def legend_html(short: bool = False) -> str:
+    """The colour key shown under the text (``short``: beside a button, in less room)."""
     cells = "".join(f'<span style="background:{prob_colour(p).name()}">&nbsp;{label}&nbsp;</span>'
                     for p, label in ((0.001, "0.001"), (0.01, "0.01"), (0.1, "0.1"), (1.0, "1")))
-    return f'<span style="color:{PROMPT_GREY}">token colour = the model\u2019s probability of it:</span> {cells}'
+    words = "colour = p:" if short else "token colour = the model\u2019s probability of it:"
+    return f'<span style="color:{PROMPT_GREY}">{words}</span> {cells}'
 
 
 class TokenText(QPlainTextEdit):

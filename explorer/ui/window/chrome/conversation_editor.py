@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 PREVIEW_CHARS = 60
 MIN_WIDTH = 420
+MIN_ROWS_PX = 26  # the turns, the selected turn's text and the rendered view at their smallest
 BOOLEAN_OPTIONS = ("enable_thinking", "thinking", "add_vision_id", "continue_final_message")
 _ERROR = "QLabel { color: #8a1c1c; }"
 
@@ -192,11 +193,14 @@ class ConversationEditor(QWidget):
         for widget in (self.turns, turn, self.view):
             self.splitter.addWidget(widget)
         self.splitter.setChildrenCollapsible(False)
+        for widget in (self.turns, self.content, self.view):  # a laptop screen: the panels below keep their height
+            widget.setMinimumHeight(MIN_ROWS_PX)
+        self.thinking.setMinimumHeight(MIN_ROWS_PX // 2)
         self.splitter.setSizes([260, 250, 300])
 
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 4, 6, 2)
-        layout.setSpacing(3)
+        layout.setContentsMargins(6, 2, 6, 1)
+        layout.setSpacing(1)
         layout.addLayout(top)
         layout.addLayout(self.options_row)
         layout.addWidget(self.splitter, 1)

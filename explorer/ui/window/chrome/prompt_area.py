@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QPushButton, QSizePolicy, QStackedWidget, QWidget
 
@@ -57,8 +57,17 @@ class PromptArea(QStackedWidget):
             button.setToolTip(f"Select the first token of the {'next' if delta > 0 else 'previous'} turn ({key})")
         self.editor.token_clicked.connect(session.selection.set_token)
         session.selection.changed.connect(self._on_selection)
+        session.prompt_edited.connect(self._raw_prompt_chosen)
         session.conversation.template_changed.connect(self._template_changed)
         self._fit()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override: the page shown, not the larger of the two
+        return self.currentWidget().sizeHint()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - (the hidden editor must not make the window taller)
+        page = self.currentWidget()
+        hint, fixed = page.minimumSizeHint(), page.minimumSize()  # a minimum set on the page wins, as in a layout
+        return QSize(fixed.width() or hint.width(), fixed.height() or hint.height())
 
     @property
     def conversation_shown(self) -> bool:
@@ -70,6 +79,13 @@ class PromptArea(QStackedWidget):
         self.session.conversation.use(on)
         self._fit()
         (self.editor.content if on else self.prompt.edit).setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def _raw_prompt_chosen(self, _text: str) -> None:
+        """A raw prompt was chosen elsewhere (a sample, a patching cell's run): the raw prompt shows it."""
+        if self.conversation_shown:
+            self.setCurrentWidget(self.prompt)
+            self.session.conversation.use(False)
+            self._fit()
 
     def _fit(self) -> None:
         page = self.currentWidget()
