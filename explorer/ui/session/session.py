@@ -36,6 +36,10 @@ trace_file_opened(str)
 panel_requested(str)
     Someone (the diagram, the tour) asked to see a panel (its id): the window shows its dock.
 
+A conversation (``conversation``: its turns and the chat template's options, ``explorer.ui.session.chat``) is
+rendered on a worker and traced through ``trace_chat``: its ids pinned with their ``ChatSpans``, so that its
+trace, and every retrace of it (interventions), arrives as a PROMPT frame whose ``meta.chat`` has the roles.
+
 The trace on screen is the presenter's (``presenter``: ``shown(Frame)``, ``drawn(Frame)``, ``is_idle()``):
 the prompt passes, the timeline's steps, trace files and the comparison hand it their traces.
 """
