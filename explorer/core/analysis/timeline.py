@@ -22,7 +22,7 @@ probability after each control that was on, in the order they run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -70,7 +70,8 @@ def prefix_trace(trace: Trace, m: int) -> Trace:
     if m == trace.n_tokens:
         return trace
     arrays = {key: _slice(key, trace._arrays[key], m) for key in trace.stored_keys()}
-    return Trace(trace.token_ids[:m], trace.tokens[:m], trace.config, arrays, trace.meta, trace._model,
+    meta = trace.meta if trace.meta.chat is None else replace(trace.meta, chat=trace.meta.chat.cut(m))  # its turns
+    return Trace(trace.token_ids[:m], trace.tokens[:m], trace.config, arrays, meta, trace._model,
                  trace.interventions)
 
 

@@ -1,8 +1,8 @@
 """Summaries of a traced conversation by span (pure functions of a Trace and its ``ChatSpans``).
 
-* ``answer_positions``: the answer's tokens: the last assistant turn's own text (not its reasoning, not the
-  template's markup); without one (a conversation that ends with the generation prompt), the last token,
-  whose prediction is the answer's first token.
+* ``answer_positions``: the answer's tokens: the own text (not its reasoning, not the template's markup) of
+  the last turn when it is the assistant's; otherwise (a conversation that ends with the generation prompt,
+  even after earlier answers) the last token, whose prediction is the answer's first token.
 * ``span_groups``: the keys an answer can attend to, grouped: the system prompt, each user turn, each
   earlier assistant answer, reasoning, and the template's markup.
 * ``attention_to_spans``: per layer and head, the share of the answer's attention (averaged over the
@@ -34,10 +34,12 @@ def spans_of(trace: Trace) -> ChatSpans:
 
 
 def answer_positions(spans: ChatSpans) -> np.ndarray:
-    """Positions of the last assistant turn's answer text, else the last token (int64)."""
-    turns = [t for t in range(len(spans.roles)) if spans.roles[t] == "assistant"]
-    for turn in reversed(turns):
-        found = spans.positions(turn=turn, kind=ANSWER_KINDS)
+    """Positions of the answer text of the conversation's last turn when it is the assistant's, else the last
+    token (int64): a conversation that ends with the generation prompt (or a user's turn) has no answer yet,
+    and an earlier assistant turn is not the answer to what came after it."""
+    last = max(spans.turns) if spans.n_tokens else -1
+    if last >= 0 and spans.roles[last] == "assistant":
+        found = spans.positions(turn=last, kind=ANSWER_KINDS)
         if found.size:
             return found
     return np.asarray([spans.n_tokens - 1], dtype=np.int64)

@@ -42,6 +42,7 @@ from explorer.core.errors import ExplorerError, PromptError
 from explorer.core.generation.sampling import SamplingParams
 from explorer.core.generation.transcript import transcript_dict, write_transcript_json
 from explorer.ui.export.menu import ask_path
+from explorer.ui.generation.assistant import AssistantTurn
 from explorer.ui.generation.controls import MAX_SEED, SamplingControls
 from explorer.ui.generation.steps import StepView
 from explorer.ui.generation.stream import GenerationRun
@@ -167,7 +168,8 @@ class GenerationPane(Panel):
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.setSpacing(2)
         top_layout.addWidget(self.text_view, 1)
-        top_layout.addWidget(self.legend)
+        self.assistant = AssistantTurn(self)  # a conversation's assistant turn: its end, its thinking, kept as a turn
+        top_layout.addLayout(self.assistant.legend_row(self.legend))
 
         self.step_view = sv = StepView(self, self.text_view, steps=lambda: self.run.steps, loaded=lambda: self.loaded,
                                        params=self.current_params, params_used=lambda: self.run.params_used,
@@ -208,6 +210,7 @@ class GenerationPane(Panel):
         session.trace_file_opened.connect(self._on_trace_file_opened)
         session.prompt_edited.connect(self.follow_prompt)
         self.trace_requested.connect(session.trace_ids)
+        self.assistant.attach(session)
 
     def _on_model_loaded(self, loaded: LoadedModel) -> None:
         self.set_model(loaded)
@@ -230,6 +233,8 @@ class GenerationPane(Panel):
         self.prompt_edit.setEnabled(not blocked)
         self.controls.setEnabled(not blocked)
         self._update_buttons()
+
+    prompt_is_own = property(lambda self: self._own_prompt, doc="Whether the pane's prompt was edited by hand.")
 
     def follow_prompt(self, text: str) -> None:
         """The window's prompt changed: use it, unless this pane's prompt was edited by hand."""
@@ -295,19 +300,22 @@ class GenerationPane(Panel):
         if self.random_seed.isChecked():
             self.seed.setValue(seed)
         interventions = self.interventions.active() if self.interventions is not None else ()
-        self.run.start(self.loaded, ids, self.current_params(seed), self.prompt_edit.toPlainText(), interventions)
+        params = self.assistant.params(self.current_params(seed), ids)  # a conversation: stop at its end of turn
+        self.run.start(self.loaded, ids, params, self.prompt_edit.toPlainText(), interventions)
         self._update_buttons()
         self.run.launch()
         return True
 
     def _steps_added(self, steps: list[Step]) -> None:
         self.step_view.steps_added(steps)
+        self.assistant.steps_added()
         for step in steps:
             self.step_added.emit(step.index)
 
     def _run_finished(self, result: GenerationResult | None) -> None:
         self.step_view.finished()
         self._update_buttons()
+        self.assistant.update()
         self.generation_finished.emit(result)
 
     def forget_run(self) -> None:

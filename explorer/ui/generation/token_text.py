@@ -1,5 +1,8 @@
 """The streaming text of the generation pane: the prompt in grey, then one coloured span per token.
 
+A reply to a conversation shows its reasoning apart (``mark_kinds``): thinking tokens in italic orange,
+the template's markup (``</think>``, Harmony's channel headers) in grey, the answer as it is.
+
 A generated token's background is the model's own probability of it (before the sampling controls,
 which make every greedy token p = 1), on a log scale (``prob_colour``); hovering shows a tooltip, clicking (not dragging) emits the step's index.
 """
@@ -32,6 +35,8 @@ def _interpolated(t: float) -> tuple[int, int, int]:
 
 
 _COLOURS = [_interpolated(i / 255) for i in range(256)]
+THINKING_TEXT, MARKUP_TEXT = "#a94400", "#868e96"  # a reply's reasoning, and the template's markup in it
+REASONING = ("thinking", "analysis", "commentary")
 
 
 def prob_colour(p: float) -> QColor:
@@ -41,11 +46,12 @@ def prob_colour(p: float) -> QColor:
 
 
 
-def legend_html() -> str:
-    """The colour key shown under the text."""
+def legend_html(short: bool = False) -> str:
+    """The colour key shown under the text (``short``: beside a button, in less room)."""
     cells = "".join(f'<span style="background:{prob_colour(p).name()}">&nbsp;{label}&nbsp;</span>'
                     for p, label in ((0.001, "0.001"), (0.01, "0.01"), (0.1, "0.1"), (1.0, "1")))
-    return f'<span style="color:{PROMPT_GREY}">token colour = the model\u2019s probability of it:</span> {cells}'
+    words = "colour = p:" if short else "token colour = the model\u2019s probability of it:"
+    return f'<span style="color:{PROMPT_GREY}">{words}</span> {cells}'
 
 
 class TokenText(QPlainTextEdit):
@@ -67,6 +73,7 @@ class TokenText(QPlainTextEdit):
         self.spans: list[tuple[int, int]] = []  # (start, end) document positions per step
         self.formats: list[QTextCharFormat] = []
         self.selected: int | None = None
+        self._marks: list[str] = []  # each step's look: "thinking", "markup" or "" (mark_kinds)
         self.tooltip_for: Any = None  # step index -> tooltip text
         self._press: QPoint | None = None
         self._prompt_format = QTextCharFormat()
@@ -78,7 +85,7 @@ class TokenText(QPlainTextEdit):
 
     def start(self, prompt_text: str) -> None:
         self.clear()
-        self.spans, self.formats, self.selected = [], [], None
+        self.spans, self.formats, self.selected, self._marks = [], [], None, []
         cursor = QTextCursor(self.document())
         cursor.insertText(prompt_text, self._prompt_format)
         self._follow = True  # a long prompt: the first new tokens are shown, not the prompt's top
@@ -104,6 +111,31 @@ class TokenText(QPlainTextEdit):
         cursor.endEditBlock()
         if at_end:
             scroll.setValue(scroll.maximum())
+
+    def mark_kinds(self, kinds: Sequence[str]) -> None:
+        """Show each generated token's kind (``core.chat.assistant.reply_kinds``): the reasoning in italic
+        orange, markup in grey, the answer as it is; tokens already marked so are not touched again."""
+        marks = self._marks
+        for index, kind in enumerate(kinds[: len(self.spans)]):
+            look = "thinking" if kind in REASONING else "markup" if kind == "markup" else ""
+            if (marks[index] if index < len(marks) else "") == look:
+                continue  # (a new token of the answer: as it was drawn)
+            fmt = self.formats[index]
+            fmt.setFontItalic(look == "thinking")
+            fmt.setForeground(QColor(THINKING_TEXT if look == "thinking" else MARKUP_TEXT if look else "#111827"))
+            start, end = self.spans[index]
+            if end > start:
+                cursor = QTextCursor(self.document())
+                cursor.setPosition(start)
+                cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+                cursor.setCharFormat(self._format_of(index))
+        self._marks = [("thinking" if k in REASONING else "markup" if k == "markup" else "")
+                       for k in kinds[: len(self.spans)]]
+
+    def kind_of(self, index: int) -> str:
+        """How step ``index`` is shown: "thinking", "markup" or "" (the answer, or not a conversation)."""
+        marks = self._marks
+        return marks[index] if index < len(marks) else ""
 
     def extend_last(self, text: str) -> None:
         """Characters completed after the last step (held-back bytes): part of the last span."""

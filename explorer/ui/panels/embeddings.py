@@ -24,6 +24,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.heatmap import Heatmap
+from explorer.ui.widgets.role_bands import trace_bands
 from explorer.ui.widgets.steady_label import SteadyLabel
 from explorer.ui.widgets.table_cells import fix_widths, set_rows
 
@@ -237,6 +238,8 @@ class EmbeddingsPanel(Panel):
         dims = [f"d{j}" for j in range(embed.shape[1])]
         self.embed_map.set_data(embed, self._labels, dims, levels=levels, value_name="value")
         self.sum_map.set_data(total, self._labels, dims, levels=levels, value_name="value")
+        for heatmap in (self.embed_map, self.sum_map, self.pos_map):  # a conversation's roles along the tokens
+            heatmap.set_token_bands(rows=trace_bands(trace))
         if has_pos:
             self.pos_map.set_data(self._vectors["pos"], self._labels, dims, levels=levels, value_name="value")
             self.pos_map.plot.setTitle(f"{cfg.positions} positional vectors")
@@ -285,6 +288,8 @@ class EmbeddingsPanel(Panel):
                                       + (f" (mean over {f}\u00d7{f}-token blocks)" if f > 1 else ""))
         self.cosine_map.set_data(matrix, labels, labels, levels=(-1.0, 1.0),
                                  value_name="mean cosine" if f > 1 else "cosine")
+        bands = trace_bands(self.trace) if f == 1 else ()  # (pooled blocks: no token axis)
+        self.cosine_map.set_token_bands(bands, bands)
         self._mark_selected()
 
     def _draw_curves(self) -> None:

@@ -85,6 +85,7 @@ PANELS: tuple[PanelSpec, ...] = (
               "Head finder", "head_finder"),
     PanelSpec("qkov", "explorer.ui.panels.qkov", "QKOVPanel", "Why a head attends, what it moves (QK/OV)", "QK/OV",
               "qkov", tour_title="QK/OV"),
+    PanelSpec("roles", "explorer.ui.panels.roles", "RolesPanel", "Conversation roles", "Roles", "roles"),
 )
 
 # the generation pane: a panel the window docks on its right, on its own (the tour links to it)

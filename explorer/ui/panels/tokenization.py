@@ -22,6 +22,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.plots import set_x_range
+from explorer.ui.widgets.role_bands import legend_html, trace_bands
 from explorer.ui.widgets.token_chips import TokenChips
 
 OWN = "own"
@@ -79,6 +80,11 @@ class TokenizationPanel(Panel):
         self.legend.setObjectName("chip-legend")
         self.legend.setWordWrap(True)
         self.body.addWidget(self.legend)
+        self.role_legend = QLabel("", self)  # a conversation's roles: the bars over the chips
+        self.role_legend.setObjectName("role-legend")
+        self.role_legend.setWordWrap(True)
+        self.role_legend.setVisible(False)
+        self.body.addWidget(self.role_legend)
 
         self.chips = TokenChips()
         self.scroll = QScrollArea(self)
@@ -142,6 +148,9 @@ class TokenizationPanel(Panel):
     def draw(self, view: TokenizationView) -> None:
         self.model_chips = list(view.chips)
         self.count.setText(view.count)
+        key = legend_html(trace_bands(view.trace))
+        self.role_legend.setText(f"<small>bar over each chip = its turn's role: {key}</small>" if key else "")
+        self.role_legend.setVisible(bool(key))
         self._show_encoding()
         self._show_one_hot()
 
@@ -173,6 +182,7 @@ class TokenizationPanel(Panel):
         if self.trace is None:
             return
         key = self.encoding.currentData() or OWN
+        self.chips.set_bands(trace_bands(self.trace) if key == OWN else ())
         if key == OWN:
             self.chips.set_chips(self.model_chips, interactive=True)
             self.chips.set_selected(self.selection.token)

@@ -39,6 +39,10 @@ asked(Question)
     Someone (a right-click on an attention cell, the tour) asked a question about a cell of the trace on
     screen (``question.py``); the panel it names answers it, and ``panel_requested`` follows.
 
+A conversation (``conversation``: its turns and the chat template's options, ``explorer.ui.session.chat``) is
+rendered on a worker and traced through ``trace_chat``: its ids pinned with their ``ChatSpans``, so that its
+trace, and every retrace of it (interventions), arrives as a PROMPT frame whose ``meta.chat`` has the roles.
+
 The trace on screen is the presenter's (``presenter``: ``shown(Frame)``, ``drawn(Frame)``, ``is_idle()``):
 the prompt passes, the timeline's steps, trace files and the comparison hand it their traces.
 """
@@ -51,6 +55,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
 
+from explorer.ui.session.chat import Conversation
 from explorer.ui.session.compare import Comparing
 from explorer.ui.session.corpus import CorpusState
 from explorer.ui.session.features import FeatureState
@@ -64,6 +69,8 @@ from explorer.ui.session.timeline import Timeline
 from explorer.ui.session.workers import LoadRequest, LoadResult, ModelLoader, TraceController, TraceResult
 
 if TYPE_CHECKING:
+    from explorer.core.chat.encode import ChatEncoding
+    from explorer.core.chat.spans import ChatSpans
     from explorer.core.interventions.spec import Intervention
     from explorer.core.loaded import LoadedModel
     from explorer.ui.session.question import Question
@@ -128,6 +135,7 @@ class Session(QObject):
         self.model_changed.connect(self.compare.model_changed)
         for source in (self.controller, self.loader, self.timeline, self.compare):
             self.presenter.add_source(source)
+        self.conversation = Conversation(self)  # the turns traced through the model's chat template
 
     # --- what there is ---------------------------------------------------------------------------------
     @property
@@ -234,17 +242,27 @@ class Session(QObject):
         self.prompt_changed.emit(text)
         return self.controller.request(text)
 
-    def trace_ids(self, text: str, ids: Sequence[int]) -> int:
-        """Trace ``text`` as exactly ``ids`` (generated text: encoding it again may cut other tokens).
-        Ids that are a step of the generation timeline show that step, cut from its one trace."""
+    def trace_ids(self, text: str, ids: Sequence[int], chat: ChatSpans | None = None) -> int:
+        """Trace ``text`` as exactly ``ids`` (generated text: encoding it again may cut other tokens;
+        ``chat``: their ``ChatSpans``, when they are a templated conversation). Ids that are a step of the
+        generation timeline show that step, cut from its one trace."""
         if self.loaded is None:
             return 0
         if self.timeline.owns(ids) and self.timeline.reason is None:
             self.timeline.set_step(len(ids) - self.timeline.n_prompt)
             return self.controller.latest_id
         ids = list(ids)[: self.loaded.config.n_ctx]
-        self.controller.pin_ids(text, ids)
+        self.controller.pin_ids(text, ids, chat)
         return self._trace_now(text)  # not prompt_edited: the generation pane keeps the continuation clicked
+
+    def trace_chat(self, encoding: ChatEncoding) -> int:
+        """Trace a rendered conversation (``Conversation``): its template's ids, exactly, with their spans;
+        the trace arrives as any prompt's, its ``meta.chat`` saying each token's turn, role and kind."""
+        if self.loaded is None:
+            return 0
+        ids = list(encoding.ids)[: self.loaded.config.n_ctx]
+        self.controller.pin_ids(encoding.text, ids, encoding.spans)
+        return self._trace_now(encoding.text)
 
     def retrace(self) -> int:
         """Trace the prompt again now (the interventions changed)."""
@@ -328,7 +346,8 @@ class Session(QObject):
         # the connections among the session's own objects hold Python callables from C++, which the
         # garbage collector cannot see: cut them, so that the session is freed with its window
         for obj in (self, self.loader, self.controller, self.progressive, self.presenter, self.selection,
-                    self.interventions, self.timeline, self.compare, self.features, self.corpus):
+                    self.interventions, self.timeline, self.compare, self.features, self.corpus,
+                    self.conversation):
             disconnect_all(obj)
         self.corpus.close()  # its database connection (no one hears the signal now)
         QThreadPool.globalInstance().waitForDone(wait_ms)

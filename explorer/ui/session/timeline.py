@@ -107,6 +107,7 @@ class Timeline(QObject):
         self._pending: int | None = None         # the request of the whole sequence's trace
         self._shown: Trace | None = None
         self.current: TimelineStep | None = None
+        self.chat: Any = None                    # the whole sequence's ChatSpans (a conversation's reply), else None
         presenter.shown.connect(self._on_shown)
         presenter.drawn.connect(lambda frame: self.drawn(frame.trace))
 
@@ -143,11 +144,14 @@ class Timeline(QObject):
         return ""
 
     # --- a generation streaming in ---------------------------------------------------------------
-    def stream(self, key: Any, prompt_ids: Sequence[int], generated: Sequence[int], scores: Sequence[Any] = ()) -> None:
+    def stream(self, key: Any, prompt_ids: Sequence[int], generated: Sequence[int], scores: Sequence[Any] = (),
+               chat: Any = None) -> None:
         """Tokens of the generation ``key`` arrived (``generated``: all so far): the range grows; the
-        newest step is traced and shown unless the user chose a step."""
+        newest step is traced and shown unless the user chose a step. ``chat``: the ChatSpans of the prompt
+        and the tokens so far (an assistant's reply to a conversation), kept with every step's trace."""
         if key == self._ended_run or not generated:
             return
+        self.chat = chat
         if not self.streaming or key != self.run_key:  # a new generation: the old timeline is dropped
             self._release()
             self.full, self._pending, self._shown, self.current, self.reason = None, None, None, None, None
@@ -164,22 +168,24 @@ class Timeline(QObject):
             self._set_current()
             self.changed.emit(self.current)
 
-    def finish(self, key: Any, text: str, ids: Sequence[int], n_prompt: int, scores: Sequence[Any] = ()) -> int:
+    def finish(self, key: Any, text: str, ids: Sequence[int], n_prompt: int, scores: Sequence[Any] = (),
+               chat: Any = None) -> int:
         """The generation ``key`` ended (finished, stopped or cancelled): its whole sequence becomes the
         timeline, the step on screen staying where the user put it. The request id (0: none)."""
         if key is not None and key == self._ended_run:
             return 0
         paused = self.streaming and key == self.run_key and not self.follow
         self.streaming = False
-        return self.start(text, ids, n_prompt, scores, self.step if paused else None)
+        return self.start(text, ids, n_prompt, scores, self.step if paused else None, chat)
 
     # --- the whole sequence ----------------------------------------------------------------------
     def start(self, text: str, ids: Sequence[int], n_prompt: int, scores: Sequence[Any] = (),
-              step: int | None = None) -> int:
+              step: int | None = None, chat: Any = None) -> int:
         """Trace ``ids`` (``n_prompt`` of them the prompt, the rest generated) once; then show ``step``
-        (default: the last). ``scores``: each generated token's StepScores. The request id (0: no model;
-        -1: over the memory budget, each step traced on its own)."""
+        (default: the last). ``scores``: each generated token's StepScores; ``chat``: the ids' ChatSpans. The
+        request id (0: no model; -1: over the memory budget, each step traced on its own)."""
         ids = tuple(int(i) for i in ids)
+        self.chat = chat if chat is not None and chat.n_tokens >= len(ids) else None
         if not 0 < n_prompt <= len(ids):
             raise ValueError(f"a prompt of 1..{len(ids)} tokens, not {n_prompt}")
         self._release()
@@ -266,7 +272,7 @@ class Timeline(QObject):
         self._publish(trace)  # the selection and the step first: the panels' snapshots carry them
         ids = self.ids[: self.n_prompt + self.step]
         text = self.text if len(ids) == len(self.ids) else self._decode(ids)
-        self.controller.pin_ids(text, ids)  # the prompt box says what is on screen
+        self.controller.pin_ids(text, ids, self.chat_for(ids))  # the prompt box says what is on screen
         self.controller.text = text
         self.prompt_shown.emit(text)
         # the first panel prepared on a worker (the GUI thread is free at once: holding ] steps on); a newer
@@ -283,7 +289,7 @@ class Timeline(QObject):
         if model is None:
             return 0
         ids = list(ids)[: model.config.n_ctx]
-        self.controller.pin_ids(text, ids)
+        self.controller.pin_ids(text, ids, self.chat_for(ids))
         self.controller.text = text
         self.prompt_shown.emit(text)
         return self.controller.request(text)
@@ -311,7 +317,11 @@ class Timeline(QObject):
         if self.on_demand:
             self._goto(self.step)
             return self._step_request[0]
-        return self.start(self.text, self.ids, self.n_prompt, self.scores, self.step)
+        return self.start(self.text, self.ids, self.n_prompt, self.scores, self.step, self.chat)
+
+    def chat_for(self, ids: Sequence[int]) -> Any:
+        """The ChatSpans of the first ``len(ids)`` tokens of the sequence (None: not a conversation's reply)."""
+        return self.chat.cut(len(ids)) if self.chat is not None and self.chat.n_tokens >= len(ids) else None
 
     def step_by(self, delta: int) -> None:
         self.set_step(self.step + delta)

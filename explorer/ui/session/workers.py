@@ -16,7 +16,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -205,6 +205,7 @@ class TraceRequest:
     ids: tuple[int, ...] | None = None  # exact token ids for ``text`` (generated text), else encode it
     cancel: Cancel = field(default_factory=Cancel, compare=False)  # set: stale, stop at the next layer
     interventions: tuple = ()  # explorer.core.interventions.spec.Intervention, applied to the run
+    chat: Any = None  # the ids' ChatSpans (a templated conversation): the trace knows each token's turn and role
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ def run_trace(request: TraceRequest) -> TraceResult:
         ids, truncated_from = request.model.encode(request.text)
     request.cancel.check()
     trace = request.model.trace_ids(ids, request.spec, truncated_from, cancel=request.cancel,
-                                    interventions=request.interventions)
+                                    interventions=request.interventions, chat=request.chat)
     baseline = None
     if request.interventions:  # the run without them, for "what changed" (TraceResult.baseline)
         storage = CaptureSpec.default_for(request.model.device).storage  # on the device for an accelerator
@@ -284,7 +285,7 @@ class TraceController(QObject):
         self.interventions: tuple = ()  # applied to every trace from the next request on
         self.model: LoadedModel | None = None
         self.text = ""
-        self._pinned: tuple[str, tuple[int, ...]] | None = None
+        self._pinned: tuple[str, tuple[int, ...], Any] | None = None  # (text, exact ids, their ChatSpans)
         self.requests = Newest()
         self._running: TraceRequest | None = None
         self._pending: TraceRequest | None = None
@@ -318,10 +319,16 @@ class TraceController(QObject):
         self.model = model
         self._pinned = None
 
-    def pin_ids(self, text: str, ids: Sequence[int]) -> None:
+    def pin_ids(self, text: str, ids: Sequence[int], chat: Any = None) -> None:
         """Trace ``text`` as exactly ``ids`` whenever it is requested (generated text: encoding the
-        decoded text again may cut it into other tokens)."""
-        self._pinned = (text, tuple(int(i) for i in ids))
+        decoded text again may cut it into other tokens; a conversation: its template's ids, with
+        ``chat``, their ``ChatSpans``, kept with every trace of them)."""
+        self._pinned = (text, tuple(int(i) for i in ids), chat)
+
+    @property
+    def chat(self) -> Any:
+        """The ChatSpans of the text traced now (None: not a templated conversation)."""
+        return self._pinned[2] if self._pinned is not None and self._pinned[0] == self.text else None
 
     def set_text(self, text: str) -> None:
         """A prompt edit: traced once the edits pause for ``debounce_ms``."""
@@ -335,9 +342,10 @@ class TraceController(QObject):
             self.text = text
         if self.model is None:
             return 0
-        ids = self._pinned[1] if self._pinned is not None and self._pinned[0] == self.text else None
-        request = TraceRequest(self.requests.next(), self.model, self.text, tuple(self.panels()), self.spec, ids=ids,
-                               interventions=tuple(self.interventions))
+        pinned = self._pinned if self._pinned is not None and self._pinned[0] == self.text else None
+        request = TraceRequest(self.requests.next(), self.model, self.text, tuple(self.panels()), self.spec,
+                               ids=pinned[1] if pinned else None, interventions=tuple(self.interventions),
+                               chat=pinned[2] if pinned else None)
         self.requested.emit(request.id)
         if self._running is None:
             self._start(request)

@@ -6,6 +6,9 @@ text. ``ThinAxis`` keeps the labels one stride apart: the smallest k for which e
 room (the first label always kept), decided at paint time from the sizes the axis really has, so a
 resize never leaves stale, overlapping text. What is not written is in each plot's tooltips.
 
+A token axis of a conversation's trace also carries its role bands (``set_bands``: the turns' roles and
+kinds as coloured strips along the plot's edge, ``role_bands.py``).
+
 A plot title longer than its plot is elided with "…" (full text in the tooltip) instead of forcing the
 plot wider than its widget, which clipped both ends ("…token embeddi").
 """
@@ -18,6 +21,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
 from PySide6.QtWidgets import QGraphicsItem
+
+from explorer.ui.widgets.role_bands import Band, paint_axis_bands
 
 LABEL_GAP = 4.0  # pixels between two neighbouring labels
 ORIENTATIONS = ("left", "bottom", "top", "right")
@@ -48,6 +53,7 @@ class ThinAxis(pg.AxisItem):
     def __init__(self, orientation: str, **kwargs) -> None:
         super().__init__(orientation, **kwargs)
         self.stride = 1  # the k used at the last paint (tests and tooltips read it)
+        self.bands: tuple[Band, ...] = ()  # a conversation's role bands along the axis (token positions)
         # drawn once into a pixmap and blitted after: an outline, bar or title changed beside or over it
         # (its grid lines span the plot) repaints it from the pixmap, not by replaying every label and line
         self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
@@ -69,6 +75,18 @@ class ThinAxis(pg.AxisItem):
         if wanted == getattr(self, "_tickSpacing", object()):
             return
         super().setTickSpacing(major, minor, levels)
+
+    def set_bands(self, bands: tuple[Band, ...]) -> None:
+        """Draw ``bands`` (token ranges in the view's coordinates) along the edge by the plot; () for none."""
+        bands = tuple(bands)
+        if bands != self.bands:
+            self.bands = bands
+            self.update()
+
+    def paint(self, p, opt, widget):
+        if self.bands:  # under the tick marks, which then show where each token is
+            paint_axis_bands(p, self, self.bands)
+        super().paint(p, opt, widget)
 
     def generateDrawSpecs(self, p):
         specs = super().generateDrawSpecs(p)

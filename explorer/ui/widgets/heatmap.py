@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QGraphicsItem, QToolTip, QWidget
 
 from explorer.core.display.levels import all_finite, finite_levels, thinned_ticks
 from explorer.ui.widgets.axis import readable, thin_axes
+from explorer.ui.widgets.role_bands import Band, band_at, legend_html
 
 MASK_LIGHT = (205, 205, 205, 255)
 MASK_DARK = (150, 150, 150, 255)
@@ -113,7 +114,13 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.setMinimumSize(MIN_WIDTH, MIN_HEIGHT)  # smaller, the panel scrolls (see docks.PanelDock)
         self.colormap = pg.colormap.get(colormap)
         self.title = title
-        self.plot: pg.PlotItem = readable(self.addPlot(row=0, col=0, title=title or None, axisItems=thin_axes()))
+        # row 0: a conversation's role key (empty and flat otherwise); row 1: the plot and its colour bar
+        self.legend = pg.LabelItem("", justify="left")
+        self.addItem(self.legend, row=0, col=0, colspan=2)
+        self.legend.setMaximumHeight(0)
+        self.legend.setVisible(False)
+        self.ci.layout.setRowSpacing(0, 0)
+        self.plot: pg.PlotItem = readable(self.addPlot(row=1, col=0, title=title or None, axisItems=thin_axes()))
         self.plot.invertY(True)
         self.plot.hideButtons()
         self.plot.showGrid(x=False, y=False)
@@ -128,7 +135,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.plot.addItem(self._overlay)
         self.colorbar = pg.ColorBarItem(colorMap=self.colormap, width=14, interactive=False, colorMapMenu=False)
         self.colorbar.setImageItem(self.image)
-        self.addItem(self.colorbar, row=0, col=1)
+        self.addItem(self.colorbar, row=1, col=1)
 
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._masked = np.zeros((0, 0), dtype=bool)
@@ -140,6 +147,8 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self._tick_memo: dict[str, tuple] = {}  # per axis: the ticks of the labels given last (_update_ticks)
         self.value_name = "weight"
         self.levels: tuple[float, float] = (0.0, 1.0)
+        self.row_bands: tuple[Band, ...] = ()  # a conversation's roles along the rows / columns (set_token_bands)
+        self.col_bands: tuple[Band, ...] = ()
 
         self._hover_proxy = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=self.HOVER_RATE,
                                            slot=self._on_mouse_moved)
@@ -285,6 +294,27 @@ class Heatmap(pg.GraphicsLayoutWidget):
         if not getattr(self, "closed", False):  # GraphicsView.close() deletes the items, then resizes
             self._update_ticks()
 
+    def set_token_bands(self, rows: tuple[Band, ...] = (), cols: tuple[Band, ...] = ()) -> None:
+        """A conversation's role bands along the token rows and/or columns (``role_bands.trace_bands``), with
+        their key over the plot; () for an axis that is not tokens or a trace that is not a conversation."""
+        self.row_bands, self.col_bands = tuple(rows), tuple(cols)
+        for side, bands in (("left", self.row_bands), ("bottom", self.col_bands)):
+            axis = self.plot.getAxis(side)
+            if hasattr(axis, "set_bands"):
+                axis.set_bands(bands)
+        key = legend_html(self.row_bands + self.col_bands, "9pt")
+        if key != self.legend.text or self.legend.isVisible() != bool(key):  # (the same key again: no re-layout)
+            self.legend.setText(key)
+            self.legend.setVisible(bool(key))
+            self.legend.setMaximumHeight(10_000 if key else 0)
+            self.ci.layout.setRowSpacing(0, 2 if key else 0)
+
+    def band_text(self, row: int, col: int) -> str:
+        """The roles of a cell's row and column tokens ("" without bands)."""
+        parts = [band.describe() for band in (band_at(self.row_bands, row), band_at(self.col_bands, col))
+                 if band is not None]
+        return " [" + " \u2192 ".join(parts) + "]" if parts else ""
+
     # --- hover and click -----------------------------------------------------------------------
     def cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
         """The (row, col) under a scene position, or None outside the matrix."""
@@ -305,12 +335,16 @@ class Heatmap(pg.GraphicsLayoutWidget):
             return f"{where}: {self.masked_text(row, col) if self.masked_text is not None else 'masked'}"
         return f"{where}: {self.value_name} = {format_value(self._matrix[row, col])}"
 
+    def tooltip(self, row: int, col: int) -> str:
+        """What hovering a cell shows: its ``cell_text`` and, in a conversation, the roles of its tokens."""
+        return self.cell_text(row, col) + (self.band_text(row, col) if self.row_bands or self.col_bands else "")
+
     def _on_mouse_moved(self, args: tuple) -> None:
         cell = self.cell_at(args[0])
         if cell is None:
             QToolTip.hideText()
             return
-        QToolTip.showText(QCursor.pos(), self.cell_text(*cell), self)
+        QToolTip.showText(QCursor.pos(), self.tooltip(*cell), self)
         self.cell_hovered.emit(*cell)
 
     def _on_mouse_clicked(self, event) -> None:

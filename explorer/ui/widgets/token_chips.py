@@ -1,5 +1,8 @@
 """Tokens as coloured chips in a wrapping flow, each with its id underneath; one painted widget.
 
+A conversation's chips carry its role bands (``set_bands``, ``role_bands.py``): a bar over each chip in
+the colour of its turn's role or its kind (thinking, template markup).
+
 One widget painting every chip (rather than a QLabel per token) keeps a 1,024-token prompt cheap
 to show. What a chip says and its colour come from ``explorer.core.tokenize.display``.
 """
@@ -13,8 +16,10 @@ from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetrics, QHelpEvent
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from explorer.core.tokenize.display import ChipView
+from explorer.ui.widgets.role_bands import Band, colours_per_token
 
 PAD_X, PAD_Y, GAP, MARGIN = 5, 2, 4, 4
+BAND_H = 4  # the role bar over a chip of a conversation
 MAX_LABEL_CHARS = 24
 SELECTED = QColor("#d9480f")
 ID_COLOUR = QColor("#6b7280")
@@ -37,6 +42,8 @@ class TokenChips(QWidget):
         self.chips: list[ChipView] = []
         self.interactive = True
         self.selected: int | None = None
+        self.bands: tuple[Band, ...] = ()
+        self._band_colours: list[str | None] = []
         self._rects: list[QRect] = []
         self._layout_width = -1
         self._height = 0
@@ -57,12 +64,29 @@ class TokenChips(QWidget):
     # --- content -----------------------------------------------------------------------------
     def set_chips(self, chips: Sequence[ChipView], interactive: bool = True) -> None:
         self.chips = list(chips)
+        self._band_colours = colours_per_token(self.bands, len(self.chips))
         self.interactive = interactive
         self.setCursor(Qt.CursorShape.PointingHandCursor if interactive else Qt.CursorShape.ArrowCursor)
         self._widths, self._heights = None, {}
         self._layout_width = -1
         self._relayout()
         self.update()
+
+    def set_bands(self, bands: tuple[Band, ...]) -> None:
+        """A conversation's role bands over the chips (() for none): a coloured bar on each chip."""
+        bands = tuple(bands)
+        if bands == self.bands:
+            return
+        self.bands = bands
+        self._band_colours = colours_per_token(bands, len(self.chips))
+        self._widths, self._heights = None, {}
+        self._layout_width = -1
+        self._relayout()
+        self.update()
+
+    def band_colour(self, position: int) -> str | None:
+        """The role bar's colour over chip ``position`` (None: none)."""
+        return self._band_colours[position] if position < len(self._band_colours) else None
 
     def set_selected(self, position: int | None) -> None:
         if position != self.selected:
@@ -92,7 +116,7 @@ class TokenChips(QWidget):
 
     def _flow(self, width: int) -> tuple[list[QRect], int]:
         label_fm, id_fm = QFontMetrics(self.label_font), QFontMetrics(self.id_font)
-        chip_h = label_fm.height() + id_fm.height() + 2 * PAD_Y + 1
+        chip_h = label_fm.height() + id_fm.height() + 2 * PAD_Y + 1 + (BAND_H if self.bands else 0)
         if self._widths is None or len(self._widths) != len(self.chips):
             self._widths = [max(label_fm.horizontalAdvance(self._elide(chip.label)),
                                 id_fm.horizontalAdvance(str(chip.token_id))) + 2 * PAD_X for chip in self.chips]
@@ -150,7 +174,13 @@ class TokenChips(QWidget):
             painter.setPen(QPen(SELECTED, 2.2) if selected else QPen(QColor(chip.colour).darker(125), 1))
             painter.setBrush(QColor(chip.colour))
             painter.drawRoundedRect(rect.adjusted(1, 1, -1, -1), 4, 4)
-            text_rect = QRect(rect.left(), rect.top() + PAD_Y, rect.width(), label_fm.height())
+            top = rect.top()
+            if self.bands:
+                band = self.band_colour(i)
+                if band is not None:
+                    painter.fillRect(QRect(rect.left() + 2, rect.top() + 2, rect.width() - 4, BAND_H), QColor(band))
+                top += BAND_H
+            text_rect = QRect(rect.left(), top + PAD_Y, rect.width(), label_fm.height())
             painter.setFont(self.partial_font if chip.partial else self.label_font)
             painter.setPen(PARTIAL_TEXT if chip.partial else QColor("#111827"))
             painter.drawText(text_rect, Qt.AlignmentFlag.AlignCenter, self._elide(chip.label))

@@ -33,6 +33,7 @@ from explorer.ui.window import export_actions, places
 from explorer.ui.window.applicable import PanelApplicability
 from explorer.ui.window.chrome.intervention_strip import InterventionStrip
 from explorer.ui.window.chrome.model_menu import ModelMenus, RecentCheckpoints
+from explorer.ui.window.chrome.prompt_area import add_prompt_area
 from explorer.ui.window.chrome.prompt_editor import PromptEditor
 from explorer.ui.window.chrome.run_controls import DeviceControls, LayerHeadControls
 from explorer.ui.window.chrome.status_bar import StatusBar
@@ -94,7 +95,7 @@ class MainWindow(QMainWindow):
         self._last_panel: Panel | None = None
         self.recent = RecentCheckpoints(self.settings, _builtin_names)
         self.prompt = PromptEditor(self)
-        self.setCentralWidget(self.prompt)
+        self.prompt_area = add_prompt_area(self)  # the raw prompt, or the conversation editor in its place
         self.docks = self._build_docks()
         self.generation = GenerationPane(self.session.selection)
         self.generation_dock = add_generation_dock(self, self.session, self.generation)

@@ -258,6 +258,11 @@ class SessionRestore(QObject):
             if not enabled:
                 session.interventions.toggle(index, False)
         apply_settings(self.window, state)
+        if state.conversation and session.conversation.available:  # through the template again, then traced
+            self._listen((session.conversation.encoded, self._encoded), (session.conversation.failed, self._chat_failed))
+            session.conversation.restore(state.conversation, state.panels.get("chat") or {})
+            self.window.prompt_area.show_conversation(True)
+            return
         self._listen((session.presenter.drawn, self._drawn))
         ids = state.token_ids
         encoded = session.loaded.encode(state.prompt)[0] if state.prompt else None
@@ -265,6 +270,18 @@ class SessionRestore(QObject):
             self.request_id = session.trace_ids(state.prompt, ids)
         else:
             self.request_id = session.set_prompt(state.prompt)
+
+    def _encoded(self, encoding: Any) -> None:
+        self._stop(self._encoded, self._chat_failed)
+        self.request_id = self.session.controller.latest_id  # the conversation's trace, asked for before this
+        self._listen((self.session.presenter.drawn, self._drawn))
+        ids = self.state.token_ids
+        if ids and list(encoding.ids) != list(ids):
+            self.window.status.set_warning("The conversation renders to other tokens than when the session was "
+                                           "saved (the chat template changed?): its numbers may differ.")
+
+    def _chat_failed(self, message: str) -> None:
+        self._end(f"Could not reopen the session's conversation: {message}")
 
     def _drawn(self, frame: Frame) -> None:
         if self.done or frame.source.kind != PROMPT or frame.source.request_id < self.request_id:

@@ -45,13 +45,17 @@ def capture(window: MainWindow, fingerprint: Fingerprint | None = None, app_vers
     selection = {"layer": session.selection.layer, "head": session.selection.head, "token": session.selection.token,
                  "step": timeline.step if timeline.active else None}
     chosen = session.features.selected
+    conversation = session.conversation  # a conversation on screen: its turns and the template's options
+    chat = conversation.active and trace is not None and trace.meta.chat is not None
+    panels = {**_panels(window), **({"chat": conversation.settings()} if chat else {})}
     return SessionState(
         source=str(session.source), prompt=session.prompt, device=request.device if request else "auto",
         dtype=request.dtype if request else "float32", model_name=loaded.name, fingerprint=fingerprint,
         token_ids=[int(i) for i in trace.token_ids] if trace is not None else None, selection=selection,
         interventions=records, saes=[str(sae.path) for sae in session.features.saes],
         feature=None if chosen is None else {"sae": str(chosen[0].path), "index": int(chosen[1])},
-        steering=_steering(window), sampling=_sampling(window), panels=_panels(window),
+        steering=_steering(window), sampling=_sampling(window), panels=panels,
+        conversation=conversation.messages_now() if chat else None,
         layout=base64.b64encode(bytes(window.applicable.saved_state(window))).decode("ascii"), saved_by=app_version)
 
 

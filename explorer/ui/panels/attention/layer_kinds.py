@@ -25,6 +25,7 @@ from explorer.ui.panels.attention import effective
 from explorer.ui.panels.attention.long_detail import is_long, row_bars
 from explorer.ui.panels.attention.views import BAR_NEGATIVE, BAR_PATTERN, BAR_POSITIVE, KINDS
 from explorer.ui.widgets.plots import set_x_range
+from explorer.ui.widgets.role_bands import set_plot_bands, trace_bands
 
 if TYPE_CHECKING:
     from explorer.ui.panels.attention.panel import AttentionPanel
@@ -118,6 +119,7 @@ def draw_query_row(panel: AttentionPanel) -> None:
              else " (later keys masked)" if masked_row.any() else "")
     panel.row_plot.setTitle(f"query {quoted(tokens[i])} ({i}): {name} over the keys{later}")
     panel.row_plot.getAxis("bottom").setTicks([kept_ticks(tuple(tokens), max(2, min(40, n)), 8)])
+    set_plot_bands(panel.row_plot, bottom=trace_bands(panel.trace))  # a conversation's roles under the keys
     lo, hi = finite_extent(heights)
     set_x_range(panel.row_plot, 0, max(n, 1), padding=0.01)  # (the same keys again: kept)
     panel.row_plot.setYRange(lo, hi if hi > lo else lo + 1, padding=0.05)

@@ -60,6 +60,7 @@ from explorer.ui.panels.attention.views import (
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.role_bands import set_plot_bands, trace_bands
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 
@@ -378,6 +379,7 @@ class AttentionPanel(Panel):
         tokens = list(self.trace.tokens)
         self.detail.set_data(matrix, tokens, tokens, levels=levels, masked=masked, value_name=name)
         self._detail_shown = (self.trace, layer, head, kind is not None or self.kind)
+        self.detail.set_token_bands(*(trace_bands(self.trace),) * 2)  # a conversation's roles on both axes
         cfg = self.trace.config  # the family's own scale, bias, cap and window, as the forward pass applies them
         what = "attention pattern" if self.kind == "pattern" else scores_formula(cfg, layer)
         self.detail.plot.setTitle(effective.detail_title(self.trace, layer, head, what))  # the axes: query, key
@@ -388,6 +390,7 @@ class AttentionPanel(Panel):
     def _draw_long_detail(self) -> None:
         """A long prompt's head: its pooled overview (computed on a worker the first time) and tiles."""
         self.detail_stack.setCurrentWidget(self.long_detail)
+        set_plot_bands(self.long_detail.plot, *(trace_bands(self.trace),) * 2)
         layer, head = self.layer_head()
         kind = "effective" if effective.kind_of(self.trace, layer) is not None else self.kind
         if show_long_head(self.long_detail, self.trace, layer, head, kind, self.later, self._draw_detail):

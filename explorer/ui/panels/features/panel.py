@@ -44,6 +44,7 @@ from explorer.ui.panels.neurons.widgets import BAR_NEGATIVE, BAR_POSITIVE, cell,
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.plots import fixed_plot
+from explorer.ui.widgets.role_bands import trace_bands
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
@@ -253,6 +254,7 @@ class FeaturesPanel(Panel):
         cols = [str(int(f)) for f in result.ids]
         self.map.set_data(result.columns if result.ids.size else np.zeros((len(rows), 0), np.float32),
                           rows, cols, value_name="activation")
+        self.map.set_token_bands(rows=trace_bands(self._view.trace, result.rows.start, result.rows.stop))
         part = f" (tokens {result.rows.start}\u2013{result.rows.stop - 1}; the rest: {COMPUTING})" if result.acts is None \
             else " over the prompt (tokens \u00d7 features)"
         self.map.plot.setTitle(f"strongest features{part}")

@@ -41,6 +41,7 @@ from explorer.ui.panels.interventions.estimate_marks import LEGEND, MarkedHeatma
 from explorer.ui.panels.interventions.patching_worker import ESTIMATE, EXACT, run_patching
 from explorer.ui.session.selection import Selection
 from explorer.ui.session import background
+from explorer.ui.widgets.role_bands import trace_bands
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
@@ -67,6 +68,7 @@ class PatchingView(PanelView):
 
 class PatchingPanel(Panel):
     run_prompt = Signal(str)  # the session runs this prompt (the corrupted one, to inspect a patch)
+    run_ids = Signal(str, object, object)  # ... or these exact ids (a conversation's, with its ChatSpans)
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
@@ -159,6 +161,18 @@ class PatchingPanel(Panel):
     def attach(self, session: Session) -> None:
         super().attach(session)
         self.run_prompt.connect(session.set_prompt)
+        self.run_ids.connect(session.trace_ids)
+
+    def set_corrupted(self, label: str, ids: list[int], chat: Any = None) -> None:
+        """The corrupted run is exactly ``ids`` (a conversation the template wrote, ``chat`` its spans), named
+        ``label`` in the field (typing in it makes the field's text the corrupted prompt again)."""
+        self._pinned = (label, [int(i) for i in ids], chat)
+        self.corrupt_edit.setText(label)
+        self._check_lengths()
+
+    def _corrupt_for(self, text: str) -> list[int]:
+        pinned = getattr(self, "_pinned", None)
+        return list(pinned[1]) if pinned is not None and pinned[0] == text else self.tokenizer.encode(text)
 
     def prepare(self, trace: Trace, snapshot: PanelSnapshot) -> PatchingView:
         clean = None if trace.interventions else tuple(int(i) for i in trace.token_ids)
@@ -208,7 +222,7 @@ class PatchingPanel(Panel):
         text = self.corrupt_edit.text()
         if not text or self.tokenizer is None or not self._clean_ids:
             return
-        n = len(self.tokenizer.encode(text))
+        n = len(self._corrupt_for(text))
         same = n == len(self._clean_ids)
         self.run_button.setEnabled(same and self._worker is None)
         if not same:
@@ -228,7 +242,7 @@ class PatchingPanel(Panel):
             self.status.setText("The clean prompt has not run on this model yet: Run patching once it has.")
             return
         try:
-            corrupt = self.tokenizer.encode(self.corrupt_edit.text())
+            corrupt = self._corrupt_for(self.corrupt_edit.text())
             if len(corrupt) != len(self._clean_ids):  # an empty box too: no grid of 0 columns
                 raise ValueError(f"the corrupted prompt has {len(corrupt)} tokens, the clean one "
                                  f"{len(self._clean_ids)}: patching needs the same number")
@@ -380,6 +394,7 @@ class PatchingPanel(Panel):
         L = self._heads.shape[0]
         self.resid_map.set_data(self._resid, [f"L{layer}" for layer in range(L)] + ["final"], self._labels,
                                 levels=(-1.0, 1.0), value_name="share restored")
+        self.resid_map.set_token_bands(cols=trace_bands(self.trace) if self.trace is not None else ())
         self.head_map.set_data(self._heads, [f"L{layer}" for layer in range(L)],
                                [f"H{h}" for h in range(self._heads.shape[1])], levels=(-1.0, 1.0),
                                masked=self._no_head, value_name="share restored")
@@ -402,7 +417,11 @@ class PatchingPanel(Panel):
         kind, layer, index = cell
         if kind == "resid" and index > self.result.position:
             return
-        self.run_prompt.emit(self._corrupt_text)
+        pinned = getattr(self, "_pinned", None)
+        if pinned is not None and pinned[0] == self._corrupt_text:
+            self.run_ids.emit(self._corrupt_text, pinned[1], pinned[2])
+        else:
+            self.run_prompt.emit(self._corrupt_text)
         self.interventions.set(patch_for(cell, self.result.clean, self.trace.config.n_layers))
 
     def _grid_data(self, kind: str) -> tuple[np.ndarray, list[str], list[str]]:

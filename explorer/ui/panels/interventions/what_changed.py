@@ -34,6 +34,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.plots import fixed_plot
+from explorer.ui.widgets.role_bands import trace_bands
 
 
 BEFORE_BRUSH = pg.mkBrush(150, 150, 150)
@@ -147,6 +148,7 @@ class WhatChangedPanel(Panel):
         self._draw()
         matrix, rows, cols = self._stream_data()
         self.stream_map.set_data(matrix, rows, cols, value_name="relative change")
+        self.stream_map.set_token_bands(cols=trace_bands(view.trace) if len(cols) else ())
 
     def selection_changed(self, what: str) -> None:
         if what == "token":

@@ -52,6 +52,7 @@ from explorer.ui.panels.neurons.widgets import (
 )
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.plots import fixed_plot, outline
+from explorer.ui.widgets.role_bands import trace_bands
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 LAYER_NOW_ELEMENTS = 1 << 20  # n × d_ff up to this: a layer switch scans the new layer at once, else in the background
@@ -384,6 +385,7 @@ class NeuronsPanel(Panel):
             self._limits = limits
             self.heatmap.plot.vb.setLimits(**limits)
         self.heatmap.set_data(matrix, list(self.trace.tokens), labels, levels=view.levels, value_name="activation")
+        self.heatmap.set_token_bands(rows=trace_bands(self.trace))  # a conversation's roles along the tokens
         self.heatmap.image.setVisible(True)
         d_ff = view.post.shape[1]
         shown = "all" if cols == d_ff else f"the {cols} most active of"

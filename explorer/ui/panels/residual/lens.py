@@ -34,6 +34,7 @@ from explorer.core.display.tokens import quoted, vocab_text
 from explorer.core.trace import Trace
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, percent, visible_text
 from explorer.ui.widgets.heatmap import dark_cells
+from explorer.ui.widgets.role_bands import trace_bands
 
 LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists them)
 LENS_ROW_PX = 18  # a lens row's height when its cells carry text
@@ -180,6 +181,7 @@ class LogitLensView:
             top1 = np.where(filled[None, :], top1, np.nan).astype(np.float32)
         self.lens_map.set_data(top1, list(lens.labels), list(trace.tokens[a:b]), levels=(0.0, 1.0),
                                value_name="top-1 probability")
+        self.lens_map.set_token_bands(cols=trace_bands(trace, a, b))  # a conversation's roles, the shown window
         B, n = top1.shape
         hits = np.zeros((B, n), dtype=bool)
         following = np.asarray(trace.token_ids[a + 1:b + 1])  # the real next tokens (none after the last)

@@ -55,6 +55,7 @@ from explorer.ui.panels.residual.view import ResidualView, mixer_name, residual_
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import format_value
 from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
+from explorer.ui.widgets.role_bands import trace_bands
 from explorer.ui.widgets.steady_label import SteadyLabel
 
 SELECTED = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)  # as the attention panel
@@ -286,6 +287,7 @@ class ResidualPanel(Panel):
         trace = self.trace
         self.norm_map.set_data(self.norms, self._labels, self._token_axis(),
                                levels=(0.0, finite_extent(self.norms)[1] or 1.0), value_name="\u2016x\u2016")
+        self.norm_map.set_token_bands(cols=trace_bands(trace))  # a conversation's roles along the tokens
         cfg = trace.config
         self.info.setText(f"{cfg.n_layers} layers \u00b7 {trace.n_tokens} tokens \u00b7 "
                           f"{len(self._labels)} layer boundaries (embed = entering block 0)")
@@ -302,6 +304,7 @@ class ResidualPanel(Panel):
         rows = [f"block {layer}" for layer in range(self.cosine.shape[0])]
         low = min(0.0, float(self.cosine.min(initial=0.0)))
         self.cosine_map.set_data(self.cosine, rows, self._token_axis(), levels=(low, 1.0), value_name="cosine")
+        self.cosine_map.set_token_bands(cols=trace_bands(self.trace))
 
     def _draw_token(self) -> None:
         if self.trace is None or self.norms.size == 0:

@@ -5,17 +5,22 @@ the keys [ and ] (window-wide), and "step t of T" with the token being produced,
 does ("computing step t…", while generating "following" or "paused at t", steps traced on their own
 over the memory budget). It drives ``Session.timeline`` only; the bar is disabled while there is no
 timeline. While a generation streams in, its range grows with the tokens produced so far.
+
+A reply to a conversation shows its parts apart: the steps of a reasoning model's thinking and of its
+answer are coloured under the slider (the role bands' colours), and the label says which the token being
+produced is part of.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSignalBlocker, Qt, QTimer
-from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
+from PySide6.QtCore import QRect, QSignalBlocker, Qt, QTimer
+from PySide6.QtGui import QColor, QKeySequence, QPainter, QShortcut
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStyle, QStyleOptionSlider, QToolButton, QWidget
 
 from explorer.core.display.tokens import quoted, vocab_quoted
+from explorer.ui.widgets.role_bands import label_and_colour
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
@@ -25,6 +30,58 @@ PREVIOUS_KEY, NEXT_KEY = "[", "]"
 GENERATING = ("The generation is still running: the range grows as tokens come, and the panels follow the newest "
               "step unless you choose one (then they stay there; choose the last step to follow again). Each "
               "step is traced on its own until the generation ends, then the whole sequence once.")
+
+
+class SpanSlider(QSlider):
+    """A slider over steps 0..T with each generated token's part (thinking, answer) as a colour strip under
+    its groove: the step t strip is the token produced at step t."""
+
+    STRIP = 4
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        self.colours: list[str] = []
+
+    def set_colours(self, colours: list[str]) -> None:
+        if colours != self.colours:
+            self.colours = colours
+            self.update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().paintEvent(event)
+        n = len(self.colours)
+        if not n or self.maximum() <= self.minimum():
+            return
+        option = QStyleOptionSlider()
+        self.initStyleOption(option)
+        groove = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, option,
+                                             QStyle.SubControl.SC_SliderGroove, self)
+        handle = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, option,
+                                             QStyle.SubControl.SC_SliderHandle, self)
+        left, width = groove.left() + handle.width() // 2, groove.width() - handle.width()
+        span = self.maximum() - self.minimum()
+        painter = QPainter(self)
+        for t, colour in enumerate(self.colours):  # step t's token: between the positions t and t + 1
+            a = left + round(width * min(t, span) / span)
+            b = left + round(width * min(t + 1, span) / span)
+            painter.fillRect(QRect(a, self.height() - self.STRIP, max(b - a, 1), self.STRIP), QColor(colour))
+        painter.end()
+
+
+def step_parts(session: Session, step: TimelineStep) -> tuple[list[str], str]:
+    """The colour of each generated token's part and the name of the part of the token produced at ``step``
+    ("" when the timeline is not a conversation's reply)."""
+    chat = session.timeline.chat
+    if chat is None:
+        return [], ""
+    labels = [label_and_colour(chat.role_of(p), chat.kinds[p])
+              for p in range(step.n_prompt, min(step.n_prompt + step.total, chat.n_tokens))]
+    part = ""
+    if step.produced is not None and step.step < len(labels):
+        kind = chat.kinds[step.produced]
+        part = "thinking" if kind in ("thinking", "analysis", "commentary") else "markup" if kind == "markup" \
+            else "answer"
+    return [colour for _label, colour in labels], part
 
 
 class TimelineBar(QWidget):
@@ -42,7 +99,7 @@ class TimelineBar(QWidget):
         self.previous.setToolTip(f"The previous step of the generation ({PREVIOUS_KEY})")
         self.previous.clicked.connect(lambda: self.timeline.step_by(-1))
         row.addWidget(self.previous)
-        self.slider = QSlider(Qt.Orientation.Horizontal, self)
+        self.slider = SpanSlider(self)
         self.slider.setMinimumWidth(160)
         self.slider.setPageStep(1)
         self.slider.setToolTip(f"Step t: every panel shows the prompt plus the first t generated tokens, cut from "
@@ -82,6 +139,8 @@ class TimelineBar(QWidget):
     def show_step(self, step: TimelineStep | None) -> None:
         for widget in (self.previous, self.slider, self.next):
             widget.setEnabled(step is not None)
+        colours, part = step_parts(self.session, step) if step is not None else ([], "")
+        self.slider.set_colours(colours)
         if step is None:
             with QSignalBlocker(self.slider):
                 self.slider.setRange(0, 0)
@@ -98,7 +157,8 @@ class TimelineBar(QWidget):
             loaded = self.session.loaded
             what = f": producing {vocab_quoted(loaded.tokenizer if loaded is not None else None, step.produced_id)}"
         status = self.timeline.status()
-        self.label.setText(step.label() + what + (f" \u00b7 {status}" if status else ""))
+        said = f" ({part})" if part else ""
+        self.label.setText(step.label() + said + what + (f" \u00b7 {status}" if status else ""))
         self.label.setToolTip(self.timeline.budget_reason or (GENERATING if self.timeline.streaming else ""))
         self.previous.setEnabled(step.step > 0)
         self.next.setEnabled(step.step < step.total)
@@ -109,8 +169,9 @@ def stream_from_generation(session: Session, generation) -> None:
     steps = generation.steps
     if not steps or session.loaded is None:
         return
-    session.timeline.stream(generation.run.run_id, generation.prompt_ids, [s.token_id for s in steps],
-                            [s.scores for s in steps])
+    generated = [s.token_id for s in steps]
+    session.timeline.stream(generation.run.run_id, generation.prompt_ids, generated, [s.scores for s in steps],
+                            generation.assistant.spans(generation.prompt_ids, generated))
 
 
 def start_from_generation(session: Session, result: object, generation=None) -> None:
@@ -126,7 +187,8 @@ def start_from_generation(session: Session, result: object, generation=None) -> 
     prompt = list(prompt)
     ids = prompt + [s.token_id for s in steps]
     key = generation.run.run_id if generation is not None else None
-    session.timeline.finish(key, loaded.tokenizer.decode(ids), ids, len(prompt), [s.scores for s in steps])
+    chat = generation.assistant.spans(prompt, ids[len(prompt):]) if generation is not None else None
+    session.timeline.finish(key, loaded.tokenizer.decode(ids), ids, len(prompt), [s.scores for s in steps], chat)
 
 
 def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
@@ -134,19 +196,19 @@ def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
     dock tab bars out, and Qt then leaves stale copies of them on screen), enabled while there is a
     timeline; the generation of ``generation`` (the pane) streaming in starts the timeline, and once it ends
     its whole sequence is traced once. The Journey panel's
-    dock becomes a tab beside the generation pane's."""
+    dock (and the conversation Roles panel's) becomes a tab beside the generation pane's."""
     timeline_bar = TimelineBar(session, window)
     window.toolbar.addSeparator()
     window.toolbar.addWidget(timeline_bar)
     timeline_bar.show_step(None)
     generation.step_added.connect(lambda _index: stream_from_generation(session, generation))
     generation.generation_finished.connect(lambda result: start_from_generation(session, result, generation))
-    journey = next((d for d in getattr(window, "docks", []) if d.objectName() == "dock-journey"), None)
+    beside = [d for d in getattr(window, "docks", []) if d.objectName() in ("dock-journey", "dock-roles")]
     side = getattr(window, "generation_dock", None)
-    if journey is not None and side is not None and not getattr(window, "_sized_docks", False):
+    if beside and side is not None and not getattr(window, "_sized_docks", False):
         # once the window is shown (tabified before, Qt leaves a stale copy of the tab bar on screen);
-        # a layout restored from the settings keeps the journey where the user put it
-        QTimer.singleShot(0, window, lambda: (window.tabifyDockWidget(side, journey), side.raise_()))
+        # a layout restored from the settings keeps the journey (and the conversation's roles) where the user put it
+        QTimer.singleShot(0, window, lambda: ([window.tabifyDockWidget(side, d) for d in beside], side.raise_()))
     # the pane shows the candidates of the token being produced at the step on screen
     session.timeline.changed.connect(lambda step: generation.select_step(step.step) if step is not None
                                      and step.produced is not None and step.step < len(generation.steps) else None)
