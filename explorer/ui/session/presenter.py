@@ -102,6 +102,7 @@ class Presenter(QObject):
         self._views: dict[str, Callable[[Any], None]] = {}  # views drawn from a comparison frame (the compare dock)
         self._sources: list[Idle] = []
         self._stale: set[str] = set()
+        self._catching_up: set[str] = set()  # panels shown since the trace was drawn, being prepared (panel_shown)
         self._newest = Newest()  # the sources' traces: only the newest is shown
         self._first: background.Task | None = None  # a present_trace's first panel, being prepared
         self._drawing: Cancel | None = None  # set: the drawing of the shown frame is stale
@@ -143,12 +144,23 @@ class Presenter(QObject):
         return ids
 
     def requests(self) -> tuple[PanelRequest, ...]:
-        """Every shown panel's request, its snapshot taken now (on the GUI thread)."""
-        return tuple(self._request(pid) for pid in self.shown_ids())
+        """Every shown panel's request, its snapshot taken now (on the GUI thread). A selection at the last
+        position of the trace on screen is asked for as "the last position" (token None): it follows the
+        end of the next trace (``follows_end``)."""
+        at_end = self.follows_end(self.trace)
+        return tuple(self._request(pid, at_end) for pid in self.shown_ids())
 
-    def _request(self, panel_id: str) -> PanelRequest:
+    def follows_end(self, trace: Trace | None) -> bool:
+        """Whether the selected token is the last position of ``trace``: the selection then stays at the end
+        when the next trace is longer or shorter (an edit at the end of the prompt; issue 42, item 2)."""
+        return trace is not None and self.selection.token == trace.n_tokens - 1
+
+    def _request(self, panel_id: str, at_end: bool = False) -> PanelRequest:
         panel = self._panels[panel_id]
-        return PanelRequest(panel_id, panel.snapshot(), panel.prepare)
+        snapshot = panel.snapshot()
+        if at_end and getattr(snapshot, "token", None) is not None:
+            snapshot = dataclasses.replace(snapshot, token=None)  # prepared for the last position of the new trace
+        return PanelRequest(panel_id, snapshot, panel.prepare)
 
     # --- what is shown -------------------------------------------------------------------------------
     @property
@@ -167,7 +179,7 @@ class Presenter(QObject):
     def is_idle(self) -> bool:
         """Nothing more is coming: no source has work in flight, the shown trace is drawn on every shown
         panel and complete (no view computing), the lane and the NaN check are done."""
-        if any(not source.is_idle() for source in self._sources) or self._first is not None:
+        if any(not source.is_idle() for source in self._sources) or self._first is not None or self._catching_up:
             return False
         if self.frame is not None and self._applied is not self.frame.trace:
             return False
@@ -241,9 +253,12 @@ class Presenter(QObject):
     # --- drawing ---------------------------------------------------------------------------------------
     def _show(self, frame: Frame, rest: Sequence[PanelRequest]) -> None:
         trace = frame.trace
+        previous = self.trace
         self.frame = frame
         self.lane.discard_parked()  # a trace is shown: views stopped for an older one are stale
         cfg = trace.config
+        if previous is not None and previous is not trace and self.follows_end(previous):
+            self.selection.set_token(trace.n_tokens - 1)  # the end followed (as the snapshots were taken)
         self.selection.clamp(cfg.n_layers, cfg.n_heads, trace.n_tokens)
         start = time.perf_counter()
         self.shown.emit(frame)
@@ -339,12 +354,14 @@ class Presenter(QObject):
             return
         self._stale.discard(panel_id)
         trace = self.frame.trace
+        self._catching_up.add(panel_id)  # not idle until it has drawn (or failed to prepare) the shown trace
 
         def draw(view: object) -> None:
             if not self.closed and trace is self.trace:
                 self._set_trace(panel_id, trace, view)
 
-        background.run(self._request(panel_id), trace, on_done=draw)
+        background.run(self._request(panel_id), trace, on_done=draw, on_error=lambda _failure: draw(None),
+                       on_finished=lambda: self._catching_up.discard(panel_id))
 
     def shutdown(self) -> None:
         """The window closes: whatever is still prepared or drawn stops, nothing more is shown."""
