@@ -301,9 +301,14 @@ class TokenPath:
 
     def first_top(self) -> int | None:
         """The first boundary from which the token stays the top prediction to the end (None: never)."""
-        top = self.ranks == 0
-        stays = np.flip(np.logical_and.accumulate(np.flip(top)))
-        return int(np.argmax(stays)) if stays.size and stays[-1] else None
+        return first_top(self.ranks)
+
+
+def first_top(ranks: np.ndarray) -> int | None:
+    """The first boundary from which 0-based ``ranks`` [B] stay 0 (the top prediction) to the end; None: never."""
+    top = np.asarray(ranks) == 0
+    stays = np.flip(np.logical_and.accumulate(np.flip(top)))
+    return int(np.argmax(stays)) if stays.size and stays[-1] else None
 
 
 def token_across_layers(trace: Trace, position: int, token_id: int, vocab_size: int | None = None) -> TokenPath:

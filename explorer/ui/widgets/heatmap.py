@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QGraphicsItem, QToolTip, QWidget
 
@@ -302,6 +302,18 @@ class Heatmap(pg.GraphicsLayoutWidget):
         if self._masked[row, col]:
             return f"{where}: masked"
         return f"{where}: {self.value_name} = {format_value(self._matrix[row, col])}"
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        """The pointer resting on the view makes Qt send a tooltip event, which the graphics scene answers by
+        hiding any tooltip when no item has one of its own: the cell's text vanished about a second after it
+        appeared. The cell's text is shown again instead, so it stays while the pointer is on the cell."""
+        if event.type() == QEvent.Type.ToolTip:
+            cell = self.cell_at(self.mapToScene(event.pos()))
+            if cell is not None:
+                QToolTip.showText(event.globalPos(), self.cell_text(*cell), self)
+                event.accept()  # answered: the tip stays (the scene would say "nothing here" and hide it)
+                return True
+        return super().viewportEvent(event)
 
     def _on_mouse_moved(self, args: tuple) -> None:
         cell = self.cell_at(args[0])
