@@ -17,39 +17,20 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from explorer.core.analysis import residual as core
-from explorer.core.config import ModelConfig
-from explorer.core.loaded import LoadedModel
-from explorer.core.model import Transformer
-from explorer.core.tokenize.base import gpt2_tokenizer
-from explorer.ui.panels.residual import lens as residual_lens
-from explorer.ui.session.workers import LoadRequest, LoadResult
 
-SCREEN = (1203, 752)  # the window's first size on a 1280x800 screen
 PROMPT = "The capital of France is Paris, and the capital of Italy is Rome. The capital of Spain is"
 
 
-@pytest.fixture(scope="module")
-def thirty_layers():
-    """A 30-layer model (SmolLM2-135M's depth) with GPT-2's vocabulary, random, room for 2,048 tokens."""
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=50257, n_ctx=2048, d_model=32, n_layers=30, n_heads=2, d_head=16, d_ff=64)
-    return LoadedModel(Transformer(cfg).eval(), gpt2_tokenizer(), "thirty-layers", "test", "gpt2")
-
-
 @pytest.fixture
-def lens_window(qtbot, make_window, thirty_layers):
+def lens_window(qtbot, laptop_window):
     """The window at its 1280x800 size with the 30-layer model and the Residual tab raised."""
-    window = make_window()
-    window.resize(*SCREEN)
-    window.session.use_model(LoadResult(LoadRequest(None, "cpu"), thirty_layers, None))
-    qtbot.waitUntil(lambda: window.trace is not None and window.presenter.is_idle(), timeout=60_000)
+    window = laptop_window
     window.raise_panel("residual")
     with qtbot.waitSignal(window.presenter.drawn, timeout=60_000):
         window.set_prompt(PROMPT)
