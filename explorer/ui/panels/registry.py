@@ -79,6 +79,8 @@ PANELS: tuple[PanelSpec, ...] = (
               "journey"),
     PanelSpec("diagram", "explorer.ui.panels.diagram", "DiagramPanel", "Model diagram", "Flow", "diagram"),
     PanelSpec("features", "explorer.ui.panels.features", "FeaturesPanel", "Features (SAE)", "Features", "features"),
+    PanelSpec("inside_attention", "explorer.ui.panels.inside_attention", "InsideAttentionPanel",
+              "Inside attention: Q, K, V, W_O and the KV cache", "Inside attention", "inside_attention"),
 )
 
 # the generation pane: a panel the window docks on its right, on its own (the tour links to it)

@@ -336,8 +336,8 @@ class ResidualPanel(ResidualData, Panel):
         trace = self.trace
         if self.log_norms.isChecked():  # the colours by log10 ||x|| (the tooltips say the norm itself)
             shown = np.log10(np.maximum(self.norms.astype(np.float64), 1e-12)).astype(np.float32)
-            self.norm_map.set_data(shown, self._labels, self._token_axis(), levels=finite_extent(shown) if
-                                   np.isfinite(shown).any() else None, value_name="log10 \u2016x\u2016")
+            self.norm_map.set_data(shown, self._labels, self._token_axis(), levels=finite_extent(shown, include_zero=False)
+                                   if np.isfinite(shown).any() else None, value_name="log10 \u2016x\u2016")
             self.norm_map.plot.setTitle("log10 \u2016residual\u2016 at each boundary")
         else:
             self.norm_map.set_data(self.norms, self._labels, self._token_axis(),
