@@ -118,3 +118,29 @@ def window(qtbot, make_window, tiny_checkpoint):
         window.open_checkpoint(str(tiny_checkpoint))
     return window
 
+
+
+@pytest.fixture(scope="session")
+def thirty_layers():
+    """A 30-layer model (SmolLM2-135M's depth) with GPT-2's vocabulary, random, room for 2,048 tokens."""
+    from explorer.core.loaded import LoadedModel
+    from explorer.core.tokenize.base import gpt2_tokenizer
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50257, n_ctx=2048, d_model=32, n_layers=30, n_heads=2, d_head=16, d_ff=64)
+    return LoadedModel(Transformer(cfg).eval(), gpt2_tokenizer(), "thirty-layers", "test", "gpt2")
+
+
+LAPTOP = (1203, 752)  # the window's first size on a 1280x800 screen
+
+
+@pytest.fixture
+def laptop_window(qtbot, make_window, thirty_layers):
+    """The window at its size on a 1280x800 screen with the 30-layer model open and traced."""
+    from explorer.ui.session.workers import LoadRequest, LoadResult
+
+    window = make_window()
+    window.resize(*LAPTOP)
+    window.session.use_model(LoadResult(LoadRequest(None, "cpu"), thirty_layers, None))
+    qtbot.waitUntil(lambda: window.trace is not None and window.presenter.is_idle(), timeout=60_000)
+    return window

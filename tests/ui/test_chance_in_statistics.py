@@ -29,7 +29,7 @@ def test_chance_levels_beside_head_scores(qtbot, tiny_gpt2):
         assert 0 < chance < 0.5
         assert f"(chance {chance:.3f})" in panel.statistics.plot.titleLabel.text
         model = panel.statistics_table.model()
-        assert model.headerData(2, Qt.Orientation.Horizontal) == f"value (chance {chance:.3f})"
+        assert model.headerData(2, Qt.Orientation.Horizontal) == f"value\n(chance {chance:.3f})"  # two lines (issue 42)
         tip = model.headerData(2, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
         assert f"chance level {chance:.4f}" in tip
         assert f"chance level {chance:.4f}" in model.index(0, 2).data(Qt.ItemDataRole.ToolTipRole)

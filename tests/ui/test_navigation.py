@@ -50,7 +50,8 @@ def test_every_tab_title_is_readable(qtbot, make_window, size):
             text = bar.tabText(i)
             # elided: Qt gives the tab less than the width its whole text needs
             assert bar.tabRect(i).width() >= bar.tabSizeHint(i).width(), f"tab {text!r} is cut at {size}"
-            assert bar.tabRect(i).right() <= bar.width(), f"tab {text!r} is off the bar at {size}"
+            # the bar scrolls to tabs past its end rather than cut every title (issue 42, item 9)
+            assert bar.tabRect(i).right() <= bar.width() or bar.usesScrollButtons(), f"tab {text!r} is off the bar at {size}"
             seen += 1
     assert seen >= 7  # the panels are tabs (one may be hidden: it does not apply to this window's model)
     assert {p.dock_name for p in PANELS if p.short_title} == {d.objectName() for d in window.docks}  # all short

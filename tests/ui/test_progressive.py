@@ -82,7 +82,7 @@ def shown_panel(qtbot, loaded, work):
     panel.progressive = work
     qtbot.addWidget(panel)
     panel.set_tokenizer(loaded.tokenizer)
-    panel.resize(900, 700)
+    panel.resize(1400, 700)  # wide enough for the whole prompt in the lens beside the token chart
     panel.show()
     qtbot.waitExposed(panel)
     return panel

@@ -75,8 +75,6 @@ def test_export_plots_waits_for_every_background_view_and_skips_empty_ones(qapp,
     """As on a GPT-2-small-sized model: the lens and the all-heads views are computed in the background
     (forced here); no image is written while any is still computing, nothing without content is
     drawn (no intervention: What changed and patching have nothing), names are <panel>_<view>.png."""
-    import re
-
     from explorer.ui.export import images
     from explorer.ui.panels.attention import views
     from explorer.ui.panels.residual import lens
@@ -99,7 +97,9 @@ def test_export_plots_waits_for_every_background_view_and_skips_empty_ones(qapp,
     panel_plots = {n for n in names if not n.startswith("L")}
     assert {"residual_logit_lens_top-1_probability.png", "attention_all_heads.png"} <= panel_plots
     assert not any(n.startswith(("what_changed", "patching")) for n in panel_plots)
+    ids = ("inside_attention", "attention", "dla", "embeddings", "neurons", "residual", "tokenization", "masked")
     for name in panel_plots:
-        panel, view = re.match(r"^([a-z_]+?)_(.+)\.png$", name).groups()
-        assert not view.startswith(panel) and panel in {"attention", "dla", "embeddings", "neurons", "residual",
-                                                        "tokenization", "masked"}, name
+        panel = next((i for i in ids if name.startswith(i + "_")), None)
+        assert panel is not None, name
+        view = name[len(panel) + 1:-len(".png")]
+        assert view and not view.startswith(panel), name

@@ -248,7 +248,8 @@ def test_exportables(qtbot, gpt2):
     panel.selection.set_token(4)
     exports = {e.name: e for e in panel.exportables()}
     assert set(exports) == {"residual norms", "residual norm of the selected token", "sublayer contributions",
-                            "consecutive cosine", "logit lens top-1 probability", "logit lens top token ids"}
+                            "consecutive cosine", "logit lens top-1 probability", "logit lens top token ids",
+                            "token across layers"}
     labels = [f"{i}:{t}" for i, t in enumerate(trace.tokens)]
     boundaries = ["embed", "after 0", "after 1", "after 2"]
     norms = core.residual_norms(trace)
@@ -277,6 +278,13 @@ def test_exportables(qtbot, gpt2):
     values, rows, cols = exports["logit lens top token ids"].data()
     np.testing.assert_array_equal(values, lens.ids[..., 0])
     assert values.dtype == np.int64 and rows == boundaries and cols == labels
+
+    # the token across layers beside the lens: the top prediction at the selected position, every boundary
+    path = core.token_across_layers(trace, 4, int(np.argmax(trace["logits"][4])), loaded.tokenizer.vocab_size)
+    values, rows, cols = exports["token across layers"].data()
+    np.testing.assert_allclose(values[:, 0], path.probs, rtol=1e-6)
+    np.testing.assert_array_equal(values[:, 1], path.ranks + 1)
+    assert rows == boundaries and cols == ["probability", "rank"]
 
     # both lens exports reachable from the lens's right-click menu: the probabilities' actions at the
     # top, the ids' in a submenu

@@ -286,6 +286,63 @@ def lens_columns(trace: Trace, start: int, stop: int, top: int = 1, vocab_size: 
                      t_probs[:, :tc], t_ranks[:, :tc], entropy.reshape(B, c))
 
 
+@dataclass(frozen=True, eq=False)
+class TokenPath:
+    """One token's fate at one position through the depth (the logit lens of that token alone): after
+    every boundary (``labels``), its probability (float32 [B]), 0-based rank over the vocabulary (int64 [B];
+    equal logits: lower ids first) and logit (float32 [B]) as the next token after ``position``."""
+
+    position: int
+    token_id: int
+    labels: tuple[str, ...]
+    probs: np.ndarray
+    ranks: np.ndarray
+    logits: np.ndarray
+
+    def first_top(self) -> int | None:
+        """The first boundary from which the token stays the top prediction to the end (None: never)."""
+        return first_top(self.ranks)
+
+
+def first_top(ranks: np.ndarray) -> int | None:
+    """The first boundary from which 0-based ``ranks`` [B] stay 0 (the top prediction) to the end; None: never."""
+    top = np.asarray(ranks) == 0
+    stays = np.flip(np.logical_and.accumulate(np.flip(top)))
+    return int(np.argmax(stays)) if stays.size and stays[-1] else None
+
+
+def token_across_layers(trace: Trace, position: int, token_id: int, vocab_size: int | None = None) -> TokenPath:
+    """``token_id``'s probability and rank as the next token after ``position`` when the stream is read
+    after every boundary through the final norm and un-embedding (the same reading and softmax as
+    ``lens_columns``: the last boundary is the model's own output). ``vocab_size`` leaves out padding ids
+    (a ``token_id`` past it is refused). One [B, V] matmul: no [n, V] is built."""
+    import torch
+
+    model = getattr(trace, "_model", None)
+    if model is None:
+        raise ValueError("the token across layers needs the model: this trace was loaded without it")
+    cfg, n = trace.config, trace.n_tokens
+    if not 0 <= position < n:
+        raise ValueError(f"position {position} is not in this trace of {n} tokens")
+    from explorer.core.placement import model_dtype, tail_device
+
+    V = int(model.unembed.weight.shape[0])
+    limit = V if vocab_size is None else max(1, min(int(vocab_size), V))
+    if not 0 <= int(token_id) < limit:
+        raise ValueError(f"token {token_id} is outside this model's vocabulary of {limit}")
+    keys = [f"blocks.{layer}.resid_pre" for layer in range(cfg.n_layers)] + ["resid_final"]
+    with torch.inference_mode():
+        stream = torch.cat([trace.tensor(key)[position:position + 1] for key in keys])
+        stream = stream.to(tail_device(model), model_dtype(model))
+        raw = model.final_logits(stream[None])[0].float()[:, :limit]                  # [B, V']
+        t = torch.full((raw.shape[0], 1), int(token_id), dtype=torch.long, device=raw.device)
+        probs = torch.softmax(raw, dim=-1).gather(-1, t)[:, 0]
+        ranks = _ranks(raw, t)
+        logits = raw.gather(-1, t)[:, 0]
+    return TokenPath(int(position), int(token_id), tuple(boundary_labels(cfg.n_layers)), _np(probs).astype(np.float32),
+                     np.asarray(ranks, dtype=np.int64), _np(logits).astype(np.float32))
+
+
 def _ranks(raw, t) -> np.ndarray:
     """0-based rank of the logit at ``t`` [r, 1] in each row of ``raw`` [r, V]: how many are larger, and
     equal ones with a lower id (numpy on the CPU: its comparisons are several times torch's there)."""

@@ -91,6 +91,15 @@ def thinned_ticks(labels: Sequence[str], max_labels: int = 40, max_chars: int = 
     return [(i + 0.5, abbreviate(str(labels[i]), max_chars)) for i in range(0, len(labels), step)]
 
 
+def grouped_ticks(groups: int, per_group: int, max_labels: int = 40, prefix: str = "L") -> list[tuple[float, str]]:
+    """Ticks for rows that come in groups (a layer's heads: row l * H + h): one at the first row of every k-th
+    group, named by the group ("L0", "L5", …), never "L0H0, L1H1, …" (every (H+1)-th row, which reads as a
+    diagonal); a group of one row is named at its centre."""
+    step = label_step(groups, max_labels)
+    offset = 0.5 if per_group == 1 else 0.0
+    return [(g * per_group + offset, f"{prefix}{g}") for g in range(0, groups, step)]
+
+
 @functools.lru_cache(maxsize=32)
 def kept_ticks(labels: tuple[str, ...], max_labels: int = 40, max_chars: int = 12) -> list[tuple[float, str]]:
     """``thinned_ticks`` of a tuple of labels (a trace's tokens), kept: a switch over the same tokens asks for

@@ -149,6 +149,10 @@ def attach_export_menu(exportable: Exportable, parent: QWidget | None = None) ->
 
         def show_menu(pos: Any) -> None:
             popup = QMenu(item)
+            extra = item.context_actions(pos, popup) if hasattr(item, "context_actions") else []
+            if extra:  # the widget's own entries for what is under the pointer (a head: switch it off) first
+                popup.addActions(extra)
+                popup.addSeparator()
             popup.addActions(actions)
             popup.exec(item.mapToGlobal(pos))
 

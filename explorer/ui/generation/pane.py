@@ -75,6 +75,7 @@ class GenerationPane(Panel):
 
     trace_requested = Signal(str, object)
     step_added = Signal(int)
+    step_chosen = Signal(int)  # the user chose step t in the step box (the timeline shows it: timeline_bar.py)
     generation_finished = Signal(object)
 
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
@@ -173,7 +174,7 @@ class GenerationPane(Panel):
 
         self.step_view = sv = StepView(self, self.text_view, steps=lambda: self.run.steps, loaded=lambda: self.loaded,
                                        params=self.current_params, params_used=lambda: self.run.params_used,
-                                       selected_changed=self._update_buttons)
+                                       selected_changed=self._update_buttons, step_chosen=self.step_chosen.emit)
         self.step_spin, self.info, self.chart, self._bar_timer = sv.step_spin, sv.info, sv.chart, sv.bar_timer
         bottom = sv.widget
         self.splitter = QSplitter(Qt.Orientation.Vertical, self)
@@ -350,6 +351,10 @@ class GenerationPane(Panel):
     # --- steps: selection, clicks, the chart ----------------------------------------------------------
     selected = property(lambda self: self.step_view.selected, doc="The step shown (None: none).")
     table = property(lambda self: self.step_view.table, doc="The shown step's CandidateTable.")
+
+    def show_end(self, total: int) -> None:
+        """The timeline is at its last step ``total``: the step box says so (no candidates: none is produced)."""
+        self.step_view.show_end(total)
 
     def select_step(self, index: int, follow: bool = False) -> None:
         """Show step ``index``'s candidates (``follow``: keep following the newest step while streaming)."""

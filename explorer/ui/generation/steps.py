@@ -34,10 +34,13 @@ class StepView:
 
     def __init__(self, parent: QWidget, text_view: TokenText, *, steps: Callable[[], list[Step]],
                  loaded: Callable[[], Any], params: Callable[[], SamplingParams],
-                 params_used: Callable[[], SamplingParams | None], selected_changed: Callable[[], None]) -> None:
+                 params_used: Callable[[], SamplingParams | None], selected_changed: Callable[[], None],
+                 step_chosen: Callable[[int], None] = lambda _t: None) -> None:
         self.text_view = text_view
         self._steps, self._loaded, self._params, self._params_used = steps, loaded, params, params_used
         self._selected_changed = selected_changed
+        self._step_chosen = step_chosen  # the user chose a step in the box (the timeline follows it)
+        self.at_end = False  # the box says T: every generated token on screen, none being produced
         self.selected: int | None = None
         self.table: CandidateTable | None = None
         self.follow_latest = True
@@ -84,6 +87,11 @@ class StepView:
 
     def finished(self) -> None:
         self.bar_timer.stop()
+        steps = self._steps()
+        if steps and self.step_spin.maximum() < len(steps):  # room for the end: step T, as the timeline counts
+            self.step_spin.blockSignals(True)
+            self.step_spin.setMaximum(len(steps))
+            self.step_spin.blockSignals(False)
         if self.selected is not None:
             self.text_view.set_selected(self.selected)
         self.draw()
@@ -105,6 +113,7 @@ class StepView:
         if not 0 <= index < len(self._steps()):
             return
         self.follow_latest = follow
+        self.at_end = False
         self.selected = index
         self.text_view.set_selected(index)
         self.draw()
@@ -114,8 +123,28 @@ class StepView:
         steps = self._steps()
         if value < len(steps):
             self.select(value)
+            self._step_chosen(value)
+        elif steps and value == len(steps) and self.step_spin.maximum() == len(steps):  # the end (after a run)
+            self.show_end(value)
+            self._step_chosen(value)
         elif steps:  # not generated (yet)
             self.select(len(steps) - 1, follow=self.follow_latest)
+
+    def show_end(self, total: int) -> None:
+        """The timeline's last step T (the box says T too): every generated token is on screen and none is being
+        produced, so there are no candidates to show."""
+        self.at_end = True
+        self.selected, self.table = None, None
+        self.bar_timer.stop()
+        self.step_spin.blockSignals(True)
+        if self.step_spin.maximum() < total:
+            self.step_spin.setMaximum(total)
+        self.step_spin.setValue(total)
+        self.step_spin.blockSignals(False)
+        self.chart.show_table(None, [])
+        self.info.setText(f"<b>step {total}</b>: the end: every generated token is on screen and none is being "
+                          "produced (step back to see a token's candidates)")
+        self._selected_changed()
 
     # --- drawing -----------------------------------------------------------------------------------
     def schedule(self) -> None:

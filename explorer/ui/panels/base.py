@@ -177,15 +177,16 @@ class Panel(QWidget):
 
     # --- progressive views (explorer.ui.session.progressive) ---------------------------------------------
     def later(self, key: Any, compute: Callable[[Callable[[], None]], Any], apply: Callable[[Any], None],
-              priority: int = 0) -> Job:
+              priority: int = 0, failed: Callable[[str], None] | None = None) -> Job:
         """Compute an expensive view of the current trace in the background and ``apply`` it here.
 
         ``compute(check)`` runs on a worker thread (same rules as ``prepare``: the trace and values
         captured now, no widgets) and calls ``check()`` at its boundaries, which raises when the job
         is stale. ``apply(value)`` runs on the GUI thread, only if this panel still shows the same
         trace and no newer job with the same ``key`` was asked for. While the panel is hidden the
-        job waits and computes nothing."""
-        job = Job(self, key, self.trace, compute, apply, priority)
+        job waits and computes nothing. ``failed(message)``: ``compute`` raised (the view says so rather
+        than "computing…" for ever)."""
+        job = Job(self, key, self.trace, compute, apply, priority, failed=failed)
         work = self._lane()
         if self._hidden_in_window():
             work.cancel_owner_key(self, key)
@@ -229,7 +230,8 @@ class Panel(QWidget):
         if not visible:
             for job in self._lane().cancel_owner(self):  # hidden: compute nothing until shown again
                 if job.trace is self.trace:
-                    self._deferred[job.key] = Job(self, job.key, job.trace, job.compute, job.apply, job.priority)
+                    self._deferred[job.key] = Job(self, job.key, job.trace, job.compute, job.apply, job.priority,
+                                                  failed=job.failed)
             return
         missed, self._selection_missed = self._selection_missed, []
         if missed and self.trace is not None:  # what the selection changed while hidden, drawn now (once each)

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QWidget
 
 from explorer.core.analysis.timeline import ControlStage, Journey, control_stages, journey
 from explorer.core.display.tokens import quoted, vocab_quoted
@@ -24,6 +23,7 @@ from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
+from explorer.ui.widgets.layer_chart import LayerChart
 
 NO_TIMELINE = ("No timeline: generate a continuation (the Generation pane), then step through it with the "
                "timeline slider or [ and ] to follow each generated token's journey.")
@@ -66,44 +66,30 @@ class JourneyPanel(Panel):
         self.view: JourneyView | None = None
         self.info = QLabel(NO_TIMELINE)
         self.info.setWordWrap(True)
+        self.info.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)  # alone: at the top
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.body.addWidget(self.info)
-        self.lens = pg.PlotWidget(title="probability (red), rank (blue, log) per layer")
-        self.lens.setMinimumHeight(150)
-        self.lens.setMaximumHeight(260)
-        self.lens.setMouseEnabled(x=False, y=False)
-        self.lens.hideButtons()
-        self.lens.setLabel("left", "probability")
-        self.prob_curve = self.lens.plot([], [], pen=pg.mkPen("#d62728", width=2), symbol="o", symbolSize=6)
-        self.rank_box = pg.ViewBox()
-        self.lens.plotItem.showAxis("right")
-        self.lens.plotItem.scene().addItem(self.rank_box)
-        self.lens.plotItem.getAxis("right").linkToView(self.rank_box)
-        self.lens.plotItem.getAxis("right").setLabel("rank (log10, 0 = top)")
-        self.rank_box.setXLink(self.lens.plotItem)
-        self.rank_curve = pg.PlotCurveItem(pen=pg.mkPen("#1f77b4", width=2, style=Qt.PenStyle.DashLine))
-        self.rank_box.addItem(self.rank_curve)
-        self.lens.plotItem.vb.sigResized.connect(lambda: self.rank_box.setGeometry(self.lens.plotItem.vb.sceneBoundingRect()))
-        top = QHBoxLayout()
-        top.addWidget(self.lens, 3)
-        self.body.addLayout(top)
-        self.reads = Heatmap(colormap="viridis", title="what each head reads from the predicting position")
-        self.reads.cell_clicked.connect(self._on_cell_clicked)
-        self.body.addWidget(self.reads, 2)
+        # probability and rank on two charts over one depth axis: a probability near 0 is not flattened
+        # beside a rank scale, and the boundaries' labels are thinned to fit the dock (widgets/layer_chart.py)
+        self.lens = LayerChart()
+        self.lens.setMinimumHeight(230)
+        self.body.addWidget(self.lens, 3)
         self.controls = QTableWidget(0, 4)
-        self.controls.setHorizontalHeaderLabels(["after", "rank of the chosen token", "its probability",
-                                                 "most likely now"])
         self.controls.setHorizontalHeaderLabels(["after", "rank", "p", "most likely"])
         self.controls.setToolTip("the chosen token's rank and probability after each sampling control that was on, "
                                  "in the order they run, and the most likely token then")
         self.controls.verticalHeader().setVisible(False)
-        self.controls.setMaximumHeight(260)
+        self.controls.setMaximumHeight(150)
         self.controls.horizontalHeader().setStretchLastSection(True)
-        top.addWidget(self.controls, 2)
+        self.body.addWidget(self.controls, 1)
+        self.reads = Heatmap(colormap="viridis", title="what each head reads from the predicting position")
+        self.reads.cell_clicked.connect(self._on_cell_clicked)
+        self.reads.setMinimumHeight(220)
+        self.body.addWidget(self.reads, 3)
         self._parts = (self.lens, self.reads, self.controls)
         for part in self._parts:
             part.hide()
-        self.add_exportable("journey lens", self.lens.plotItem, self._lens_data)
+        self.add_exportable("journey lens", self.lens, self.lens.data)
         self.add_exportable("journey attention", self.reads, self._reads_data)
 
     @classmethod
@@ -119,8 +105,7 @@ class JourneyPanel(Panel):
         j = view.journey
         if j is None:
             self.info.setText((f"{view.step_label}: " if view.step_label else "") + view.message)
-            self.prob_curve.setData([], [])
-            self.rank_curve.setData([], [])
+            self.lens.clear_path()
             self.reads.set_data(np.zeros((0, 0)))
             self.controls.setRowCount(0)
             for part in self._parts:
@@ -138,11 +123,10 @@ class JourneyPanel(Panel):
         self.info.setText(f"{view.step_label}: {token} produced at position {j.position}, predicted at "
                           f"{j.position - 1}:{quoted(view.trace.tokens[j.position - 1])}. It is {top}{ctrl}. "
                           "Click a row of the map to select its layer and head.")
-        x = np.arange(len(j.labels))
-        self.prob_curve.setData(x, j.probs)
-        self.rank_curve.setData(x, np.log10(j.ranks.astype(np.float64) + 1))
-        self.lens.getAxis("bottom").setTicks([[(i, label) for i, label in enumerate(j.labels)]])
+        vocab = getattr(self.tokenizer, "vocab_size", None)
+        self.lens.show_path(j.labels, j.probs, j.ranks, f"{token} across layers", vocab)
         matrix, rows, cols = self._reads_data()
+        self.reads.row_groups = (j.attention.shape[0], j.attention.shape[1])  # rows named by layer: L0, L5, …
         top = float(np.nanmax(matrix, initial=0.0)) if np.isfinite(matrix).any() else 0.0  # NaN: a hybrid's gaps
         self.reads.set_data(matrix, rows, cols, levels=(0.0, max(1e-6, top)), value_name="attention")
         self.controls.setRowCount(len(view.stages))
@@ -170,8 +154,3 @@ class JourneyPanel(Panel):
         return (j.attention.reshape(L * H, n), [f"L{l}H{h}" for l in range(L) for h in range(H)],
                 [f"{p}:{tokens[p]}" for p in range(n)])
 
-    def _lens_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        j = self.view.journey if self.view is not None else None
-        if j is None:
-            return np.zeros((0, 0)), [], []
-        return (np.stack([j.probs, j.ranks.astype(np.float64) + 1], 1), list(j.labels), ["probability", "rank"])

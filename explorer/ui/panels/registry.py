@@ -86,6 +86,8 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("qkov", "explorer.ui.panels.qkov", "QKOVPanel", "Why a head attends, what it moves (QK/OV)", "QK/OV",
               "qkov", tour_title="QK/OV"),
     PanelSpec("roles", "explorer.ui.panels.roles", "RolesPanel", "Conversation roles", "Roles", "roles"),
+    PanelSpec("inside_attention", "explorer.ui.panels.inside_attention", "InsideAttentionPanel",
+              "Inside attention: Q, K, V, W_O and the KV cache", "Inside attention", "inside_attention"),
 )
 
 # the generation pane: a panel the window docks on its right, on its own (the tour links to it)

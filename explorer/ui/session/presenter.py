@@ -103,7 +103,7 @@ class Presenter(QObject):
         self._views: dict[str, Callable[[Any], None]] = {}  # views drawn from a comparison frame (the compare dock)
         self._sources: list[Idle] = []
         self._stale: set[str] = set()
-        self._catching_up: set[str] = set()  # panels shown after their frame, being prepared (panel_shown)
+        self._catching_up: set[str] = set()  # panels shown since the trace was drawn, being prepared (panel_shown)
         self._newest = Newest()  # the sources' traces: only the newest is shown
         self._first: background.Task | None = None  # a present_trace's first panel, being prepared
         self._drawing: Cancel | None = None  # set: the drawing of the shown frame is stale
@@ -145,12 +145,23 @@ class Presenter(QObject):
         return ids
 
     def requests(self) -> tuple[PanelRequest, ...]:
-        """Every shown panel's request, its snapshot taken now (on the GUI thread)."""
-        return tuple(self._request(pid) for pid in self.shown_ids())
+        """Every shown panel's request, its snapshot taken now (on the GUI thread). A selection at the last
+        position of the trace on screen is asked for as "the last position" (token None): it follows the
+        end of the next trace (``follows_end``)."""
+        at_end = self.follows_end(self.trace)
+        return tuple(self._request(pid, at_end) for pid in self.shown_ids())
 
-    def _request(self, panel_id: str) -> PanelRequest:
+    def follows_end(self, trace: Trace | None) -> bool:
+        """Whether the selected token is the last position of ``trace``: the selection then stays at the end
+        when the next trace is longer or shorter (an edit at the end of the prompt; issue 42, item 2)."""
+        return trace is not None and self.selection.token == trace.n_tokens - 1
+
+    def _request(self, panel_id: str, at_end: bool = False) -> PanelRequest:
         panel = self._panels[panel_id]
-        return PanelRequest(panel_id, panel.snapshot(), panel.prepare)
+        snapshot = panel.snapshot()
+        if at_end and getattr(snapshot, "token", None) is not None:
+            snapshot = dataclasses.replace(snapshot, token=None)  # prepared for the last position of the new trace
+        return PanelRequest(panel_id, snapshot, panel.prepare)
 
     # --- what is shown -------------------------------------------------------------------------------
     @property
@@ -243,10 +254,13 @@ class Presenter(QObject):
     # --- drawing ---------------------------------------------------------------------------------------
     def _show(self, frame: Frame, rest: Sequence[PanelRequest]) -> None:
         trace = frame.trace
+        previous = self.trace
         self.frame = frame
         self.lane.discard_parked()  # a trace is shown: views stopped for an older one are stale
         cfg = trace.config
-        self.selection.clamp(cfg.n_layers, max_maps(cfg), trace.n_tokens)  # a hybrid's most heads (a convolution's channels)
+        if previous is not None and previous is not trace and self.follows_end(previous):
+            self.selection.set_token(trace.n_tokens - 1)  # the end followed (as the snapshots were taken)
+        self.selection.clamp(cfg.n_layers, max_maps(cfg), trace.n_tokens)  # a hybrid: its widest layer's heads
         start = time.perf_counter()
         self.shown.emit(frame)
         self.timed.emit(Timing("shown", "", start, time.perf_counter()))
@@ -341,13 +355,13 @@ class Presenter(QObject):
             return
         self._stale.discard(panel_id)
         trace = self.frame.trace
+        self._catching_up.add(panel_id)  # not idle until it has drawn (or failed to prepare) the shown trace
 
         def draw(view: object) -> None:
             if not self.closed and trace is self.trace:
                 self._set_trace(panel_id, trace, view)
 
-        self._catching_up.add(panel_id)  # not idle until it is drawn (or its preparation failed)
-        background.run(self._request(panel_id), trace, on_done=draw,
+        background.run(self._request(panel_id), trace, on_done=draw, on_error=lambda _failure: draw(None),
                        on_finished=lambda: self._catching_up.discard(panel_id))
 
     def shutdown(self) -> None:

@@ -60,6 +60,7 @@ class Job:
     apply: Callable[[Any], None]
     priority: int = 0  # lower runs first
     cancel: Cancel = field(default_factory=Cancel)
+    failed: Callable[[str], None] | None = None  # ``compute`` raised: the message (GUI thread; if still current)
     order: int = field(default_factory=lambda: next(_order))
 
     def current(self) -> bool:
@@ -136,7 +137,8 @@ class ProgressiveWork(QObject):
         ``resume_parked``: if the pass fails, the shown trace stays and its views must still complete
         (else a panel says "computing…" for ever)."""
         for job in sorted(self._drop(lambda j: True), key=lambda j: (j.priority, j.order)):  # first runs first
-            self._parked.append(Job(job.owner, job.key, job.trace, job.compute, job.apply, job.priority))
+            self._parked.append(Job(job.owner, job.key, job.trace, job.compute, job.apply, job.priority,
+                                    failed=job.failed))
 
     def resume_parked(self) -> None:
         """The requested trace will not come (its pass failed): run the parked jobs whose panel still
@@ -207,8 +209,16 @@ class ProgressiveWork(QObject):
         self._running = job
         self.busy_changed.emit(True)
         background.run(_run, job, on_done=lambda got, j=job: self._on_returned(j, got),
-                       on_error=lambda failure, j=job: log.error("computing %r failed: %s", j.key, failure.message),
+                       on_error=lambda failure, j=job: self._on_failed(j, failure.message),
                        on_finished=lambda j=job: self._on_finished(j))
+
+    def _on_failed(self, job: Job, message: str) -> None:
+        log.error("computing %r failed: %s", job.key, message)
+        if job.failed is not None and job.current():
+            try:
+                job.failed(message)
+            except Exception:
+                log.exception("reporting the failure of %r failed", job.key)
 
     def _on_returned(self, job: Job, got: tuple[Any, float, float]) -> None:
         value, start, end = got

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QGraphicsItem, QToolTip, QWidget
 
-from explorer.core.display.levels import all_finite, finite_levels, thinned_ticks
+from explorer.core.display.levels import all_finite, finite_levels, grouped_ticks, thinned_ticks
 from explorer.ui.widgets.axis import readable, thin_axes
 from explorer.ui.widgets.role_bands import Band, band_at, legend_html
 
@@ -149,6 +149,7 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.levels: tuple[float, float] = (0.0, 1.0)
         self.row_bands: tuple[Band, ...] = ()  # a conversation's roles along the rows / columns (set_token_bands)
         self.col_bands: tuple[Band, ...] = ()
+        self.row_groups: tuple[int, int] | None = None  # (groups, rows per group): rows labelled by group (L0, L5…)
 
         self._hover_proxy = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=self.HOVER_RATE,
                                            slot=self._on_mouse_moved)
@@ -273,8 +274,13 @@ class Heatmap(pg.GraphicsLayoutWidget):
                 longest = memo[1] if same else min(chars, max(len(label) for label in labels))
                 room = width / (7.0 * longest + 10.0)
             max_labels = max(2, int(room))
-            if same and memo[2] == max_labels:
+            grouped = axis_name == "left" and self.row_groups is not None and \
+                self.row_groups[0] * self.row_groups[1] == len(labels)
+            if same and memo[2] == max_labels and not grouped:
                 ticks = memo[3]
+            elif grouped:  # (layer, head) rows: labelled at the first row of a layer, every k-th layer
+                ticks = grouped_ticks(*self.row_groups, max_labels=max(2, int(height / 18.0)))
+                memo = self._tick_memo[axis_name] = (labels, longest, max_labels, ticks, None, 0)
             else:
                 ticks = thinned_ticks(labels, max_labels=max_labels, max_chars=chars)
                 memo = self._tick_memo[axis_name] = (labels, longest, max_labels, ticks, None, 0)
@@ -288,6 +294,11 @@ class Heatmap(pg.GraphicsLayoutWidget):
                         font.key(), max(metrics.horizontalAdvance(text) for _, text in ticks) + 14)
                 if axis.fixedWidth != memo[5]:  # (not ``width``: the bottom axis' labels are counted from that)
                     axis.setWidth(memo[5])
+
+    def shown_ticks(self, axis_name: str = "left") -> list[tuple[float, str]]:
+        """The tick labels the axis ``axis_name`` writes now ((position, text), thinned to its room)."""
+        memo = self._tick_memo.get(axis_name)
+        return list(memo[3]) if memo is not None else []
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(event)
@@ -338,6 +349,18 @@ class Heatmap(pg.GraphicsLayoutWidget):
     def tooltip(self, row: int, col: int) -> str:
         """What hovering a cell shows: its ``cell_text`` and, in a conversation, the roles of its tokens."""
         return self.cell_text(row, col) + (self.band_text(row, col) if self.row_bands or self.col_bands else "")
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        """The pointer resting on the view makes Qt send a tooltip event, which the graphics scene answers by
+        hiding any tooltip when no item has one of its own: the cell's text vanished about a second after it
+        appeared. The cell's text is shown again instead, so it stays while the pointer is on the cell."""
+        if event.type() == QEvent.Type.ToolTip:
+            cell = self.cell_at(self.mapToScene(event.pos()))
+            if cell is not None:
+                QToolTip.showText(event.globalPos(), self.tooltip(*cell), self)
+                event.accept()  # answered: the tip stays (the scene would say "nothing here" and hide it)
+                return True
+        return super().viewportEvent(event)
 
     def _on_mouse_moved(self, args: tuple) -> None:
         cell = self.cell_at(args[0])

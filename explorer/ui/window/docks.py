@@ -113,6 +113,7 @@ def place_docks(window: QMainWindow, docks: list[PanelDock]) -> TabTitles:
             window.tabifyDockWidget(rest[0], dock)
     if rest:
         rest[0].raise_()
+    titles.watch()  # the tab bars the tabs above made: whole titles, scrolling
     return titles
 
 

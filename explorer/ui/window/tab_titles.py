@@ -4,14 +4,15 @@ title.
 
 Nine full titles ("Residual stream & logit lens", "Direct logit attribution", …) need about 1,130 px
 of tab bar, more than the ~830 px a 1280-wide window leaves beside the generation pane, so Qt cut
-them to "At…", "FF…". The short ones need about 700 px. Qt sets a dock tab's tooltip to the dock's
+them to "At…", "FF…". The short ones need about 780 px, still more than the ~700 px there: the tabs write
+their whole short title and the bar scrolls (``whole_titles``) rather than cut every one ("Toke…"). Qt sets a dock tab's tooltip to the dock's
 (short) title whenever it rebuilds the tab, so the full title is given at the moment a tooltip is
 asked for (an event filter on the window's tab bars), never stored in the tab bar.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QMainWindow, QTabBar, QToolTip
 
@@ -32,11 +33,12 @@ def _mnemonic_safe(text: str) -> str:
     return text.replace("&", "&&")  # "&" would be read as a mnemonic marker in tabs and menus
 
 
-def scroll_not_cut(bar: QTabBar) -> None:
-    """A bar with more tabs than room (the QK/OV tab once a question is asked, Features with an SAE open)
-    scrolls with its arrows instead of cutting every title (Qt makes the dock tab bars eliding)."""
+def whole_titles(bar: QTabBar) -> None:
+    """Tabs that write their whole (short) title: when they do not all fit the bar scrolls (arrows at its end)
+    instead of cutting each to "Toke…", "Neuro…", "Fl…" (1280x800: twelve panels beside the generation pane)."""
     if bar.elideMode() != Qt.TextElideMode.ElideNone:
         bar.setElideMode(Qt.TextElideMode.ElideNone)
+    if not bar.usesScrollButtons():
         bar.setUsesScrollButtons(True)
 
 
@@ -55,7 +57,6 @@ class TabTitles(QObject):
             dock.toggleViewAction().setText(_mnemonic_safe(full))
             dock.toggleViewAction().setToolTip(full)
             self.full[short] = full
-        self._watch_soon = False
         window.installEventFilter(self)
         self.watch()
 
@@ -63,11 +64,7 @@ class TabTitles(QObject):
         for bar in self.window.findChildren(QTabBar):
             bar.removeEventFilter(self)  # never twice
             bar.installEventFilter(self)
-            scroll_not_cut(bar)
-
-    def _watch_again(self) -> None:
-        self._watch_soon = False
-        self.watch()
+            whole_titles(bar)
 
     def tooltip(self, bar: QTabBar, index: int) -> str | None:
         """The full title for tab ``index`` of ``bar`` (None: not a panel's tab)."""
@@ -76,14 +73,12 @@ class TabTitles(QObject):
         return self.full.get(bar.tabText(index))
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
-        if obj is self.window and event.type() == QEvent.Type.ChildAdded:
-            if isinstance(event.child(), QTabBar):
-                event.child().installEventFilter(self)
-            elif not self._watch_soon:  # (a tab bar being built is not a QTabBar yet here): look once it is
-                self._watch_soon = True
-                QTimer.singleShot(0, self, self._watch_again)
-        elif isinstance(obj, QTabBar) and event.type() in (QEvent.Type.Polish, QEvent.Type.Show):
-            scroll_not_cut(obj)
+        if obj is self.window and event.type() == QEvent.Type.ChildAdded and isinstance(event.child(), QTabBar):
+            event.child().installEventFilter(self)
+        elif obj is self.window and event.type() == QEvent.Type.ChildPolished and isinstance(event.child(), QTabBar):
+            whole_titles(event.child())  # made by Qt with ElideRight just before: polished, it is set up
+        elif isinstance(obj, QTabBar) and event.type() in (QEvent.Type.Show, QEvent.Type.Polish):
+            whole_titles(obj)  # (Qt sets ElideRight on a dock tab bar after adding it: set again when it shows)
         elif isinstance(obj, QTabBar) and event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
             text = self.tooltip(obj, obj.tabAt(event.pos()))
             if text is not None:

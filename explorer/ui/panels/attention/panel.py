@@ -37,8 +37,8 @@ from explorer.core.display.labels import scores_formula, token_labels
 from explorer.core.display.levels import finite_levels
 from explorer.core.display.mosaic import MosaicGeometry
 from explorer.core.trace import Trace
-from explorer.ui.interventions.menu import install_targets
-from explorer.ui.interventions.targets import Point, Target, head_cells
+from explorer.ui.interventions.menu import component_actions, install_targets
+from explorer.ui.interventions.targets import Component, Point, Target, head_cells
 from explorer.ui.panels.attention.long_detail import (LongHeadView, is_long, long_detail_data, pooled_head,
                                                       show_long_head)
 from explorer.ui.panels.attention.corpus_scores import CorpusScores
@@ -226,6 +226,9 @@ class AttentionPanel(Panel):
         self.add_exportable("head statistics", self.statistics, self.all_heads.statistics_data)
         install_targets(self)  # right-click a tile or a cell: switch a head off (intervention_targets)
         self.add_exportable("head statistics table", self.statistics_table, self.all_heads.statistics_table_data)
+        # right-click a row of the table: switch that head off too (above the export entries)
+        self.statistics_table.head_actions = lambda layer, head, parent: component_actions(
+            self, Component.head(layer, head), parent)
 
     def attach(self, session) -> None:  # noqa: ANN001 - the window's Session
         super().attach(session)

@@ -5,16 +5,20 @@ each other as numbers written into small heatmap cells did. Clicking a row selec
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
+    QObject,
     QPersistentModelIndex,
+    QPoint,
     QSortFilterProxyModel,
     Qt,
     Signal,
 )
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 Index = QModelIndex | QPersistentModelIndex
@@ -78,8 +82,8 @@ class HeadStatisticsModel(QAbstractTableModel):
             return self.name + chance_text(self.chance, "; ")
         if role != Qt.ItemDataRole.DisplayRole:
             return None
-        if section == 2 and math.isfinite(self.chance):
-            return f"value (chance {self.chance:.3f})"
+        if section == 2 and math.isfinite(self.chance):  # two lines: one was cut to "value (chance 0…"
+            return f"value\n(chance {self.chance:.3f})"
         return HEADERS[section]
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole):
@@ -133,6 +137,15 @@ class HeadStatisticsTable(QTableView):
         width = 2 * index_width + value_width + self.verticalScrollBar().sizeHint().width() + 6
         self.setMinimumSize(width, 4 * (metrics.height() + 6) + 30)  # a header and a few rows
         self.clicked.connect(self._on_clicked)
+        # (layer, head, parent) -> the right-click entries for that head (the panel's: switch it off, mean-ablate)
+        self.head_actions: Callable[[int, int, QObject], list[QAction]] | None = None
+
+    def context_actions(self, pos: QPoint, parent: QObject) -> list[QAction]:
+        """The right-click entries for the head of the row under ``pos`` (before the export's)."""
+        index = self.indexAt(pos)
+        if not index.isValid() or self.head_actions is None:
+            return []
+        return self.head_actions(*self.head_at(index.row()), parent)
 
     def set_values(self, values: np.ndarray, name: str, chance: float = math.nan,
                    present: np.ndarray | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QSplitter, QWidget
 
 from explorer.core.analysis.dla import DLA, DLAError, direct_logit_attribution
 from explorer.core.analysis.layer_maps import attention_head
@@ -24,6 +24,8 @@ from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.panels.interventions.dla_choice import DLAChoice, DLATargetBar, top_predictions
 from explorer.ui.panels.interventions.dla_table import FFN, DLAHeatmap, dla_sentence, dla_table
 from explorer.ui.session.selection import Selection
+from explorer.ui.widgets.ranked_list import RankedList
+from explorer.ui.widgets.steady_label import SteadyLabel
 
 DEFAULT = DLAChoice()
 TOP_NOW_VOCAB = 1 << 16  # a vocabulary up to this: a token switch lists the top predictions at once, else on a worker
@@ -89,15 +91,23 @@ class DLAPanel(Panel):
         self.choose = DLATargetBar(self)  # the target (and distractor) chosen: dla_choice.py
         self.choose.changed.connect(self._on_choice)
         self.body.addWidget(self.choose)
-        self.info = QLabel("")
-        # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
-        # preferred height); the tooltip has the whole text
-        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # wrapped at the panel's width, never wider (its height kept while the text changes): the whole line is
+        # read at 1280x800, not cut after "(final n…" (issue 42, item 9)
+        self.info = SteadyLabel("")
         self.body.addWidget(self.info)
         self.heatmap = DLAHeatmap(colormap="CET-D1", symmetric=True, title="direct contribution to the logit")
         self.heatmap.cell_clicked.connect(self._on_cell_clicked)
-        self.body.addWidget(self.heatmap, 1)
+        self.ranked = RankedList("largest contributions (click: select)", "logit")  # beside the grid
+        self.ranked.chosen.connect(self._on_ranked)
+        beside = QSplitter()
+        beside.addWidget(self.heatmap)
+        beside.addWidget(self.ranked)
+        beside.setStretchFactor(0, 3)
+        beside.setStretchFactor(1, 1)
+        beside.setChildrenCollapsible(False)
+        self.body.addWidget(beside, 1)
         self.add_exportable("direct logit attribution", self.heatmap, self._data)
+        self.add_exportable("direct logit attribution, largest", self.ranked, self.ranked.data)
         install_targets(self)  # right-click a head's cell or an FFN's: switch it off
 
     def intervention_targets(self) -> list[Target]:
@@ -153,6 +163,7 @@ class DLAPanel(Panel):
         if ready is None and trace.memo_get(key) is None:  # not computed yet: in the background (a 1B model's
             self._say(f"computing the attribution at token {position}\u2026")  # W_O products take a while)
             self.result = None
+            self.ranked.clear_items()
             matrix = self.heatmap.matrix  # never another token's numbers under this one's name: blank cells,
             if matrix.size:               # the same rows and columns (so the axes need not be laid out again)
                 self.heatmap.set_data(np.full(matrix.shape, np.nan, np.float32), self.heatmap.row_labels,
@@ -164,11 +175,14 @@ class DLAPanel(Panel):
             self.result = None
             self._say((f"{self.note} " if self.note else "") + got)
             self.heatmap.set_data(np.zeros((0, 0)))
+            self.ranked.clear_items()
             return
         self.result = d = got
         matrix, rows, cols = self._data()
         self._columns, self.heatmap.config = cols, trace.config
         self.heatmap.set_data(matrix, rows, cols, masked=dla_table(d, trace.config)[1], value_name="logit contribution")
+        self.ranked.show_items([f"{r} {c}" if c == "FFN" else f"{r}{c}" for r in rows for c in cols], matrix,
+                               [(layer, col) for layer in range(len(rows)) for col in range(len(cols))])
         target = vocab_quoted(self.tokenizer, d.target)
         if d.distractor is not None:
             target += f" minus the logit of {vocab_quoted(self.tokenizer, d.distractor)}"
@@ -195,6 +209,14 @@ class DLAPanel(Panel):
     def _say(self, text: str) -> None:
         self.info.setText(text)
         self.info.setToolTip(text)
+
+    def _on_ranked(self, key: tuple[int, int]) -> None:
+        """A row of the list: its head selected (an FFN: its layer)."""
+        layer, col = key
+        if self.result is not None and col < self.result.heads.shape[1]:
+            self.selection.set_layer_head(layer, col)
+        else:
+            self.selection.set_layer(layer)
 
     def _on_cell_clicked(self, row: int, col: int) -> None:
         if self.result is not None and col < self.result.heads.shape[1] and not self.heatmap.masked[row, col]:

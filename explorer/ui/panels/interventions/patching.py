@@ -41,6 +41,7 @@ from explorer.ui.panels.interventions.estimate_marks import LEGEND, MarkedHeatma
 from explorer.ui.panels.interventions.patching_worker import ESTIMATE, EXACT, run_patching
 from explorer.ui.session.selection import Selection
 from explorer.ui.session import background
+from explorer.ui.widgets.ranked_list import RankedList
 from explorer.ui.widgets.role_bands import trace_bands
 
 if TYPE_CHECKING:
@@ -140,10 +141,12 @@ class PatchingPanel(Panel):
             f"no attention head here ({describe_mixer(self.trace.config, layer)}): patch its residual stream instead")
         self.resid_map.cell_clicked.connect(lambda r, c: self.clicked(("resid", r, c)))
         self.head_map.cell_clicked.connect(lambda r, c: self.clicked(("head", r, c)))
+        self.ranked = RankedList("largest shares restored (click: exact value, or run the patch)", "share")
+        self.ranked.chosen.connect(self.clicked)
         splitter = QSplitter()
-        splitter.addWidget(self.resid_map)
-        splitter.addWidget(self.head_map)
-        splitter.setStretchFactor(0, 3)
+        for widget, stretch in ((self.resid_map, 3), (self.head_map, 2), (self.ranked, 1)):
+            splitter.addWidget(widget)
+            splitter.setStretchFactor(splitter.count() - 1, stretch)
         self.body.addWidget(splitter, 1)
         self.add_exportable("activation patching, residual stream", self.resid_map, lambda: self._grid_data("resid"))
         self.add_exportable("activation patching, heads", self.head_map, lambda: self._grid_data("head"))
@@ -205,6 +208,7 @@ class PatchingPanel(Panel):
         self.legend.setVisible(False)
         for grid in (self.resid_map, self.head_map):
             grid.set_data(np.zeros((0, 0), np.float32))
+        self.ranked.clear_items()
         self.cancel_button.setEnabled(False)
         self.progress.setValue(0)
         self.run_button.setEnabled(True)  # the next trace checks the lengths again (_check_lengths)
@@ -401,6 +405,11 @@ class PatchingPanel(Panel):
         self.resid_map.set_estimated(self._estimated[0])
         self.head_map.set_estimated(self._estimated[1])
         self.legend.setVisible(self._estimates_left() > 0)
+        cells = [("resid", r, c) for r, c in np.ndindex(*self._resid.shape)] + \
+            [("head", r, c) for r, c in np.ndindex(*self._heads.shape)]
+        self.ranked.show_items([f"stream {'final' if r == L else f'L{r}'} @ {self._labels[c]}" if k == "resid" else f"head L{r}H{c}" for k, r, c in cells],
+                               np.concatenate([self._resid.ravel(), self._heads.ravel()]), cells,
+                               ["estimate" if self._estimated[k == "head"][r, c] else "" for k, r, c in cells])
 
     def _estimates_left(self) -> int:
         """How many cells shown are estimates (0 before any run)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QWidget
+from PySide6.QtWidgets import QSplitter, QWidget
 
 from explorer.core.analysis.changes import RunComparison, compare_runs, stream_difference
 from explorer.core.analysis.residual import boundary_labels
@@ -33,6 +33,7 @@ from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
+from explorer.ui.widgets.steady_label import SteadyLabel
 from explorer.ui.widgets.plots import fixed_plot
 from explorer.ui.widgets.role_bands import trace_bands
 
@@ -85,10 +86,9 @@ class WhatChangedPanel(Panel):
         self.baseline: Trace | None = None  # the shown trace's run without interventions (from the Session)
         self._stream: np.ndarray | None = None
         self._view: WhatChangedView | None = None  # what draw() drew last
-        self.info = QLabel("No interventions: right-click a head, a neuron or a residual cell to switch it off.")
-        # one line, cut at the panel's width (a wrapped label would make the scrolling dock as tall as its
-        # preferred height); the tooltip has the whole text
-        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # wrapped at the panel's width, never wider (its height kept while the text changes): the whole line is
+        # read at 1280x800, not cut after "(final n…" (issue 42, item 9)
+        self.info = SteadyLabel("No interventions: right-click a head, a neuron or a residual cell to switch it off.")
         self.body.addWidget(self.info)
         self.candidates = fixed_plot(grid="x")
         self.candidates.setLabel("bottom", "probability")

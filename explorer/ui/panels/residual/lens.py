@@ -37,9 +37,10 @@ from explorer.ui.widgets.heatmap import dark_cells
 from explorer.ui.widgets.role_bands import trace_bands
 
 LENS_TOP = 5  # predictions kept per boundary and position (the tooltip lists them)
-LENS_ROW_PX = 18  # a lens row's height when its cells carry text
-TEXT_MAX_TOKENS = 40  # the lens writes each cell's top token while there are at most this many tokens…
-TEXT_MAX_ROWS = 25  # …and boundaries; beyond that, colours only (the tooltip still names the tokens)
+LENS_ROW_PX = 18  # a lens row's height when its cells carry text (the panel scrolls when that is taller than it)
+LENS_ROWS_MAX_PX = 1200  # …up to this; more boundaries share it (cells under 10 px tall show colours only)
+TEXT_MAX_TOKENS = 40  # the lens writes each cell's top token while there are at most this many tokens (cells
+                      # too small on screen for a letter show none: CellTexts; the tooltip names the tokens)
 LENS_NOW_MACS = 2**28  # a lens cheaper than this is computed with the trace, on the worker…
 LENS_BLOCK_MACS = 2**36  # …a larger one progressively, in blocks of positions of about this much work…
 LENS_BLOCK_MIN = 64  # …and at least this many positions: fewer rows per matmul re-read the un-embedding for little work
@@ -48,6 +49,8 @@ LENS_WINDOW_MIN = 8  # …at least this many…
 LENS_CELL_PX = 40  # …and as many as fit the grid at about this width each (wide enough for a token's text)
 LENS_AXES_PX = 110  # the grid's row labels and colour bar take about this much of its width
 NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the real next token
+LENS_KEY = (f"text: the top prediction \u00b7 colour: its probability \u00b7 <span style='color:{NEXT_TOKEN}'>"
+            "\u25a1</span> the real next token")  # the line above the grid
 
 
 def vocab_size_of(tokenizer: Any) -> int | None:
@@ -110,12 +113,16 @@ class LogitLensView:
         self._lens_start: int | None = None  # first position of the lens window (lens_span)
         self._lens_shown = (0, 0)  # the positions the lens grid shows now, start .. stop - 1
         self._lens_window_job: tuple | None = None  # (lens, start, stop) of the last window job asked for
+        self.tall = False  # "Enlarge lens": rows tall enough for text whatever the number of boundaries
+        self.drawn: Callable[[], None] = lambda: None  # after a redraw of its own (a job applied): the panel's marks
+        self.failed = ""  # why the last lens job failed ("" while none did)
 
     def show(self, trace: Trace, lens: core.LogitLens | None, texts: list[list[str]]) -> None:
         """A new trace's lens (``texts``: every cell's text when it is complete, prepared with it)."""
         self.trace, self.lens = trace, lens
         self.lens_texts = texts
         self._prepared_texts = (lens, texts)
+        self.failed = ""
         self._lens_start = None  # a new prompt: the window centres on the selected token again
         self._draw_lens()
 
@@ -188,9 +195,10 @@ class LogitLensView:
         m = len(following)
         hits[:, :m] = (lens.ids[:, a:a + m, 0] == following[None, :]) & filled[None, :m]
         self.next_token_hits = hits
-        legible = n <= TEXT_MAX_TOKENS and B <= TEXT_MAX_ROWS
-        # rows tall enough for readable text (the panel scrolls when that is more than it has)
-        self.lens_map.setMinimumHeight(min(B * LENS_ROW_PX + 80, 640) if legible else 150)
+        legible = n <= TEXT_MAX_TOKENS
+        # rows tall enough for readable text (the panel scrolls when that is more than it has); enlarged, always
+        rows_px = B * LENS_ROW_PX + 80
+        self.lens_map.setMinimumHeight(rows_px if self.tall else min(rows_px, LENS_ROWS_MAX_PX) if legible else 150)
         self.lens_cells.setVisible(legible)
         if legible:
             if (a, b) != (0, trace.n_tokens) or not lens.complete:
@@ -207,14 +215,16 @@ class LogitLensView:
         for r, i in zip(*np.nonzero(hits)):
             path.addRect(QRectF(i + inset, r + inset, 1 - 2 * inset, 1 - 2 * inset))
         self.lens_marks.setPath(path)
-        what = "top prediction (text) and its probability (colour)" if legible else \
-            "top prediction's probability (hover for the tokens)"
+        # a short title (the key to the colours and marks is the line above the grid: ``LENS_KEY``), so that
+        # neither the panel nor an exported picture cuts it
+        parts = [] if legible else ["hover for the tokens"]
         if (a, b) != (0, trace.n_tokens):
-            what = f"positions {a}\u2013{b - 1} of {trace.n_tokens} (around the selected token); " + what
-        if not filled.all():
-            what = f"computing\u2026 {int(filled.sum())} of {n} positions; " + what
-        self.lens_map.plot.setTitle(f"logit lens: {what}; <span style='color:{NEXT_TOKEN}'>\u25a1</span> "
-                                    "= the real next token")
+            parts.insert(0, f"positions {a}\u2013{b - 1} of {trace.n_tokens}")
+        if self.failed and not filled.all():
+            parts.insert(0, f"could not compute {n - int(filled.sum())} of {n} positions ({self.failed})")
+        elif not filled.all():
+            parts.insert(0, f"computing\u2026 {int(filled.sum())} of {n} positions")
+        self.lens_map.plot.setTitle("logit lens" + (": " + "; ".join(parts) if parts else ""))
 
     def lens_position(self, col: int) -> int:
         """The token position of a column of the lens grid."""
@@ -228,7 +238,7 @@ class LogitLensView:
         if lens is None or trace is None or lens.complete:
             return
         vocab = vocab_size_of(self._tokenizer())
-        a, b = self.lens_span()
+        a, b = self._lens_shown  # what the grid shows now is what is asked for (drawn just before)
         if (a, b) != (0, trace.n_tokens):
             missing = np.flatnonzero(~lens.filled[a:b])
             if missing.size:
@@ -258,9 +268,17 @@ class LogitLensView:
         def apply(block: core.LensBlock) -> None:
             if self.lens is lens:
                 lens.fill(block)
+                self._draw_lens()  # (the window may have moved meanwhile: a narrower grid, another selection)
+                self.drawn()
+                if self._lens_shown != (0, self.trace.n_tokens):  # (the whole prompt's blocks are all asked for)
+                    self.schedule()  # a window that moved meanwhile: what it shows and lacks is asked for
+
+        def failed(message: str) -> None:
+            if self.lens is lens:
+                self.failed = message
                 self._draw_lens()
 
-        self.later(key, compute, apply, priority)
+        self.later(key, compute, apply, priority, failed=failed)
 
 
     def lens_cell_text(self, row: int, col: int) -> str:

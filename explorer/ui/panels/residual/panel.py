@@ -33,14 +33,16 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsPathItem,
     QHBoxLayout,
+    QLabel,
     QMenu,
+    QSizePolicy,
+    QToolButton,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
 from explorer.core.analysis import residual as core
-from explorer.core.display.labels import token_labels
 from explorer.core.display.levels import finite_extent, thinned_ticks
 from explorer.core.display.tokens import quoted, vocab_text
 from explorer.core.trace import Trace
@@ -49,11 +51,12 @@ from explorer.ui.interventions.menu import install_targets
 from explorer.ui.interventions.targets import Target, resid_cells
 from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, depths
+from explorer.ui.panels.residual.data import ResidualData
 from explorer.ui.panels.residual.headroom import LegendHeadroom
-from explorer.ui.panels.residual.lens import NEXT_TOKEN, LogitLensView
+from explorer.ui.panels.residual.lens import LENS_KEY, NEXT_TOKEN, LogitLensView
+from explorer.ui.panels.residual.token_layers import TokenLayersView
 from explorer.ui.panels.residual.view import ResidualView, mixer_name, residual_view
 from explorer.ui.session.selection import Selection
-from explorer.ui.widgets.heatmap import format_value
 from explorer.ui.widgets.plots import fixed_plot, outline, set_x_range
 from explorer.ui.widgets.role_bands import trace_bands
 from explorer.ui.widgets.steady_label import SteadyLabel
@@ -64,7 +67,7 @@ SELECTED_LINE = pg.mkPen("#ff2d55", width=2.5)
 OTHER_LINES = pg.mkPen((150, 150, 150, 90), width=1)
 
 
-class ResidualPanel(Panel):
+class ResidualPanel(ResidualData, Panel):
     def __init__(self, selection: Selection, parent: QWidget | None = None) -> None:
         super().__init__(selection, parent)
         self.norms = np.zeros((0, 0), dtype=np.float32)
@@ -78,12 +81,17 @@ class ResidualPanel(Panel):
         self.info = SteadyLabel()  # wraps instead of widening the panel past its dock; keeps its height
         self.info.setStyleSheet("color: palette(placeholder-text)")
         row.addWidget(self.info, 1)
+        self.log_norms = QCheckBox("log scale")
+        self.log_norms.setToolTip("Colour the norms heatmap by log10 \u2016x\u2016: one huge norm (often the first "
+                                  "token's) no longer makes every other cell the same colour; tooltips keep the values")
+        self.log_norms.toggled.connect(lambda _on: self._draw_norms() if self.trace is not None else None)
+        row.addWidget(self.log_norms)
         self.body.addLayout(row)
 
-        self.norm_map = DescribedHeatmap(colormap="viridis", title="\u2016residual\u2016 at every layer boundary")
+        self.norm_map = DescribedHeatmap(colormap="viridis", title="\u2016residual\u2016 at each boundary")
         self.norm_map.describe = self._norm_text
         self.cosine_map = DescribedHeatmap(colormap="viridis",
-                                           title="cosine(stream entering, leaving) each block")
+                                           title="cosine(in, out) of each block")
         self.cosine_map.describe = self._cosine_text
         self.norm_plot = fixed_plot(grid="xy")
         self.norm_plot.setLabel("left", "\u2016x\u2016")
@@ -121,7 +129,7 @@ class ResidualPanel(Panel):
                           for m in (self.norm_map, self.cosine_map, self.lens_map)}
         for heatmap in (self.norm_map, self.cosine_map):
             heatmap.cell_clicked.connect(lambda _row, col: self.selection.set_token(col))
-        self.lens_map.cell_clicked.connect(lambda _row, col: self.selection.set_token(self.lens_position(col)))
+        self.lens_map.cell_clicked.connect(self._on_lens_clicked)
         self.lens_whole = QCheckBox("whole prompt")
         self.lens_whole.setToolTip("Logit lens at every position of the prompt, filled in the background "
                                    "(one vocabulary-wide matmul per boundary and position); off: a window of "
@@ -134,6 +142,15 @@ class ResidualPanel(Panel):
             selected_token=lambda: self.selected_token, token_text=self.token_text,
             tokenizer=lambda: self.tokenizer, where=self._where)
         self.lens_map.describe = self.lens_view.lens_cell_text
+        self.lens_view.drawn = self._draw_token
+        self.token_layers = TokenLayersView(later=self.later, selected_token=lambda: self.selected_token,
+                                            tokenizer=lambda: self.tokenizer)
+        self.lens_big = QToolButton()
+        self.lens_big.setText("Enlarge lens")
+        self.lens_big.setCheckable(True)
+        self.lens_big.setToolTip("Give the logit lens and the token chart the whole panel (the norms, cosines and "
+                                 "sublayer charts hidden), rows tall enough for every cell's text; the panel scrolls")
+        self.lens_big.toggled.connect(self._on_lens_big)
         self._lens_resize = QTimer(self)  # the grid's width settles: show as many positions as fit
         self._lens_resize.setSingleShot(True)
         self._lens_resize.setInterval(80)
@@ -148,7 +165,7 @@ class ResidualPanel(Panel):
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.norm_plot)
         right.addWidget(self.bars_plot)
-        top = QSplitter(Qt.Orientation.Horizontal)
+        self.top = top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(left)
         top.addWidget(right)
         top.setStretchFactor(0, 3)
@@ -157,8 +174,20 @@ class ResidualPanel(Panel):
         lens_layout = QVBoxLayout(lens_box)
         lens_layout.setContentsMargins(0, 0, 0, 0)
         lens_layout.setSpacing(0)
-        lens_layout.addWidget(self.lens_whole, 0, Qt.AlignmentFlag.AlignRight)
-        lens_layout.addWidget(self.lens_map, 1)
+        header = QHBoxLayout()
+        header.addWidget(self.lens_big)
+        self.lens_key = QLabel(LENS_KEY)
+        self.lens_key.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        header.addWidget(self.lens_key, 1)
+        header.addWidget(self.lens_whole)
+        lens_layout.addLayout(header)
+        beside = QSplitter(Qt.Orientation.Horizontal)  # the token across layers beside the lens
+        beside.addWidget(self.lens_map)
+        beside.addWidget(self.token_layers)
+        beside.setStretchFactor(0, 7)  # the lens keeps most of the width: more positions fit (lens_window)
+        beside.setStretchFactor(1, 3)
+        beside.setChildrenCollapsible(False)
+        lens_layout.addWidget(beside, 1)
         outer = QSplitter(Qt.Orientation.Vertical)
         outer.addWidget(top)
         outer.addWidget(lens_box)
@@ -173,6 +202,7 @@ class ResidualPanel(Panel):
         self.add_exportable("residual norm of the selected token", self.norm_plot, self._norm_line_data)
         self.add_exportable("sublayer contributions", self.bars_plot, self._contributions_data)
         self.add_exportable("consecutive cosine", self.cosine_map, self._cosine_data)
+        self.add_exportable("token across layers", self.token_layers.chart, self.token_layers.chart.data)
         # two exports of one plot: the menu hosts one set of actions per plot, so the token ids
         # (registered first, then displaced) come back as a submenu below the probabilities'
         ids = self.add_exportable("logit lens top token ids", self.lens_map, self.lens_view.ids_data)
@@ -209,6 +239,7 @@ class ResidualPanel(Panel):
         self.lens_view.show(view.trace, view.lens, [list(row) for row in view.lens_texts])
         self._draw_token()
         self.lens_view.schedule()
+        self.token_layers.show_trace(view.trace)
 
     # --- the lens (lens.py), as the panel's own names ----------------------------------------------
     @property
@@ -256,6 +287,23 @@ class ResidualPanel(Panel):
                 self.lens_view.draw()  # the selection left the lens window: it moves
             self._draw_token()
             self.lens_view.schedule()  # the newly shown (or selected) positions first
+            self.token_layers.update_path()
+
+    def _on_lens_clicked(self, row: int, col: int) -> None:
+        """A lens cell: its position selected, and its top prediction drawn across layers beside the lens."""
+        lens, position = self.lens, self.lens_position(col)
+        if lens is not None and lens.filled[position]:
+            self.token_layers.choose(int(lens.ids[row, position, 0]), draw=False)
+        if self.selected_token == position:
+            self.token_layers.update_path()
+        self.selection.set_token(position)  # (another position: the chart follows in selection_changed)
+
+    def _on_lens_big(self, big: bool) -> None:
+        self.top.setVisible(not big)
+        self.lens_view.tall = big
+        if self.trace is not None:
+            self.lens_view.draw()
+            self._draw_token()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
         if watched is self.lens_map and event.type() == QEvent.Type.Resize:
@@ -285,8 +333,15 @@ class ResidualPanel(Panel):
     # --- drawing ---------------------------------------------------------------------------------
     def _draw_norms(self) -> None:
         trace = self.trace
-        self.norm_map.set_data(self.norms, self._labels, self._token_axis(),
-                               levels=(0.0, finite_extent(self.norms)[1] or 1.0), value_name="\u2016x\u2016")
+        if self.log_norms.isChecked():  # the colours by log10 ||x|| (the tooltips say the norm itself)
+            shown = np.log10(np.maximum(self.norms.astype(np.float64), 1e-12)).astype(np.float32)
+            self.norm_map.set_data(shown, self._labels, self._token_axis(), levels=finite_extent(shown, include_zero=False)
+                                   if np.isfinite(shown).any() else None, value_name="log10 \u2016x\u2016")
+            self.norm_map.plot.setTitle("log10 \u2016residual\u2016 at each boundary")
+        else:
+            self.norm_map.set_data(self.norms, self._labels, self._token_axis(),
+                                   levels=(0.0, finite_extent(self.norms)[1] or 1.0), value_name="\u2016x\u2016")
+            self.norm_map.plot.setTitle("\u2016residual\u2016 at each boundary")
         self.norm_map.set_token_bands(cols=trace_bands(trace))  # a conversation's roles along the tokens
         cfg = trace.config
         self.info.setText(f"{cfg.n_layers} layers \u00b7 {trace.n_tokens} tokens \u00b7 "
@@ -321,7 +376,7 @@ class ResidualPanel(Panel):
         y = self.norms[:, i].astype(np.float64)
         self.norm_line.setData(x, y)
         self.norm_dots.setData(x, y)
-        self.norm_plot.setTitle(f"\u2016x\u2016 of {quoted(tokens[i])} ({i}) by depth (grey: other tokens)")
+        self.norm_plot.setTitle(f"\u2016x\u2016 of {quoted(tokens[i])} ({i}); grey: the others")
         self._draw_bars(i)
 
     def _draw_bars(self, i: int) -> None:
@@ -349,7 +404,7 @@ class ResidualPanel(Panel):
             self.attn_bars.setOpts(x=x - 0.2, height=attn, width=0.4)
             self.ffn_bars.setOpts(x=x + 0.2, height=mlp, width=0.4)
             self.ffn_bars.setVisible(True)
-            self.bars_plot.setTitle(f"what each sublayer added at {name}")
+            self.bars_plot.setTitle(f"sublayer outputs at {name}")
             top = max(finite_extent(attn)[1], finite_extent(mlp)[1])
         else:
             self.attn_bars.setOpts(x=x, height=attn, width=0.6)
@@ -362,40 +417,3 @@ class ResidualPanel(Panel):
         set_x_range(self.bars_plot, -0.6, L - 0.4)  # (a token switch: the same blocks, kept)
         self._bars_top = top  # headroom so that the legend (top right) sits above the tallest bar, at any size
         self.bars_headroom.fit()
-
-    # --- tooltips --------------------------------------------------------------------------------
-    def _where(self, row_label: str, col: int) -> str:
-        return f"{row_label}, {quoted(self.trace.tokens[col])} ({col})"
-
-    def _norm_text(self, row: int, col: int) -> str:
-        return f"{self._where(self._labels[row], col)}: \u2016x\u2016 = {format_value(self.norms[row, col])}"
-
-    def _cosine_text(self, row: int, col: int) -> str:
-        return (f"block {row}, {quoted(self.trace.tokens[col])} ({col}): cosine of the stream entering and "
-                f"leaving = {format_value(self.cosine[row, col])}")
-
-    # --- exported data ---------------------------------------------------------------------------
-    def _norms_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """‖x‖ [L+1, n]: boundaries x tokens."""
-        return self.norms, list(self._labels), token_labels(self.trace.tokens)
-
-    def _norm_line_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """The selected token's ‖x‖ over the L+1 boundaries."""
-        i = self.selected_token
-        return self.norms[:, i], list(self._labels), [f"norm of {token_labels(self.trace.tokens)[i]}"]
-
-    def _contributions_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """The selected token's ‖attention output‖ and ‖FFN output‖ per block: [L, 2] ([L, 1],
-        attention only, for a model without FFN)."""
-        cfg, i = self.trace.config, self.selected_token
-        rows = [f"block {layer}" for layer in range(cfg.n_layers)]
-        if self.contributions is None:
-            return np.zeros((cfg.n_layers, 0), np.float32), rows, []
-        names = [mixer_name(cfg), "FFN"] if cfg.has_ffn else [mixer_name(cfg)]
-        keys = ["attn", "mlp"] if cfg.has_ffn else ["attn"]
-        return np.stack([self.contributions[k][:, i] for k in keys], axis=1), rows, names
-
-    def _cosine_data(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """Cosine of the stream entering and leaving each block [L, n]."""
-        return self.cosine, [f"block {layer}" for layer in range(self.cosine.shape[0])], \
-            token_labels(self.trace.tokens)

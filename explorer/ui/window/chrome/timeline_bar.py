@@ -209,7 +209,31 @@ def add_timeline_bar(window, session: Session, generation) -> TimelineBar:
         # once the window is shown (tabified before, Qt leaves a stale copy of the tab bar on screen);
         # a layout restored from the settings keeps the journey (and the conversation's roles) where the user put it
         QTimer.singleShot(0, window, lambda: ([window.tabifyDockWidget(side, d) for d in beside], side.raise_()))
-    # the pane shows the candidates of the token being produced at the step on screen
-    session.timeline.changed.connect(lambda step: generation.select_step(step.step) if step is not None
-                                     and step.produced is not None and step.step < len(generation.steps) else None)
+    # the pane's step box and the timeline say the same step: the pane shows the candidates of the token being
+    # produced at the step on screen (at the last step, none: the box says T), and a step chosen in the box is
+    # the timeline's
+    session.timeline.changed.connect(lambda step: follow_step(session, generation, step))
+    generation.step_chosen.connect(lambda t: choose_step(session, generation, t))
     return timeline_bar
+
+
+def _same_generation(session: Session, generation) -> bool:
+    steps = generation.steps
+    return bool(steps) and session.timeline.active and session.timeline.owns(generation.ids_through(len(steps) - 1)) \
+        and len(session.timeline.ids) == len(generation.prompt_ids) + len(steps)
+
+
+def follow_step(session: Session, generation, step: TimelineStep | None) -> None:
+    """The timeline moved to ``step``: the pane's box follows (while it shows this generation)."""
+    if step is None:
+        return
+    if step.produced is not None and step.step < len(generation.steps):
+        generation.select_step(step.step)
+    elif step.step == len(generation.steps) and not generation.running and _same_generation(session, generation):
+        generation.show_end(step.step)
+
+
+def choose_step(session: Session, generation, t: int) -> None:
+    """The user chose step ``t`` in the pane's box: the timeline shows it (every panel at that step)."""
+    if _same_generation(session, generation) and t != session.timeline.step:
+        session.timeline.set_step(t)

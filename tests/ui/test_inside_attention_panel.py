@@ -1,0 +1,74 @@
+"""For learners (issue 42): the selected head's Q, K and V as matrices over the prompt, the heads concatenated
+and projected by W_O, and the KV cache growing step by step during a generation's timeline; each map the
+core's numbers (core/analysis/inside_attention.py), drawn in the window."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtTest import QTest
+
+from explorer.core.analysis.inside_attention import head_qkv, heads_to_output, kv_cache_at
+from explorer.ui.panels.inside_attention import TABS
+
+PROMPT = "When Mary and John went to the store, John gave a drink to"
+
+
+def shown(qtbot, window):
+    window.raise_panel("inside_attention")
+    panel = window.panel("inside_attention")
+    qtbot.waitUntil(lambda: panel.trace is window.trace and panel.view is not None
+                    and panel.view.trace is window.trace and window.presenter.is_idle(), timeout=60_000)
+    return panel
+
+
+def test_q_k_v_and_the_heads_times_w_o_are_the_models(qtbot, window):
+    with qtbot.waitSignal(window.presenter.drawn, timeout=30_000):
+        window.set_prompt(PROMPT)
+    window.selection.set_layer_head(1, 1)
+    panel = shown(qtbot, window)
+    qtbot.waitUntil(lambda: panel.view.layer == 1 and panel.view.head == 1, timeout=30_000)
+    trace = window.trace
+    want = head_qkv(trace, 1, 1)
+    np.testing.assert_array_equal(panel.q_map.matrix, want.q)  # rows = tokens, columns = the head's dimensions
+    np.testing.assert_array_equal(panel.k_map.matrix, want.k)
+    np.testing.assert_array_equal(panel.v_map.matrix, want.v)
+    assert panel.q_map.matrix.shape == (trace.n_tokens, trace.config.d_head)
+    assert panel.q_map.row_labels[3].startswith("3:")
+    heads = heads_to_output(trace, 1)
+    np.testing.assert_array_equal(panel.concat_map.matrix, heads.concat)
+    np.testing.assert_allclose(panel.out_map.matrix, trace["blocks.1.attn.out"], rtol=1e-4, atol=1e-5)
+    assert "the layer's attention output" in panel.heads_note.text()
+    assert [panel.tabs.tabText(i) for i in range(panel.tabs.count())] == list(TABS)
+    # a click on a row selects its token
+    q = panel.q_map
+    point = q.mapFromScene(q.plot.vb.mapViewToScene(QPointF(0.5, 4.5)))
+    QTest.mouseClick(q.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, point)
+    assert window.selection.token == 4
+
+
+def test_the_kv_cache_grows_one_row_a_step(qtbot, window):
+    with qtbot.waitSignal(window.presenter.drawn, timeout=30_000):
+        window.set_prompt(PROMPT)
+    pane, timeline = window.generation, window.session.timeline
+    pane.greedy.setChecked(True)
+    pane.max_new.setValue(3)
+    with qtbot.waitSignal(pane.generation_finished, timeout=60_000):
+        assert pane.generate()
+    qtbot.waitUntil(lambda: timeline.full is not None and window.presenter.is_idle(), timeout=60_000)
+    panel = shown(qtbot, window)
+    panel.tabs.setCurrentIndex(2)
+    n_prompt = timeline.n_prompt
+    for t in (0, 1, 2):
+        timeline.set_step(t)
+        qtbot.waitUntil(lambda t=t: timeline.step == t and panel.view is not None
+                        and panel.view.trace is window.trace and window.presenter.is_idle(), timeout=60_000)
+        cache = panel.view.cache
+        assert cache.step == t and cache.length == n_prompt + t == panel.cache_k.matrix.shape[0]
+        want = kv_cache_at(timeline.full.trace, n_prompt, t, window.selection.layer, cache.kv_head)
+        np.testing.assert_array_equal(panel.cache_k.matrix, want.keys)
+        if t == 0:
+            assert "nothing reused" in panel.cache_note.text()
+        else:
+            assert f"{n_prompt + t - 1} read back from the cache" in panel.cache_note.text()
+            assert cache.new.tolist() == [False] * (n_prompt + t - 1) + [True]
