@@ -96,14 +96,14 @@ class LayerChart(pg.GraphicsLayoutWidget):
         self.marker.setVisible(first is not None)
         if first is not None:
             self.marker.setValue(first)
-        self.prob_plot.setTitle(html.escape(title) if title else None)  # (a token "<extra_1>" is text, not a tag)
+        self.prob_plot.setTitle(_rich(title))
 
     def clear_path(self, title: str = "") -> None:
         self.labels, self.probs, self.ranks = [], np.zeros(0), np.zeros(0, np.int64)
         self.prob_curve.setData([], [])
         self.rank_curve.setData([], [])
         self.marker.setVisible(False)
-        self.prob_plot.setTitle(html.escape(title) if title else None)
+        self.prob_plot.setTitle(_rich(title))
 
     def first_top(self) -> int | None:
         """The first boundary from which the token is the top prediction to the end (None: never)."""
@@ -147,3 +147,9 @@ class LayerChart(pg.GraphicsLayoutWidget):
                 event.accept()
                 return True
         return super().viewportEvent(event)
+
+
+def _rich(title: str) -> str | None:
+    """The title as rich text whose tokens are text: a token "<extra_1>" is not a tag, and the fitted title
+    (widgets/axis.py) reads escaped text inside a span as rich text, never escaping it twice."""
+    return f"<span>{html.escape(title, quote=False)}</span>" if title else None
