@@ -5,16 +5,23 @@ title.
 Nine full titles ("Residual stream & logit lens", "Direct logit attribution", …) need about 1,130 px
 of tab bar, more than the ~830 px a 1280-wide window leaves beside the generation pane, so Qt cut
 them to "At…", "FF…". The short ones need about 780 px, still more than the ~700 px there: the tabs write
-their whole short title and the bar scrolls (``whole_titles``) rather than cut every one ("Toke…"). Qt sets a dock tab's tooltip to the dock's
+their whole short title and the bar scrolls (``whole_titles``) rather than cut every one ("Toke…").
+Qt sets a dock tab's tooltip to the dock's
 (short) title whenever it rebuilds the tab, so the full title is given at the moment a tooltip is
 asked for (an event filter on the window's tab bars), never stored in the tab bar.
+
+Qt can leave a dock tab bar of an earlier arrangement on screen behind the docks (its tabs name docks that
+now sit in another bar); with scroll arrows its arrows poked out beside the generation pane. After each
+relayout such a bar, whose current dock does not sit against it, is hidden (``stale_bars``); Qt shows a bar
+again when it uses it.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QHelpEvent
-from PySide6.QtWidgets import QMainWindow, QTabBar, QToolTip
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QTabBar, QToolTip
+from shiboken6 import Shiboken
 
 from explorer.ui.panels.base import Panel
 from explorer.ui.panels.registry import spec_of
@@ -57,6 +64,7 @@ class TabTitles(QObject):
             dock.toggleViewAction().setText(_mnemonic_safe(full))
             dock.toggleViewAction().setToolTip(full)
             self.full[short] = full
+        self._tidy_soon = False
         window.installEventFilter(self)
         self.watch()
 
@@ -72,7 +80,16 @@ class TabTitles(QObject):
             return None
         return self.full.get(bar.tabText(index))
 
+    def _tidy(self) -> None:
+        self._tidy_soon = False
+        for bar in stale_bars(self.window):
+            bar.hide()
+
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if obj is self.window and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize,
+                                                   QEvent.Type.Show) and not self._tidy_soon:
+            self._tidy_soon = True
+            QTimer.singleShot(0, self, self._tidy)  # once the layout has placed the docks
         if obj is self.window and event.type() == QEvent.Type.ChildAdded and isinstance(event.child(), QTabBar):
             event.child().installEventFilter(self)
         elif obj is self.window and event.type() == QEvent.Type.ChildPolished and isinstance(event.child(), QTabBar):
@@ -85,3 +102,21 @@ class TabTitles(QObject):
                 QToolTip.showText(event.globalPos(), text, obj)
                 return True
         return False
+
+
+def stale_bars(window: QMainWindow) -> list[QTabBar]:
+    """The window's dock tab bars on screen whose current tab's dock does not sit right against them (below, or
+    above for tabs at the bottom): bars of an earlier arrangement that Qt left behind."""
+    docks = {Shiboken.getCppPointer(d)[0]: d for d in window.findChildren(QDockWidget)}
+    out = []
+    for bar in window.findChildren(QTabBar):
+        if bar.parentWidget() is not window or not bar.isVisible() or bar.count() == 0:
+            continue
+        dock = docks.get(bar.tabData(bar.currentIndex()))
+        if dock is None:
+            continue  # not a dock tab bar
+        b, d = bar.geometry(), dock.geometry()
+        touching = abs(d.top() - b.bottom() - 1) <= 2 or abs(b.top() - d.bottom() - 1) <= 2
+        if not dock.isVisible() or not touching or abs(d.left() - b.left()) > 2 or abs(d.width() - b.width()) > 2:
+            out.append(bar)
+    return out
