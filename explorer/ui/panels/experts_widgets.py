@@ -39,8 +39,9 @@ class ChoiceMap(NeuronHeatmap):
         self.companions: list = []  # a MarginStrip, LoadBars: plots in this layout with their own tooltips
 
     def companion_plot(self, row: int, col: int) -> pg.PlotItem:
-        """A plot of this map's layout at (row, col), mouse off, numbers as written."""
-        plot = readable(self.addPlot(row=row, col=col, axisItems=thin_axes()))
+        """A plot of this map's layout at (row, col) counted from the map's own plot (the heatmap's row 0 is a
+        conversation's role key), mouse off, numbers as written."""
+        plot = readable(self.addPlot(row=row + 1, col=col, axisItems=thin_axes()))
         plot.setMouseEnabled(x=False, y=False)
         plot.hideButtons()
         for axis in ("left", "bottom"):
