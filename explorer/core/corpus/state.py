@@ -59,7 +59,8 @@ class RunState:
         top, stats = [], []
         for (source, layer), unit in self.units.items():
             top.append(_changed(source, layer, unit.top))
-            stats.append((source, layer, unit.total.cpu().numpy(), unit.total_sq.cpu().numpy(), unit.hist.cpu().numpy()))
+            # copies: on the CPU .cpu() is the accumulator itself, which the next batch adds to while this is written
+            stats.append((source, layer, *(t.to("cpu", copy=True).numpy() for t in (unit.total, unit.total_sq, unit.hist))))
         heads, chance = [], []
         if self.heads is not None:
             h = self.heads
