@@ -7,7 +7,7 @@ matrices, the heads concatenated and projected by W_O, the KV cache of a generat
     env -u QT_QPA_PLATFORM xvfb-run -a -s "-screen 0 1600x1000x24" python docs/shots_polish.py --size 1600x1000 --out docs
 
 Writes ``polish-WxH-<shot>.png`` under --out for the shots named by --panels (default: the ones the docs show:
-tabs, lens-token, inside-qkv, inside-heads, inside-kvcache; also any panel id, "patching" and "journey"). Each wait
+lens-token, inside-qkv, inside-heads, inside-kvcache; also "tabs", any panel id, "patching", "journey"). Each wait
 gives up after WAIT_S seconds with what it waited for.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import complete, pump, settle  # noqa: E402
 from shots_reopen import CORRUPT, PROMPT, smollm_shaped_gguf  # noqa: E402
 
-DEFAULT = ("tabs", "lens", "learner", "kvcache")  # the shots the docs show; any panel id or "journey" on request
+DEFAULT = ("lens", "learner", "kvcache")  # the shots the docs show; "tabs", any panel id or "journey" on request
 WAIT_S = 240.0  # the longest one wait may take (each names what it waited for when it gives up)
 
 
