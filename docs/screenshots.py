@@ -18,12 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
-def pump(app, condition, timeout_s=900.0):
-    deadline = time.perf_counter() + timeout_s
+def pump(app, condition, timeout_s=900.0, what: str = "the window to finish"):
+    """Process events until ``condition()`` holds; a ``TimeoutError`` naming ``what`` after ``timeout_s``."""
+    started = time.perf_counter()
     while not condition():
         app.processEvents()
-        if time.perf_counter() > deadline:
-            raise TimeoutError("the window did not finish in time")
+        if time.perf_counter() - started > timeout_s:
+            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
         time.sleep(0.005)
 
 

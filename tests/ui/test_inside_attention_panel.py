@@ -72,3 +72,32 @@ def test_the_kv_cache_grows_one_row_a_step(qtbot, window):
         else:
             assert f"{n_prompt + t - 1} read back from the cache" in panel.cache_note.text()
             assert cache.new.tolist() == [False] * (n_prompt + t - 1) + [True]
+
+
+def test_every_map_title_is_whole_in_a_laptop_window(qtbot, laptop_window):
+    """At 1280x800 the three maps side by side are narrow: their titles were elided to 'Q, head …' and
+    'keys in the ca…' (the head's number and the word 'cache' lost); each title now fits its map."""
+    window = laptop_window
+    with qtbot.waitSignal(window.presenter.drawn, timeout=30_000):
+        window.set_prompt(PROMPT)
+    window.selection.set_layer_head(12, 1)
+    panel = shown(qtbot, window)
+    qtbot.waitUntil(lambda: panel.view.layer == 12, timeout=30_000)
+    pane, timeline = window.generation, window.session.timeline
+    pane.greedy.setChecked(True)
+    pane.max_new.setValue(2)
+    with qtbot.waitSignal(pane.generation_finished, timeout=60_000):
+        assert pane.generate()
+    qtbot.waitUntil(lambda: timeline.full is not None and window.presenter.is_idle(), timeout=60_000)
+    timeline.set_step(1)
+    qtbot.waitUntil(lambda: timeline.step == 1 and panel.view.cache is not None and window.presenter.is_idle(),
+                    timeout=60_000)
+    maps = ([panel.q_map, panel.k_map, panel.v_map, panel.scores_map], [panel.concat_map, panel.out_map],
+            [panel.cache_k, panel.cache_v])
+    for index, tab in enumerate(maps):
+        panel.tabs.setCurrentIndex(index)
+        qtbot.waitUntil(lambda tab=tab: all(m.isVisible() and m.plot.titleLabel.rect().width() >= 40 for m in tab))
+        for m in tab:
+            title = m.plot.titleLabel
+            assert not title.is_elided(), f"{title.text!r} elided in a {title.rect().width():.0f} px wide map"
+    assert panel.qkv_note.text().startswith("Head 12.1:")  # the head the maps show: the line above them

@@ -93,13 +93,15 @@ class InsideAttentionPanel(Panel):
         self._tab(0, self.qkv_note, [self.q_map, self.k_map, self.v_map], below=self.scores_map)
         # heads concatenated, times W_O
         self.heads_note = SteadyLabel()
-        self.concat_map = Heatmap(colormap="CET-D1", symmetric=True, title="heads side by side (concatenated)")
-        self.out_map = Heatmap(colormap="CET-D1", symmetric=True, title="\u00d7 W_O: what the layer adds")
+        # short titles, on two lines (a laptop's three maps side by side are ~70 px wide: a longer title was
+        # elided to 'Q, head …'); which head they are is the line above the maps
+        self.concat_map = Heatmap(colormap="CET-D1", symmetric=True, title="heads side by side<br>(concatenated)")
+        self.out_map = Heatmap(colormap="CET-D1", symmetric=True, title="\u00d7 W_O:<br>what the layer adds")
         self._tab(1, self.heads_note, [self.concat_map, self.out_map])
         # the KV cache
         self.cache_note = SteadyLabel()
         self.cache_k, self.cache_v = (Heatmap(colormap="CET-D1", symmetric=True, title=t) for t in
-                                      ("keys in the cache", "values in the cache"))
+                                      ("keys<br>in the cache", "values<br>in the cache"))
         self._tab(2, self.cache_note, [self.cache_k, self.cache_v])
         self._selected = {id(m): outline(m.plot, SELECTED, z=30, visible=False)
                           for m in (self.q_map, self.k_map, self.v_map, self.concat_map, self.out_map)}
@@ -171,9 +173,6 @@ class InsideAttentionPanel(Panel):
         self.k_map.set_data(m.k, tokens, dims, value_name="k")
         self.v_map.set_data(m.v, tokens, [f"d{i}" for i in range(m.v.shape[1])], value_name="v")
         self.scores_map.set_data(m.scores, tokens, tokens, value_name="score")
-        for heatmap, title in ((self.q_map, f"Q, head {m.layer}.{m.head}"), (self.k_map, f"K, K/V head {m.kv_head}"),
-                               (self.v_map, f"V, K/V head {m.kv_head}")):
-            heatmap.plot.setTitle(title)
         self.qkv_note.setText(
             f"Head {m.layer}.{m.head}: one row per token, one column per dimension ({m.q.shape[1]}). Row i of Q asks, "
             f"row j of K answers: score(i, j) = Q[i] \u00b7 K[j] \u00d7 {m.scale:.4g}{shared}; the softmax of each row of the "
