@@ -118,6 +118,13 @@ class Panel(QWidget):
         selection.changed.connect(self._on_selection_changed)
 
     # --- what subclasses implement ---------------------------------------------------------
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
+        """The panel's minimum height. A panel with word-wrapped lines has a height-for-width layout, whose answer
+        is its preferred height: the dock's scroll area then made every such panel that tall (1,071 px in a 704 px
+        dock at 1280x800, its plots below the fold). Given the minimum, the scroll area fits the panel to the dock
+        and scrolls only when the dock is smaller than that."""
+        return self.minimumSizeHint().height()
+
     def show_trace(self, trace: Trace) -> None:
         """Draw everything for a new trace, prepared here on the GUI thread (``set_trace`` is the usual way)."""
         self.draw(self.prepare(trace, self.snapshot()))

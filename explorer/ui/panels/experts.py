@@ -142,10 +142,6 @@ class ExpertsPanel(Panel):
         self.content.addTab(self.patching, "Patching estimate")
         self.body.addWidget(self.content, 1)
 
-    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
-        """The minimum (word-wrapped lines would make the dock's scroll area as tall as their preferred height)."""
-        return self.minimumSizeHint().height()
-
     # --- the panel contract ----------------------------------------------------------------------
     @classmethod
     def applies_to(cls, config: Any) -> bool:

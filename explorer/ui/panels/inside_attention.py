@@ -35,7 +35,7 @@ from explorer.ui.widgets.steady_label import SteadyLabel
 
 SELECTED = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashLine)
 NEW_ROWS = pg.mkPen("#ff8c00", width=2.5, cosmetic=True)
-TABS = ("Q, K, V", "Heads \u2192 W_O", "KV cache")
+TABS = ("Q, K, V", "Heads \u00d7 W\u2092", "KV cache")  # (an underscore in a tab title is cut below the baseline)
 MAP_MIN_PX = 170  # three maps side by side fit the dock of a 1280x800 window
 
 

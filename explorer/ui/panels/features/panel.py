@@ -139,11 +139,6 @@ class FeaturesPanel(Panel):
         self.map.cell_clicked.connect(self._map_clicked)
         install_targets(self)
 
-    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
-        """The minimum: asked (because of the word-wrapped lines), the layout answers its preferred height and
-        the dock's scroll area would make the panel that tall (the plots below the fold)."""
-        return self.minimumSizeHint().height()
-
     # --- the session's SAEs --------------------------------------------------------------------------
     def attach(self, session: Session) -> None:
         super().attach(session)

@@ -168,11 +168,6 @@ class NeuronsPanel(Panel):
         return self._snapshot(NeuronsSnapshot, top_k=self.top_k, order=self.order, neuron=self.selected_neuron,
                               neuron_layer=self._neuron_layer)
 
-    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
-        """The minimum (as the Features panel's): asked because of the word-wrapped titles, the layout would answer
-        its preferred height, and the dock's scroll area would make the panel that tall (the plots below the fold)."""
-        return self.minimumSizeHint().height()
-
     def attach(self, session) -> None:  # noqa: ANN001 - the window's Session
         super().attach(session)
         self.detail.attach(session)  # the selected neuron over the session's corpus run
