@@ -64,7 +64,10 @@ class TabTitles(QObject):
             dock.toggleViewAction().setText(_mnemonic_safe(full))
             dock.toggleViewAction().setToolTip(full)
             self.full[short] = full
-        self._tidy_soon = False
+        self._tidy_timer = QTimer(self)  # (an owned timer: a pending singleShot's callable outlived the window)
+        self._tidy_timer.setSingleShot(True)
+        self._tidy_timer.setInterval(0)
+        self._tidy_timer.timeout.connect(self._tidy)
         window.installEventFilter(self)
         self.watch()
 
@@ -81,15 +84,13 @@ class TabTitles(QObject):
         return self.full.get(bar.tabText(index))
 
     def _tidy(self) -> None:
-        self._tidy_soon = False
         for bar in stale_bars(self.window):
             bar.hide()
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
         if obj is self.window and event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize,
-                                                   QEvent.Type.Show) and not self._tidy_soon:
-            self._tidy_soon = True
-            QTimer.singleShot(0, self, self._tidy)  # once the layout has placed the docks
+                                                   QEvent.Type.Show) and not self._tidy_timer.isActive():
+            self._tidy_timer.start()  # once the layout has placed the docks
         if obj is self.window and event.type() == QEvent.Type.ChildAdded and isinstance(event.child(), QTabBar):
             event.child().installEventFilter(self)
         elif obj is self.window and event.type() == QEvent.Type.ChildPolished and isinstance(event.child(), QTabBar):
