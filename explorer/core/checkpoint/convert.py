@@ -234,3 +234,24 @@ class Tensors:
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in meta_model(cfg).state_dict().items()}
+
+
+# a multimodal file's language model under the text model's names (Gemma 3, Gemma 4, Mistral 3, Qwen3.5)
+LANGUAGE_MODEL_PREFIXES = {"model.language_model.": "model.", "language_model.model.": "model.",
+                           "language_model.lm_head.": "lm_head."}
+
+
+def language_model_weights(weights: dict[str, torch.Tensor], dropped: tuple[str, ...],
+                           prefixes: dict[str, str] = LANGUAGE_MODEL_PREFIXES) -> dict[str, torch.Tensor]:
+    """The language model's tensors of a multimodal file: those starting with one of ``dropped`` (the vision or
+    audio towers, projectors, an extra prediction head) left out, the rest renamed by their first matching prefix."""
+    out = {}
+    for name, tensor in weights.items():
+        if name.startswith(dropped):
+            continue
+        for theirs, ours in prefixes.items():
+            if name.startswith(theirs):
+                name = ours + name[len(theirs):]
+                break
+        out[name] = tensor
+    return out

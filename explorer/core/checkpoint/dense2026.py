@@ -21,7 +21,14 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import get_bool, get_float, rope_scaling, sliding_layers, window
+from explorer.core.checkpoint.convert import (
+    get_bool,
+    get_float,
+    language_model_weights,
+    rope_scaling,
+    sliding_layers,
+    window,
+)
 from explorer.core.checkpoint.family import Family
 from explorer.core.checkpoint.llama import convert_llama, llama_config, llama_family
 from explorer.core.checkpoint.olmo import OLMO2_NAMES, olmo_config
@@ -96,7 +103,6 @@ def exaone4_config(hf: dict[str, Any]) -> tuple[ModelConfig, list[str]]:
     return cfg, notes
 
 
-_MULTIMODAL = {"model.language_model.": "model.", "language_model.model.": "model.", "language_model.lm_head.": "lm_head."}
 _VISION = ("model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.")
 
 
@@ -109,16 +115,7 @@ def mistral3_text(hf: dict[str, Any]) -> dict[str, Any]:
 
 
 def mistral3_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    out = {}
-    for name, tensor in weights.items():
-        if name.startswith(_VISION):
-            continue
-        for theirs, ours in _MULTIMODAL.items():
-            if name.startswith(theirs):
-                name = ours + name[len(theirs):]
-                break
-        out[name] = tensor
-    return out
+    return language_model_weights(weights, _VISION)
 
 
 def mistral3_config(text: dict[str, Any]) -> tuple[ModelConfig, list[str]]:

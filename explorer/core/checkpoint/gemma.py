@@ -31,6 +31,7 @@ from explorer.core.checkpoint.convert import (
     get_bool,
     get_float,
     get_int,
+    language_model_weights,
     number,
     rope,
     rope_scaling,
@@ -99,23 +100,12 @@ def gemma_config(hf: dict[str, Any], family: str) -> tuple[ModelConfig, list[str
 
 
 GEMMA3_DEFAULTS = {"max_position_embeddings": 131072, "vocab_size": 262208, "sliding_window": 4096}
-_MULTIMODAL_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
-                        "language_model.lm_head.": "lm_head."}
 _VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 
 
 def text_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The language model's tensors of a multimodal Gemma 3 file, under the text model's names."""
-    out = {}
-    for name, tensor in weights.items():
-        if name.startswith(_VISION_PREFIXES):
-            continue
-        for theirs, ours in _MULTIMODAL_PREFIXES.items():
-            if name.startswith(theirs):
-                name = ours + name[len(theirs):]
-                break
-        out[name] = tensor
-    return out
+    return language_model_weights(weights, _VISION_PREFIXES)
 
 
 def gemma3_text_config(hf: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,16 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, activation, get_bool, get_int, number, sliding_layers, window
+from explorer.core.checkpoint.convert import (
+    Tensors,
+    activation,
+    get_bool,
+    get_int,
+    language_model_weights,
+    number,
+    sliding_layers,
+    window,
+)
 from explorer.core.checkpoint.family import Family
 from explorer.core.checkpoint.gemma import SANDWICH_NAMES
 from explorer.core.checkpoint.llama import convert_llama, llama_config
@@ -114,22 +123,12 @@ def _take_rest(t: Tensors, out: dict[str, torch.Tensor], cfg: ModelConfig) -> No
         out["ple.norm.weight"] = t.take("model.per_layer_projection_norm.weight", (dp,))
 
 
-_MULTIMODAL = {"model.language_model.": "model.", "language_model.model.": "model.", "language_model.lm_head.": "lm_head."}
 _OTHER = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.", "vision_tower.",
           "audio_tower.")
 
 
 def text_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    out = {}
-    for name, tensor in weights.items():
-        if name.startswith(_OTHER):
-            continue
-        for theirs, ours in _MULTIMODAL.items():
-            if name.startswith(theirs):
-                name = ours + name[len(theirs):]
-                break
-        out[name] = tensor
-    return out
+    return language_model_weights(weights, _OTHER)
 
 
 def gemma4_text(hf: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from explorer.core.checkpoint.convert import Tensors, get_bool, get_int, rope, rotary_dim
+from explorer.core.checkpoint.convert import Tensors, get_bool, get_int, language_model_weights, rope, rotary_dim
 from explorer.core.checkpoint.experts import moe_keys, moe_note, norm_topk, take_moe
 from explorer.core.checkpoint.family import Family
 from explorer.core.checkpoint.llama import LLAMA_NAMES, convert_llama, llama_config
@@ -120,23 +120,13 @@ def convert_qwen35(weights: dict[str, torch.Tensor], cfg: ModelConfig, family: s
     return convert_llama(weights, cfg, family, names, lambda t, out: _take_special(t, out, cfg))
 
 
-_PREFIXES = {"model.language_model.": "model.", "language_model.model.": "model.", "language_model.lm_head.": "lm_head."}
 _SKIPPED = ("model.visual.", "visual.", "mtp.", "model.mtp.")
 
 
 def text_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The language model's tensors of a multimodal Qwen3.5 file (the vision tower and the multi-token
     prediction head dropped), under the text model's names."""
-    out = {}
-    for name, tensor in weights.items():
-        if name.startswith(_SKIPPED):
-            continue
-        for theirs, ours in _PREFIXES.items():
-            if name.startswith(theirs):
-                name = ours + name[len(theirs):]
-                break
-        out[name] = tensor
-    return out
+    return language_model_weights(weights, _SKIPPED)
 
 
 def qwen35_text_config(hf: dict[str, Any]) -> dict[str, Any]:
