@@ -139,7 +139,7 @@ def test_an_unchanged_mask_keeps_its_overlay(qtbot, monkeypatch):
 @pytest.mark.parametrize("size", [(3, 5), (200, 256), (1024, 1024)])
 def test_mask_overlay_hatches_exactly_the_hidden_cells(size):
     """The tiled overlay equals a pixel-by-pixel drawing: stripes on hidden cells, transparent elsewhere."""
-    from explorer.ui.widgets.heatmap import MASK_DARK, MASK_LIGHT, mask_overlay
+    from explorer.ui.widgets.heatmap_image import MASK_DARK, MASK_LIGHT, mask_overlay
 
     rows, cols = size
     hidden = np.random.default_rng(0).random(size) < 0.4
@@ -158,7 +158,7 @@ def test_mask_overlay_hatches_exactly_the_hidden_cells(size):
 
 
 def test_the_stripe_tile_is_kept_per_size_read_only_and_a_second_overlay_equals_the_first():
-    from explorer.ui.widgets.heatmap import MASK_DARK, MASK_LIGHT, mask_overlay, stripe_tile
+    from explorer.ui.widgets.heatmap_image import MASK_DARK, MASK_LIGHT, mask_overlay, stripe_tile
 
     for s in (2, 4, 8, 16):
         i, j = np.indices((s, s))
@@ -309,3 +309,30 @@ def test_the_colour_bar_is_given_new_levels_only(qtbot, monkeypatch):
     assert tuple(widget.image.levels) == (0.0, 2.0)
     widget.set_data(np.random.default_rng(2).random((5, 6)), levels=(-1.0, 2.0))
     assert len(calls) == 2 and tuple(widget.colorbar.levels()) == (-1.0, 2.0) == tuple(widget.image.levels)
+
+
+def test_a_map_prepared_off_the_gui_thread_shows_the_same_pixels_values_and_hatching(qtbot):
+    """A panel's worker prepares a large map (``heatmap_image``); shown, it is the map ``set_data`` makes itself."""
+    from explorer.ui.widgets.heatmap_image import heatmap_image
+
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(40, 40)).astype(np.float32)
+    scores[np.triu_indices(40, 1)] = -np.inf  # causal scores: the hidden cells
+    masked = np.zeros((40, 40), dtype=bool)
+    masked[5, 2] = True
+    widgets = []
+    for given in (scores, heatmap_image(scores, masked=masked, overlay=True)):
+        w = Heatmap()
+        qtbot.addWidget(w)
+        w.resize(300, 300)
+        w.show()
+        qtbot.waitExposed(w)
+        w.set_data(given, masked=masked if given is scores else None, value_name="score")
+        widgets.append(w)
+    plain, prepared = widgets
+    assert prepared.levels == plain.levels == (float(scores[np.isfinite(scores) & ~masked].min()),
+                                               float(scores[np.isfinite(scores) & ~masked].max()))
+    np.testing.assert_array_equal(prepared.overlay_mask(), ~np.isfinite(scores) | masked)
+    np.testing.assert_array_equal(prepared.overlay_mask(), plain.overlay_mask())
+    assert prepared.cell_text(7, 3) == plain.cell_text(7, 3) and "score = " in prepared.cell_text(7, 3)
+    assert prepared.grab().toImage() == plain.grab().toImage()

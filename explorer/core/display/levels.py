@@ -44,14 +44,14 @@ def finite_levels(matrix: np.ndarray, symmetric: bool = False,
             low, high = float(np.fmin.reduce(values, axis=None)), float(np.fmax.reduce(values, axis=None))
             if np.isfinite(low) and np.isfinite(high):
                 return _levels(low, high, symmetric)
-    values = np.asarray(values, dtype=np.float64)
-    keep = np.isfinite(values)
+    keep = np.isfinite(values)  # min and max over the kept entries, without copying the values
     if masked is not None:
         keep &= ~np.asarray(masked, dtype=bool)
-    values = values[keep]
-    if values.size == 0:
+    if not keep.any():
         return (-1.0, 1.0) if symmetric else (0.0, 1.0)
-    return _levels(float(values.min()), float(values.max()), symmetric)
+    low = float(np.min(values, where=keep, initial=np.inf))
+    high = float(np.max(values, where=keep, initial=-np.inf))
+    return _levels(low, high, symmetric)
 
 
 def _levels(low: float, high: float, symmetric: bool) -> tuple[float, float]:

@@ -30,6 +30,7 @@ from explorer.core.trace import Trace
 from explorer.ui.panels.base import Panel, PanelSnapshot, PanelView, clamp_token
 from explorer.ui.session.selection import Selection
 from explorer.ui.widgets.heatmap import Heatmap
+from explorer.ui.widgets.heatmap_image import HeatmapImage, heatmap_image
 from explorer.ui.widgets.plots import outline
 from explorer.ui.widgets.steady_label import SteadyLabel
 
@@ -37,6 +38,7 @@ SELECTED = pg.mkPen("#ff2d55", width=1.5, cosmetic=True, style=Qt.PenStyle.DashL
 NEW_ROWS = pg.mkPen("#ff8c00", width=2.5, cosmetic=True)
 TABS = ("Q, K, V", "Heads \u00d7 W\u2092", "KV cache")  # (an underscore in a tab title is cut below the baseline)
 MAP_MIN_PX = 170  # three maps side by side fit the dock of a 1280x800 window
+NOW_TOKENS = 512  # up to this many tokens a layer or head switch prepares the score map on the GUI thread
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class InsideView(PanelView):
     cache: KVCacheStep | None = None
     why: str = ""
     cache_note: str = ""
+    scores: HeatmapImage | None = None  # the score map ready to show (n x n: prepared here, on the worker)
 
 
 def inside_view(trace: Trace, snapshot: PanelSnapshot) -> InsideView:
@@ -77,7 +80,7 @@ def inside_view(trace: Trace, snapshot: PanelSnapshot) -> InsideView:
         cache = kv_cache_at(trace, trace.n_tokens, 0, layer, g, itemsize)
         note = (" Generate a continuation (the Generation pane) and step through it with the timeline to see the "
                 "cache grow: one new row a step, every earlier row read back.")
-    return InsideView(trace, layer, head, qkv, heads, cache, "", note)
+    return InsideView(trace, layer, head, qkv, heads, cache, "", note, heatmap_image(qkv.scores, overlay=True))
 
 
 class InsideAttentionPanel(Panel):
@@ -150,7 +153,7 @@ class InsideAttentionPanel(Panel):
                 m.set_data(np.zeros((0, 0), np.float32))
             self._draw_token()
             return
-        self._draw_qkv(view.qkv, tokens)
+        self._draw_qkv(view.qkv, view.scores, tokens)
         self._draw_heads(view.heads, tokens)
         self._draw_cache(view.cache, tokens, view.cache_note)
         self._draw_token()
@@ -160,19 +163,19 @@ class InsideAttentionPanel(Panel):
             trace, snapshot = self.trace, self.snapshot()
             layer = min(snapshot.layer, trace.config.n_layers - 1)
             ready = (trace.memo_get(("inside.qkv", layer, snapshot.head)) is not None
-                     and trace.memo_get(("inside.heads", layer)) is not None)
+                     and trace.memo_get(("inside.heads", layer)) is not None and trace.n_tokens <= NOW_TOKENS)
             self.now_or_later(("inside",), ready, lambda _check: inside_view(trace, snapshot), self.draw)
         elif what == "token":
             self._draw_token()
 
     # --- drawing ---------------------------------------------------------------------------------
-    def _draw_qkv(self, m: HeadQKV, tokens: list[str]) -> None:
+    def _draw_qkv(self, m: HeadQKV, scores: HeatmapImage | None, tokens: list[str]) -> None:
         dims = [f"d{i}" for i in range(m.q.shape[1])]
         shared = "" if m.kv_head == m.head else f" (shared with the other query heads of K/V head {m.kv_head})"
         self.q_map.set_data(m.q, tokens, dims, value_name="q")
         self.k_map.set_data(m.k, tokens, dims, value_name="k")
         self.v_map.set_data(m.v, tokens, [f"d{i}" for i in range(m.v.shape[1])], value_name="v")
-        self.scores_map.set_data(m.scores, tokens, tokens, value_name="score")
+        self.scores_map.set_data(m.scores if scores is None else scores, tokens, tokens, value_name="score")
         self.qkv_note.setText(
             f"Head {m.layer}.{m.head}: one row per token, one column per dimension ({m.q.shape[1]}). Row i of Q asks, "
             f"row j of K answers: score(i, j) = Q[i] \u00b7 K[j] \u00d7 {m.scale:.4g}{shared}; the softmax of each row of the "

@@ -8,7 +8,6 @@ the map: a grey hatched overlay image sits on top of them, so they cannot be mis
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -18,14 +17,12 @@ from PySide6.QtCore import QEvent, QPointF, Qt, Signal
 from PySide6.QtGui import QCursor, QFontMetrics
 from PySide6.QtWidgets import QGraphicsItem, QToolTip, QWidget
 
-from explorer.core.display.levels import all_finite, finite_levels, grouped_ticks, thinned_ticks
+from explorer.core.display.levels import grouped_ticks, thinned_ticks
 from explorer.ui.widgets.axis import readable, thin_axes
+from explorer.ui.widgets.heatmap_image import HeatmapImage, heatmap_image, mask_overlay
 from explorer.ui.widgets.role_bands import Band, band_at, legend_html
 
-MASK_LIGHT = (205, 205, 205, 255)
-MASK_DARK = (150, 150, 150, 255)
 MIN_WIDTH, MIN_HEIGHT = 220, 150  # room for labels, a title, an axis and the colour bar
-_OVERLAY_MAX_PIXELS = 2_000_000  # above this the overlay is plain grey, one pixel per cell
 _OVERLAY_KEPT_PIXELS = 1 << 18  # an overlay up to this size is kept while a matrix without hidden cells is shown
 
 
@@ -52,34 +49,6 @@ def dark_cells(colormap: pg.ColorMap, values: np.ndarray, levels: tuple[float, f
     linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
     luminance = linear @ np.array([0.2126, 0.7152, 0.0722])
     return (luminance < 0.18).reshape(values.shape)
-
-
-@functools.lru_cache(maxsize=8)
-def stripe_tile(s: int) -> np.ndarray:
-    """One ``s x s`` tile of diagonal stripes, each RGBA pixel as one uint32 (read-only; kept per size: a
-    switch's overlays are all of the same few sizes)."""
-    i, j = np.indices((s, s))
-    tile = np.where((((i + j) % s) < max(1, s // 4))[..., None], np.uint8(MASK_DARK), np.uint8(MASK_LIGHT))
-    pixel = np.ascontiguousarray(tile, dtype=np.uint8).view(np.uint32)[..., 0]
-    pixel.flags.writeable = False
-    return pixel
-
-
-def mask_overlay(hidden: np.ndarray) -> tuple[np.ndarray, int]:
-    """An RGBA uint8 image that hatches the ``hidden`` cells and is transparent elsewhere.
-
-    Returns ``(rgba, s)`` where each cell is ``s x s`` overlay pixels (``s == 1``: plain grey).
-    """
-    rows, cols = hidden.shape
-    s = 16
-    while s > 1 and rows * cols * s * s > _OVERLAY_MAX_PIXELS:
-        s //= 2
-    if s == 1:
-        dark = np.array(MASK_DARK, dtype=np.uint8).view(np.uint32)[0]
-        return np.where(np.asarray(hidden, bool), dark, np.uint32(0)).view(np.uint8).reshape(rows, cols, 4), s
-    pixel = stripe_tile(s)
-    out = np.where(np.asarray(hidden, bool)[:, None, :, None], pixel[None, :, None, :], np.uint32(0))
-    return out.reshape(rows * s, cols * s).view(np.uint8).reshape(rows * s, cols * s, 4), s
 
 
 def cached_image(**kwargs) -> pg.ImageItem:
@@ -156,33 +125,18 @@ class Heatmap(pg.GraphicsLayoutWidget):
         self.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
     # --- data ----------------------------------------------------------------------------------
-    def set_data(self, matrix: np.ndarray, row_labels: Sequence[str] | None = None,
+    def set_data(self, matrix: np.ndarray | HeatmapImage, row_labels: Sequence[str] | None = None,
                  col_labels: Sequence[str] | None = None, levels: tuple[float, float] | None = None,
                  masked: np.ndarray | None = None, value_name: str = "weight") -> None:
-        """Show ``matrix`` [rows, cols]. ``masked`` (bool, same shape) cells are hatched grey."""
-        given = np.asarray(matrix)
-        dtype = np.float64 if given.dtype == np.float64 else np.float32
-        # a read-only array of the right type (a trace's, a memo's) is kept as it is; anything else is copied
-        matrix = given if given.dtype == dtype and not given.flags.writeable else np.array(given, dtype=dtype)
-        if matrix.ndim == 1:
-            matrix = matrix[None, :]
-        if matrix.ndim != 2:
-            raise ValueError(f"a heatmap needs a 2-D matrix, got shape {matrix.shape}")
+        """Show ``matrix`` [rows, cols]. ``masked`` (bool, same shape) cells are hatched grey. ``matrix`` may
+        be a ``HeatmapImage`` a worker prepared (``heatmap_image``; then ``levels`` and ``masked`` are its own)."""
+        prepared = matrix if isinstance(matrix, HeatmapImage) else heatmap_image(matrix, self.symmetric, masked, levels)
+        matrix = prepared.matrix
         rows, cols = matrix.shape
-        if masked is None:
-            masked = np.zeros(matrix.shape, dtype=bool)
-        else:
-            masked = np.array(masked, dtype=bool)
-        if masked.shape != matrix.shape:
-            raise ValueError(f"mask of shape {masked.shape} does not match the matrix {matrix.shape}")
         for name, labels, n in (("row", row_labels, rows), ("column", col_labels, cols)):
             if labels is not None and len(labels) != n:
                 raise ValueError(f"{len(labels)} {name} labels for {n} {name}s")
-        if matrix.flags.writeable:
-            matrix.flags.writeable = False
-        masked.flags.writeable = False
-        self._matrix, self._masked = matrix, masked
-        self._hidden = masked if all_finite(matrix) else masked | ~np.isfinite(matrix)
+        self._matrix, self._masked, self._hidden = matrix, prepared.masked, prepared.hidden
         self._row_labels = None if row_labels is None else [str(s) for s in row_labels]
         self._col_labels = None if col_labels is None else [str(s) for s in col_labels]
         self.value_name = value_name
@@ -193,33 +147,28 @@ class Heatmap(pg.GraphicsLayoutWidget):
             self._overlay.setVisible(False)
             self._overlay_of = None
             return
-        lo, hi = (float(levels[0]), float(levels[1])) if levels is not None else \
-            finite_levels(matrix, self.symmetric, masked)
-        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):  # given levels a NaN made unusable
-            lo, hi = finite_levels(matrix, self.symmetric, masked)
-        self.levels = (lo, hi)
-        shown = np.ascontiguousarray(np.where(self._hidden, lo, matrix) if self._hidden.any() else matrix,
-                                     dtype=np.float32)
-        self.image.setImage(shown, levels=self.levels, autoLevels=False)
+        self.levels = prepared.levels
+        self.image.setImage(prepared.shown, levels=self.levels, autoLevels=False)
         if tuple(self.colorbar.levels()) != self.levels:  # (the same levels: the bar's axis is not drawn again)
             self.colorbar.setLevels(self.levels)
 
-        if not self._hidden.any():
+        if not prepared.any_hidden:
             self._overlay.setVisible(False)
             if self._overlay.image is not None and self._overlay.image.shape[0] * self._overlay.image.shape[1] \
                     > _OVERLAY_KEPT_PIXELS:
                 self._overlay.clear()  # a small overlay is kept hidden: the same mask again (a panel's blank
                 self._overlay_scale = 1  # matrix while it computes, on every switch) only shows it again
                 self._overlay_of = None
-        elif self._overlay_of is not None and np.array_equal(self._overlay_of, self._hidden):
+        elif self._overlay_of is not None and (self._overlay_of is self._hidden
+                                               or np.array_equal(self._overlay_of, self._hidden)):
             self._overlay.setVisible(True)  # the same mask (a causal triangle while heads switch): it costs tens of ms
         else:
-            rgba, s = mask_overlay(self._hidden)
+            rgba, s = prepared.overlay or mask_overlay(self._hidden)
             self._overlay.setImage(rgba, autoLevels=False, levels=(0, 255))
             self._overlay.setRect(0, 0, cols, rows)
             self._overlay_scale = s
             self._overlay.setVisible(True)
-            self._overlay_of = self._hidden.copy()
+            self._overlay_of = self._hidden  # (read-only: the mask drawn is kept as it is)
 
         target = [[0.0, float(max(cols, 1))], [0.0, float(max(rows, 1))]]
         if self.plot.vb.viewRange() != target:  # the same shape again (a head or token switch): no relayout

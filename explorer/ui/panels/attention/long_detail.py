@@ -29,7 +29,8 @@ from explorer.core.analysis import effective_tiles
 from explorer.core.display.tokens import quoted
 from explorer.core.trace import Trace
 from explorer.ui.widgets.axis import readable, thin_axes
-from explorer.ui.widgets.heatmap import MASK_LIGHT, cached_image, format_value
+from explorer.ui.widgets.heatmap import cached_image, format_value
+from explorer.ui.widgets.heatmap_image import MASK_LIGHT
 
 LONG_DETAIL = 512  # longer prompts: overview + tiles (a detail view is rarely wider on screen than this)
 EXPORT_WHOLE = 2048  # up to this many tokens an export of the head is its whole exact [n, n] matrix
