@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import QMenu, QWidget
 import numpy as np
 
 from explorer.core.interventions.spec import Intervention
+from explorer.ui.interventions.menu import MenuEntry, entry_actions, is_now
 
 if TYPE_CHECKING:
     from explorer.ui.session.interventions import InterventionState
@@ -82,13 +84,10 @@ class ExpertComponent:
     def _scope(self, state: InterventionState, parent: QObject | None, positions: tuple[int, ...] | None,
                where: str) -> list[QAction]:
         key = expert_key(self.layer, self.expert, positions)
-        current = next((e.intervention for e in state.entries if e.enabled and e.intervention.component == key),
-                       None)
+        current = state.active_on(key)
+        now = partial(is_now, current)
 
-        def now(mode: str, amount: float | None = None) -> bool:
-            return current is not None and current.mode == mode and (amount is None or current.amount == amount)
-
-        entries: list[tuple[str, Callable[[], None], bool]] = [
+        entries: list[MenuEntry] = [
             (f"Switch off {self.name}{where}", lambda: state.set(self.intervention("zero", positions)), now("zero")),
             (f"Force {self.name} into the top {self.k}{where}",
              lambda: state.set(self.intervention("force", positions)), now("force"))]
@@ -99,18 +98,7 @@ class ExpertComponent:
             entries.append((f"Scale {self.name}'s router logit by\u2026{where}",
                             lambda: self._scale_by(state, positions),
                             now("scale") and current.amount not in FACTORS))
-        actions = []
-        for text, slot, checked in entries:
-            action = QAction(text, parent)
-            action.setCheckable(True)
-            action.setChecked(checked)
-            action.triggered.connect(lambda _=False, f=slot: f())
-            actions.append(action)
-        if state.find(key) is not None:
-            clear = QAction(f"Clear {self.name}{where}", parent)
-            clear.triggered.connect(lambda _=False: state.clear_component(key))
-            actions.append(clear)
-        return actions
+        return entry_actions(state, key, entries, f"Clear {self.name}{where}", parent)
 
     def _scale_by(self, state: InterventionState, positions: tuple[int, ...] | None) -> None:
         factor = self.ask_factor() if self.ask_factor is not None else None

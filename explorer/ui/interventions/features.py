@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject
@@ -16,6 +17,7 @@ from PySide6.QtGui import QAction
 
 from explorer.core.errors import ExplorerError
 from explorer.core.features.edits import feature_intervention
+from explorer.ui.interventions.menu import MenuEntry, entry_actions, is_now
 
 if TYPE_CHECKING:
     from explorer.ui.session.interventions import InterventionState
@@ -59,25 +61,12 @@ class FeatureComponent:
 
     def actions(self, state: InterventionState, parent: QObject | None) -> list[QAction]:
         """Switch off, scale x0.5 / x2, clamp to…, and Clear when it has an intervention."""
-        current = next((e.intervention for e in state.entries if e.enabled and e.intervention.component == self.key),
-                       None)
-        entries: list[tuple[str, Callable[[], None], bool]] = [
-            (f"Switch off {self.name}", lambda: self.set(state, "zero"), current is not None and current.mode == "zero")]
+        current = state.active_on(self.key)
+        now = partial(is_now, current)
+
+        entries: list[MenuEntry] = [(f"Switch off {self.name}", lambda: self.set(state, "zero"), now("zero"))]
         for s in SCALES:
-            entries.append((f"Scale {self.name} \u00d7{s:g}", lambda s=s: self.set(state, "scale", s),
-                            current is not None and current.mode == "scale" and current.amount == s))
+            entries.append((f"Scale {self.name} \u00d7{s:g}", lambda s=s: self.set(state, "scale", s), now("scale", s)))
         if self.clamp_to is not None:
-            entries.append((f"Clamp {self.name} to\u2026", lambda: self._clamp(state),
-                            current is not None and current.mode == "clamp"))
-        actions = []
-        for text, slot, checked in entries:
-            action = QAction(text, parent)
-            action.setCheckable(True)
-            action.setChecked(checked)
-            action.triggered.connect(lambda _=False, f=slot: f())
-            actions.append(action)
-        if state.find(self.key) is not None:
-            clear = QAction(f"Clear {self.name}", parent)
-            clear.triggered.connect(lambda _=False: state.clear_component(self.key))
-            actions.append(clear)
-        return actions
+            entries.append((f"Clamp {self.name} to\u2026", lambda: self._clamp(state), now("clamp")))
+        return entry_actions(state, self.key, entries, f"Clear {self.name}", parent)

@@ -11,6 +11,7 @@ drawing,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
@@ -37,20 +38,41 @@ def component_actions(panel: TargetPanel, found: Component | tuple, parent: QObj
     return state_actions(panel.interventions, component, parent) if panel.interventions is not None else []
 
 
-def state_actions(state: InterventionState, component: Component, parent: QObject | None) -> list[QAction]:
-    name = component.name
+# (text, what choosing it does, whether it shows checked: the component's intervention is this one)
+MenuEntry = tuple[str, Callable[[], None], bool]
+
+
+def is_now(current: Intervention | None, mode: str, amount: float | None = None) -> bool:
+    """Whether ``current`` (a component's intervention, or None) is in ``mode`` (and with ``amount``, if given):
+    whether the menu entry that makes it shows checked."""
+    return current is not None and current.mode == mode and (amount is None or current.amount == amount)
+
+
+def entry_actions(state: InterventionState, key: tuple, entries: list[MenuEntry], clear_text: str,
+                  parent: QObject | None) -> list[QAction]:
+    """One checkable action per entry, in order, then ``clear_text`` (which takes the intervention on
+    ``key`` out) when ``key`` has one, on or off: every component's right-click entries (heads and neurons
+    here, experts in ``experts.py``, learned features in ``features.py``)."""
     actions = []
-    for mode, text in (("zero", f"Switch off {name} (zero)"), ("mean", f"Mean-ablate {name}")):
+    for text, slot, checked in entries:
         action = QAction(text, parent)
         action.setCheckable(True)
-        action.setChecked(state.mode_of(component.key) == mode)
-        action.triggered.connect(lambda _=False, m=mode: state.set(component.intervention(m)))
+        action.setChecked(checked)
+        action.triggered.connect(lambda _=False, f=slot: f())
         actions.append(action)
-    if state.find(component.key) is not None:
-        clear = QAction(f"Clear {name}", parent)
-        clear.triggered.connect(lambda _=False: state.clear_component(component.key))
+    if state.find(key) is not None:
+        clear = QAction(clear_text, parent)
+        clear.triggered.connect(lambda _=False: state.clear_component(key))
         actions.append(clear)
     return actions
+
+
+def state_actions(state: InterventionState, component: Component, parent: QObject | None) -> list[QAction]:
+    name, mode = component.name, state.mode_of(component.key)
+    entries: list[MenuEntry] = [
+        (f"Switch off {name} (zero)", lambda: state.set(component.intervention("zero")), mode == "zero"),
+        (f"Mean-ablate {name}", lambda: state.set(component.intervention("mean")), mode == "mean")]
+    return entry_actions(state, component.key, entries, f"Clear {name}", parent)
 
 
 class Marks:

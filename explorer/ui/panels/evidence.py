@@ -34,6 +34,7 @@ from explorer.ui.widgets.plots import fixed_plot
 
 if TYPE_CHECKING:
     from explorer.core.corpus.read import Example
+    from explorer.ui.panels.base import Panel
     from explorer.ui.session.session import Session
 
 BEFORE, AFTER = 20, 4                       # tokens shown around the firing token
@@ -104,7 +105,7 @@ class CorpusEvidence(QWidget):
     def run(self) -> Any:
         return self.session.corpus.run if self.session is not None else None
 
-    def register_exports(self, panel: Any) -> None:
+    def register_exports(self, panel: Panel) -> None:
         """Export and copy on the examples and on the histogram (``Panel.add_exportable``)."""
         panel.add_exportable(f"{self.noun} top examples over the corpus", self.browser, self.examples_data)
         panel.add_exportable(f"{self.noun} histogram over the corpus", self.hist, self.histogram_data)

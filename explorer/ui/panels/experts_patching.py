@@ -6,7 +6,7 @@ one backward pass, on a worker through ``session.background``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QPushButton, QVBoxLayout, QWidget
@@ -17,12 +17,16 @@ from explorer.ui.session import background
 from explorer.ui.widgets.heatmap import Heatmap
 from explorer.ui.widgets.steady_label import SteadyLabel
 
+if TYPE_CHECKING:
+    from explorer.core.interventions.expert_attribution import ExpertAttribution
+    from explorer.core.model import Transformer
+
 HINT = ("Type a corrupted prompt with as many tokens as the clean one (the window's prompt), then Estimate: "
         "each cell estimates how much of the clean-minus-corrupted difference in the target's logit comes back "
         "when that expert's outputs are patched from the clean run (1 = all of it; a linear estimate).")
 
 
-def run_estimate(model: Any, clean: list[int], corrupt: list[int], target: int):
+def run_estimate(model: Transformer, clean: list[int], corrupt: list[int], target: int) -> ExpertAttribution:
     from explorer.core.interventions.expert_attribution import expert_attribution
 
     return expert_attribution(model, clean, corrupt, target)
@@ -32,8 +36,8 @@ class ExpertPatching(QWidget):
     """``context()`` gives (the clean trace, the model, the tokenizer) or None; ``select_layer(layer)`` is
     called for a clicked cell."""
 
-    def __init__(self, context: Callable[[], tuple[Trace, Any, Any] | None], select_layer: Callable[[int], None],
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, context: Callable[[], tuple[Trace, Transformer, Any] | None],
+                 select_layer: Callable[[int], None], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.context = context
         self.result: Any = None

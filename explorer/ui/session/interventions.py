@@ -37,10 +37,15 @@ class InterventionState(QObject):
     def find(self, component: tuple) -> int | None:
         return next((i for i, e in enumerate(self.entries) if e.intervention.component == component), None)
 
+    def active_on(self, component: tuple) -> Intervention | None:
+        """The intervention on ``component`` if it is on (None if there is none or it is off)."""
+        i = self.find(component)
+        return None if i is None or not self.entries[i].enabled else self.entries[i].intervention
+
     def mode_of(self, component: tuple) -> str | None:
         """The mode of the active intervention on ``component`` (None if there is none or it is off)."""
-        i = self.find(component)
-        return None if i is None or not self.entries[i].enabled else self.entries[i].intervention.mode
+        current = self.active_on(component)
+        return None if current is None else current.mode
 
     def set(self, intervention: Intervention) -> None:
         """Add ``intervention``, replacing one on the same component (switched on)."""

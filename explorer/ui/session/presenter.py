@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QEventLoop, QObject, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEventLoop, QObject, Qt, QTimer, Signal
 
 from explorer.core.cancel import Cancel, Cancelled
 from explorer.core.analysis.layer_maps import max_maps
@@ -189,14 +190,24 @@ class Presenter(QObject):
 
     def wait_until_idle(self, timeout_s: float = 60.0) -> bool:
         """Handle events until ``is_idle`` (docs scripts and benchmarks; a test waits with qtbot.waitUntil).
-        False if it did not happen within ``timeout_s``."""
+        False if it did not happen within ``timeout_s``. Idleness changes only while this (the GUI) thread
+        handles an event (a worker's result, a timer), so it sleeps in the event loop until the next one comes
+        (WaitForMoreEvents) and asks again; a timer due at the deadline wakes it then."""
         deadline = time.perf_counter() + timeout_s
-        while not self.is_idle():
-            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 5)
-            if time.perf_counter() > deadline:
-                return False
-            time.sleep(0.0005)
-        return True
+        wake = QTimer()
+        wake.setSingleShot(True)
+        wake.setTimerType(Qt.TimerType.PreciseTimer)
+        try:
+            while not self.is_idle():
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return False
+                wake.start(min(2**31 - 1, max(1, math.ceil(left * 1000))))  # (again each turn: never a wait past it)
+                QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents
+                                               | QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
+            return True
+        finally:
+            wake.stop()
 
     # --- the sources ---------------------------------------------------------------------------------
     def present(self, result: TraceResult, source: Source) -> None:

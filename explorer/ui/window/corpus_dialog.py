@@ -16,15 +16,16 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (QButtonGroup, QComboBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QProgressBar, QPushButton, QRadioButton, QSpinBox, QVBoxLayout, QWidget)
+                               QLineEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout, QWidget)
 
 from explorer.core.cancel import Cancel
 from explorer.core.corpus.read import open_run
 from explorer.core.corpus.reading import SAMPLE, Corpus, CorpusError
 from explorer.core.paths import user_data_dir
 from explorer.ui.session import background
+from explorer.ui.window.job_rows import add_job_rows, say
 
 if TYPE_CHECKING:
     from explorer.ui.session.session import Session
@@ -131,23 +132,8 @@ class CorpusRunDialog(QDialog):
         out_row.addWidget(save_as)
         form.addRow("Database", out_row)
         layout.addLayout(form)
-        self.bar = QProgressBar()
-        self.bar.setRange(0, 1000)
-        self.bar.setTextVisible(False)
-        self.status = QLabel()
-        self.status.setWordWrap(True)
-        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.status)
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
-        self.run_button, self.cancel_button, self.close_button = (QPushButton("Run"), QPushButton("Cancel run"),
-                                                                  QPushButton("Close"))
-        self.run_button.setDefault(True)
-        self.cancel_button.setEnabled(False)
-        for button in (self.run_button, self.cancel_button, self.close_button):
-            buttons.addWidget(button)
-        layout.addLayout(buttons)
+        self.bar, self.status, self.run_button, self.cancel_button, self.close_button = add_job_rows(
+            layout, self, "Run", "Cancel run")
         self.run_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.stop)
         self.close_button.clicked.connect(self.close)
@@ -296,8 +282,7 @@ class CorpusRunDialog(QDialog):
         self._update_button()
 
     def _say(self, text: str, error: bool = False) -> None:
-        self.status.setStyleSheet("color: #c0392b;" if error else "")
-        self.status.setText(text)
+        say(self.status, text, error)
 
     def shutdown(self) -> None:
         """The window closes: a run under way stops after its block (it resumes next time); nothing it still

@@ -15,13 +15,14 @@ import dataclasses
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
-                               QProgressBar, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDialog, QFormLayout, QLabel, QLineEdit, QTreeWidget,
+                               QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from explorer.core.cancel import Cancel
 from explorer.core.checkpoint.hub_cache import cache_dir
 from explorer.core.download import SUGGESTED, Progress, download, plan_download
 from explorer.ui.session import background
+from explorer.ui.window.job_rows import add_job_rows, say
 from explorer.ui.window.remote_key import HF_TOKEN_USER, KeyStore
 
 
@@ -110,24 +111,8 @@ class GetModelDialog(QDialog):
         form.addRow("Token", self.token)
         form.addRow("", self.remember)
         layout.addLayout(form)
-        self.bar = QProgressBar(self)
-        self.bar.setRange(0, 1000)
-        self.bar.setTextVisible(False)
-        self.status = QLabel("", self)
-        self.status.setWordWrap(True)
-        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.status)
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
-        self.download_button = QPushButton("Download", self)
-        self.download_button.setDefault(True)
-        self.cancel_button = QPushButton("Cancel download", self)
-        self.cancel_button.setEnabled(False)
-        self.close_button = QPushButton("Close", self)
-        for button in (self.download_button, self.cancel_button, self.close_button):
-            buttons.addWidget(button)
-        layout.addLayout(buttons)
+        self.bar, self.status, self.download_button, self.cancel_button, self.close_button = add_job_rows(
+            layout, self, "Download", "Cancel download")
         self.download_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.stop)
         self.close_button.clicked.connect(self.reject)
@@ -208,8 +193,7 @@ class GetModelDialog(QDialog):
             field.setEnabled(not running)
 
     def _say(self, text: str, error: bool = False) -> None:
-        self.status.setStyleSheet("color: #c0392b;" if error else "")
-        self.status.setText(text)
+        say(self.status, text, error)
 
     def reject(self) -> None:
         """Closing the dialog stops a running download (it resumes next time)."""

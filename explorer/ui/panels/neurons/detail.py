@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -37,6 +37,9 @@ from explorer.ui.panels.neurons.widgets import (
 from explorer.ui.widgets.plots import fixed_plot
 from explorer.ui.widgets.table_cells import fix_widths, set_cell, set_rows
 from explorer.ui.widgets.steady_label import SteadyLabel
+
+if TYPE_CHECKING:
+    from explorer.ui.session.session import Session
 
 _MISSING = object()
 NO_PEN = pg.mkPen(None)  # the neuron bars have no outline
@@ -155,7 +158,7 @@ class NeuronDetail:
         return self.tabs
 
     # --- the corpus run (explorer/ui/session/corpus.py) ---------------------------------------------
-    def attach(self, session: Any) -> None:
+    def attach(self, session: Session) -> None:
         """Read the session's corpus run: the evidence follows it (a run just opened is shown at once)."""
         self.evidence.attach(session)
         session.corpus.changed.connect(self._corpus_changed)
