@@ -80,7 +80,8 @@ def inside_view(trace: Trace, snapshot: PanelSnapshot) -> InsideView:
         cache = kv_cache_at(trace, trace.n_tokens, 0, layer, g, itemsize)
         note = (" Generate a continuation (the Generation pane) and step through it with the timeline to see the "
                 "cache grow: one new row a step, every earlier row read back.")
-    return InsideView(trace, layer, head, qkv, heads, cache, "", note, heatmap_image(qkv.scores, overlay=True))
+    scores = heatmap_image(qkv.scores, overlay=trace.n_tokens > NOW_TOKENS)  # (a short prompt's hatching is kept)
+    return InsideView(trace, layer, head, qkv, heads, cache, "", note, scores)
 
 
 class InsideAttentionPanel(Panel):
