@@ -9,6 +9,8 @@ to show. What a chip says and its colour come from ``explorer.core.tokenize.disp
 
 from __future__ import annotations
 
+import bisect
+
 from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
@@ -45,6 +47,8 @@ class TokenChips(QWidget):
         self.bands: tuple[Band, ...] = ()
         self._band_colours: list[str | None] = []
         self._rects: list[QRect] = []
+        self._tops: list[int] = []
+        self._tallest = 0
         self._layout_width = -1
         self._height = 0
         self._widths: list[int] | None = None  # each chip's width, measured once per set of chips
@@ -136,6 +140,8 @@ class TokenChips(QWidget):
         if width == self._layout_width:
             return
         self._rects, height = self._flow(width)
+        self._tops = [r.top() for r in self._rects]  # rows flow downwards: the chips a clip meets are found by bisection
+        self._tallest = max((r.height() for r in self._rects), default=0)
         self._layout_width = width
         if height != self._height:
             self._height = height
@@ -167,7 +173,10 @@ class TokenChips(QWidget):
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         clip = event.rect()
         label_fm = QFontMetrics(self.label_font)
-        for i, (chip, rect) in enumerate(zip(self.chips, self._rects)):
+        first = bisect.bisect_left(self._tops, clip.top() - self._tallest)
+        last = bisect.bisect_right(self._tops, clip.bottom())
+        for i in range(first, min(last, len(self.chips), len(self._rects))):
+            chip, rect = self.chips[i], self._rects[i]
             if not rect.intersects(clip):
                 continue
             selected = self.interactive and i == self.selected

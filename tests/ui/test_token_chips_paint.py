@@ -1,0 +1,39 @@
+"""Token chips paint only the chips a repaint's region meets, and those exactly as a whole repaint does."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QRect
+from PySide6.QtGui import QImage, QRegion
+
+import explorer.ui  # noqa: F401  (binding and pyqtgraph options)
+from explorer.core.tokenize.display import ChipView
+from explorer.ui.widgets.token_chips import TokenChips
+
+
+def _chips(n: int) -> list[ChipView]:
+    return [ChipView(i, 1000 + i, f"tok{i % 37}" + "x" * (i % 5), b"t", False, False,
+                     ["#fde68a", "#bfdbfe", "#bbf7d0"][i % 3]) for i in range(n)]
+
+
+@pytest.mark.parametrize("band", [(0.0, 0.2), (0.45, 0.55), (0.8, 1.0)])
+def test_a_region_of_the_chips_repaints_as_the_whole_widget_paints_it(qtbot, band):
+    chips = TokenChips()
+    qtbot.addWidget(chips)
+    chips.set_chips(_chips(300))
+    chips.resize(420, chips.heightForWidth(420))
+    chips.show()
+    qtbot.waitExposed(chips)
+    chips.set_selected(150)
+    whole = chips.grab().toImage().convertToFormat(QImage.Format.Format_ARGB32)
+    height = whole.height()
+    assert height > 400  # many rows of chips
+    region = QRect(0, int(band[0] * height), whole.width(), max(1, int((band[1] - band[0]) * height)))
+    part = QImage(whole.size(), QImage.Format.Format_ARGB32)
+    part.fill(0)
+    chips.render(part, region.topLeft(), QRegion(region))  # the region, drawn where it lies
+    inner = region.adjusted(0, 1, 0, -1)  # (a glyph cut by the region's edge antialiases its edge row differently)
+    assert part.copy(inner) == whole.copy(inner)
+    blank = QImage(region.size(), QImage.Format.Format_ARGB32)
+    blank.fill(0)
+    assert part.copy(region) != blank  # chips were drawn in it
