@@ -203,3 +203,31 @@ def test_a_lens_job_that_fails_says_so(qtbot, lens_window, monkeypatch):
     qtbot.waitUntil(lambda: "could not compute" in panel.lens_map.plot.titleLabel.text, timeout=30_000)
     assert "out of memory" in panel.lens_map.plot.titleLabel.text
     qtbot.waitUntil(window.presenter.is_idle, timeout=30_000)
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1600, 1000)])
+def test_the_enlarge_button_stands_apart_from_the_lens_key(qtbot, window, size):
+    """Polish 43: "Enlarge lens" touched the key beside it ("text: the top prediction · colour: …"). Enlarged or
+    not, the button, the key and the "whole prompt" box keep 4 px at least between them, centred on one line,
+    and the key is shown whole."""
+    from PySide6.QtCore import QRect
+
+    window.resize(*size)
+    window.raise_panel("residual")
+    panel = window.panel("residual")
+    qtbot.waitUntil(lambda: panel.isVisible() and panel.trace is window.trace and window.presenter.is_idle(),
+                    timeout=60_000)
+
+    def where(widget) -> QRect:
+        return QRect(widget.mapTo(panel, QPoint(0, 0)), widget.size())
+
+    for enlarging in (True, False):  # checked as drawn, then enlarged (a click), then back (a click)
+        shown = [w for w in (panel.lens_big, panel.lens_key, panel.lens_whole) if w.isVisible()]
+        assert shown[:2] == [panel.lens_big, panel.lens_key]
+        for left, right in zip(shown, shown[1:]):
+            assert not where(left).adjusted(-4, -4, 4, 4).intersects(where(right)), (where(left), where(right))
+            assert where(right).left() - where(left).right() > 4
+            assert abs(where(left).center().y() - where(right).center().y()) <= 2  # on one line
+        assert panel.lens_key.width() >= panel.lens_key.sizeHint().width()  # the key whole, not cut
+        QTest.mouseClick(panel.lens_big, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: panel.top.isVisible() != enlarging, timeout=5_000)

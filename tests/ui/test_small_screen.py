@@ -95,3 +95,55 @@ def test_patching_fields_are_readable_at_1280x800(qtbot, window):
     assert panel.corrupt_edit.width() >= metrics.horizontalAdvance(typed[panel.corrupt_edit][:30]) + 12
     for field in (panel.target_edit, panel.distractor_edit):
         assert field.width() >= field.fontMetrics().horizontalAdvance(" Mary and") + 12, field.width()
+
+
+def shown_whole(table, row: int, col: int) -> bool:
+    """Whether a cell's text is painted whole: it fits its column less the margins Qt's item views leave (the
+    focus frame's margin + 1 on each side) and the column is inside the table's viewport."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QStyle
+
+    text = table.item(row, col).text()
+    margin = table.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, table) + 1
+    room = table.columnWidth(col) - 2 * margin
+    inside = 0 <= table.columnViewportPosition(col) and \
+        table.columnViewportPosition(col) + table.columnWidth(col) <= table.viewport().width()
+    return inside and table.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, room) == text
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1600, 1000)])
+def test_the_patching_list_shows_whole_component_names(qtbot, window, size):
+    """Polish 43: at 1600x1000 the list of the largest shares restored read "s…" in its component column (the
+    value column, "+0.1234 (estimate)", took the width). After a patching run, as the user starts it, every
+    listed name and value is painted whole, the full name in its tooltip, the window no wider."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from explorer.ui.panels.interventions.patching_worker import ESTIMATE
+
+    window.resize(*size)
+    with qtbot.waitSignal(window.presenter.drawn, timeout=60_000):
+        window.set_prompt("When Mary and John went to the store, John gave a drink to")
+    window.raise_panel("patching")
+    panel = window.panel("patching")
+    qtbot.waitUntil(lambda: panel.isVisible() and panel.trace is window.trace and window.presenter.is_idle(),
+                    timeout=60_000)
+    QTest.mouseClick(panel.corrupt_edit, Qt.MouseButton.LeftButton)
+    QTest.keyClicks(panel.corrupt_edit, "When Mary and John went to the store, Mary gave a drink to")
+    panel.mode_box.setCurrentIndex(panel.mode_box.findData(ESTIMATE))  # every value an estimate: the widest
+    qtbot.waitUntil(panel.run_button.isEnabled, timeout=10_000)
+    QTest.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    table = panel.ranked.table
+    qtbot.waitUntil(lambda: panel.run_button.isEnabled() and table.rowCount() > 0, timeout=60_000)
+    rows = range(table.rowCount())
+    assert any(table.item(r, 1).text().startswith("stream final @ ") for r in rows)  # the longest kind of name
+
+    def whole() -> None:  # (the list asks for its width; the splitter gives it on its next layout)
+        cut = [(table.item(r, c).text(), table.columnWidth(c)) for r in rows for c in (1, 2)
+               if not shown_whole(table, r, c)]
+        assert not cut, f"painted cut (text, column px): {cut}"
+
+    qtbot.waitUntil(whole, timeout=5_000)
+    assert all(table.item(r, 2).text().startswith("\u2248") for r in rows)  # estimates, marked as such
+    assert all(table.item(r, 1).toolTip().startswith(table.item(r, 1).text()) for r in rows)
+    assert window.width() <= size[0]

@@ -1,6 +1,11 @@
 """The largest components of a grid as a list beside it: rank, name and signed value, largest in size first
 (``core.analysis.ranking``: ties by the lower index), so the heads that matter are read, not hunted for in a
-heatmap of 30 x 9 cells. Clicking a row emits its key (the panel selects that head, or runs that patch)."""
+heatmap of 30 x 9 cells. Clicking a row emits its key (the panel selects that head, or runs that patch).
+
+The names are read whole: the list asks its splitter for the width of its longest name (up to ``NAME_MAX_CHARS``
+characters), the value column no wider than its numbers (an estimate is written "≈+0.1234", not "+0.1234
+(estimate)": at 1600x1000 the patching list read "s…"); a longer name is elided in the middle, whole in its
+tooltip."""
 
 from __future__ import annotations
 
@@ -9,11 +14,19 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QStyle, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout, QWidget)
 
 from explorer.core.analysis.ranking import top_k_ids
 
 TOP = 15  # rows listed
+NAME_MAX_CHARS = 28  # the name column asks for at most this many average characters ("stream final @ 1234:" + 9)
+APPROX = "\u2248"  # before an estimate's value
+
+
+def text_margin(table: QTableWidget) -> int:
+    """The pixels an item view leaves on each side of a cell's text (Qt's styles: the focus frame's margin + 1)."""
+    return table.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, table) + 1
 
 
 class RankedList(QWidget):
@@ -35,6 +48,7 @@ class RankedList(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a long name keeps its start and its token
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
@@ -46,24 +60,40 @@ class RankedList(QWidget):
         layout.setSpacing(2)
         layout.addWidget(self.title)
         layout.addWidget(self.table, 1)
-        self.setMinimumWidth(self.fontMetrics().horizontalAdvance("00 L00 FFN -0.0000") + 60)
+        self.floor_px = self.fontMetrics().horizontalAdvance("00 L00 FFN -0.0000") + 60  # the list at its narrowest
+        self.setMinimumWidth(self.floor_px)
 
     def show_items(self, labels: Sequence[str], values: np.ndarray, keys: Sequence[Any],
-                   notes: Sequence[str] | None = None) -> None:
+                   estimates: Sequence[bool] | None = None) -> None:
         """List the ``top`` entries of ``values`` largest in size (NaN left out), each with its label and key;
-        ``notes`` (e.g. "estimate") are written after the value."""
+        an entry of ``estimates`` that is true is written "≈" before its value (its tooltip says "an estimate")."""
         values = np.asarray(values, dtype=np.float64).ravel()
         order = top_k_ids(np.abs(values), self.top, finite_only=True) if values.size else np.zeros(0, np.int64)
         self.keys = [keys[i] for i in order]
         self.values, self.labels = values[order], [labels[i] for i in order]
         self.table.setRowCount(len(order))
         for row, i in enumerate(order.tolist()):
-            note = f" ({notes[i]})" if notes is not None and notes[i] else ""
-            for col, text in enumerate((str(row + 1), labels[i], f"{values[i]:+.4f}{note}")):
+            approx = estimates is not None and bool(estimates[i])
+            tip = f"{labels[i]}: {values[i]:+.6g}" + (" (an estimate)" if approx else "")
+            for col, text in enumerate((str(row + 1), labels[i], f"{APPROX if approx else ''}{values[i]:+.4f}")):
                 item = QTableWidgetItem(text)
+                item.setToolTip(tip)
                 if col != 1:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
+        self._fit_names()
+
+    def _fit_names(self) -> None:
+        """Ask for the width that shows every name whole (up to ``NAME_MAX_CHARS``), the other columns beside it."""
+        table, metrics = self.table, self.table.fontMetrics()
+        margins = 2 * text_margin(table) + 2  # (+2: the grid line, and a pixel of air)
+        longest = max((metrics.horizontalAdvance(label) for label in self.labels), default=0)
+        header = metrics.horizontalAdvance(table.horizontalHeaderItem(1).text())
+        name_px = min(max(longest, header) + margins, metrics.averageCharWidth() * NAME_MAX_CHARS + margins)
+        others = table.sizeHintForColumn(0) + max(table.sizeHintForColumn(2),
+                                                  table.horizontalHeader().sectionSizeHint(2))
+        scroll = table.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, table)
+        self.setMinimumWidth(max(self.floor_px, name_px + others + scroll + 2 * table.frameWidth() + 2))
 
     def clear_items(self) -> None:
         self.keys, self.values, self.labels = [], np.zeros(0), []

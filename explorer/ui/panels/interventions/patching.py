@@ -141,7 +141,7 @@ class PatchingPanel(Panel):
             f"no attention head here ({describe_mixer(self.trace.config, layer)}): patch its residual stream instead")
         self.resid_map.cell_clicked.connect(lambda r, c: self.clicked(("resid", r, c)))
         self.head_map.cell_clicked.connect(lambda r, c: self.clicked(("head", r, c)))
-        self.ranked = RankedList("largest shares restored (click: exact value, or run the patch)", "share")
+        self.ranked = RankedList("largest shares restored (≈: estimate; click: exact value, or run the patch)", "share")
         self.ranked.chosen.connect(self.clicked)
         splitter = QSplitter()
         for widget, stretch in ((self.resid_map, 3), (self.head_map, 2), (self.ranked, 1)):
@@ -407,9 +407,10 @@ class PatchingPanel(Panel):
         self.legend.setVisible(self._estimates_left() > 0)
         cells = [("resid", r, c) for r, c in np.ndindex(*self._resid.shape)] + \
             [("head", r, c) for r, c in np.ndindex(*self._heads.shape)]
-        self.ranked.show_items([f"stream {'final' if r == L else f'L{r}'} @ {self._labels[c]}" if k == "resid" else f"head L{r}H{c}" for k, r, c in cells],
-                               np.concatenate([self._resid.ravel(), self._heads.ravel()]), cells,
-                               ["estimate" if self._estimated[k == "head"][r, c] else "" for k, r, c in cells])
+        names = [f"stream {'final' if r == L else f'L{r}'} @ {self._labels[c]}" if k == "resid" else f"head L{r}H{c}"
+                 for k, r, c in cells]
+        self.ranked.show_items(names, np.concatenate([self._resid.ravel(), self._heads.ravel()]), cells,
+                               np.concatenate([self._estimated[0].ravel(), self._estimated[1].ravel()]))
 
     def _estimates_left(self) -> int:
         """How many cells shown are estimates (0 before any run)."""

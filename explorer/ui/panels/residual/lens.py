@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QRectF
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QPainterPath
-from PySide6.QtWidgets import QCheckBox, QGraphicsPathItem
+from PySide6.QtWidgets import QAbstractButton, QCheckBox, QGraphicsPathItem, QHBoxLayout, QLabel, QSizePolicy
 
 from explorer.core.analysis import residual as core
 from explorer.core.display.labels import token_labels
@@ -51,6 +51,22 @@ LENS_AXES_PX = 110  # the grid's row labels and colour bar take about this much 
 NEXT_TOKEN = "#ff8c00"  # outline of a lens cell whose top prediction is the real next token
 LENS_KEY = (f"text: the top prediction \u00b7 colour: its probability \u00b7 <span style='color:{NEXT_TOKEN}'>"
             "\u25a1</span> the real next token")  # the line above the grid
+
+
+HEADER_GAP_PX = 10  # between "Enlarge lens", the key and "whole prompt" on the line above the grid
+
+
+def lens_header(enlarge: QAbstractButton, key: QLabel, whole: QCheckBox) -> QHBoxLayout:
+    """The line above the lens: the "Enlarge lens" button, the key (``LENS_KEY``) and the "whole prompt" box, apart
+    and centred on one line (the box's spacing is set: inherited from the lens's layout, 0, the button touched the
+    key's text), with a little air above the grid."""
+    key.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the panel
+    header = QHBoxLayout()
+    header.setContentsMargins(0, 2, 0, 4)
+    header.setSpacing(HEADER_GAP_PX)
+    for widget, stretch in ((enlarge, 0), (key, 1), (whole, 0)):
+        header.addWidget(widget, stretch, Qt.AlignmentFlag.AlignVCenter)
+    return header
 
 
 def vocab_size_of(tokenizer: Any) -> int | None:

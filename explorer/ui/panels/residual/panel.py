@@ -35,7 +35,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMenu,
-    QSizePolicy,
     QToolButton,
     QSplitter,
     QVBoxLayout,
@@ -53,7 +52,7 @@ from explorer.ui.panels.base import Panel, PanelSnapshot
 from explorer.ui.panels.residual.cells import CellTexts, DescribedHeatmap, depths
 from explorer.ui.panels.residual.data import ResidualData
 from explorer.ui.panels.residual.headroom import LegendHeadroom
-from explorer.ui.panels.residual.lens import LENS_KEY, NEXT_TOKEN, LogitLensView
+from explorer.ui.panels.residual.lens import LENS_KEY, NEXT_TOKEN, LogitLensView, lens_header
 from explorer.ui.panels.residual.token_layers import TokenLayersView
 from explorer.ui.panels.residual.view import ResidualView, mixer_name, residual_view
 from explorer.ui.session.selection import Selection
@@ -174,13 +173,8 @@ class ResidualPanel(ResidualData, Panel):
         lens_layout = QVBoxLayout(lens_box)
         lens_layout.setContentsMargins(0, 0, 0, 0)
         lens_layout.setSpacing(0)
-        header = QHBoxLayout()
-        header.addWidget(self.lens_big)
         self.lens_key = QLabel(LENS_KEY)
-        self.lens_key.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        header.addWidget(self.lens_key, 1)
-        header.addWidget(self.lens_whole)
-        lens_layout.addLayout(header)
+        lens_layout.addLayout(lens_header(self.lens_big, self.lens_key, self.lens_whole))
         beside = QSplitter(Qt.Orientation.Horizontal)  # the token across layers beside the lens
         beside.addWidget(self.lens_map)
         beside.addWidget(self.token_layers)
