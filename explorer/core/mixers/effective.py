@@ -61,8 +61,13 @@ def scan_heads(cfg: ModelConfig, layer: int) -> int:
     return {"deltanet": cfg.delta_v_heads, "mamba2": cfg.ssm_heads, "short_conv": cfg.d_model}[scan_of(cfg, layer)]
 
 
-def _f64(trace: Trace, key: str) -> torch.Tensor:
-    return torch.from_numpy(np.array(trace[key], dtype=np.float64))  # a copy: the trace's arrays are read-only
+def _f64(trace: Trace, key: str, index: torch.Tensor | None = None, axis: int = 0) -> torch.Tensor:
+    """The trace's ``key`` in float64 (a copy: the trace's arrays are read-only), only the ``index`` entries along
+    ``axis`` when given (a few heads of many: the others are not copied)."""
+    values = np.asarray(trace[key])
+    if index is not None:
+        values = np.take(values, index.numpy(), axis=axis)
+    return torch.from_numpy(np.array(values, dtype=np.float64))
 
 
 def _heads(trace: Trace, layer: int, heads) -> list[int]:
@@ -128,9 +133,9 @@ def _deltanet(trace: Trace, layer: int, heads: torch.Tensor, rows: tuple[int, in
     cfg = trace.config
     group = cfg.delta_v_heads // cfg.delta_k_heads
     key = f"blocks.{layer}.mixer."
-    q = _f64(trace, key + "q")[heads // group] * cfg.delta_d_k ** -0.5    # [h, n, dk], as the rule scales it
-    k = _f64(trace, key + "k")[heads // group]
-    g, beta = _f64(trace, key + "log_decay")[heads], _f64(trace, key + "beta")[heads]  # [h, n]
+    q = _f64(trace, key + "q", heads // group) * cfg.delta_d_k ** -0.5    # [h, n, dk], as the rule scales it
+    k = _f64(trace, key + "k", heads // group)
+    g, beta = _f64(trace, key + "log_decay", heads), _f64(trace, key + "beta", heads)  # [h, n]
     (r0, r1), (c0, c1) = rows, cols
     h, _, dk = k.shape
     out = torch.zeros(h, r1 - r0, c1 - c0, dtype=torch.float64)
@@ -172,8 +177,8 @@ def _mamba2(trace: Trace, layer: int, heads: torch.Tensor, rows: tuple[int, int]
     group = cfg.ssm_heads // cfg.ssm_groups
     key = f"blocks.{layer}.mixer."
     (r0, r1), (c0, c1) = rows, cols
-    B, C = _f64(trace, key + "B")[heads // group], _f64(trace, key + "C")[heads // group]   # [h, n, N]
-    dt, a = _f64(trace, key + "dt")[heads], _f64(trace, key + "log_decay")[heads]            # [h, n]
+    B, C = _f64(trace, key + "B", heads // group), _f64(trace, key + "C", heads // group)   # [h, n, N]
+    dt, a = _f64(trace, key + "dt", heads), _f64(trace, key + "log_decay", heads)            # [h, n]
     cs = a.cumsum(-1)
     t, s = torch.arange(r0, r1)[:, None], torch.arange(c0, c1)[None, :]
     later = s > t
@@ -189,7 +194,7 @@ def _short_conv(trace: Trace, layer: int, heads: torch.Tensor, rows: tuple[int, 
                 ) -> torch.Tensor:
     key = f"blocks.{layer}.mixer."
     (r0, r1), (c0, c1) = rows, cols
-    B, C = _f64(trace, key + "B")[:, heads].T, _f64(trace, key + "C")[:, heads].T    # [h, n]
+    B, C = _f64(trace, key + "B", heads, axis=1).T, _f64(trace, key + "C", heads, axis=1).T    # [h, n]
     mix = trace._model.blocks[layer].mixer
     with weights_of(mix):
         w = mix.conv.detach().double().cpu()[heads]                                    # [h, K]
