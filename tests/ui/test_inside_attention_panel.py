@@ -101,3 +101,40 @@ def test_every_map_title_is_whole_in_a_laptop_window(qtbot, laptop_window):
             title = m.plot.titleLabel
             assert not title.is_elided(), f"{title.text!r} elided in a {title.rect().width():.0f} px wide map"
     assert panel.qkv_note.text().startswith("Head 12.1:")  # the head the maps show: the line above them
+
+
+def test_a_long_prompts_maps_prepared_on_the_worker_are_the_models(qtbot):
+    """Beyond NOW_TOKENS the maps reach the heatmaps prepared off the GUI thread: the same values, diverging maps
+    centred on 0, the masked scores hatched and nothing else."""
+    import torch
+
+    from explorer.core.config import ModelConfig
+    from explorer.core.model import Transformer
+    from explorer.core.trace import capture
+    from explorer.ui.panels.inside_attention import NOW_TOKENS, InsideAttentionPanel
+    from explorer.ui.session.selection import Selection
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=64, n_ctx=1024, d_model=32, n_layers=2, n_heads=4, d_head=8,
+                                    d_ff=64)).eval()
+    n = NOW_TOKENS + 88
+    ids = [(7 * i + 3) % 64 for i in range(n)]
+    trace, _ = capture(model, ids, [f"t{i}" for i in ids])
+    selection = Selection()
+    panel = InsideAttentionPanel(selection)
+    qtbot.addWidget(panel)
+    selection.clamp(trace.config.n_layers, trace.config.n_heads, trace.n_tokens)
+    selection.set_layer_head(1, 2)
+    panel.set_trace(trace)
+    qtbot.waitUntil(lambda: panel.view is not None and panel.view.trace is trace and panel.view.head == 2,
+                    timeout=30_000)
+    want = head_qkv(trace, 1, 2)
+    np.testing.assert_array_equal(panel.q_map.matrix, want.q)
+    np.testing.assert_array_equal(panel.scores_map.matrix, want.scores)
+    np.testing.assert_array_equal(panel.concat_map.matrix, heads_to_output(trace, 1).concat)
+    low, high = panel.q_map.levels
+    assert low == -high == -float(np.abs(want.q).max())
+    finite = np.isfinite(want.scores)
+    assert panel.scores_map.levels == (float(want.scores[finite].min()), float(want.scores[finite].max()))
+    np.testing.assert_array_equal(panel.scores_map.overlay_mask(), ~finite)
+    assert panel.scores_map.overlay_mask().sum() == n * (n - 1) // 2  # the later keys of every query

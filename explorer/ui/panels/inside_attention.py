@@ -52,7 +52,11 @@ class InsideView(PanelView):
     cache: KVCacheStep | None = None
     why: str = ""
     cache_note: str = ""
-    scores: HeatmapImage | None = None  # the score map ready to show (n x n: prepared here, on the worker)
+    images: dict[str, HeatmapImage] | None = None  # maps ready to show, prepared here on the worker (long prompts)
+
+    def image(self, name: str, matrix: np.ndarray) -> np.ndarray | HeatmapImage:
+        """The map ``name`` as prepared on the worker, else ``matrix`` itself (the heatmap prepares it then)."""
+        return (self.images or {}).get(name, matrix)
 
 
 def inside_view(trace: Trace, snapshot: PanelSnapshot) -> InsideView:
@@ -80,8 +84,21 @@ def inside_view(trace: Trace, snapshot: PanelSnapshot) -> InsideView:
         cache = kv_cache_at(trace, trace.n_tokens, 0, layer, g, itemsize)
         note = (" Generate a continuation (the Generation pane) and step through it with the timeline to see the "
                 "cache grow: one new row a step, every earlier row read back.")
-    scores = heatmap_image(qkv.scores, overlay=trace.n_tokens > NOW_TOKENS)  # (a short prompt's hatching is kept)
-    return InsideView(trace, layer, head, qkv, heads, cache, "", note, scores)
+    return InsideView(trace, layer, head, qkv, heads, cache, "", note, _prepared(trace.n_tokens, qkv, heads, cache))
+
+
+def _prepared(n: int, qkv: HeadQKV, heads: HeadsToOutput | None, cache: KVCacheStep | None) -> dict[str, HeatmapImage]:
+    """The maps prepared for the heatmaps off the GUI thread: the score map always (n x n), and with a long prompt
+    every map (the diverging ones symmetric about 0, as their heatmaps are)."""
+    images = {"scores": heatmap_image(qkv.scores, overlay=n > NOW_TOKENS)}  # (a short prompt's hatching is kept)
+    if n > NOW_TOKENS:
+        named = {"q": qkv.q, "k": qkv.k, "v": qkv.v}
+        if heads is not None:
+            named.update(concat=heads.concat, out=heads.out)
+        if cache is not None:
+            named.update(cache_k=cache.keys, cache_v=cache.values)
+        images.update({name: heatmap_image(m, symmetric=True) for name, m in named.items()})
+    return images
 
 
 class InsideAttentionPanel(Panel):
@@ -154,9 +171,9 @@ class InsideAttentionPanel(Panel):
                 m.set_data(np.zeros((0, 0), np.float32))
             self._draw_token()
             return
-        self._draw_qkv(view.qkv, view.scores, tokens)
-        self._draw_heads(view.heads, tokens)
-        self._draw_cache(view.cache, tokens, view.cache_note)
+        self._draw_qkv(view.qkv, view, tokens)
+        self._draw_heads(view.heads, view, tokens)
+        self._draw_cache(view.cache, view, tokens, view.cache_note)
         self._draw_token()
 
     def selection_changed(self, what: str) -> None:
@@ -170,27 +187,29 @@ class InsideAttentionPanel(Panel):
             self._draw_token()
 
     # --- drawing ---------------------------------------------------------------------------------
-    def _draw_qkv(self, m: HeadQKV, scores: HeatmapImage | None, tokens: list[str]) -> None:
+    def _draw_qkv(self, m: HeadQKV, view: InsideView, tokens: list[str]) -> None:
         dims = [f"d{i}" for i in range(m.q.shape[1])]
         shared = "" if m.kv_head == m.head else f" (shared with the other query heads of K/V head {m.kv_head})"
-        self.q_map.set_data(m.q, tokens, dims, value_name="q")
-        self.k_map.set_data(m.k, tokens, dims, value_name="k")
-        self.v_map.set_data(m.v, tokens, [f"d{i}" for i in range(m.v.shape[1])], value_name="v")
-        self.scores_map.set_data(m.scores if scores is None else scores, tokens, tokens, value_name="score")
+        self.q_map.set_data(view.image("q", m.q), tokens, dims, value_name="q")
+        self.k_map.set_data(view.image("k", m.k), tokens, dims, value_name="k")
+        self.v_map.set_data(view.image("v", m.v), tokens, [f"d{i}" for i in range(m.v.shape[1])], value_name="v")
+        self.scores_map.set_data(view.image("scores", m.scores), tokens, tokens, value_name="score")
         self.qkv_note.setText(
             f"Head {m.layer}.{m.head}: one row per token, one column per dimension ({m.q.shape[1]}). Row i of Q asks, "
             f"row j of K answers: score(i, j) = Q[i] \u00b7 K[j] \u00d7 {m.scale:.4g}{shared}; the softmax of each row of the "
             "scores is the attention pattern, and the pattern times V is the head's output. Hover for exact values.")
 
-    def _draw_heads(self, h: HeadsToOutput | None, tokens: list[str]) -> None:
+    def _draw_heads(self, h: HeadsToOutput | None, view: InsideView, tokens: list[str]) -> None:
         if h is None:
             self.heads_note.setText("The heads' projection needs the model's W_O: this trace has no model.")
             for m in (self.concat_map, self.out_map):
                 m.set_data(np.zeros((0, 0), np.float32))
             return
         H, _n, dv = h.z.shape
-        self.concat_map.set_data(h.concat, tokens, [f"H{c // dv}.{c % dv}" for c in range(H * dv)], value_name="z")
-        self.out_map.set_data(h.out, tokens, [f"d{i}" for i in range(h.out.shape[1])], value_name="output")
+        self.concat_map.set_data(view.image("concat", h.concat), tokens,
+                                 [f"H{c // dv}.{c % dv}" for c in range(H * dv)], value_name="z")
+        self.out_map.set_data(view.image("out", h.out), tokens, [f"d{i}" for i in range(h.out.shape[1])],
+                              value_name="output")
         d, width = h.w_o_shape
         after = (f"= the layer's attention output (the stored one: largest difference {h.max_diff:.1e})" if h.matches
                  else "then this family's output norm or scale: the stored attention output differs")
@@ -198,12 +217,14 @@ class InsideAttentionPanel(Panel):
             f"Layer {h.layer}: the {H} heads' outputs (each {dv} wide) side by side make one row of {H * dv} per token; "
             f"times W_O ({width} \u00d7 {d}) it becomes a row of d_model = {d}, {after}. Hover for exact values.")
 
-    def _draw_cache(self, c: KVCacheStep | None, tokens: list[str], note: str) -> None:
+    def _draw_cache(self, c: KVCacheStep | None, view: InsideView, tokens: list[str], note: str) -> None:
         if c is None:
             return
         rows = tokens[: c.length]
-        self.cache_k.set_data(c.keys, rows, [f"d{i}" for i in range(c.keys.shape[1])], value_name="k")
-        self.cache_v.set_data(c.values, rows, [f"d{i}" for i in range(c.values.shape[1])], value_name="v")
+        self.cache_k.set_data(view.image("cache_k", c.keys), rows, [f"d{i}" for i in range(c.keys.shape[1])],
+                              value_name="k")
+        self.cache_v.set_data(view.image("cache_v", c.values), rows, [f"d{i}" for i in range(c.values.shape[1])],
+                              value_name="v")
         new = np.flatnonzero(c.new)
         for m in (self.cache_k, self.cache_v):
             box = self._new[id(m)]

@@ -140,7 +140,7 @@ class TokenChips(QWidget):
         if width == self._layout_width:
             return
         self._rects, height = self._flow(width)
-        self._tops = [r.top() for r in self._rects]  # rows flow downwards: the chips a clip meets are found by bisection
+        self._tops = [r.top() for r in self._rects]  # rows flow down: a clip's chips are found by bisection
         self._tallest = max((r.height() for r in self._rects), default=0)
         self._layout_width = width
         if height != self._height:
