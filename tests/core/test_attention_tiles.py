@@ -22,6 +22,7 @@ SHAPES = {
     "sliding_softcap": dict(sliding_window=5, sliding_layers=(1,), attn_softcap=2.0),
     "sliding": dict(sliding_window=5, sliding_layers=(1,)),  # a CPU row without soft cap: numpy's row
     "encoder": dict(causal=False),
+    "sinks": dict(attn_sinks=True, n_kv_heads=2, positions="rotary"),  # gpt-oss: a sink logit per head in the softmax
 }
 N = 37  # not a multiple of the chunk or of the pooling factor
 
@@ -29,6 +30,10 @@ N = 37  # not a multiple of the chunk or of the pooling factor
 def traced(shape: str, monkeypatch):
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**{**BASE, **SHAPES[shape]})).eval()
+    if shape == "sinks":  # learned logits, not the zeros they start from
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.sinks.normal_(0.0, 2.0)
     ids = list(np.random.default_rng(0).integers(0, 50, N))
     monkeypatch.setattr(tiles, "CHUNK_ROWS", 8)  # several chunks at a small n
     trace, _ = capture(model, ids, [f"t{i}" for i in ids], CaptureSpec.compact())

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from explorer.core.attention import attention_pattern
 from explorer.core.display.mosaic import MosaicGeometry, downsample_factor
 
 if TYPE_CHECKING:
@@ -322,8 +323,10 @@ def layer_pooled_patterns(trace: Trace, layer: int, pixels: int, check: Callable
             kv = k[torch.arange(h0, h1) // kv_of]  # each query head's K/V head
             with torch.inference_mode():
                 scores = _heads_scores(trace, layer, list(range(h0, h1)), q[h0:h1], kv, (r0, r1), (0, c1))
-                # exact rows (the masked keys weigh 0; a sink takes its share where the model has one)
-                values = torch.exp(scores - _row_lse(trace, layer, list(range(h0, h1)), scores)[..., None]).cpu()
+                # exact rows, by the forward pass's own softmax (the masked keys weigh 0; a sink takes its share
+                # where the model has one): one fused pass, where a log-sum-exp and then exp(s - lse) took two
+                sinks = trace.sink_logits(layer, scores.device)[h0:h1] if trace.config.attn_sinks else None
+                values = attention_pattern(scores, sinks).cpu()
                 if r != pr * factor or c1 != pc * factor:
                     padded = values.new_zeros((h1 - h0, pr * factor, pc * factor))
                     padded[:, :r, :c1] = values
