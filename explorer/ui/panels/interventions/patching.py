@@ -135,8 +135,8 @@ class PatchingPanel(Panel):
         self.legend.setWordWrap(True)
         self.legend.setVisible(False)  # while a grid holds estimates
         self.body.addWidget(self.legend)
-        self.resid_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="residual stream: share restored")
-        self.head_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="heads: share restored")
+        self.resid_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="residual stream:<br>share restored")
+        self.head_map = MarkedHeatmap(colormap="CET-D1", symmetric=True, title="heads:<br>share restored")
         self.head_map.masked_text = lambda layer, head: (  # a hybrid's recurrent layer, a block without attention
             f"no attention head here ({describe_mixer(self.trace.config, layer)}): patch its residual stream instead")
         self.resid_map.cell_clicked.connect(lambda r, c: self.clicked(("resid", r, c)))
