@@ -23,8 +23,20 @@ from explorer.core.tokenize.huggingface import read_directory_tokenizer  # noqa:
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-CASES = [(f, t, th) for f in FAMILIES for t in (1, 2, 3, 4) for th in ("none", "tags", "field")]
-CASES += [("qwen3", t, th) for t in (1, 3) for th in ("none", "tags")]  # again, with thinking off (below)
+
+
+def family_cases():
+    """Each family's conversations (tests/chat_files.py): its turns x its thinking, then each option variant
+    on turns 1 and 3."""
+    for family, spec in FAMILIES.items():
+        for options in [{}, *spec.get("variants", [])]:
+            label = ",".join(f"{k}={v}" for k, v in options.items()) or "default"
+            for turns in (1, 3) if options else spec.get("turns", (1, 2, 3, 4)):
+                for thinking in spec.get("thinking", ("none", "tags", "field")):
+                    yield pytest.param(family, turns, thinking, options, id=f"{family}-{turns}-{thinking}-{label}")
+
+
+CASES = list(family_cases())
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +56,9 @@ def ours_and_theirs(directory: Path, messages, **options):
     return ours, list(theirs["input_ids"]), text  # transformers 5 returns a BatchEncoding
 
 
-@pytest.mark.parametrize("family,turns,thinking", CASES)
-def test_ids_equal_transformers(family_dirs, family, turns, thinking):
-    options = dict(FAMILIES[family].get("options", {}))
-    if family == "qwen3" and CASES.index((family, turns, thinking)) >= len(CASES) - 4:
-        options["enable_thinking"] = False
+@pytest.mark.parametrize("family,turns,thinking,variant", CASES)
+def test_ids_equal_transformers(family_dirs, family, turns, thinking, variant):
+    options = {**FAMILIES[family].get("options", {}), **variant}
     ours, theirs, text = ours_and_theirs(family_dirs[family], conversation(turns, thinking=thinking), **options)
     assert ours.text == text
     assert list(ours.ids) == theirs
