@@ -97,6 +97,18 @@ def test_spans_name_each_message_and_the_markup(family_dirs):
     assert user_end.startswith("<|eot_id|>")
 
 
+@pytest.mark.parametrize("family,names", [
+    ("gemma4", ["enable_thinking", "preserve_thinking"]), ("qwen3_6", ["add_vision_id", "enable_thinking",
+                                                                        "preserve_thinking"]),
+    ("nemotron3_nano", ["enable_thinking", "truncate_history_thinking"]), ("lfm2_5", ["preserve_thinking"]),
+    ("llama3", ["custom_tools", "date_string", "tools_in_user_message"]),
+    ("gptoss", ["builtin_tools", "model_identity", "reasoning_effort"]), ("gemma3", [])])
+def test_template_options_are_what_a_caller_can_give(family_dirs, family, names):
+    """The names a template reads before setting them (the chat editor's option boxes), not its own variables
+    (Gemma 4 sets captured_content, ns_args, ... inside its loops)."""
+    assert template_from_directory(family_dirs[family]).options() == names
+
+
 def test_thinking_spans(family_dirs):
     messages = conversation(2) + [{"role": "assistant", "content": "<think>\nParis is in France.\n</think>\n\nParis."}]
     enc = encode_chat(read_directory_tokenizer(family_dirs["qwen3"], "t"), template_from_directory(family_dirs["qwen3"]),
