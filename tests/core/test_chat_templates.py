@@ -97,6 +97,31 @@ def test_spans_name_each_message_and_the_markup(family_dirs):
     assert user_end.startswith("<|eot_id|>")
 
 
+@pytest.mark.parametrize("family,end", [("gemma4", "<turn|>"), ("qwen3_5", "<|im_end|>")])
+def test_spans_of_the_reasoning_families(family_dirs, family, end):
+    """Gemma 4 and Qwen3.5: each message's text is its own, the last reply's reasoning is thinking, and each
+    turn's end marker closes that turn (the next turn's header opens the next)."""
+    messages = conversation(2) + [{"role": "assistant", "content": "Paris.", "thinking": "Paris is in France."}]
+    enc = encode_chat(read_directory_tokenizer(family_dirs[family], "t"), template_from_directory(family_dirs[family]),
+                      messages, add_generation_prompt=False)
+    runs = labels(enc)
+    assert [(r, t) for r, k, t in runs if k == "content"] == [(m["role"], m["content"]) for m in messages]
+    assert [(r, t.strip()) for r, k, t in runs if k == "thinking"] == [("assistant", "Paris is in France.")]
+    assert runs[0][0] == "system"
+    ends = [(r, t) for r, k, t in runs if k == "markup" and end in t]
+    assert len(ends) == len(messages) and all(t.startswith(end) for r, t in ends)
+    assert [r for r, t in ends] == [m["role"] for m in messages]
+
+
+def test_a_cut_reply_keeps_its_own_text(family_dirs):
+    """Qwen3.5 drops an earlier reply's <think> block and the newlines after it: the reply's text is exactly
+    what is left, the header's newline stays markup."""
+    enc, _, _ = ours_and_theirs(family_dirs["qwen3_5"], conversation(2, thinking="tags"))
+    runs = labels(enc)
+    assert ("assistant", "content", "The capital of France is Paris.") in runs
+    assert ("assistant", "markup", "<|im_start|>assistant\n") in runs
+
+
 @pytest.mark.parametrize("family,names", [
     ("gemma4", ["enable_thinking", "preserve_thinking"]), ("qwen3_6", ["add_vision_id", "enable_thinking",
                                                                         "preserve_thinking"]),

@@ -30,8 +30,8 @@ import numpy as np
 KINDS = ("markup", "content", "thinking", "analysis", "commentary", "final")
 CHANNELS = ("analysis", "commentary", "final")
 # markers that end a turn in the families' templates (the one right after a message closes it)
-END_MARKERS = ("<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>",
-               "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>", "<|end_of_text|>")
+END_MARKERS = ("<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>", "<turn|>", "<|end|>", "<|return|>",
+               "<|call|>", "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>", "<|end_of_text|>")
 _THINK = re.compile(r"<think>(.*?)(</think>|$)", re.S)
 _HARMONY = re.compile(r"<\|channel\|>(analysis|commentary|final)\b[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>"
                       r"(.*?)(?=<\|end\|>|<\|return\|>|<\|call\|>|<\|start\|>|$)", re.S)
