@@ -18,7 +18,7 @@ from typing import Any
 
 from explorer.core.chat.messages import checked_messages, template_messages
 from explorer.core.chat.sandbox import ChatTemplateError
-from explorer.core.chat.spans import ChatSpans, content_ranges, label_chars, token_labels
+from explorer.core.chat.spans import REASONING_BLOCKS, ChatSpans, content_ranges, label_chars, token_labels
 from explorer.core.chat.template import ChatTemplate
 from explorer.core.text import shown
 
@@ -42,8 +42,9 @@ class ChatEncoding:
 
     @property
     def open_thinking(self) -> bool:
-        """The text ends inside an unclosed ``<think>`` (DeepSeek-R1 opens the reply's reasoning itself)."""
-        return self.text.rfind("<think>") > self.text.rfind("</think>")
+        """The text ends inside an unclosed ``<think>`` (DeepSeek-R1 and Qwen3.5 open the reply's reasoning
+        themselves) or Gemma 4 thought channel."""
+        return any(self.text.rfind(opening) > self.text.rfind(closing) for opening, closing in REASONING_BLOCKS)
 
     @property
     def harmony(self) -> bool:
