@@ -8,9 +8,11 @@ The templates are not copied into this repository: they are read from packages t
   ``gptoss.jinja`` (gpt-oss, Harmony), ``deepseek_r1_distill.jinja`` (every DeepSeek-R1-Distill checkpoint),
   ``gemma4_v5.jinja`` (google/gemma-4-*-it, the current revision) and ``gemma4.jinja`` (an earlier one),
   ``qwen3_5_think.jinja`` / ``qwen3_5_nothink.jinja`` (Qwen3.5 4B and up / 2B and down), ``qwen3_6.jinja``,
-  ``lfm2.jinja`` (LFM2) and ``lfm2_2_5_v2.jinja`` (LFM2.5, current revision), ``nemotron_3_nano.jinja``,
-  ``glm4moe.jinja`` (GLM-4.5), ``deepseekv3.jinja`` (DeepSeek-V3), ``phi3_5.jinja`` (Phi-3.5-mini-instruct).
-  The special tokens are the checkpoints' own (their tokenizer_config.json), the ones each template writes.
+  ``qwen3_8.jinja``, ``lfm2.jinja`` (LFM2) and ``lfm2_2_5_v2.jinja`` (LFM2.5, current revision),
+  ``nemotron_3_nano.jinja``, ``nemotron_3_super.jinja``, ``glm4moe.jinja`` (GLM-4.5), ``deepseekv3.jinja``
+  (DeepSeek-V3), ``phi3_5.jinja`` (Phi-3.5-mini-instruct).
+  The special tokens follow the checkpoints' tokenizer_config.json; at least every control token the
+  template writes is one, so it stays one id as in the real vocabulary.
 * ``mistral_common`` (Mistral AI's own package, which generates the templates its checkpoints ship):
   ``convert_tokenizer_to_chat_template`` of the v3 SentencePiece tokenizer it ships (Mistral-7B-Instruct-v0.3).
 
@@ -77,23 +79,33 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gemma4_first": {"trl": "gemma4.jinja", "style": "spm", "bos": "<bos>", "eos": "<turn|>", "pad": "<pad>",
                      "specials": GEMMA4_SPECIALS, "thinking": ("none", "field"), "turns": (1, 3),
                      "variants": [{"enable_thinking": True}]},
-    # Qwen3.5 (Qwen/Qwen3.5-*): 4B and larger think by default, 2B and smaller do not; Qwen3.6 adds preserve_thinking
+    # Qwen3.5 (Qwen/Qwen3.5-*): 4B and larger think by default, 2B and smaller do not; Qwen3.6 adds preserve_thinking,
+    # Qwen3.8 (Qwen/Qwen3.8-27B) a reasoning_effort that writes an instruction into the system prompt
     "qwen3_5": {"trl": "qwen3_5_think.jinja", **QWEN_TOKENS, "thinking": ("none", "tags", "field"),
                 "variants": [{"enable_thinking": False}]},
     "qwen3_5_small": {"trl": "qwen3_5_nothink.jinja", **QWEN_TOKENS, "thinking": ("none", "field"), "turns": (1, 3),
                       "variants": [{"enable_thinking": True}]},
     "qwen3_6": {"trl": "qwen3_6.jinja", **QWEN_TOKENS, "thinking": ("none", "tags", "field"),
                 "variants": [{"preserve_thinking": True}, {"enable_thinking": False}]},
+    "qwen3_8": {"trl": "qwen3_8.jinja", **QWEN_TOKENS, "thinking": ("none", "tags", "field"),
+                "variants": [{"reasoning_effort": "low"}, {"reasoning_effort": "medium", "preserve_thinking": False},
+                             {"enable_thinking": False}]},
     # LFM2 and LFM2.5 (LiquidAI/LFM2-*, LFM2.5-*): ChatML with Liquid's tool tokens; LFM2.5 reads message.thinking
     "lfm2": {"trl": "lfm2.jinja", **LFM_TOKENS, "thinking": ("none",)},
     "lfm2_5": {"trl": "lfm2_2_5_v2.jinja", **LFM_TOKENS, "thinking": ("none", "tags", "field"),
                "variants": [{"preserve_thinking": True}]},
-    # NVIDIA Nemotron 3 Nano (nvidia/NVIDIA-Nemotron-3-Nano-*): thinks by default, drops earlier turns' reasoning
+    # NVIDIA Nemotron 3 Nano (nvidia/NVIDIA-Nemotron-3-Nano-*): thinks by default, drops earlier turns' reasoning;
+    # Nemotron 3 Super (nvidia/NVIDIA-Nemotron-3-Super-*) the same with a low_effort hint on the last question
     "nemotron3_nano": {"trl": "nemotron_3_nano.jinja", "style": "byte", "bos": "<s>", "eos": "<|im_end|>",
                        "specials": ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"],
                        "plain": ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
                                  "</tool_response>"], "thinking": ("none", "tags", "field"),
                        "variants": [{"enable_thinking": False}, {"truncate_history_thinking": False}]},
+    "nemotron3_super": {"trl": "nemotron_3_super.jinja", "style": "byte", "bos": "<s>", "eos": "<|im_end|>",
+                        "specials": ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"],
+                        "plain": ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+                                  "</tool_response>"], "thinking": ("none", "field"), "turns": (1, 3),
+                        "variants": [{"low_effort": True}]},
     # GLM-4.5 / 4.6 (zai-org/GLM-4.5*, the glm4_moe architecture)
     "glm4moe": {"trl": "glm4moe.jinja", "style": "byte", "bos": None, "eos": "<|endoftext|>", "pad": "<|endoftext|>",
                 "specials": ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>",

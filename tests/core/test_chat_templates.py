@@ -126,6 +126,8 @@ def test_a_cut_reply_keeps_its_own_text(family_dirs):
     ("gemma4", ["enable_thinking", "preserve_thinking"]), ("qwen3_6", ["add_vision_id", "enable_thinking",
                                                                         "preserve_thinking"]),
     ("nemotron3_nano", ["enable_thinking", "truncate_history_thinking"]), ("lfm2_5", ["preserve_thinking"]),
+    ("qwen3_8", ["add_vision_id", "enable_thinking", "preserve_thinking", "reasoning_effort"]),
+    ("nemotron3_super", ["enable_thinking", "low_effort", "truncate_history_thinking"]),
     ("llama3", ["custom_tools", "date_string", "tools_in_user_message"]),
     ("gptoss", ["builtin_tools", "model_identity", "reasoning_effort"]), ("gemma3", [])])
 def test_template_options_are_what_a_caller_can_give(family_dirs, family, names):
