@@ -117,6 +117,10 @@ def _names_in_order(tree: Any) -> list[Any]:
             continue
         if isinstance(node, nodes.Assign):
             children = [node.node, node.target]
+        elif isinstance(node, nodes.AssignBlock):
+            children = [*node.body, *([node.filter] if node.filter else []), node.target]
+        elif isinstance(node, nodes.With):
+            children = [*node.values, *node.targets, *node.body]
         elif isinstance(node, nodes.For):
             children = [node.iter, node.target, *([node.test] if node.test else []), *node.body, *node.else_]
         else:
