@@ -189,6 +189,26 @@ def test_split_reply_and_generated_kinds():
                         "<|channel|>", "final", "<|message|>", "Paris"]) == \
         ["markup"] * 3 + ["analysis"] + ["markup"] * 6 + ["final"]
     assert reply_kinds(["hm", "</think>", "Paris"], open_thinking=True) == ["thinking", "markup", "content"]
+    gemma4 = "<|channel>thought\nThe capital of France.<channel|>Paris."  # Gemma 4's thought channel
+    assert split_reply(gemma4) == ("The capital of France.", "Paris.")
+    assert split_reply("hm\n<channel|>Paris.", open_thinking=True) == ("hm", "Paris.")
+    assert split_reply("<|channel>thought\nhm", open_thinking=True) == ("hm", "")
+    assert reply_kinds(["<|channel>", "thought", "\n", "hm", "<channel|>", "Paris"]) == \
+        ["markup"] * 3 + ["thinking", "markup", "content"]
+
+
+def test_gemma4_reply_ends_at_its_turn_marker(tmp_path):
+    """Gemma 4 (the current template): the reply's ids equal transformers' generate, it stops at <turn|>, and
+    kept as a turn it renders as that turn."""
+    directory = tmp_path / "g4"
+    model, tok, ids, end = tiny_chat_model(directory, "gemma4", ends_after=3)
+    loaded = load_checkpoint(str(directory))
+    assert tok.convert_tokens_to_ids("<turn|>") in end_of_turn_ids(loaded)
+    reply = generate_reply(loaded, conversation(2), GREEDY)
+    theirs = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
+    assert reply.result.token_ids == theirs and reply.ended_turn and theirs[-1] == end
+    kept = loaded.encode_chat(reply.messages(), False)
+    assert kept.text.endswith("<turn|>\n") and kept.spans.roles[-1] == "assistant"
 
 
 def test_deepseek_reply_starts_inside_the_reasoning(tmp_path):

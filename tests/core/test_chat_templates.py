@@ -23,8 +23,20 @@ from explorer.core.tokenize.huggingface import read_directory_tokenizer  # noqa:
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-CASES = [(f, t, th) for f in FAMILIES for t in (1, 2, 3, 4) for th in ("none", "tags", "field")]
-CASES += [("qwen3", t, th) for t in (1, 3) for th in ("none", "tags")]  # again, with thinking off (below)
+
+
+def family_cases():
+    """Each family's conversations (tests/chat_files.py): its turns x its thinking, then each option variant
+    on turns 1 and 3."""
+    for family, spec in FAMILIES.items():
+        for options in [{}, *spec.get("variants", [])]:
+            label = ",".join(f"{k}={v}" for k, v in options.items()) or "default"
+            for turns in (1, 3) if options else spec.get("turns", (1, 2, 3, 4)):
+                for thinking in spec.get("thinking", ("none", "tags", "field")):
+                    yield pytest.param(family, turns, thinking, options, id=f"{family}-{turns}-{thinking}-{label}")
+
+
+CASES = list(family_cases())
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +56,9 @@ def ours_and_theirs(directory: Path, messages, **options):
     return ours, list(theirs["input_ids"]), text  # transformers 5 returns a BatchEncoding
 
 
-@pytest.mark.parametrize("family,turns,thinking", CASES)
-def test_ids_equal_transformers(family_dirs, family, turns, thinking):
-    options = dict(FAMILIES[family].get("options", {}))
-    if family == "qwen3" and CASES.index((family, turns, thinking)) >= len(CASES) - 4:
-        options["enable_thinking"] = False
+@pytest.mark.parametrize("family,turns,thinking,variant", CASES)
+def test_ids_equal_transformers(family_dirs, family, turns, thinking, variant):
+    options = {**FAMILIES[family].get("options", {}), **variant}
     ours, theirs, text = ours_and_theirs(family_dirs[family], conversation(turns, thinking=thinking), **options)
     assert ours.text == text
     assert list(ours.ids) == theirs
@@ -85,6 +95,45 @@ def test_spans_name_each_message_and_the_markup(family_dirs):
     # each turn's end marker closes that turn, the next header opens the next
     user_end = next(t for r, k, t in runs if r == "user" and k == "markup" and "<|eot_id|>" in t)
     assert user_end.startswith("<|eot_id|>")
+
+
+@pytest.mark.parametrize("family,end", [("gemma4", "<turn|>"), ("qwen3_5", "<|im_end|>")])
+def test_spans_of_the_reasoning_families(family_dirs, family, end):
+    """Gemma 4 and Qwen3.5: each message's text is its own, the last reply's reasoning is thinking, and each
+    turn's end marker closes that turn (the next turn's header opens the next)."""
+    messages = conversation(2) + [{"role": "assistant", "content": "Paris.", "thinking": "Paris is in France."}]
+    enc = encode_chat(read_directory_tokenizer(family_dirs[family], "t"), template_from_directory(family_dirs[family]),
+                      messages, add_generation_prompt=False)
+    runs = labels(enc)
+    assert [(r, t) for r, k, t in runs if k == "content"] == [(m["role"], m["content"]) for m in messages]
+    assert [(r, t.strip()) for r, k, t in runs if k == "thinking"] == [("assistant", "Paris is in France.")]
+    assert runs[0][0] == "system"
+    ends = [(r, t) for r, k, t in runs if k == "markup" and end in t]
+    assert len(ends) == len(messages) and all(t.startswith(end) for r, t in ends)
+    assert [r for r, t in ends] == [m["role"] for m in messages]
+
+
+def test_a_cut_reply_keeps_its_own_text(family_dirs):
+    """Qwen3.5 drops an earlier reply's <think> block and the newlines after it: the reply's text is exactly
+    what is left, the header's newline stays markup."""
+    enc, _, _ = ours_and_theirs(family_dirs["qwen3_5"], conversation(2, thinking="tags"))
+    runs = labels(enc)
+    assert ("assistant", "content", "The capital of France is Paris.") in runs
+    assert ("assistant", "markup", "<|im_start|>assistant\n") in runs
+
+
+@pytest.mark.parametrize("family,names", [
+    ("gemma4", ["enable_thinking", "preserve_thinking"]), ("qwen3_6", ["add_vision_id", "enable_thinking",
+                                                                        "preserve_thinking"]),
+    ("nemotron3_nano", ["enable_thinking", "truncate_history_thinking"]), ("lfm2_5", ["preserve_thinking"]),
+    ("qwen3_8", ["add_vision_id", "enable_thinking", "preserve_thinking", "reasoning_effort"]),
+    ("nemotron3_super", ["enable_thinking", "low_effort", "truncate_history_thinking"]),
+    ("llama3", ["custom_tools", "date_string", "tools_in_user_message"]),
+    ("gptoss", ["builtin_tools", "model_identity", "reasoning_effort"]), ("gemma3", [])])
+def test_template_options_are_what_a_caller_can_give(family_dirs, family, names):
+    """The names a template reads before setting them (the chat editor's option boxes), not its own variables
+    (Gemma 4 sets captured_content, ns_args, ... inside its loops)."""
+    assert template_from_directory(family_dirs[family]).options() == names
 
 
 def test_thinking_spans(family_dirs):

@@ -7,9 +7,9 @@ together with the end markers the template itself writes (``<|eot_id|>``, ``<|im
 (gpt-oss) ends a turn at ``<|return|>`` or ``<|call|>`` only: its ``<|end|>`` closes a channel's
 message, after which the same turn goes on in another channel.
 
-``split_reply`` parts a reply into its reasoning and its answer (``<think>…</think>``, where the
-prompt may already have opened the block as DeepSeek-R1's does; Harmony's analysis and final
-channels), and ``with_reply`` appends it as an assistant turn with the reasoning under ``thinking``,
+``split_reply`` parts a reply into its reasoning and its answer (``<think>…</think>`` or Gemma 4's
+``<|channel>thought…<channel|>``, where the prompt may already have opened the block as DeepSeek-R1's
+does; Harmony's analysis and final channels), and ``with_reply`` appends it as an assistant turn with the reasoning under ``thinking``,
 so that the template renders it (or drops it from earlier turns) as it does for any conversation.
 """
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.core.chat.encode import ChatEncoding
 from explorer.core.chat.messages import checked_messages
-from explorer.core.chat.spans import END_MARKERS, ChatSpans
+from explorer.core.chat.spans import END_MARKERS, REASONING_BLOCKS, ChatSpans
 
 if TYPE_CHECKING:
     from explorer.core.generation.generate import GenerationResult, Step
@@ -84,12 +84,13 @@ def split_reply(text: str, open_thinking: bool = False, harmony: bool = False) -
         thinking = "\n".join(body.strip() for channel, body in parts if channel == "analysis")
         final = [body for channel, body in parts if channel == "final"]
         return thinking, (final[-1].strip() if final else "")
-    full = ("<think>" + text) if open_thinking and "<think>" not in text.split("</think>")[0] else text
-    if "</think>" in full:
-        head, answer = full.split("</think>", 1)
-        return head.split("<think>")[-1].strip(), answer.strip()
+    opening, closing = next(((a, b) for a, b in REASONING_BLOCKS if a in text or b in text), REASONING_BLOCKS[0])
+    full = (opening + text) if open_thinking and opening not in text.split(closing)[0] else text
+    if closing in full:
+        head, answer = full.split(closing, 1)
+        return head.split(opening)[-1].strip(), answer.strip()
     if open_thinking:  # the reasoning never closed: it is all reasoning
-        return full.split("<think>", 1)[-1].strip(), ""
+        return full.split(opening, 1)[-1].strip(), ""
     return "", text.strip()
 
 
@@ -126,13 +127,20 @@ class ChatReply:
 
 
 def reply_kinds(tokens: Sequence[str], open_thinking: bool = False) -> list[str]:
-    """The kind of each generated token from the tokens' texts: ``<think>``/``</think>`` and Harmony's
-    ``<|channel|>NAME<|message|>`` are markup and switch the kind of what follows."""
+    """The kind of each generated token from the tokens' texts: ``<think>``/``</think>``, Gemma 4's
+    ``<|channel>thought\n``/``<channel|>`` and Harmony's ``<|channel|>NAME<|message|>`` are markup and switch
+    the kind of what follows."""
     kinds, state, pending = [], "thinking" if open_thinking else "content", None
     for text in tokens:
-        if text in ("<think>", "</think>"):
+        if text in ("<think>", "</think>", "<channel|>"):
             kinds.append("markup")
             state = "thinking" if text == "<think>" else "content"
+        elif text == "<|channel>":  # Gemma 4: the channel's name, up to its newline, is markup
+            kinds.append("markup")
+            state = "channel name"
+        elif state == "channel name":
+            kinds.append("markup")
+            state = "thinking" if "\n" in text else state
         elif text == "<|channel|>":
             kinds.append("markup")
             pending = ""

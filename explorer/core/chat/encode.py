@@ -18,7 +18,7 @@ from typing import Any
 
 from explorer.core.chat.messages import checked_messages, template_messages
 from explorer.core.chat.sandbox import ChatTemplateError
-from explorer.core.chat.spans import ChatSpans, content_ranges, label_chars, token_labels
+from explorer.core.chat.spans import REASONING_BLOCKS, ChatSpans, content_ranges, label_chars, token_labels
 from explorer.core.chat.template import ChatTemplate
 from explorer.core.text import shown
 
@@ -42,8 +42,9 @@ class ChatEncoding:
 
     @property
     def open_thinking(self) -> bool:
-        """The text ends inside an unclosed ``<think>`` (DeepSeek-R1 opens the reply's reasoning itself)."""
-        return self.text.rfind("<think>") > self.text.rfind("</think>")
+        """The text ends inside an unclosed ``<think>`` (DeepSeek-R1 and Qwen3.5 open the reply's reasoning
+        themselves) or Gemma 4 thought channel."""
+        return any(self.text.rfind(opening) > self.text.rfind(closing) for opening, closing in REASONING_BLOCKS)
 
     @property
     def harmony(self) -> bool:
@@ -92,7 +93,9 @@ def _marked(messages: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[
 
 
 def _complete(plain: str, found: list[tuple[int, int, int, str]], pieces: dict[tuple[int, str], str]) -> list:
-    """Ranges with a lone marker completed by walking the piece's text from it (a template cut the piece)."""
+    """Ranges with a lone marker completed by walking the piece's text from it (a template cut the piece), less
+    the whitespace at the cut: templates strip it there (Qwen's ``content.split('</think>')[-1].lstrip('\n')``),
+    so a newline matched beyond it is the template's own, after its header."""
     out = []
     for start, stop, index, kind in found:
         piece = pieces.get((index, kind), "")
@@ -101,11 +104,15 @@ def _complete(plain: str, found: list[tuple[int, int, int, str]], pieces: dict[t
             while start + j < len(plain) and j < len(piece) and plain[start + j] == piece[j]:
                 j += 1
             stop = start + j
+            while stop > start and plain[stop - 1].isspace():
+                stop -= 1
         elif stop >= 0 and start < 0:
             j = 0
             while stop - j > 0 and j < len(piece) and plain[stop - 1 - j] == piece[-1 - j]:
                 j += 1
             start = stop - j
+            while start < stop and plain[start].isspace():
+                start += 1
         if 0 <= start < stop:
             out.append((start, stop, index, kind))
     return out

@@ -104,11 +104,45 @@ def render_capped(template: Any, context: dict[str, Any], max_chars: int) -> str
     return "".join(pieces)
 
 
+def _names_in_order(tree: Any) -> list[Any]:
+    """The template's ``Name`` nodes in the order a render meets them: an assignment's value before its
+    target, a loop's iterable before its variable (an explicit stack: templates can nest deeply)."""
+    from jinja2 import nodes
+
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, nodes.Name):
+            out.append(node)
+            continue
+        if isinstance(node, nodes.Assign):
+            children = [node.node, node.target]
+        elif isinstance(node, nodes.AssignBlock):
+            children = [*node.body, *([node.filter] if node.filter else []), node.target]
+        elif isinstance(node, nodes.With):
+            children = [*node.values, *node.targets, *node.body]
+        elif isinstance(node, nodes.For):
+            children = [node.iter, node.target, *([node.test] if node.test else []), *node.body, *node.else_]
+        else:
+            children = list(node.iter_child_nodes())
+        stack.extend(reversed(children))
+    return out
+
+
 def variables(env: Any, text: str) -> list[str]:
-    """The names the template reads that it does not set itself (its data and options)."""
+    """The names the template reads that it does not set itself (its data and options).
+
+    Jinja counts a name set inside an ``if`` or a loop as read from outside (a branch that does not set it
+    would), so a name is kept only when the template reads it before it first sets it: Gemma 4's
+    ``captured_content`` is its own, ``{% set enable_thinking = enable_thinking | default(false) %}`` and
+    Llama 3's ``{% if not date_string is defined %}{% set date_string = ... %}`` are options."""
     from jinja2 import meta
 
-    return sorted(meta.find_undeclared_variables(env.parse(text)))
+    tree = env.parse(text)
+    first: dict[str, str] = {}
+    for name in _names_in_order(tree):
+        first.setdefault(name.name, name.ctx)
+    return sorted(n for n in meta.find_undeclared_variables(tree) if first.get(n, "load") == "load")
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:

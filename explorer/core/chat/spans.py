@@ -23,15 +23,17 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 KINDS = ("markup", "content", "thinking", "analysis", "commentary", "final")
 CHANNELS = ("analysis", "commentary", "final")
 # markers that end a turn in the families' templates (the one right after a message closes it)
-END_MARKERS = ("<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>", "<|return|>", "<|call|>",
-               "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>", "<|end_of_text|>")
+END_MARKERS = ("<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>", "<turn|>", "<|end|>", "<|return|>",
+               "<|call|>", "<｜end▁of▁sentence｜>", "</s>", "<|endoftext|>", "<|end_of_text|>")
+# how a reply's reasoning is opened and closed: <think> tags (Qwen, DeepSeek, GLM, Nemotron, LFM2.5...), Gemma 4's
+# thought channel (its opening control token and the channel's name, then the reasoning, then <channel|>)
+REASONING_BLOCKS = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"))
 _THINK = re.compile(r"<think>(.*?)(</think>|$)", re.S)
 _HARMONY = re.compile(r"<\|channel\|>(analysis|commentary|final)\b[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>"
                       r"(.*?)(?=<\|end\|>|<\|return\|>|<\|call\|>|<\|start\|>|$)", re.S)

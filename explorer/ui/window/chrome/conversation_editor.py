@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 PREVIEW_CHARS = 60
 MIN_WIDTH = 420
 MIN_ROWS_PX = 26  # the turns, the selected turn's text and the rendered view at their smallest
-BOOLEAN_OPTIONS = ("enable_thinking", "thinking", "add_vision_id", "continue_final_message")
+BOOLEAN_OPTIONS = ("enable_thinking", "thinking", "add_vision_id", "continue_final_message", "preserve_thinking",
+                   "truncate_history_thinking")
 _ERROR = "QLabel { color: #8a1c1c; }"
 
 
