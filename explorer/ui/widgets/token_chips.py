@@ -23,6 +23,7 @@ from explorer.ui.widgets.role_bands import Band, colours_per_token
 PAD_X, PAD_Y, GAP, MARGIN = 5, 2, 4, 4
 BAND_H = 4  # the role bar over a chip of a conversation
 MAX_LABEL_CHARS = 24
+MEASURED_KEPT = 50_000  # chip widths kept across prompts (per label and id) before they are measured afresh
 SELECTED = QColor("#d9480f")
 ID_COLOUR = QColor("#6b7280")
 PARTIAL_TEXT = QColor("#7b1fa2")
@@ -53,6 +54,7 @@ class TokenChips(QWidget):
         self._height = 0
         self._widths: list[int] | None = None  # each chip's width, measured once per set of chips
         self._heights: dict[int, int] = {}  # heightForWidth, remembered per width for these chips
+        self._measured: dict[tuple[str, int], int] = {}  # a chip's width per (label, id), kept across prompts
         self.label_font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         self.label_font.setPointSizeF(max(self.label_font.pointSizeF(), 10.0))
         self.partial_font = QFont(self.label_font)
@@ -118,22 +120,45 @@ class TokenChips(QWidget):
     def _elide(text: str) -> str:
         return text if len(text) <= MAX_LABEL_CHARS else text[:MAX_LABEL_CHARS - 1] + "…"
 
-    def _flow(self, width: int) -> tuple[list[QRect], int]:
+    def _chip_height(self) -> int:
         label_fm, id_fm = QFontMetrics(self.label_font), QFontMetrics(self.id_font)
-        chip_h = label_fm.height() + id_fm.height() + 2 * PAD_Y + 1 + (BAND_H if self.bands else 0)
+        return label_fm.height() + id_fm.height() + 2 * PAD_Y + 1 + (BAND_H if self.bands else 0)
+
+    def _chip_widths(self) -> list[int]:
+        """Each chip's width, measured once per (label, id): an edit of a long prompt measures only its new chips."""
         if self._widths is None or len(self._widths) != len(self.chips):
-            self._widths = [max(label_fm.horizontalAdvance(self._elide(chip.label)),
-                                id_fm.horizontalAdvance(str(chip.token_id))) + 2 * PAD_X for chip in self.chips]
-        x, y, rects = MARGIN, MARGIN, []
-        for chip, w in zip(self.chips, self._widths):
+            label_fm, id_fm = QFontMetrics(self.label_font), QFontMetrics(self.id_font)
+            if len(self._measured) > MEASURED_KEPT:
+                self._measured.clear()
+            measured = self._measured
+            widths = []
+            for chip in self.chips:
+                key = (chip.label, chip.token_id)
+                w = measured.get(key)
+                if w is None:
+                    w = measured[key] = max(label_fm.horizontalAdvance(self._elide(chip.label)),
+                                            id_fm.horizontalAdvance(str(chip.token_id))) + 2 * PAD_X
+                widths.append(w)
+            self._widths = widths
+        return self._widths
+
+    def _positions(self, width: int) -> tuple[list[tuple[int, int]], int, int]:
+        """Each chip's top-left corner flowed into ``width``, the chips' height and the whole height."""
+        chip_h = self._chip_height()
+        x, y, corners = MARGIN, MARGIN, []
+        for chip, w in zip(self.chips, self._chip_widths()):
             if x > MARGIN and x + w > width - MARGIN:
                 x, y = MARGIN, y + chip_h + GAP
-            rects.append(QRect(x, y, w, chip_h))
+            corners.append((x, y))
             x += w + GAP
             if chip.data.endswith(b"\n"):  # a newline token ends the line, as in the text
                 x, y = MARGIN, y + chip_h + GAP
-        height = (rects[-1].bottom() + 1 + MARGIN) if rects else 2 * MARGIN
-        return rects, height
+        height = (corners[-1][1] + chip_h + MARGIN) if corners else 2 * MARGIN
+        return corners, chip_h, height
+
+    def _flow(self, width: int) -> tuple[list[QRect], int]:
+        corners, chip_h, height = self._positions(width)
+        return [QRect(x, y, w, chip_h) for (x, y), w in zip(corners, self._chip_widths())], height
 
     def _relayout(self) -> None:
         width = max(self.width(), 50)
@@ -152,8 +177,8 @@ class TokenChips(QWidget):
         return True
 
     def heightForWidth(self, width: int) -> int:
-        if width not in self._heights:
-            self._heights[width] = self._flow(width)[1]
+        if width not in self._heights:  # (the height alone: no rectangles built)
+            self._heights[width] = self._positions(width)[2]
         return self._heights[width]
 
     def sizeHint(self) -> QSize:
