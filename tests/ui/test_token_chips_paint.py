@@ -42,7 +42,7 @@ def test_a_region_of_the_chips_repaints_as_the_whole_widget_paints_it(qtbot, ban
 def test_chips_measured_for_an_earlier_prompt_lay_out_as_a_fresh_widget_lays_them_out(qtbot):
     """An edit re-measures only new chips: the kept widths give the very rectangles a fresh widget computes."""
     first, second = _chips(120), _chips(160)[40:]  # the edit keeps some labels, ids and positions shift
-    second = [ChipView(i, c.token_id + (i % 3), c.label, c.data, c.partial, c.special, c.colour)
+    second = [ChipView(i, c.token_id * 10 ** (3 * (i % 3)), c.label, c.data, c.partial, c.special, c.colour)
               for i, c in enumerate(second)]
     edited, fresh = TokenChips(), TokenChips()
     for w in (edited, fresh):
