@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QRect
+from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QImage, QRegion
 
 import explorer.ui  # noqa: F401  (binding and pyqtgraph options)
@@ -53,3 +53,16 @@ def test_chips_measured_for_an_earlier_prompt_lay_out_as_a_fresh_widget_lays_the
     fresh.set_chips(second)
     assert [edited.chip_rect(i) for i in range(len(second))] == [fresh.chip_rect(i) for i in range(len(second))]
     assert edited.heightForWidth(333) == fresh.heightForWidth(333)
+
+
+def test_every_chip_is_found_under_its_centre_and_nothing_between_rows(qtbot):
+    chips = TokenChips()
+    qtbot.addWidget(chips)
+    chips.set_chips(_chips(300))
+    chips.resize(420, chips.heightForWidth(420))
+    rects = [chips.chip_rect(i) for i in range(300)]
+    assert [chips.chip_at(r.center()) for r in rects] == list(range(300))
+    assert len({r.top() for r in rects}) > 10  # many rows
+    below = max(r.bottom() for r in rects) + 2
+    assert chips.chip_at(rects[0].center() + QPoint(0, below)) is None
+    assert chips.chip_at(QPoint(rects[0].left() - 2, rects[0].center().y())) is None  # the margin before a row

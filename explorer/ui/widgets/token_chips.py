@@ -29,6 +29,32 @@ ID_COLOUR = QColor("#6b7280")
 PARTIAL_TEXT = QColor("#7b1fa2")
 
 
+class ChipRects:
+    """The chips' rectangles, made when asked for (a long prompt's 4,096 chips are flowed on every draw, and
+    only the few on screen are painted): each chip's top-left corner and width, one height for all."""
+
+    def __init__(self, corners: list[tuple[int, int]] = (), widths: Sequence[int] = (), height: int = 0) -> None:
+        self.corners, self.widths, self.height = list(corners), list(widths), height
+        self.tops = [y for _x, y in self.corners]  # rows flow down: the chips a clip meets are found by bisection
+
+    def __len__(self) -> int:
+        return len(self.corners)
+
+    def __getitem__(self, i: int) -> QRect:
+        x, y = self.corners[i]
+        return QRect(x, y, self.widths[i], self.height)
+
+    def between(self, top: int, bottom: int) -> range:
+        """The chips whose rows meet the rows top..bottom."""
+        return range(bisect.bisect_left(self.tops, top - self.height), bisect.bisect_right(self.tops, bottom))
+
+    def at(self, point: QPoint) -> int | None:
+        for i in self.between(point.y(), point.y()):
+            if self[i].contains(point):
+                return i
+        return None
+
+
 class TokenChips(QWidget):
     """A flow of token chips.
 
@@ -47,9 +73,7 @@ class TokenChips(QWidget):
         self.selected: int | None = None
         self.bands: tuple[Band, ...] = ()
         self._band_colours: list[str | None] = []
-        self._rects: list[QRect] = []
-        self._tops: list[int] = []
-        self._tallest = 0
+        self._rects = ChipRects()
         self._layout_width = -1
         self._height = 0
         self._widths: list[int] | None = None  # each chip's width, measured once per set of chips
@@ -110,10 +134,7 @@ class TokenChips(QWidget):
 
     def chip_at(self, point: QPoint) -> int | None:
         self._relayout()
-        for i, rect in enumerate(self._rects):
-            if rect.contains(point):
-                return i
-        return None
+        return self._rects.at(point)
 
     # --- geometry ----------------------------------------------------------------------------
     @staticmethod
@@ -156,17 +177,16 @@ class TokenChips(QWidget):
         height = (corners[-1][1] + chip_h + MARGIN) if corners else 2 * MARGIN
         return corners, chip_h, height
 
-    def _flow(self, width: int) -> tuple[list[QRect], int]:
+    def _flow(self, width: int) -> tuple[ChipRects, int]:
         corners, chip_h, height = self._positions(width)
-        return [QRect(x, y, w, chip_h) for (x, y), w in zip(corners, self._chip_widths())], height
+        self._heights[width] = height
+        return ChipRects(corners, self._chip_widths(), chip_h), height
 
     def _relayout(self) -> None:
         width = max(self.width(), 50)
         if width == self._layout_width:
             return
         self._rects, height = self._flow(width)
-        self._tops = [r.top() for r in self._rects]  # rows flow down: a clip's chips are found by bisection
-        self._tallest = max((r.height() for r in self._rects), default=0)
         self._layout_width = width
         if height != self._height:
             self._height = height
@@ -198,9 +218,9 @@ class TokenChips(QWidget):
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         clip = event.rect()
         label_fm = QFontMetrics(self.label_font)
-        first = bisect.bisect_left(self._tops, clip.top() - self._tallest)
-        last = bisect.bisect_right(self._tops, clip.bottom())
-        for i in range(first, min(last, len(self.chips), len(self._rects))):
+        for i in self._rects.between(clip.top(), clip.bottom()):
+            if i >= len(self.chips):
+                break
             chip, rect = self.chips[i], self._rects[i]
             if not rect.intersects(clip):
                 continue
