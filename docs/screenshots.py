@@ -71,7 +71,10 @@ def screenshot_window(width: int, height: int, **options):
     try:
         yield app, window
     finally:
+        from explorer.ui.app import finish_closed_windows
+
         window.close()
+        finish_closed_windows()  # (else the script's exit crashed about one run in two)
 
 
 def main() -> None:

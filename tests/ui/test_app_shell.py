@@ -105,3 +105,20 @@ def test_a_dark_palette_reaches_the_plots():
     result = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, cwd=ROOT,
                             timeout=120)
     assert result.stdout.strip().endswith("ok"), result.stderr
+
+
+def test_a_closed_window_is_deleted_before_the_program_ends(qtbot, make_window):
+    """Once the event loop has returned, a closed window's pending delete would never run, and PySide destroyed
+    the window while the interpreter shut down (a segfault at exit): ``finish_closed_windows`` deletes it first."""
+    import shiboken6
+
+    from explorer.ui.app import finish_closed_windows
+
+    window = make_window()
+    qtbot.waitUntil(lambda: window.isVisible())
+    panels = [p for p in window.panels if shiboken6.isValid(p)]
+    assert panels
+    window.close()
+    assert shiboken6.isValid(window)  # closed, its delete only posted
+    finish_closed_windows()
+    assert not shiboken6.isValid(window) and not any(shiboken6.isValid(p) for p in panels)
